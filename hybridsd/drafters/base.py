@@ -1,0 +1,91 @@
+"""The drafter protocol: drafters propose, the verifier decides.
+
+A drafter sees the sequence through three calls made by `hybridsd.generate`:
+
+1. ``reset(prompt_len)`` before a new sequence;
+2. ``observe(hidden, next_tokens)`` each time target positions are committed
+   (after prefill, then after every verification step), with the target's hidden
+   states at those positions and the token that followed each one;
+3. ``propose(request)`` before each target step, returning zero, one or more
+   draft branches that all continue from the last committed token.
+
+Every drafter gets the target's hidden states from the start, even if it ignores
+them (``hidden_layers == ()`` means it needs none and receives ``None``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One chain of draft tokens that continues the committed sequence.
+
+    ``probs`` is the distribution each token was drawn from, over the target's
+    vocabulary (``[k, V]``); ``None`` means the draft is deterministic (one-hot),
+    as for n-gram or greedy EAGLE drafting.
+    """
+
+    tokens: torch.Tensor  # [k] int64, on the target's device
+    source: str  # name of the drafter that proposed it
+    probs: torch.Tensor | None = None  # [k, V] float, or None for one-hot
+
+    def __post_init__(self) -> None:
+        if self.tokens.ndim != 1:
+            raise ValueError(f"Draft.tokens must be 1-D, got shape {tuple(self.tokens.shape)}")
+        if self.probs is not None and self.probs.shape[0] != self.tokens.shape[0]:
+            raise ValueError("Draft.probs must have one row per draft token")
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+@dataclass(frozen=True)
+class ProposeRequest:
+    """What a drafter may look at when proposing.
+
+    ``tokens`` holds the whole committed sequence (prompt and generated tokens,
+    the last one not yet fed to the target) on the host. ``budget`` is the most
+    draft tokens the step can use (a drafter must not return more per branch).
+    """
+
+    tokens: np.ndarray  # [T] int64, host
+    budget: int
+    device: torch.device = torch.device("cpu")  # where Draft.tokens must live
+    temperature: float = 0.0
+    generator: torch.Generator | None = None
+
+
+class Drafter(ABC):
+    """Base class of every drafter; see the module docstring for the call order."""
+
+    #: name recorded in stats for the drafts it proposes
+    name: str = "drafter"
+    #: indices into HF ``hidden_states`` (0 = embeddings, -1 = final-normed output)
+    #: that ``observe`` receives, concatenated along the last dimension
+    hidden_layers: tuple[int, ...] = ()
+
+    @property
+    @abstractmethod
+    def max_tokens(self) -> int:
+        """Most tokens all branches of one proposal can hold together (sizes the KV cache headroom)."""
+
+    def reset(self, prompt_len: int) -> None:
+        """Forget the previous sequence."""
+
+    def observe(self, hidden: torch.Tensor | None, next_tokens: torch.Tensor) -> None:
+        """Take newly committed target positions.
+
+        ``hidden``: ``[m, len(hidden_layers) * H]`` target states at the m committed
+        positions (``None`` when ``hidden_layers`` is empty); ``next_tokens``: ``[m]``
+        int64, the token that follows each position (the last one is the newest token).
+        """
+
+    @abstractmethod
+    def propose(self, request: ProposeRequest) -> list[Draft]:
+        """Draft branches continuing ``request.tokens``; empty list or empty drafts mean none."""

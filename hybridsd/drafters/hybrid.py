@@ -1,0 +1,67 @@
+"""The hybrid ngram-eagle drafter: n-gram drafts when the context repeats, EAGLE otherwise."""
+
+from __future__ import annotations
+
+import torch
+
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+
+POLICIES = ("prefer-ngram", "tree")
+
+
+class HybridDrafter(Drafter):
+    """Combine a copy drafter (``ngram``) with a model drafter (``eagle``).
+
+    ``prefer-ngram``: each step, the n-gram draft when there is one, else EAGLE's;
+    with ``skip_eagle_on_hit`` (default) EAGLE does no drafting work on n-gram hits,
+    while still observing every committed position, so its state stays exact.
+    ``tree``: both drafts are verified in one target pass (n-gram first); the branch
+    with the longer accepted prefix is kept. Each keeps its own k.
+    """
+
+    def __init__(self, ngram: Drafter, eagle: Drafter, policy: str = "prefer-ngram",
+                 skip_eagle_on_hit: bool = True) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown hybrid policy {policy!r}; choose one of {POLICIES}")
+        self.ngram, self.eagle = ngram, eagle
+        self.policy = policy
+        self.skip_eagle_on_hit = skip_eagle_on_hit
+        self.name = f"{ngram.name}-{eagle.name}"
+        self.hidden_layers = tuple(dict.fromkeys(ngram.hidden_layers + eagle.hidden_layers))
+        self._columns = {}  # child -> positions of its layers in self.hidden_layers
+
+        for child in (ngram, eagle):
+            self._columns[id(child)] = [self.hidden_layers.index(i) for i in child.hidden_layers]
+
+    @property
+    def max_tokens(self) -> int:
+        if self.policy == "tree":
+            return self.ngram.max_tokens + self.eagle.max_tokens
+        return max(self.ngram.max_tokens, self.eagle.max_tokens)
+
+    def reset(self, prompt_len: int) -> None:
+        self.ngram.reset(prompt_len)
+        self.eagle.reset(prompt_len)
+
+    def observe(self, hidden: torch.Tensor | None, next_tokens: torch.Tensor) -> None:
+        for child in (self.ngram, self.eagle):
+            child.observe(self._slice(child, hidden), next_tokens)
+
+    def _slice(self, child: Drafter, hidden: torch.Tensor | None) -> torch.Tensor | None:
+        """The child's own layers out of ``hidden`` (``[m, len(self.hidden_layers) * H]``)."""
+        cols = self._columns[id(child)]
+        if not cols or hidden is None:
+            return None
+        if len(cols) == len(self.hidden_layers):
+            return hidden
+        h = hidden.shape[-1] // len(self.hidden_layers)
+        return torch.cat([hidden[:, c * h : (c + 1) * h] for c in cols], dim=-1)  # [m, len(cols)*H]
+
+    def propose(self, request: ProposeRequest) -> list[Draft]:
+        ngram = [d for d in self.ngram.propose(request) if len(d) > 0]
+        if self.policy == "prefer-ngram" and ngram:
+            if not self.skip_eagle_on_hit:
+                self.eagle.propose(request)  # drafted and thrown away, as without the skip
+            return ngram
+        eagle = [d for d in self.eagle.propose(request) if len(d) > 0]
+        return ngram + eagle if self.policy == "tree" else eagle

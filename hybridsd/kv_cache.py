@@ -1,0 +1,56 @@
+"""A preallocated key/value cache addressed by slot, with rollback by rewinding the length.
+
+Slots at or past ``length`` hold stale entries from rejected drafts; attention masks
+never let a query see them, and the next write overwrites them, so rolling back costs
+nothing. ``move`` compacts the accepted branch of a tree into consecutive slots.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class StaticKVCache:
+    """Keys and values of ``num_layers`` attention layers, ``[B, Hkv, S, D]`` each."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        *,
+        batch_size: int = 1,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"KV cache capacity must be >= 1, got {capacity}")
+        shape = (batch_size, num_kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.capacity = capacity
+        self.length = 0  # committed slots [0, length) hold the real sequence
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.keys)
+
+    def write(
+        self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k, v`` (``[B, Hkv, q, D]``) at ``slots`` (``[q]``); return the layer's full cache."""
+        self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
+        self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
+        return self.keys[layer], self.values[layer]
+
+    def rewind(self, length: int) -> None:
+        """Declare slots ``[0, length)`` the committed sequence; later slots become free."""
+        if not 0 <= length <= self.capacity:
+            raise ValueError(f"cannot rewind to {length}: capacity is {self.capacity}")
+        self.length = length
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy the entries at slots ``src`` (``[n]``) to slots ``dst`` (``[n]``) in every layer."""
+        for cache in (*self.keys, *self.values):
+            cache.index_copy_(2, dst, cache.index_select(2, src))

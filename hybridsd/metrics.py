@@ -1,0 +1,149 @@
+"""Exact speculative-decoding counters: acceptance lengths, per-position acceptance, drafter shares."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One target forward pass after prefill.
+
+    ``proposed``: the drafters whose branches were verified in this pass (empty when
+    the step had no draft). ``drafted``: draft tokens of the branch that was judged
+    (for a tree, the branch whose tokens were kept, or the longest when none were).
+    ``accepted``: draft tokens accepted and kept. ``emitted``: tokens appended to the
+    output (``accepted`` plus the target's own token, unless EOS among the accepted
+    tokens ended the sequence first). ``source``: the drafter whose tokens were
+    accepted (``None`` when none were).
+    """
+
+    proposed: tuple[str, ...]
+    drafted: int
+    accepted: int
+    emitted: int
+    source: str | None
+    tree_tokens: int = 0  # draft tokens fed to the target in this pass (all branches)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.accepted <= self.drafted:
+            raise ValueError(f"accepted={self.accepted} outside [0, drafted={self.drafted}]")
+        if not self.accepted <= self.emitted <= self.accepted + 1:
+            raise ValueError(f"emitted={self.emitted} must be accepted or accepted + 1")
+
+
+@dataclass
+class SpecStats:
+    """Counters of one generation; every field is exact, not estimated.
+
+    Identities (checked by :meth:`check`):
+    ``num_tokens = prefill_tokens + sum(step.emitted)``,
+    ``num_target_steps = num_sequences + len(trace)`` (one prefill per sequence),
+    ``num_accepted = sum(accepted_per_position) = sum(step.accepted)``,
+    ``num_draft_tokens = sum(step.drafted)``, ``num_drafts = #steps with drafted > 0``.
+    """
+
+    num_tokens: int = 0
+    num_target_steps: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    steps_by_drafter: Counter = field(default_factory=Counter)
+    accepted_by_drafter: Counter = field(default_factory=Counter)
+    trace: list[StepRecord] = field(default_factory=list)
+    prefill_tokens: int = 0
+    num_sequences: int = 0  # prefill passes (one per generated sequence)
+
+    def record_prefill(self, emitted: int) -> None:
+        """Count the prefill pass and the token(s) it produced (0 or 1)."""
+        self.num_sequences += 1
+        self.num_target_steps += 1
+        self.prefill_tokens += emitted
+        self.num_tokens += emitted
+
+    def record_step(self, step: StepRecord) -> None:
+        """Count one verification pass."""
+        self.trace.append(step)
+        self.num_target_steps += 1
+        self.num_tokens += step.emitted
+        self.num_accepted += step.accepted
+        self.num_draft_tokens += step.drafted
+        key = "+".join(step.proposed) if step.proposed else "none"
+        self.steps_by_drafter[key] += 1
+        if step.drafted > 0:
+            self.num_drafts += 1
+        if step.accepted > 0:
+            self.accepted_by_drafter[step.source] += step.accepted
+        if len(self.accepted_per_position) < step.drafted:
+            self.accepted_per_position.extend([0] * (step.drafted - len(self.accepted_per_position)))
+        for i in range(step.accepted):
+            self.accepted_per_position[i] += 1
+
+    @property
+    def seq_normalized_al(self) -> float:
+        """Generated tokens per target forward pass, prefill included."""
+        return self.num_tokens / self.num_target_steps if self.num_target_steps else math.nan
+
+    @property
+    def precision_al(self) -> float:
+        """vLLM's ``1 + accepted / drafts`` over steps that had a draft (NaN when none had)."""
+        return 1.0 + self.num_accepted / self.num_drafts if self.num_drafts else math.nan
+
+    @property
+    def acceptance_rates(self) -> list[float]:
+        """Per-position acceptance ``r_i = accepted_per_position[i] / num_drafts``."""
+        if not self.num_drafts:
+            return []
+        return [a / self.num_drafts for a in self.accepted_per_position]
+
+    @property
+    def draft_share(self) -> float:
+        """Share of verification passes that had a draft."""
+        return self.num_drafts / len(self.trace) if self.trace else math.nan
+
+    @classmethod
+    def combine(cls, stats: Iterable[SpecStats]) -> SpecStats:
+        """Counters of several generations together (corpus-level ALs)."""
+        out = cls()
+        for s in stats:
+            out.num_sequences += s.num_sequences
+            out.num_target_steps += s.num_sequences
+            out.prefill_tokens += s.prefill_tokens
+            out.num_tokens += s.prefill_tokens
+            for step in s.trace:
+                out.record_step(step)
+        return out
+
+    def check(self) -> None:
+        """Raise AssertionError when an identity between the counters fails."""
+        t = self.trace
+        assert self.num_target_steps == self.num_sequences + len(t), "target steps"
+        assert self.num_tokens == self.prefill_tokens + sum(s.emitted for s in t), "tokens"
+        assert self.num_accepted == sum(s.accepted for s in t) == sum(self.accepted_per_position), "accepted"
+        assert self.num_draft_tokens == sum(s.drafted for s in t), "draft tokens"
+        assert self.num_drafts == sum(1 for s in t if s.drafted > 0), "drafts"
+        assert sum(self.steps_by_drafter.values()) == len(t), "steps by drafter"
+        assert sum(self.accepted_by_drafter.values()) == self.num_accepted, "accepted by drafter"
+        app = self.accepted_per_position
+        assert all(a >= b for a, b in zip(app, app[1:])), "per-position acceptance must not increase"
+        assert not app or app[0] <= self.num_drafts, "first position accepted more than drafts"
+
+    def summary(self) -> dict:
+        """Plain-dict view for results rows and printing."""
+        return {
+            "num_tokens": self.num_tokens,
+            "num_target_steps": self.num_target_steps,
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted": self.num_accepted,
+            "seq_normalized_al": self.seq_normalized_al,
+            "precision_al": self.precision_al,
+            "accepted_per_position": list(self.accepted_per_position),
+            "acceptance_rates": self.acceptance_rates,
+            "steps_by_drafter": dict(self.steps_by_drafter),
+            "accepted_by_drafter": dict(self.accepted_by_drafter),
+        }

@@ -1,0 +1,41 @@
+"""Where and with what a result was made: commit, device, library versions."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+from pathlib import Path
+
+
+def git_commit(repo: str | Path | None = None) -> str:
+    """The checked-out commit (with ``-dirty`` when the tree has changes), or ``"unknown"``."""
+    cwd = Path(repo) if repo else Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def run_info() -> dict:
+    """Provenance fields every results file carries."""
+    import numpy
+    import torch
+    import transformers
+
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    else:
+        device = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return {
+        "commit": git_commit(),
+        "device": device,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,142 @@
+"""The target adapter: any HF causal LM run over a slot-addressed static KV cache.
+
+The model sees explicit position ids, a 4-D additive attention mask that we build
+(causal for chains, ancestor-only for draft trees) and a cache object whose
+``update`` writes keys/values at the slots we choose. Nothing depends on the
+transformers cache API beyond ``Cache.update(k, v, layer_idx, ...)``, which is the
+same in transformers 5.17 and 5.2x.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+
+import numpy as np
+import torch
+from transformers.cache_utils import Cache
+
+from hybridsd.kv_cache import StaticKVCache
+
+
+class _SlotCache(Cache):
+    """HF-facing view of a :class:`StaticKVCache`: ``update`` writes at ``self.slots``."""
+
+    def __init__(self, kv: StaticKVCache) -> None:
+        super().__init__(layers=[])
+        self.kv = kv
+        self.slots: torch.Tensor | None = None  # [q] slots the current forward writes
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # noqa: D401 - HF signature
+        return self.kv.write(layer_idx, self.slots, key_states, value_states)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.kv.length
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        return self.kv.capacity
+
+    def __len__(self) -> int:
+        return self.kv.num_layers
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """Name of the forward argument that takes the cache (``cache`` from transformers 5.2x on)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    """The longest sequence the model's config allows (``None`` when it does not say)."""
+    cfg = model.config
+    return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+
+
+class Target:
+    """One HF causal LM with its KV cache; ``forward`` runs a block of tokens at consecutive slots."""
+
+    def __init__(self, model: torch.nn.Module, capacity: int) -> None:
+        cfg = model.config
+        p = next(model.parameters())
+        self.model = model
+        self.device, self.dtype = p.device, p.dtype
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.kv = StaticKVCache(cfg.num_hidden_layers, kv_heads, head_dim, capacity, dtype=self.dtype,
+                                device=self.device)
+        self._cache = _SlotCache(self.kv)
+        self._cache_kwarg = _cache_kwarg(model)
+        self._slot_ids = torch.arange(capacity, device=self.device)  # [S]
+        self._neg = torch.finfo(self.dtype).min
+
+    @property
+    def capacity(self) -> int:
+        return self.kv.capacity
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        start: int,
+        *,
+        positions: np.ndarray | None = None,
+        visible: np.ndarray | None = None,
+        hidden_layers: tuple[int, ...] = (),
+        last_logits_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run ``tokens`` (``[q]``) written at slots ``start .. start+q-1``.
+
+        ``positions`` (``[q]``, default ``start + arange(q)``) are the RoPE positions;
+        ``visible`` (``[q, q]`` bool, default lower-triangular) says which tokens of the
+        block each token attends to, besides all committed slots ``< start``.
+        Returns logits ``[q, V]`` (``[1, V]`` with ``last_logits_only``) in fp32 and the
+        hidden states named by ``hidden_layers`` concatenated, ``[q, len * H]``, or None.
+        """
+        q = int(tokens.shape[0])
+        if start + q > self.capacity:
+            raise ValueError(f"KV cache overflow: {start} + {q} tokens > capacity {self.capacity}")
+        if positions is None:
+            pos = torch.arange(start, start + q, device=self.device)
+        else:
+            pos = torch.as_tensor(positions, device=self.device) + 0
+        mask = self._mask(start, q, visible)
+        self._cache.slots = self._slot_ids[start : start + q]
+        out = self.model(
+            input_ids=tokens.view(1, q),
+            position_ids=pos.view(1, q),
+            attention_mask=mask,
+            use_cache=True,
+            output_hidden_states=bool(hidden_layers),
+            logits_to_keep=1 if last_logits_only else 0,
+            **{self._cache_kwarg: self._cache},
+        )
+        logits = out.logits[0].float()  # [q, V]
+        hidden = None
+        if hidden_layers:
+            hidden = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [q, len*H]
+        return logits, hidden
+
+    def _mask(self, start: int, q: int, visible: np.ndarray | None) -> torch.Tensor:
+        """Additive mask ``[1, 1, q, S]``: 0 where a query may attend, dtype-min elsewhere."""
+        allowed = (self._slot_ids < start).expand(q, -1).clone()  # [q, S] committed prefix
+        if visible is None:
+            block = torch.ones(q, q, dtype=torch.bool, device=self.device).tril_()
+        else:
+            block = torch.as_tensor(visible, dtype=torch.bool).to(self.device, non_blocking=True)
+        allowed[:, start : start + q] = block
+        mask = torch.zeros(q, self.capacity, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, self._neg)
+        return mask.view(1, 1, q, self.capacity)
+
+
+_TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def target_for(model: torch.nn.Module, capacity: int) -> Target:
+    """The model's :class:`Target`, reused across calls while its cache is large enough."""
+    p = next(model.parameters())
+    t = _TARGETS.get(model)
+    if t is None or t.capacity < capacity or t.device != p.device or t.dtype != p.dtype:
+        t = Target(model, capacity)
+        _TARGETS[model] = t
+    t.kv.rewind(0)
+    return t

@@ -1,0 +1,97 @@
+"""Shared fixtures: tiny random fp32 targets of two families, and test-only drafters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+
+torch.set_num_threads(2)
+
+VOCAB = 67
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def tiny_target(family: str = "llama", vocab: int = VOCAB, seed: int = 0, layers: int = 4, **overrides):
+    """A tiny random causal LM in eval mode (fp32, CPU)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    kw = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=384,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    kw.update(overrides)
+    torch.manual_seed(seed)
+    if family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**kw))
+    elif family == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**kw))
+    else:
+        raise ValueError(family)
+    return model.eval()
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2"])
+def target(request):
+    return tiny_target(request.param)
+
+
+def prompts(n: int, vocab: int = VOCAB, seed: int = 0) -> list[torch.Tensor]:
+    """Random prompts, half of them repetitive (a motif repeated), of awkward lengths."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        length = int(rng.integers(1, 40))
+        if i % 2:
+            motif = rng.integers(3, vocab, size=int(rng.integers(2, 7)))
+            seq = np.tile(motif, length // len(motif) + 2)[: max(length, 2)]
+        else:
+            seq = rng.integers(3, vocab, size=length)
+        out.append(torch.as_tensor(seq, dtype=torch.long))
+    return out
+
+
+def hf_greedy(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None) -> list[int]:
+    """Plain greedy decoding with HF ``generate`` (the reference)."""
+    out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), do_sample=False,
+                         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, pad_token_id=0,
+                         top_k=None, top_p=None)
+    return out[0, ids.numel():].tolist()
+
+
+class OracleDrafter(Drafter):
+    """Test drafter: the known continuation, each token replaced by a random one with prob ``err``.
+
+    With ``sample=True`` tokens are drawn from a random proposal distribution and ``Draft.probs`` is set.
+    """
+
+    def __init__(self, reference: list[int], k: int, err: float = 0.3, name: str = "oracle",
+                 seed: int = 0, sample: bool = False, vocab: int = VOCAB):
+        self.reference, self.k, self.err, self.name = reference, k, err, name
+        self.rng = np.random.default_rng(seed)
+        self.sample, self.vocab = sample, vocab
+
+    @property
+    def max_tokens(self) -> int:
+        return self.k
+
+    def reset(self, prompt_len: int) -> None:
+        self.prompt_len = prompt_len
+
+    def propose(self, request: ProposeRequest) -> list[Draft]:
+        pos = len(request.tokens) - self.prompt_len
+        k = min(self.k, request.budget)
+        if self.sample:
+            g = request.generator
+            q = torch.distributions.Dirichlet(torch.ones(self.vocab) * 0.3).sample((k,))  # [k, V]
+            toks = torch.multinomial(q, 1, generator=g)[:, 0]
+            return [Draft(toks.to(request.device), self.name, q.to(request.device))]
+        d = list(self.reference[pos : pos + k])
+        d += [int(self.rng.integers(self.vocab))] * (k - len(d))
+        for i in range(len(d)):
+            if self.rng.random() < self.err:
+                d[i] = int(self.rng.integers(self.vocab))
+        return [Draft(torch.tensor(d, dtype=torch.long, device=request.device), self.name)] if d else []

@@ -1,0 +1,172 @@
+"""The engine's contract: greedy speculative output == plain greedy output, exact stats, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import VOCAB, OracleDrafter, hf_greedy, prompts, tiny_target
+from hybridsd.drafters.base import Drafter
+from hybridsd.drafters.hybrid import HybridDrafter
+from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.generate import generate
+
+KS = [1, 2, 3, 5, 8]
+N_NEW = 40
+PROMPTS = prompts(8)
+
+
+@pytest.fixture(scope="module")
+def references(target):
+    return [hf_greedy(target, p, N_NEW) for p in PROMPTS]
+
+
+def _drafters(k: int, reference: list[int]) -> dict[str, Drafter]:
+    """Every drafter kind and policy at draft length k (EAGLE drafters are added when heads exist)."""
+    oracle = OracleDrafter(reference, k, err=0.25)
+    return {
+        "ngram": NgramDrafter(k=k, min_n=1, max_n=4),
+        "ngram-2-5": NgramDrafter(k=k, min_n=2, max_n=5),
+        "oracle": oracle,
+        "prefer-ngram": HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), OracleDrafter(reference, k, 0.4)),
+        "tree": HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), OracleDrafter(reference, k, 0.4), "tree"),
+        "tree-oracles": HybridDrafter(OracleDrafter(reference, k, 0.5, "a", 1), OracleDrafter(reference, k, 0.5, "b", 2),
+                                      "tree"),
+    }
+
+
+@pytest.mark.parametrize("k", KS)
+def test_greedy_is_lossless(target, references, k):
+    for ids, ref in zip(PROMPTS, references):
+        for name, drafter in _drafters(k, ref).items():
+            res = generate(target, ids, drafter=drafter, max_new_tokens=N_NEW, eos_token_id=[])
+            assert res.tokens == ref, (name, k)
+            res.stats.check()
+            assert res.stats.num_tokens == N_NEW
+
+
+def test_plain_engine_matches_hf(target, references):
+    for ids, ref in zip(PROMPTS, references):
+        res = generate(target, ids, max_new_tokens=N_NEW, eos_token_id=[])
+        assert res.tokens == ref
+        assert res.stats.num_target_steps == N_NEW and res.stats.seq_normalized_al == 1.0
+
+
+def test_drafts_are_used(target, references):
+    """A good drafter cuts target passes; the counters say by how much, exactly."""
+    ids, ref = PROMPTS[1], references[1]
+    res = generate(target, ids, drafter=OracleDrafter(ref, 4, err=0.0), max_new_tokens=N_NEW, eos_token_id=[])
+    st = res.stats
+    assert res.tokens == ref
+    # a perfect 4-token draft gives 5 tokens per verification pass; the last steps are cut by the budget
+    assert st.num_target_steps == 1 + len(st.trace) and st.num_target_steps <= 1 + -(-(N_NEW - 1) // 5)
+    assert st.num_accepted == st.num_draft_tokens
+    assert st.seq_normalized_al == N_NEW / st.num_target_steps
+    assert st.precision_al == 1 + st.num_accepted / st.num_drafts
+
+
+@pytest.mark.parametrize("policy", ["prefer-ngram", "tree"])
+def test_eos_stops_where_plain_greedy_stops(target, references, policy):
+    for ids, ref in zip(PROMPTS[:4], references[:4]):
+        eos = ref[len(ref) // 2]  # a token that greedy decoding emits mid-way
+        expected = hf_greedy(target, ids, N_NEW, eos_token_id=eos)
+        assert expected[-1] == eos and len(expected) <= len(ref) // 2 + 1
+        drafter = HybridDrafter(NgramDrafter(k=5, min_n=1, max_n=3), OracleDrafter(ref, 5, 0.2), policy)
+        res = generate(target, ids, drafter=drafter, max_new_tokens=N_NEW, eos_token_id=eos)
+        assert res.tokens == expected
+        res.stats.check()
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 3, 7])
+def test_max_new_tokens_is_exact(target, max_new):
+    ids = PROMPTS[3]
+    ref = hf_greedy(target, ids, max_new)
+    for k in (1, 5):
+        res = generate(target, ids, drafter=OracleDrafter(ref + [0] * 8, k, err=0.0), max_new_tokens=max_new,
+                       eos_token_id=[])
+        assert res.tokens == ref
+        res.stats.check()
+
+
+class Recorder(OracleDrafter):
+    """Oracle drafter that keeps every observed hidden row and next token."""
+
+    hidden_layers = (0, 2, -1)
+
+    def reset(self, prompt_len):
+        super().reset(prompt_len)
+        self.hidden, self.next = [], []
+
+    def observe(self, hidden, next_tokens):
+        self.hidden.append(hidden)
+        self.next.append(next_tokens)
+
+
+@pytest.mark.parametrize("policy", ["chain", "tree"])
+def test_observe_sees_every_committed_position_once(target, policy):
+    """The drafter protocol carries the target's hidden states of exactly the committed positions."""
+    ids = PROMPTS[5]
+    ref = hf_greedy(target, ids, 24)
+    rec = Recorder(ref, 4, err=0.3)
+    drafter = rec if policy == "chain" else HybridDrafter(OracleDrafter(ref, 3, 0.6, "a", 3), rec, "tree")
+    res = generate(target, ids, drafter=drafter, max_new_tokens=24, eos_token_id=[])
+    seq = torch.cat([ids, torch.tensor(res.tokens)])
+    with torch.no_grad():
+        hs = target(seq[None], output_hidden_states=True).hidden_states
+    want = torch.cat([hs[i][0] for i in Recorder.hidden_layers], -1)[:-1]  # positions whose successor is known
+    got = torch.cat(rec.hidden)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert torch.cat(rec.next).tolist() == seq[1:].tolist()
+
+
+def test_final_hidden_state_is_normed(target):
+    """HF ``hidden_states[-1]`` is the final-normed output that EAGLE-1 reads."""
+    ids = PROMPTS[0][None]
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+    torch.testing.assert_close(target.lm_head(out.hidden_states[-1]), out.logits)
+
+
+def test_bad_input_is_rejected(target):
+    ids = PROMPTS[0]
+    with pytest.raises(ValueError, match="empty prompt"):
+        generate(target, [], max_new_tokens=4)
+    with pytest.raises(ValueError, match="context length"):
+        generate(target, ids, max_new_tokens=target.config.max_position_embeddings)
+    with pytest.raises(ValueError, match="batch"):
+        generate(target, torch.stack([ids, ids]), max_new_tokens=4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(target, ids, max_new_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(target, ids, max_new_tokens=4, temperature=-1.0)
+    with pytest.raises(ValueError, match="k must be"):
+        NgramDrafter(k=0)
+    with pytest.raises(ValueError, match="min_n"):
+        NgramDrafter(min_n=4, max_n=2)
+    with pytest.raises(ValueError, match="min_n"):
+        NgramDrafter(min_n=0)
+    with pytest.raises(ValueError, match="policy"):
+        HybridDrafter(NgramDrafter(), NgramDrafter(), policy="both")
+
+
+def test_seed_reproduces_sampling(target):
+    ids = PROMPTS[1]
+    a = generate(target, ids, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=20, temperature=0.8, seed=7)
+    b = generate(target, ids, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=20, temperature=0.8, seed=7)
+    c = generate(target, ids, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=20, temperature=0.8, seed=8)
+    assert a.tokens == b.tokens
+    assert a.tokens != c.tokens
+
+
+def test_cache_is_reused_and_grown():
+    model = tiny_target("llama", seed=3)
+    ids = PROMPTS[2]
+    short = generate(model, ids, max_new_tokens=5, eos_token_id=[]).tokens
+    long = generate(model, ids, max_new_tokens=60, eos_token_id=[]).tokens
+    assert generate(model, ids, max_new_tokens=5, eos_token_id=[]).tokens == short == long[:5]
+
+
+def test_vocab_sized_tokens_only(target):
+    res = generate(target, PROMPTS[4], drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=10)
+    assert all(0 <= t < VOCAB for t in res.tokens)
