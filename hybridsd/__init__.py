@@ -1,0 +1,35 @@
+"""hybridsd: speculative decoding on HuggingFace causal LMs with n-gram, EAGLE-1/3 and hybrid drafters.
+
+    import hybridsd as hsd
+    drafter = hsd.HybridDrafter(hsd.NgramDrafter(k=5), hsd.EagleDrafter(head, k=3))
+    res = hsd.generate(model, input_ids, drafter=drafter, max_new_tokens=256)
+    res.tokens, res.stats.seq_normalized_al
+"""
+
+from hybridsd import zoo
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.eagle import EagleDrafter
+from hybridsd.drafters.hybrid import HybridDrafter
+from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose
+from hybridsd.eagle.model import EagleConfig, EagleHead
+from hybridsd.generate import GenerateResult, generate
+from hybridsd.metrics import SpecStats, StepRecord
+
+__all__ = [
+    "Draft",
+    "Drafter",
+    "EagleConfig",
+    "EagleDrafter",
+    "EagleHead",
+    "GenerateResult",
+    "HybridDrafter",
+    "NgramConfig",
+    "NgramDrafter",
+    "ProposeRequest",
+    "SpecStats",
+    "StepRecord",
+    "generate",
+    "ngram_propose",
+    "zoo",
+]
+__version__ = "0.1.0"

@@ -7,8 +7,10 @@ import torch
 
 from conftest import VOCAB, OracleDrafter, hf_greedy, prompts, tiny_target
 from hybridsd.drafters.base import Drafter
+from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import generate
 
 KS = [1, 2, 3, 5, 8]
@@ -21,10 +23,21 @@ def references(target):
     return [hf_greedy(target, p, N_NEW) for p in PROMPTS]
 
 
-def _drafters(k: int, reference: list[int]) -> dict[str, Drafter]:
-    """Every drafter kind and policy at draft length k (EAGLE drafters are added when heads exist)."""
+@pytest.fixture(scope="module")
+def heads(target):
+    """Random EAGLE-1 and EAGLE-3 heads shaped for the target."""
+    return {kind: EagleHead.from_target(target, kind=kind) for kind in ("eagle1", "eagle3")}
+
+
+def _drafters(k: int, reference: list[int], heads: dict) -> dict[str, Drafter]:
+    """Every drafter kind and policy at draft length k."""
     oracle = OracleDrafter(reference, k, err=0.25)
+    eagle = {f"{kind}-{policy}": HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), EagleDrafter(head, k=k), policy)
+             for kind, head in heads.items() for policy in ("prefer-ngram", "tree")}
     return {
+        **eagle,
+        "eagle1": EagleDrafter(heads["eagle1"], k=k),
+        "eagle3": EagleDrafter(heads["eagle3"], k=k),
         "ngram": NgramDrafter(k=k, min_n=1, max_n=4),
         "ngram-2-5": NgramDrafter(k=k, min_n=2, max_n=5),
         "oracle": oracle,
@@ -36,9 +49,9 @@ def _drafters(k: int, reference: list[int]) -> dict[str, Drafter]:
 
 
 @pytest.mark.parametrize("k", KS)
-def test_greedy_is_lossless(target, references, k):
+def test_greedy_is_lossless(target, references, heads, k):
     for ids, ref in zip(PROMPTS, references):
-        for name, drafter in _drafters(k, ref).items():
+        for name, drafter in _drafters(k, ref, heads).items():
             res = generate(target, ids, drafter=drafter, max_new_tokens=N_NEW, eos_token_id=[])
             assert res.tokens == ref, (name, k)
             res.stats.check()
