@@ -1,0 +1,52 @@
+"""The slot-addressed KV cache and the target adapter's tree pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import prompts
+from hybridsd.generate import _tree_layout
+from hybridsd.kv_cache import StaticKVCache
+from hybridsd.target import Target
+
+
+def test_write_rewind_move():
+    kv = StaticKVCache(2, 3, 4, 10)
+    k = torch.randn(1, 3, 5, 4)
+    v = torch.randn(1, 3, 5, 4)
+    keys, values = kv.write(1, torch.arange(2, 7), k, v)
+    assert keys.shape == (1, 3, 10, 4)
+    torch.testing.assert_close(keys[:, :, 2:7], k)
+    kv.move(torch.tensor([5, 6]), torch.tensor([3, 4]))  # overlapping ranges are safe
+    torch.testing.assert_close(kv.keys[1][:, :, 3:5], k[:, :, 3:5])
+    torch.testing.assert_close(kv.values[1][:, :, 3:5], v[:, :, 3:5])
+    kv.rewind(4)
+    assert kv.length == 4
+    with pytest.raises(ValueError, match="rewind"):
+        kv.rewind(11)
+    with pytest.raises(ValueError, match="capacity"):
+        StaticKVCache(1, 1, 1, 0)
+
+
+def test_tree_pass_equals_separate_chains(target):
+    """Two branches in one pass give the logits each branch gets alone."""
+    ids = prompts(2)[1]
+    n = ids.numel()
+    a, b = torch.tensor([5, 6, 7]), torch.tensor([9, 10])
+    t = Target(target, 64)
+    t.forward(ids[:-1], 0)
+    positions, visible, offsets = _tree_layout([3, 2], n - 1)
+    tree, _ = t.forward(torch.cat([ids[-1:], a, b]), n - 1, positions=positions, visible=visible)
+    for branch, o in zip((a, b), offsets):
+        with torch.no_grad():
+            full = target(torch.cat([ids, branch])[None]).logits[0, n - 1 :]
+        rows = np.r_[0, o : o + len(branch)]
+        torch.testing.assert_close(tree[rows], full, atol=1e-4, rtol=1e-4)
+
+
+def test_overflow_is_an_error(target):
+    t = Target(target, 8)
+    with pytest.raises(ValueError, match="overflow"):
+        t.forward(torch.arange(9), 0)
