@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,19 @@ def _prompt_ids(input_ids) -> torch.Tensor:
     if ids.numel() == 0:
         raise ValueError("empty prompt: input_ids has no tokens")
     return ids
+
+
+def _check_bos(model: torch.nn.Module, ids: torch.Tensor, on_double_bos: str) -> None:
+    if on_double_bos not in ("warn", "raise", "ignore"):
+        raise ValueError(f"on_double_bos must be 'warn', 'raise' or 'ignore', got {on_double_bos!r}")
+    bos = getattr(model.config, "bos_token_id", None)
+    if on_double_bos == "ignore" or bos is None or ids.numel() < 2 or ids[:2].tolist() != [bos, bos]:
+        return
+    msg = (f"prompt starts with two BOS tokens ({bos}): the chat template already wrote one and tokenizing "
+           "added another; tokenize templated text with add_special_tokens=False")
+    if on_double_bos == "raise":
+        raise ValueError(msg)
+    warnings.warn(msg, stacklevel=3)
 
 
 def _eos_set(model: torch.nn.Module, eos_token_id) -> frozenset[int]:
@@ -71,6 +85,8 @@ def generate(
     temperature: float = 0.0,
     eos_token_id: int | Sequence[int] | None = None,
     seed: int | None = None,
+    cuda_graphs: bool | None = None,
+    on_double_bos: str = "warn",
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
 
@@ -78,7 +94,10 @@ def generate(
     with ``temperature > 0`` it is distributed as plain sampling at that temperature,
     and ``seed`` makes a run reproducible. ``eos_token_id`` (default: the model's
     generation config) stops the sequence after that token. ``drafter=None`` decodes
-    one token per target pass with the same engine (the baseline).
+    one token per target pass with the same engine (the baseline). ``cuda_graphs``
+    (default: on for CUDA models) replays each verification block size as a CUDA graph.
+    A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
+    reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
     """
     ids = _prompt_ids(input_ids)
     if max_new_tokens < 1:
@@ -91,10 +110,13 @@ def generate(
             f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
             f"context length ({limit})"
         )
+    _check_bos(model, ids, on_double_bos)
     eos = _eos_set(model, eos_token_id)
     layers = drafter.hidden_layers if drafter is not None else ()
     headroom = drafter.max_tokens if drafter is not None else 0
-    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1)
+    device = next(model.parameters()).device
+    graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
+    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs)
     device = target.device
     generator = None
     if temperature > 0:

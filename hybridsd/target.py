@@ -53,9 +53,13 @@ def context_length(model: torch.nn.Module) -> int | None:
 
 
 class Target:
-    """One HF causal LM with its KV cache; ``forward`` runs a block of tokens at consecutive slots."""
+    """One HF causal LM with its KV cache; ``forward`` runs a block of tokens at consecutive slots.
 
-    def __init__(self, model: torch.nn.Module, capacity: int) -> None:
+    With ``cuda_graphs`` (CUDA only), each block size after prefill is captured once as a
+    CUDA graph and replayed: the step then costs one graph launch plus small input copies.
+    """
+
+    def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False) -> None:
         cfg = model.config
         p = next(model.parameters())
         self.model = model
@@ -68,6 +72,8 @@ class Target:
         self._cache_kwarg = _cache_kwarg(model)
         self._slot_ids = torch.arange(capacity, device=self.device)  # [S]
         self._neg = torch.finfo(self.dtype).min
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
     def capacity(self) -> int:
@@ -94,12 +100,22 @@ class Target:
         q = int(tokens.shape[0])
         if start + q > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {q} tokens > capacity {self.capacity}")
+        if self.cuda_graphs and not last_logits_only:
+            key = (q, hidden_layers)
+            if key not in self._graphs:
+                self._graphs[key] = _GraphedStep(self, q, hidden_layers)
+            return self._graphs[key](tokens, start, positions, visible)
         if positions is None:
             pos = torch.arange(start, start + q, device=self.device)
         else:
             pos = torch.as_tensor(positions, device=self.device) + 0
         mask = self._mask(start, q, visible)
-        self._cache.slots = self._slot_ids[start : start + q]
+        return self._run(tokens, pos, self._slot_ids[start : start + q], mask, hidden_layers, last_logits_only)
+
+    def _run(self, tokens, pos, slots, mask, hidden_layers, last_logits_only=False):
+        """The model's forward on prepared tensors (``[q]`` tokens, positions and slots; ``[1, 1, q, S]`` mask)."""
+        q = tokens.shape[0]
+        self._cache.slots = slots
         out = self.model(
             input_ids=tokens.view(1, q),
             position_ids=pos.view(1, q),
@@ -128,15 +144,80 @@ class Target:
         return mask.view(1, 1, q, self.capacity)
 
 
+class _GraphedStep:
+    """A CUDA graph of ``Target._run`` for one block size; inputs go through static buffers.
+
+    The mask and slots are computed inside the graph from the start slot, so a replay
+    needs only three small host-to-device copies from pinned buffers (no host sync).
+    """
+
+    def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...]) -> None:
+        dev = target.device
+        self.q = q
+        self.tokens = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
+        self.pos = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
+        self.start = torch.zeros(1, dtype=torch.long, device=dev)  # [1]
+        self.block = torch.ones(q, q, dtype=torch.bool, device=dev).tril_()  # [q, q]
+        self.host_pos = torch.zeros(q, dtype=torch.long).pin_memory()
+        self.host_start = torch.zeros(1, dtype=torch.long).pin_memory()
+        self.host_block = torch.ones(q, q, dtype=torch.bool).tril_().pin_memory()
+        self.tril = np.tril(np.ones((q, q), dtype=bool))
+        arange = torch.arange(q, device=dev)
+
+        def step():
+            slots = self.start + arange  # [q]
+            allowed = (target._slot_ids[None, :] < self.start).expand(q, -1).clone()  # [q, S]
+            allowed.scatter_(1, slots[None, :].expand(q, q), self.block)
+            mask = torch.zeros(q, target.capacity, dtype=target.dtype, device=dev)
+            mask.masked_fill_(~allowed, target._neg)
+            return target._run(self.tokens, self.pos, slots, mask.view(1, 1, q, -1), hidden_layers)
+
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):  # warm-up outside the graph (allocator, lazy inits)
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=_graph_pool(dev)):
+            self.out = step()
+
+    def __call__(self, tokens, start, positions, visible):
+        """Replay with new inputs; the returned tensors are overwritten by the next replay."""
+        self.host_start[0] = start
+        if positions is None:
+            self.host_pos.numpy()[:] = np.arange(start, start + self.q)
+        else:
+            self.host_pos.numpy()[:] = positions
+        self.host_block.numpy()[:] = self.tril if visible is None else visible
+        self.tokens.copy_(tokens)
+        self.start.copy_(self.host_start, non_blocking=True)
+        self.pos.copy_(self.host_pos, non_blocking=True)
+        self.block.copy_(self.host_block, non_blocking=True)
+        self.graph.replay()
+        return self.out
+
+
+_POOLS: dict = {}
+
+
+def _graph_pool(device: torch.device):
+    """One memory pool shared by all graphs on a device."""
+    if device not in _POOLS:
+        _POOLS[device] = torch.cuda.graph_pool_handle()
+    return _POOLS[device]
+
+
 _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def target_for(model: torch.nn.Module, capacity: int) -> Target:
+def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False) -> Target:
     """The model's :class:`Target`, reused across calls while its cache is large enough."""
     p = next(model.parameters())
     t = _TARGETS.get(model)
-    if t is None or t.capacity < capacity or t.device != p.device or t.dtype != p.dtype:
-        t = Target(model, capacity)
+    if (t is None or t.capacity < capacity or t.device != p.device or t.dtype != p.dtype
+            or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda")):
+        t = Target(model, capacity, cuda_graphs=cuda_graphs)
         _TARGETS[model] = t
     t.kv.rewind(0)
     return t

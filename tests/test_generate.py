@@ -183,3 +183,13 @@ def test_cache_is_reused_and_grown():
 def test_vocab_sized_tokens_only(target):
     res = generate(target, PROMPTS[4], drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=10)
     assert all(0 <= t < VOCAB for t in res.tokens)
+
+
+def test_doubled_bos_warns_or_raises(target):
+    bos = target.config.bos_token_id
+    ids = torch.tensor([bos, bos, 5, 6, 7])
+    with pytest.warns(UserWarning, match="two BOS"):
+        generate(target, ids, max_new_tokens=2)
+    with pytest.raises(ValueError, match="two BOS"):
+        generate(target, ids, max_new_tokens=2, on_double_bos="raise")
+    generate(target, ids[1:], max_new_tokens=2, on_double_bos="raise")  # one BOS is fine
