@@ -1,0 +1,324 @@
+"""Trace-simulated AL of n-gram and hybrid drafting on the code-edit set, per edit-norm bin, and how well
+the harmonic (PR) model and the re-sync model predict it.
+
+Each example's prompt is the Blazedit prompt for its ``before`` file (raw text, no chat template: the
+template's few tokens do not change what n-gram can copy), its reference output the ``after`` file; see
+``hybridsd.simulate`` for the simulation. Models are fitted on a random half of the examples (per-bin
+corpus ALs, bootstrap CIs from resampling examples within bins) and scored per bin on the other half.
+
+    python experiments/simulate_al.py            # all 3,724 examples
+    python experiments/simulate_al.py --limit 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hybridsd.analytic import (al_from_rates, fit_edit_structure, fit_harmonic, fit_resync, fit_resync_runs,
+                               model_error)
+from hybridsd.data import bin_index, default_data_dir, load_code_edits
+from hybridsd.edit_distance import copied_runs, token_edit_norm
+from hybridsd.provenance import run_info
+from hybridsd.simulate import SimConfig, iter_simulate
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "experiments" / "results"
+POLICIES = ("ngram", "eagle", "prefer-ngram", "tree")
+MODELED = ("ngram", "prefer-ngram", "tree")
+MODELS = ("harmonic_pr", "harmonic_fit", "harmonic_free", "resync", "resync_runs")
+DEFAULT_RATES = (0.65, 0.42, 0.25)
+RATES_SOURCE = (
+    "default: assumed per-position rates (0.65, 0.42, 0.25), AL 2.32 at k=3, chosen to match vLLM's "
+    "EAGLE-1 on Llama-3.1-8B-Instruct, MT-Bench, k=3 (AL 2.29, design/background.md); the decay shape is "
+    "assumed, not measured"
+)
+
+
+def load_tokenizer(texts: list[str], vocab_size: int):
+    """The project tokenizer (``hybridsd/models/*/tokenizer.json``) if there is one, else a byte-level BPE
+    trained once on ``texts`` and cached under ``experiments/results/``; returns (tokenizer, description)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    found = sorted((REPO / "hybridsd" / "models").glob("*/tokenizer.json"))
+    if found:
+        return Tokenizer.from_file(str(found[0])), f"project tokenizer {found[0].relative_to(REPO)}"
+    cache = RESULTS / f"bpe{vocab_size // 1000}k_code_edits.json"
+    if not cache.is_file():
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        tok.train_from_iterator(texts, trainer)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tok.save(str(cache))
+    return Tokenizer.from_file(str(cache)), (f"byte-level BPE, vocab {vocab_size}, trained on the before/after "
+                                             f"files of code_edits_dev.jsonl ({cache.relative_to(REPO)})")
+
+
+def encode(tok, texts: list[str]) -> list[np.ndarray]:
+    return [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def run_policy(pairs, cfg: SimConfig) -> dict[str, np.ndarray]:
+    """Per-example counters of one policy (traces dropped as we go)."""
+    cols = {c: [] for c in ("tokens", "steps", "drafts", "accepted", "truncated")}
+    for s in iter_simulate(pairs, cfg):
+        s.check()
+        cols["tokens"].append(s.num_tokens)
+        cols["steps"].append(s.num_target_steps)
+        cols["drafts"].append(s.num_drafts)
+        cols["accepted"].append(s.num_accepted)
+        cols["truncated"].append(sum(1 for t in s.trace if t.emitted == t.accepted))
+    return {c: np.asarray(v) for c, v in cols.items()}
+
+
+def per_bin(idx: np.ndarray, n_bins: int, members: np.ndarray, e, length, res) -> dict:
+    """Per-bin summaries over the examples in ``members``."""
+    out = {"n": [], "mean_e": [], "mean_tokens": []}
+    for p in res:
+        out[f"{p}_al"], out[f"{p}_al_mean"], out[f"{p}_precision_al"] = [], [], []
+    for b in range(n_bins):
+        m = members[idx[members] == b]
+        out["n"].append(int(m.size))
+        out["mean_e"].append(float(e[m].mean()) if m.size else np.nan)
+        out["mean_tokens"].append(float(length[m].mean()) if m.size else np.nan)
+        for p, r in res.items():
+            tok, st = r["tokens"][m].sum(), r["steps"][m].sum()
+            out[f"{p}_al"].append(float(tok / st) if m.size else np.nan)
+            out[f"{p}_al_mean"].append(float(np.mean(r["tokens"][m] / r["steps"][m])) if m.size else np.nan)
+            d = r["drafts"][m].sum()
+            out[f"{p}_precision_al"].append(float(1 + r["accepted"][m].sum() / d) if d else np.nan)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def boot_bins(idx, n_bins, members, r, n_boot, rng) -> np.ndarray:
+    """``[n_boot, n_bins]`` corpus ALs with examples resampled within each bin."""
+    out = np.full((n_boot, n_bins), np.nan)
+    for b in range(n_bins):
+        m = members[idx[members] == b]
+        if not m.size:
+            continue
+        draw = rng.integers(0, m.size, size=(n_boot, m.size))
+        out[:, b] = r["tokens"][m][draw].sum(1) / r["steps"][m][draw].sum(1)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=None, help="code_edits_dev.jsonl (default: the shared data dir)")
+    ap.add_argument("--limit", type=int, default=None, help="simulate a seeded random subset of this many examples")
+    ap.add_argument("--k-ngram", type=int, default=5)
+    ap.add_argument("--k-eagle", type=int, default=3)
+    ap.add_argument("--min-n", type=int, default=2)
+    ap.add_argument("--max-n", type=int, default=5)
+    ap.add_argument("--eagle-rates", type=float, nargs="+", default=list(DEFAULT_RATES),
+                    help="EAGLE per-position acceptance rates r_i (default: " + RATES_SOURCE + ")")
+    ap.add_argument("--bins", type=int, default=12, help="edit-norm bins over [0, --max-e]")
+    ap.add_argument("--max-e", type=float, default=0.6)
+    ap.add_argument("--level", choices=("char", "token"), default="char", help="edit norm to bin by")
+    ap.add_argument("--vocab", type=int, default=8000, help="vocab of the fallback BPE")
+    ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=RESULTS / "simulate_al")
+    args = ap.parse_args(argv)
+    if args.bins < 10:
+        ap.error("--bins must be >= 10")
+    t0 = time.time()
+
+    path = args.data or default_data_dir() / "code_edits_dev.jsonl"
+    examples = load_code_edits(path)
+    tok, tok_desc = load_tokenizer([t for ex in examples for t in (ex.input_text, ex.reference)], args.vocab)
+    rng = np.random.default_rng(args.seed)
+    if args.limit is not None and args.limit < len(examples):
+        examples = [examples[i] for i in np.sort(rng.choice(len(examples), args.limit, replace=False))]
+    prompts = encode(tok, [ex.prompt for ex in examples])
+    refs = encode(tok, [ex.reference for ex in examples])
+    befores = encode(tok, [ex.input_text for ex in examples])
+    e_char = np.array([ex.edit_norm for ex in examples])
+    e_tok = np.array([token_edit_norm(b, r) for b, r in zip(befores, refs)])
+    e = e_char if args.level == "char" else e_tok
+    length = np.array([r.size for r in refs], dtype=float)
+    print(f"{len(examples)} examples, tokenizer: {tok_desc} ({time.time() - t0:.0f}s)", file=sys.stderr)
+
+    pairs = list(zip(prompts, refs))
+    configs = {p: SimConfig(policy=p, k_ngram=args.k_ngram, k_eagle=args.k_eagle, min_n=args.min_n,
+                            max_n=args.max_n, eagle_rates=tuple(args.eagle_rates), seed=args.seed) for p in POLICIES}
+    res = {}
+    for p, cfg in configs.items():
+        t = time.time()
+        res[p] = run_policy(pairs, cfg)
+        print(f"simulated {p}: {time.time() - t:.1f}s", file=sys.stderr)
+
+    edges = np.linspace(0.0, args.max_e, args.bins + 1)
+    idx = bin_index(e, edges)
+    n_bins = args.bins
+    everyone = np.flatnonzero(idx >= 0)
+    perm = rng.permutation(everyone)
+    fit_half, test_half = np.sort(perm[: perm.size // 2]), np.sort(perm[perm.size // 2 :])
+    table_all = per_bin(idx, n_bins, everyone, e, length, res)
+    table_fit = per_bin(idx, n_bins, fit_half, e, length, res)
+    table_test = per_bin(idx, n_bins, test_half, e, length, res)
+
+    al_eagle = al_from_rates(args.eagle_rates[: args.k_eagle])
+    ok_fit, ok_test = table_fit["n"] > 0, table_test["n"] > 0
+    lowest = int(np.flatnonzero(ok_fit)[0])
+    al_ngram_lowest = float(table_fit["ngram_al"][lowest])
+    # edit structure of the references (no decoding involved): copied runs over tokens, edits between them
+    runs = [copied_runs(b, r) for b, r in zip(befores, refs)]
+    n_edits = np.array([max(len(r) - 1, 0) for r in runs])
+    structure = fit_edit_structure(e[fit_half], length[fit_half], n_edits[fit_half])
+    fit_groups = np.full(len(examples), -1)
+    fit_groups[fit_half] = np.searchsorted(np.flatnonzero(ok_fit), idx[fit_half])  # bin -> index among non-empty
+    test_groups = np.full(len(examples), -1)
+    test_groups[test_half] = idx[test_half]
+    fits, preds, errors = {}, {}, {}
+    for p in MODELED:
+        ae = 1.0 if p == "ngram" else al_eagle
+        y = table_fit[f"{p}_al"][ok_fit]
+        x, ln = table_fit["mean_e"][ok_fit], table_fit["mean_tokens"][ok_fit]
+        boot = boot_bins(idx, n_bins, fit_half, res[p], args.n_boot, np.random.default_rng([args.seed, 1]))[:, ok_fit]
+        fits[p] = {
+            "harmonic_pr": fit_harmonic(x, y, al_eagle=ae, al_ngram=al_ngram_lowest),
+            "harmonic_fit": fit_harmonic(x, y, al_eagle=ae, boot=boot),
+            "harmonic_free": fit_harmonic(x, y, boot=boot),
+            "resync": fit_resync(x, y, ln, k=args.k_ngram, boot=boot, **structure),
+            "resync_runs": fit_resync_runs(runs, length, fit_groups, y, k=args.k_ngram, boot=boot),
+        }
+        preds[p], errors[p] = {}, {}
+        for name, f in fits[p].items():
+            if name == "resync_runs":
+                pred = f.predict(runs, length, test_groups)
+                pred = np.concatenate([pred, np.full(n_bins - pred.size, np.nan)])
+            else:
+                pred = np.full(n_bins, np.nan)
+                pred[ok_test] = f.predict(table_test["mean_e"][ok_test], table_test["mean_tokens"][ok_test])
+            preds[p][name] = pred
+            errors[p][name] = model_error(pred, table_test[f"{p}_al"])
+
+    ctx = dict(args=args, tok_desc=tok_desc, edges=edges, tables={"all": table_all, "fit": table_fit,
+               "test": table_test}, fits=fits, preds=preds, errors=errors, al_eagle=al_eagle,
+               al_ngram_lowest=al_ngram_lowest, lowest=lowest, structure=structure,
+               e_char=e_char[everyone], e_tok=e_tok[everyone], idx=idx[everyone], seconds=time.time() - t0)
+    _write(ctx)
+    _print(ctx)
+    print(f"done in {time.time() - t0:.0f}s", file=sys.stderr)
+    return 0
+
+
+def _clean(x):
+    """JSON-safe copy (NaN -> None, numpy -> Python)."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [_clean(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return None if not np.isfinite(x) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def _write(c: dict) -> None:
+    args, edges, idx = c["args"], c["edges"], c["idx"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    by_bin = lambda v: [float(v[idx == b].mean()) if np.any(idx == b) else None  # noqa: E731
+                        for b in range(len(edges) - 1)]
+    doc = {
+        "run_info": run_info(),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "eagle_rates_source": RATES_SOURCE if tuple(args.eagle_rates) == DEFAULT_RATES else "given on the command line",
+        "tokenizer": c["tok_desc"],
+        "prompt": "Blazedit prompt (hybridsd.data.blazedit_prompt) as raw text, no chat template; reference = after",
+        "al": "sequence-normalized: tokens / target passes, prefill included; corpus = sum tokens / sum passes",
+        "models": {
+            "harmonic_pr": (f"PR model; AL_eagle = al_from_rates(eagle_rates[:k_eagle]) = {c['al_eagle']:.4f} "
+                            f"(1 for n-gram alone), AL_ngram = n-gram-alone corpus AL in the lowest non-empty bin "
+                            f"of the fit half (bin {c['lowest']}: {c['al_ngram_lowest']:.4f})"),
+            "harmonic_fit": "PR model; AL_eagle as harmonic_pr, AL_ngram fitted to the fit half's per-bin ALs",
+            "harmonic_free": "PR model with both ALs fitted (a curve fit, not a prediction from parts)",
+            "resync": ("hybridsd.analytic.resync_al; base_edits and segment_len measured from the fit half's "
+                       "reference diffs (fit_edit_structure on copied runs over tokens), resync and novel_rate "
+                       "fitted to the fit half's per-bin ALs with each bin's mean output length; copy_accept "
+                       "fixed at 1 (per-bin ALs cannot separate it from resync, which then also absorbs misdirected "
+                       "n-gram drafts inside runs)"),
+            "resync_runs": ("hybridsd.analytic.resync_passes on each example's measured copied runs (token-level "
+                            "Levenshtein alignment of before vs after); resync and novel_rate fitted, copy_accept 1"),
+            "split": "seeded random half of the binned examples for fitting, the other half for scoring",
+            "ci": f"95% percentile intervals over {args.n_boot} refits to fit-half examples resampled within bins",
+        },
+        "edit_structure": c["structure"],
+        "bins": [[float(a), float(b)] for a, b in zip(edges[:-1], edges[1:])],
+        "mean_char_edit_norm_by_bin": by_bin(c["e_char"]),
+        "mean_token_edit_norm_by_bin": by_bin(c["e_tok"]),
+        "tables": {split: {k: v.tolist() for k, v in t.items()} for split, t in c["tables"].items()},
+        "fits": {p: {n: f.as_dict() for n, f in fs.items()} for p, fs in c["fits"].items()},
+        "test_predictions": {p: {n: v.tolist() for n, v in ps.items()} for p, ps in c["preds"].items()},
+        "test_errors": c["errors"],
+        "test_errors_by_bin": {p: {n: (v - c["tables"]["test"][f"{p}_al"]).tolist() for n, v in ps.items()}
+                               for p, ps in c["preds"].items()},
+        "seconds": c["seconds"],
+    }
+    args.out.with_suffix(".json").write_text(json.dumps(_clean(doc), indent=1) + "\n")
+    with args.out.with_suffix(".csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["split", "bin_lo", "bin_hi", "n", "mean_edit_norm", "mean_tokens", "policy", "al_corpus",
+                    "al_mean", "precision_al", *(f"pred_{m}" for m in MODELS)])
+        for split, t in c["tables"].items():
+            for b in range(len(edges) - 1):
+                for p in POLICIES:
+                    pr = [c["preds"][p][m][b] if split == "test" and p in c["preds"] else np.nan for m in MODELS]
+                    row = [split, edges[b], edges[b + 1], t["n"][b], t["mean_e"][b], t["mean_tokens"][b], p,
+                           t[f"{p}_al"][b], t[f"{p}_al_mean"][b], t[f"{p}_precision_al"][b], *pr]
+                    w.writerow(["" if isinstance(v, float) and not np.isfinite(v) else
+                                (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v) for v in row])
+
+
+def _fmt(v, nd=2):
+    return "-" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
+
+
+def _print(c: dict) -> None:
+    args, edges, t, tt = c["args"], c["edges"], c["tables"]["all"], c["tables"]["test"]
+    bins = [f"[{a:.2f},{b:.2f}{']' if i == len(edges) - 2 else ')'}"
+            for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+    print(f"\nSequence-normalized AL per {args.level} edit-norm bin, all examples: corpus (mean per example). "
+          f"k_ngram={args.k_ngram}, k_eagle={args.k_eagle}, n-gram n in [{args.min_n},{args.max_n}], "
+          f"EAGLE rates {args.eagle_rates} (AL {c['al_eagle']:.2f}; "
+          f"{RATES_SOURCE if tuple(args.eagle_rates) == DEFAULT_RATES else 'given on the command line'}). "
+          f"Tokenizer: {c['tok_desc']}.\n")
+    print("| bin | n | mean e | tokens | ngram | eagle | prefer-ngram | tree |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for b, name in enumerate(bins):
+        cells = [f"{_fmt(t[f'{p}_al'][b])} ({_fmt(t[f'{p}_al_mean'][b])})" for p in POLICIES]
+        print(f"| {name} | {t['n'][b]} | {_fmt(t['mean_e'][b], 3)} | {_fmt(t['mean_tokens'][b], 0)} | "
+              + " | ".join(cells) + " |")
+    for p in MODELED:
+        print(f"\nHeld-out half, {p}: measured corpus AL and each model's prediction\n")
+        print("| bin | n | mean e | measured | " + " | ".join(MODELS) + " |")
+        print("|---|---:|---:|---:|" + "---:|" * len(MODELS))
+        for b, name in enumerate(bins):
+            print(f"| {name} | {tt['n'][b]} | {_fmt(tt['mean_e'][b], 3)} | {_fmt(tt[f'{p}_al'][b])} | "
+                  + " | ".join(_fmt(c["preds"][p][m][b]) for m in MODELS) + " |")
+    print("\nHeld-out error per model; fitted parameters with 95% bootstrap CI\n")
+    print("| policy | model | params | MAE | RMSE | max abs | mean rel |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for p in MODELED:
+        for n, f in c["fits"][p].items():
+            ps = ", ".join(f"{k}={v:.3g}" + (f" [{f.ci[k][0]:.3g}, {f.ci[k][1]:.3g}]" if k in f.ci else "")
+                           for k, v in f.params.items())
+            er = c["errors"][p][n]
+            print(f"| {p} | {n} | {ps} | {_fmt(er['mae'], 3)} | {_fmt(er['rmse'], 3)} | {_fmt(er['max_abs'], 3)} | "
+                  f"{_fmt(er['mean_rel'], 3)} |")
+    print(f"\nEdit structure measured on the fit half's diffs: {c['structure']}; parameters without CI are fixed.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,893 @@
+"""Train the models of the zoo (``hybridsd/models/``) from scratch; no model hub is needed.
+
+Subcommands:
+
+``target``  the ``tiny-coder`` target, a ~16M-parameter ``LlamaForCausalLM``, on one GPU in under 9 minutes:
+            (a) pretraining on ~100 MB of varied Python code seen about once (this machine's installed Python
+            sources, without the evaluation repositories' packages), packed into 2048-token sequences;
+            (b) tuning on instruction -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
+            template, loss on the answer (the ``after`` file + ``<|eot_id|>``) only: the TRAIN split of
+            code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files;
+            then a quality gate: greedy answers to ~32 evaluation-split prompts, edit norm against the input.
+``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
+
+Each phase stops at its step count or at its time budget, whichever comes first; the cosine learning-rate
+schedule follows the larger of the two progress fractions, so it always completes.
+
+    python experiments/train_zoo.py target --smoke          # tiny model and data, CPU, seconds
+    python experiments/train_zoo.py target --out /tmp/tc    # the real run (GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import gzip
+import hashlib
+import json
+import math
+import random
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from train_tokenizer import EOT, EXCLUDED_PACKAGES, read_text, python_files, source_roots  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
+EDITS_CANDIDATES = (REPO / ".cache" / "code_edits_dev.jsonl.gz", Path("/work/shared/data/code_edits_dev.jsonl"))
+
+# Whole repositories held out of all training: the evaluation files come from unseen repositories.
+EVAL_REPOS = ("marshmallow-code/marshmallow", "more-itertools/more-itertools")
+
+# vLLM's Blazedit benchmark prompt (see shared/design/background.md).
+BLAZEDIT_PROMPT = (
+    "Given a code file, please apply the change requests and generate the new file.\n\n"
+    "Original file:\n```python\n{code}\n```\n\nChange request:\n{change_request}\n\n"
+    "Please generate the new code file in the \"New file\" section below."
+)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """Model shape, data sizes and optimisation of the ``tiny-coder`` target."""
+
+    # model
+    hidden_size: int = 384
+    num_layers: int = 8
+    num_heads: int = 6
+    num_kv_heads: int = 2
+    intermediate_size: int = 1024
+    max_position_embeddings: int = 4096
+    rope_theta: float = 10000.0
+    # (a) pretraining
+    pretrain_chars: int = 100_000_000
+    pretrain_max_file_chars: int = 200_000
+    pretrain_seq_len: int = 2048
+    pretrain_batch_tokens: int = 65_536
+    pretrain_lr: float = 2e-3
+    pretrain_warmup_steps: int = 30
+    pretrain_time_s: float = 200.0      # at most; also at most 55% of the time left after data preparation
+    val_sequences: int = 32
+    # (b) edit tuning
+    synthetic_examples: int = 60_000    # the SFT time budget decides how many are used
+    synthetic_sources: int = 40_000     # distinct files they are made from (a file can serve twice)
+    synthetic_min_chars: int = 300
+    synthetic_max_chars: int = 5000
+    real_epochs: int = 2
+    sft_max_len: int = 4096
+    sft_batch_tokens: int = 65_536
+    sft_lr: float = 1e-3
+    sft_warmup_steps: int = 20
+    sft_time_s: float = 260.0           # at most; also ends ``reserve_s`` before ``deadline_s``
+    deadline_s: float = 480.0           # wall time from start by which training must be over ...
+    reserve_s: float = 75.0             # ... leaving this for saving and the quality gate
+    # shared optimisation
+    min_lr_frac: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 10
+    # quality gate
+    gate_prompts: int = 32
+    gate_max_before_chars: int = 2500
+    gate_max_new_frac: float = 1.3
+    workers: int = 16
+
+
+SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+             pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20, deadline_s=150, reserve_s=30,
+             val_sequences=4, synthetic_examples=60, sft_max_len=2048, sft_batch_tokens=4096, sft_time_s=20,
+             gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2, synthetic_sources=50)
+
+
+# ----------------------------------------------------------------------------------------------- data
+def load_edits(path: Path | None = None) -> list[dict]:
+    """Rows of code_edits_dev.jsonl (from the gzipped copy in .cache/ when present)."""
+    path = path or next(p for p in EDITS_CANDIDATES if p.exists())
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def split_edits(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, eval): eval is every row of the ``EVAL_REPOS``."""
+    return [r for r in rows if r["repo"] not in EVAL_REPOS], [r for r in rows if r["repo"] in EVAL_REPOS]
+
+
+def eval_split_record(rows: list[dict]) -> dict:
+    """The content of ``eval_split.json``."""
+    train, held = split_edits(rows)
+    return {"rule": "all rows of these repositories (whole-repository holdout)", "repos": list(EVAL_REPOS),
+            "n": len(held), "n_train": len(train), "ids": [r["id"] for r in held]}
+
+
+def blazedit_messages(before: str, instruction: str) -> list[dict]:
+    """The user turn of a Blazedit-format edit request."""
+    return [{"role": "user", "content": BLAZEDIT_PROMPT.format(code=before, change_request=instruction)}]
+
+
+def pretraining_texts(cfg: TargetConfig) -> tuple[list[str], list[str], dict]:
+    """(pretraining texts, candidate files for synthetic edits, stats), from this machine's Python sources.
+
+    A seeded shuffle of the sorted file list, deduplicated by content; pretraining takes files until
+    ``pretrain_chars``; synthetic edits take the files of suitable size from the whole list.
+    """
+    files = python_files(source_roots())
+    random.Random(cfg.seed).shuffle(files)
+    seen: set[bytes] = set()
+    pretrain, edit_sources, total = [], [], 0
+    want_sources = cfg.synthetic_sources
+    for path in files:
+        text = read_text(path)
+        if text is None or len(text) < 200:
+            continue
+        digest = hashlib.sha1(text.encode()).digest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        if cfg.synthetic_min_chars <= len(text) <= cfg.synthetic_max_chars and len(edit_sources) < want_sources:
+            edit_sources.append(text)
+        if total < cfg.pretrain_chars and len(text) <= cfg.pretrain_max_file_chars and \
+                max(map(len, text.splitlines())) <= 1000:  # skips minified or generated data files
+            pretrain.append(text)
+            total += len(text)
+        if total >= cfg.pretrain_chars and len(edit_sources) >= want_sources:
+            break
+    stats = {"python_files_found": len(files), "pretrain_files": len(pretrain), "pretrain_chars": total,
+             "edit_source_files": len(edit_sources)}
+    return pretrain, edit_sources, stats
+
+
+def pack(token_lists: list[list[int]], seq_len: int, bos: int, eos: int) -> np.ndarray:
+    """Documents as ``BOS doc EOS`` concatenated and cut into rows of ``seq_len + 1`` tokens (last partial dropped).
+
+    Consecutive rows share one token, so every token is a target exactly once.
+    """
+    flat = np.concatenate([np.array([bos, *ids, eos], dtype=np.int32) for ids in token_lists])
+    n = (len(flat) - 1) // seq_len
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    return flat[idx]
+
+
+# ------------------------------------------------------------------------------------ synthetic edits
+WORDS = ("value", "item", "data", "result", "count", "name", "index", "config", "info", "key", "total", "state",
+         "options", "entry", "source", "target", "buffer", "node", "size", "flag")
+MODULES = ("os", "sys", "re", "json", "math", "time", "logging", "itertools", "functools", "collections",
+           "pathlib", "typing", "warnings", "dataclasses", "contextlib", "copy", "random", "string")
+NEW_FUNCTIONS = (
+    ("clamp", "a function `clamp(value, low, high)` that limits value to the range [low, high]",
+     'def clamp(value, low, high):\n    """Limit value to the range [low, high]."""\n    return max(low, min(value, high))\n'),
+    ("is_empty", "a helper `is_empty(value)` that returns True for None and empty containers",
+     'def is_empty(value):\n    """Return True if value is None or empty."""\n    return value is None or len(value) == 0\n'),
+    ("chunked", "a function `chunked(items, size)` that splits a list into chunks of the given size",
+     'def chunked(items, size):\n    """Split items into lists of at most size elements."""\n'
+     '    return [items[i:i + size] for i in range(0, len(items), size)]\n'),
+    ("flatten", "a function `flatten(nested)` that flattens a list of lists",
+     'def flatten(nested):\n    """Flatten one level of nesting."""\n    return [x for sub in nested for x in sub]\n'),
+    ("first", "a function `first(items, default=None)` returning the first element or a default",
+     'def first(items, default=None):\n    """Return the first element of items, or default if empty."""\n'
+     '    for item in items:\n        return item\n    return default\n'),
+    ("unique", "a function `unique(items)` that removes duplicates while keeping the order",
+     'def unique(items):\n    """Return the items without duplicates, in their first order."""\n'
+     '    seen = set()\n    result = []\n    for item in items:\n        if item not in seen:\n'
+     '            seen.add(item)\n            result.append(item)\n    return result\n'),
+    ("safe_int", "a function `safe_int(text, default=0)` that parses an int and returns default on failure",
+     'def safe_int(text, default=0):\n    """Parse text as an int, or return default."""\n    try:\n'
+     '        return int(text)\n    except (TypeError, ValueError):\n        return default\n'),
+    ("ensure_list", "a helper `ensure_list(value)` that wraps a single value in a list",
+     'def ensure_list(value):\n    """Return value as a list."""\n    if value is None:\n        return []\n'
+     '    if isinstance(value, (list, tuple)):\n        return list(value)\n    return [value]\n'),
+    ("merge_dicts", "a function `merge_dicts(*dicts)` that merges dictionaries, later ones winning",
+     'def merge_dicts(*dicts):\n    """Merge the dictionaries; later keys win."""\n    merged = {}\n'
+     '    for d in dicts:\n        merged.update(d)\n    return merged\n'),
+    ("count_lines", "a function `count_lines(path)` that returns the number of lines in a file",
+     'def count_lines(path):\n    """Return the number of lines in the file at path."""\n'
+     '    with open(path) as f:\n        return sum(1 for _ in f)\n'),
+)
+
+
+def _pick(rng: random.Random, templates: tuple[str, ...], **kw) -> str:
+    return rng.choice(templates).format(**kw)
+
+
+def _words(name: str) -> str:
+    return " ".join(w for w in re.split(r"_+|(?<=[a-z])(?=[A-Z])", name) if w).lower()
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _defs(tree: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """(definition, parent) for every function and class."""
+    out = []
+    for parent in ast.walk(tree):
+        for child in ast.iter_child_nodes(parent):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.append((child, parent))
+    return out
+
+
+def _kind(node: ast.AST, parent: ast.AST) -> str:
+    if isinstance(node, ast.ClassDef):
+        return "class"
+    return "method" if isinstance(parent, ast.ClassDef) else "function"
+
+
+def _block_start(node: ast.AST) -> int:
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+
+
+def _docstring_expr(node: ast.AST):
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[0]
+    return None
+
+
+def t_rename(text, tree, lines, rng):
+    """Rename a function, class, module-level name or (inside its function) a parameter."""
+    cands = [(n.name, _kind(n, p), None) for n, p in _defs(tree)]
+    cands += [(t.id, "variable", None) for s in tree.body if isinstance(s, ast.Assign)
+              for t in s.targets if isinstance(t, ast.Name)]
+    for n, _ in _defs(tree):
+        if not isinstance(n, ast.ClassDef):
+            cands += [(a.arg, "parameter", n) for a in n.args.args if a.arg not in ("self", "cls")]
+    cands = [c for c in cands if len(c[0]) >= 3 and not c[0].startswith("__")]
+    if not cands:
+        return None
+    old, kind, scope = rng.choice(cands)
+    word = rng.choice(WORDS)
+    if old.isupper():
+        new = rng.choice([f"{old}_{word.upper()}", f"DEFAULT_{old}", f"{word.upper()}_{old}"])
+    elif kind == "class":
+        new = rng.choice([f"{old}{word.capitalize()}", f"Base{old}", f"{old}Impl"])
+    else:
+        new = rng.choice([f"{old}_{word}", f"{word}_{old}", f"_{old}" if not old.startswith("_") else old[1:],
+                          f"get_{old}" if kind != "parameter" else f"{old}_arg", f"new_{old}"])
+    if not new or re.search(rf"\b{re.escape(new)}\b", text) or not new.isidentifier():
+        return None
+    pattern = re.compile(rf"\b{re.escape(old)}\b")
+    if scope is None:
+        after = pattern.sub(new, text)
+        instr = _pick(rng, ("Rename `{o}` to `{n}`.", "Rename the {k} {o} to {n}.", "rename {o} -> {n}",
+                            "Use the name `{n}` instead of `{o}`."), o=old, n=new, k=kind)
+    else:
+        a, b = _block_start(scope), scope.end_lineno
+        after = "".join(lines[:a]) + pattern.sub(new, "".join(lines[a:b])) + "".join(lines[b:])
+        instr = _pick(rng, ("Rename the parameter `{o}` of `{f}` to `{n}`.", "In {f}, rename argument {o} to {n}."),
+                      o=old, n=new, f=scope.name)
+    return instr, after
+
+
+def t_delete_def(text, tree, lines, rng):
+    """Delete a function, method or class (with its decorators and comment lines right above it)."""
+    cands = [(n, p) for n, p in _defs(tree) if len(getattr(p, "body", [])) > 1 and n in p.body]
+    if not cands:
+        return None
+    node, parent = rng.choice(cands)
+    a, b = _block_start(node), node.end_lineno
+    while a > 0 and lines[a - 1].strip().startswith("#"):
+        a -= 1
+    while b < len(lines) and not lines[b].strip() and (a == 0 or not lines[a - 1].strip()):
+        b += 1  # do not leave a double gap
+    instr = _pick(rng, ("Remove the `{n}` {k}.", "Delete the {k} `{n}`.", "Drop {n}, it is no longer used.",
+                        "remove {k} {n}"), n=node.name, k=_kind(node, parent))
+    return instr, "".join(lines[:a] + lines[b:])
+
+
+def t_add_comment(text, tree, lines, rng):
+    """Insert a given comment line above a definition."""
+    defs = _defs(tree)
+    if not defs:
+        return None
+    node, parent = rng.choice(defs)
+    a = _block_start(node)
+    words = _words(node.name)
+    comment = rng.choice((f"TODO: add tests for {node.name}", f"Helper for {words}.", f"{words.capitalize()}.",
+                          "NOTE: keep this in sync with the documentation.", "FIXME: slow for large inputs.",
+                          f"Public API: {node.name}"))
+    line = f"{_indent(lines[a])}# {comment}\n"
+    instr = _pick(rng, ('Add a comment "{c}" above `{n}`.', "Add the comment `# {c}` before the {k} {n}.",
+                        "Put a `# {c}` comment on top of {n}"), c=comment, n=node.name, k=_kind(node, parent))
+    return instr, "".join(lines[:a] + [line] + lines[a:])
+
+
+def t_remove_comments(text, tree, lines, rng):
+    """Delete the full-line comments (not a shebang or encoding line)."""
+    keep = [ln for i, ln in enumerate(lines) if not (ln.strip().startswith("#") and i >= 2)]
+    if len(keep) == len(lines) or len(lines) - len(keep) > 0.3 * len(lines):
+        return None
+    return _pick(rng, ("Remove all comments.", "Delete the comment lines.", "Strip the comments from the file.",
+                       "remove comments")), "".join(keep)
+
+
+def t_add_docstring(text, tree, lines, rng):
+    """Give a function that has none a one-line docstring."""
+    cands = [(n, p) for n, p in _defs(tree) if not isinstance(n, ast.ClassDef) and _docstring_expr(n) is None
+             and n.body[0].lineno > n.lineno and _indent(lines[n.body[0].lineno - 1]).strip() == ""]
+    if not cands:
+        return None
+    node, parent = rng.choice(cands)
+    first = _block_start(node.body[0])
+    words = _words(node.name)
+    if node.name.startswith("get_"):
+        doc = f"Return the {_words(node.name[4:])}."
+    elif node.name.startswith(("is_", "has_")):
+        doc = f"Check whether {words.split(' ', 1)[-1]}."
+    else:
+        doc = f"{words.capitalize()}."
+    line = f'{_indent(lines[first])}"""{doc}"""\n'
+    instr = _pick(rng, ("Add a docstring to `{n}`.", "Document the {k} {n} with a docstring.",
+                        "add docstring for {n}"), n=node.name, k=_kind(node, parent))
+    return instr, "".join(lines[:first] + [line] + lines[first:])
+
+
+def t_remove_docstring(text, tree, lines, rng):
+    """Delete the docstring of a function, class or the module."""
+    cands = [(n, _kind(n, p)) for n, p in _defs(tree)] + [(tree, "module")]
+    cands = [(n, k) for n, k in cands if _docstring_expr(n) is not None and len(n.body) > 1]
+    if not cands:
+        return None
+    node, kind = rng.choice(cands)
+    doc = _docstring_expr(node)
+    a, b = doc.lineno - 1, doc.end_lineno
+    if lines[a].strip()[:1] not in "\"'rRuU" or ";" in lines[b - 1]:
+        return None
+    if kind == "module":
+        while b < len(lines) and not lines[b].strip():
+            b += 1
+        instr = rng.choice(("Remove the module docstring.", "Delete the docstring at the top of the file."))
+    else:
+        instr = _pick(rng, ("Remove the docstring of `{n}`.", "Delete the docstring from the {k} {n}."),
+                      n=node.name, k=kind)
+    return instr, "".join(lines[:a] + lines[b:])
+
+
+def t_change_constant(text, tree, lines, rng):
+    """Change a numeric constant assigned at module or class level."""
+    cands = []
+    for scope in [tree] + [n for n, _ in _defs(tree) if isinstance(n, ast.ClassDef)]:
+        for s in scope.body:
+            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                    and isinstance(s.value, ast.Constant) and type(s.value.value) in (int, float) \
+                    and s.value.lineno == s.value.end_lineno:
+                cands.append((s.targets[0].id, s.value))
+    if not cands:
+        return None
+    name, const = rng.choice(cands)
+    old = const.value
+    new = rng.choice([old * 2, old + 1, old * 10, max(old - 1, 0)]) if isinstance(old, int) else \
+        round(old * rng.choice([0.5, 2.0, 1.5]), 6)
+    if new == old:
+        return None
+    raw = lines[const.lineno - 1].encode()
+    line = (raw[: const.col_offset] + repr(new).encode() + raw[const.end_col_offset:]).decode()
+    instr = _pick(rng, ("Change `{n}` from {o} to {v}.", "Set {n} to {v}.", "Update the value of {n} to {v}"),
+                  n=name, o=old, v=new)
+    return instr, "".join(lines[: const.lineno - 1] + [line] + lines[const.lineno:])
+
+
+def _import_runs(tree: ast.Module, lines: list[str]) -> list[tuple[int, int]]:
+    """(first, end) line ranges of >= 3 consecutive one-line top-level imports."""
+    runs, start, prev = [], None, None
+    for s in tree.body:
+        one_line = isinstance(s, (ast.Import, ast.ImportFrom)) and s.lineno == s.end_lineno
+        if one_line and prev is not None and s.lineno == prev + 1:
+            prev = s.lineno
+            continue
+        if start is not None and prev - start >= 2:
+            runs.append((start - 1, prev))
+        start, prev = (s.lineno, s.lineno) if one_line else (None, None)
+    if start is not None and prev - start >= 2:
+        runs.append((start - 1, prev))
+    return runs
+
+
+def t_sort_imports(text, tree, lines, rng):
+    """Sort a block of imports (or, when it is sorted, learn it from a shuffled copy)."""
+    runs = _import_runs(tree, lines)
+    if not runs:
+        return None
+    a, b = rng.choice(runs)
+    block = lines[a:b]
+    if not block[-1].endswith("\n"):
+        return None
+    instr = rng.choice(("Sort the imports alphabetically.", "Reorder the imports.", "sort imports"))
+    if block != sorted(block):
+        return instr, "".join(lines[:a] + sorted(block) + lines[b:])
+    shuffled = block[:]
+    rng.shuffle(shuffled)
+    if shuffled == block:
+        return None
+    return instr, text, "".join(lines[:a] + shuffled + lines[b:])  # (instruction, after, new before)
+
+
+def t_add_import(text, tree, lines, rng):
+    """Add an import after the last top-level import."""
+    mod = rng.choice(MODULES)
+    if re.search(rf"^\s*(import|from)\s+{mod}\b", text, re.M):
+        return None
+    imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    if not imports:
+        return None
+    at = imports[-1].end_lineno
+    instr = _pick(rng, ("Add `import {m}`.", "Import {m} at the top of the file.", "import {m}"), m=mod)
+    return instr, "".join(lines[:at] + [f"import {mod}\n"] + lines[at:])
+
+
+def t_remove_import(text, tree, lines, rng):
+    """Delete a one-line top-level import."""
+    cands = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom)) and s.lineno == s.end_lineno]
+    if len(cands) < 2:
+        return None
+    s = rng.choice(cands)
+    stmt = lines[s.lineno - 1].strip()
+    instr = _pick(rng, ("Remove the unused import `{s}`.", "Delete `{s}`.", "drop the import: {s}"), s=stmt)
+    return instr, "".join(lines[: s.lineno - 1] + lines[s.lineno:])
+
+
+def t_add_print(text, tree, lines, rng):
+    """Print a message at the start of a function (after its docstring)."""
+    cands = [n for n, _ in _defs(tree) if not isinstance(n, ast.ClassDef) and n.body[0].lineno > n.lineno]
+    if not cands:
+        return None
+    node = rng.choice(cands)
+    body = node.body[1:] if _docstring_expr(node) is not None and len(node.body) > 1 else node.body
+    first = _block_start(body[0])
+    indent = _indent(lines[first])
+    if lines[first].strip() == "" or not indent:
+        return None
+    msg = rng.choice((f"{node.name} called", f"Entering {node.name}", f"DEBUG: {node.name}"))
+    instr = _pick(rng, ('Print "{m}" at the start of `{n}`.', "Add a print statement at the beginning of {n} "
+                        'that prints "{m}".'), m=msg, n=node.name)
+    return instr, "".join(lines[:first] + [f'{indent}print("{msg}")\n'] + lines[first:])
+
+
+def t_add_function(text, tree, lines, rng):
+    """Append a small new function."""
+    name, what, code = rng.choice(NEW_FUNCTIONS)
+    if re.search(rf"\b{name}\b", text):
+        return None
+    instr = _pick(rng, ("Add {w}.", "Add {w} at the end of the file.", "Implement {w}."), w=what)
+    return instr, text.rstrip("\n") + "\n\n\n" + code
+
+
+TRANSFORMS = ((t_rename, 3), (t_delete_def, 2), (t_add_comment, 1), (t_remove_comments, 1), (t_add_docstring, 2),
+              (t_remove_docstring, 2), (t_change_constant, 2), (t_sort_imports, 1), (t_add_import, 1),
+              (t_remove_import, 1), (t_add_print, 1), (t_add_function, 1))
+
+
+def line_edit_norm(a: str, b: str) -> float:
+    """A cheap upper estimate of the char edit norm: characters of changed lines / max length."""
+    la, lb = a.splitlines(keepends=True), b.splitlines(keepends=True)
+    changed = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
+        if tag != "equal":
+            changed += max(sum(map(len, la[i1:i2])), sum(map(len, lb[j1:j2])))
+    return changed / max(len(a), len(b), 1)
+
+
+def synthetic_edit(args: tuple[int, str]) -> dict | None:
+    """One synthetic edit of a Python file, or None: 1-3 transforms, instruction, before, after, kinds."""
+    seed, text = args
+    rng = random.Random(seed)
+    funcs, weights = zip(*TRANSFORMS)
+    before, after, instructions, kinds = text, text, [], []
+    n_edits = rng.choices((1, 2, 3), (0.55, 0.33, 0.12))[0]
+    for _ in range(10):
+        if len(kinds) == n_edits:
+            break
+        try:
+            tree = ast.parse(after)
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        func = rng.choices(funcs, weights)[0]
+        if func.__name__ in kinds:
+            continue
+        got = func(after, tree, after.splitlines(keepends=True), rng)
+        if got is None or got[1] == after:
+            continue
+        if len(got) == 3:  # a transform that rewrites the input instead (sorted imports)
+            if kinds:
+                continue
+            before = got[2]
+        instructions.append(got[0] if got[0].endswith(".") else got[0] + ".")
+        after = got[1]
+        kinds.append(func.__name__)
+    if not kinds:
+        return None
+    norm = line_edit_norm(before, after)
+    if not 0 < norm <= 0.6:
+        return None
+    return {"instruction": " ".join(instructions), "before": before, "after": after, "kinds": kinds,
+            "line_edit_norm": norm}
+
+
+# ---------------------------------------------------------------------------------------------- model
+def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
+    """A freshly initialised ``LlamaForCausalLM`` with tied embeddings."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_position_embeddings, rope_theta=cfg.rope_theta, tie_word_embeddings=True,
+        bos_token_id=special["bos"], eos_token_id=[special["eos"], special["eot"]], pad_token_id=special["pad"],
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config)
+
+
+def masked_loss(model, input_ids, targets):
+    """Mean cross-entropy over positions whose target is not -100 (logits computed only there)."""
+    import torch.nn.functional as F
+
+    hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
+    keep = targets != -100
+    logits = model.lm_head(hidden[keep])
+    return F.cross_entropy(logits.float(), targets[keep])
+
+
+class Phase:
+    """Step/time bookkeeping and the warmup + cosine learning rate of one training phase."""
+
+    def __init__(self, name: str, steps: int, time_s: float, lr: float, warmup: int, min_frac: float):
+        self.name, self.steps, self.time_s, self.lr, self.warmup, self.min_frac = name, steps, time_s, lr, warmup, min_frac
+        self.start, self.step = time.time(), 0
+
+    def progress(self) -> float:
+        return max(self.step / max(self.steps, 1), (time.time() - self.start) / self.time_s)
+
+    def current_lr(self) -> float:
+        if self.step < self.warmup:
+            return self.lr * (self.step + 1) / self.warmup
+        p = min(self.progress(), 1.0)
+        return self.lr * (self.min_frac + (1 - self.min_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
+    """Run optimisation steps over ``batches`` (an iterable of (inputs, targets) CPU tensors) until done."""
+    import torch
+
+    tokens = seen = 0
+    model.train()
+    for inputs, targets in batches:
+        if phase.progress() >= 1.0:
+            break
+        lr = phase.current_lr()
+        for group in opt.param_groups:
+            group["lr"] = lr
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = masked_loss(model, inputs, targets)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        phase.step += 1
+        tokens += int((targets != -100).sum())
+        seen += inputs.numel()
+        if phase.step % cfg.log_every == 0 or phase.step == 1:
+            entry = {"step": phase.step, "loss": round(loss.item(), 4), "lr": round(lr, 6),
+                     "grad_norm": round(float(grad_norm), 3), "loss_tokens": tokens, "tokens_seen": seen,
+                     "elapsed_s": round(time.time() - phase.start, 1)}
+            log.append(entry)
+            print(f"[{phase.name}] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
+            if on_log:
+                on_log(phase.step)
+    wall = time.time() - phase.start
+    return {"steps": phase.step, "planned_steps": phase.steps, "time_budget_s": round(phase.time_s, 1),
+            "loss_tokens": tokens, "tokens_seen": seen, "tokens_per_s": round(seen / max(wall, 1e-9)),
+            "wall_s": round(wall, 1), "stopped_by": "time" if phase.step < phase.steps else "steps"}
+
+
+def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) per (before, instruction, after): the templated prompt (one BOS), then the
+    answer ``after<|eot_id|>``.
+
+    The template is rendered once around a marker (it copies message contents verbatim) and the texts are
+    tokenized in parallel batches; the first example is checked against ``apply_chat_template``.
+    """
+    marker = "\x00MARKER\x00"
+    head, tail = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
+                                               add_generation_prompt=True).split(marker)
+    prompts = [head + blazedit_messages(b, i)[0]["content"] + tail for b, i, _ in triples]
+    if triples:
+        assert prompts[0] == tokenizer.apply_chat_template(blazedit_messages(*triples[0][:2]), tokenize=False,
+                                                           add_generation_prompt=True)
+    fast = tokenizer.backend_tokenizer
+    p_ids = [e.ids for e in fast.encode_batch(prompts, add_special_tokens=False)]
+    a_ids = [e.ids for e in fast.encode_batch([a for _, _, a in triples], add_special_tokens=False)]
+    if triples:
+        assert p_ids[0] == tokenizer.encode(prompts[0], add_special_tokens=False)
+    return [(p + a + [eot], len(p)) for p, a in zip(p_ids, a_ids)]
+
+
+def sft_batches(examples: list[tuple[list[int], int]], batch_tokens: int, pad: int, seed: int):
+    """Length-bucketed, right-padded batches of (inputs, targets); targets -100 outside the answers."""
+    import torch
+
+    rng = random.Random(seed)
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), rng.random()))
+    batches, cur = [], []
+    for i in order:
+        width = -(-len(examples[i][0]) // 64) * 64
+        if cur and width * (len(cur) + 1) > batch_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    for batch in batches:
+        width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
+        inputs = torch.full((len(batch), width), pad, dtype=torch.long)
+        targets = torch.full((len(batch), width), -100, dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids, n_prompt = examples[i]
+            inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
+            targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
+        yield inputs, targets
+
+
+# ------------------------------------------------------------------------------------------ quality gate
+def levenshtein(a: str, b: str) -> int:
+    """Character-level Levenshtein distance (numpy, one vectorised row per character of ``a``)."""
+    if not a or not b:
+        return max(len(a), len(b))
+    bv = np.frombuffer(b.encode("utf-32-le"), dtype=np.uint32)
+    ramp = np.arange(len(b) + 1, dtype=np.int64)
+    prev = ramp.copy()
+    for i, ch in enumerate(np.frombuffer(a.encode("utf-32-le"), dtype=np.uint32), 1):
+        cur = np.empty_like(prev)
+        cur[0] = i
+        cur[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (bv != ch))
+        cur = np.minimum.accumulate(cur - ramp) + ramp  # insertions: cur[j] = min_k (cur[k] + j - k)
+        prev = cur
+    return int(prev[-1])
+
+
+def edit_norm(a: str, b: str) -> float:
+    """Levenshtein distance / max length (rapidfuzz's normalized_distance)."""
+    return levenshtein(a, b) / max(len(a), len(b), 1)
+
+
+def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, device, stop_ids: list[int]) -> dict:
+    """Greedy answers to short evaluation prompts; edit norm of each output against its input file."""
+    import torch
+
+    short = [r for r in rows if len(r["before"]) <= cfg.gate_max_before_chars]
+    short.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+    chosen = short[: cfg.gate_prompts]
+    prompts = [tokenizer.apply_chat_template(blazedit_messages(r["before"], r["instruction"]), tokenize=False,
+                                             add_generation_prompt=True) for r in chosen]
+    caps = [max(8, int(cfg.gate_max_new_frac * len(tokenizer.encode(r["after"], add_special_tokens=False))))
+            for r in chosen]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
+    start = time.time()
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max(caps), do_sample=False, eos_token_id=stop_ids,
+                             pad_token_id=tokenizer.pad_token_id)
+    gen_s = time.time() - start
+    samples = []
+    for r, cap, ids in zip(chosen, caps, out[:, enc["input_ids"].shape[1]:].tolist()):
+        ids = ids[:cap]
+        stopped = next((k for k, t in enumerate(ids) if t in stop_ids), None)
+        text = tokenizer.decode(ids[:stopped] if stopped is not None else ids, skip_special_tokens=True)
+        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_vs_before": round(edit_norm(r["before"], text), 6),
+                        "out_vs_after": round(edit_norm(r["after"], text), 6), "stopped": stopped is not None,
+                        "exact_after": text == r["after"], "output_head": text[:300]})
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    result = {"n": len(samples), "median_ref_norm": med([s["ref_norm"] for s in samples]),
+              "median_out_vs_before": med([s["out_vs_before"] for s in samples]),
+              "median_out_vs_after": med([s["out_vs_after"] for s in samples]),
+              "stopped_at_eot": sum(s["stopped"] for s in samples), "exact_after": sum(s["exact_after"] for s in samples),
+              "generate_s": round(gen_s, 1), "samples": samples}
+    result["passed"] = abs(result["median_out_vs_before"] - result["median_ref_norm"]) <= 0.15
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ main
+def cmd_target(args) -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    cfg = replace(TargetConfig(), **SMOKE) if args.smoke else TargetConfig()
+    t0 = time.time()
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    out = args.out or (Path("/tmp/tiny-coder-smoke") if args.smoke else MODEL_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+    special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id,
+               "eot": tokenizer.convert_tokens_to_ids(EOT)}
+    fast = tokenizer.backend_tokenizer
+
+    # data
+    rows = load_edits()
+    train_rows, eval_rows = split_edits(rows)
+    split = eval_split_record(rows)
+    (out / "eval_split.json").write_text(json.dumps(split, indent=1) + "\n")
+    pre_texts, edit_sources, data_stats = pretraining_texts(cfg)
+    t_read = time.time() - t0
+    with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
+        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % len(edit_sources)])
+                for i in range(int(1.25 * cfg.synthetic_examples))]
+        synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
+    synth = synth[: cfg.synthetic_examples]
+    pre_ids = [e.ids for e in fast.encode_batch(pre_texts, add_special_tokens=False)]
+    seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
+    perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
+    val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
+    data_stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
+                      val_sequences=len(val_seqs))
+    del pre_ids, pre_texts, seqs
+    sft_rows = [(r["before"], r["instruction"], r["after"]) for r in train_rows] * cfg.real_epochs
+    sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
+    examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"]) if len(e[0]) <= cfg.sft_max_len]
+    eval_examples = sft_examples(tokenizer, [(r["before"], r["instruction"], r["after"])
+                                             for r in eval_rows[:: max(1, len(eval_rows) // 64)]], special["eot"])
+    eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
+    kinds: dict[str, int] = {}
+    for s in synth:
+        for k in s["kinds"]:
+            kinds[k] = kinds.get(k, 0) + 1
+    data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
+                      sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
+                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), synthetic_examples=len(synth),
+                      synthetic_kinds=kinds, synthetic_median_line_edit_norm=float(np.median([s["line_edit_norm"] for s in synth])),
+                      sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
+                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
+    t_data = time.time() - t0
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # after the worker pool has forked
+    print(f"data ready in {t_data:.0f}s (reading {t_read:.0f}s): " + json.dumps(
+        {k: v for k, v in data_stats.items() if k != "sft_real_repos"}), flush=True)
+
+    # model and optimiser
+    model = build_model(cfg, len(tokenizer), special).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f}M parameters on {device}", flush=True)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+
+    def optimizer(lr):
+        return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                  {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(cfg.beta1, cfg.beta2),
+                                 fused=device.type == "cuda")
+
+    def val_loss(seq_rows: np.ndarray | None = None, sft: list | None = None) -> float:
+        model.eval()
+        losses = []
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            if seq_rows is not None:
+                for i in range(0, len(seq_rows), 8):
+                    x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
+                    losses.append(masked_loss(model, x[:, :-1], x[:, 1:]).item())
+            else:
+                for x, y in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
+                    losses.append(masked_loss(model, x.to(device), y.to(device)).item())
+        model.train()
+        return round(float(np.mean(losses)), 4)
+
+    log = {"pretrain": [], "sft": [], "val": []}
+
+    def record_val(phase: str, step: int) -> None:
+        entry = {"phase": phase, "step": step, "code_val_loss": val_loss(seq_rows=val_seqs),
+                 "eval_edit_answer_loss": val_loss(sft=eval_examples)}
+        log["val"].append(entry)
+        print("[val] " + json.dumps(entry), flush=True)
+
+    record_val("init", 0)
+    # (a) pretraining
+    bs = max(1, cfg.pretrain_batch_tokens // cfg.pretrain_seq_len)
+    order = np.random.default_rng(cfg.seed + 1).permutation(len(train_seqs))
+
+    def pre_batches():
+        for i in range(0, len(order) - bs + 1, bs):
+            x = torch.from_numpy(train_seqs[np.sort(order[i:i + bs])]).long()
+            yield x[:, :-1], x[:, 1:]
+
+    left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
+    phase = Phase("pretrain", len(order) // bs, max(5.0, min(cfg.pretrain_time_s, 0.55 * left)), cfg.pretrain_lr,
+                  cfg.pretrain_warmup_steps, cfg.min_lr_frac)
+    pre_info = train_phase(model, optimizer(cfg.pretrain_lr), pre_batches(), phase, cfg, device, log["pretrain"],
+                           on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
+    record_val("pretrain_end", pre_info["steps"])
+    # (b) edit tuning
+    batches = list(sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
+    left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
+    phase = Phase("sft", len(batches), max(5.0, min(cfg.sft_time_s, left)), cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
+    sft_info = train_phase(model, optimizer(cfg.sft_lr), iter(batches), phase, cfg, device, log["sft"],
+                           on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
+    record_val("sft_end", sft_info["steps"])
+
+    # save (bf16), quality gate, records
+    model = model.to(torch.bfloat16).eval()
+    model.generation_config.eos_token_id = [special["eot"], special["eos"]]
+    model.generation_config.bos_token_id = special["bos"]
+    model.generation_config.pad_token_id = special["pad"]
+    model.generation_config.do_sample = False
+    model.save_pretrained(out, max_shard_size="14MB")
+    from hybridsd.provenance import run_info
+
+    def write_record(gate: dict) -> dict:
+        record = {"config": asdict(cfg), "smoke": args.smoke, "parameters": n_params,
+                  "safetensors_bytes": sum(p.stat().st_size for p in out.glob("*.safetensors")),
+                  "data": data_stats, "pretrain": pre_info, "sft": sft_info, "data_prep_s": round(t_data, 1),
+                  "wall_s": round(time.time() - t0, 1), "special_token_ids": special,
+                  "blazedit_prompt": BLAZEDIT_PROMPT, "run_info": run_info(),
+                  "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
+        (out / "training_config.json").write_text(json.dumps(record, indent=1) + "\n")
+        (out / "train_log.json").write_text(json.dumps({**log, "quality_gate_samples": gate.get("samples", [])},
+                                                       indent=0) + "\n")
+        return record
+
+    write_record({"error": "not run yet"})  # kept if the gate fails
+    gate = quality_gate(model, tokenizer, eval_rows, cfg, device, [special["eot"], special["eos"]])
+    print(f"quality gate: n={gate['n']} median ref norm {gate['median_ref_norm']:.4f}, median output-vs-input "
+          f"{gate['median_out_vs_before']:.4f}, output-vs-after {gate['median_out_vs_after']:.4f}, "
+          f"stopped {gate['stopped_at_eot']}, exact {gate['exact_after']}, passed={gate['passed']}", flush=True)
+    for s in gate["samples"][:4]:
+        print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_vs_before", "out_vs_after")}), "\n",
+              s["output_head"], "\n-----", flush=True)
+    record = write_record(gate)
+    print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt")}, indent=1))
+
+
+def cmd_split(args) -> None:
+    record = eval_split_record(load_edits())
+    MODEL_DIR.mkdir(parents=True, exist_ok=True)
+    (MODEL_DIR / "eval_split.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{record['n']} evaluation rows ({', '.join(record['repos'])}), {record['n_train']} training rows")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("target", help="pretrain + edit-tune the tiny-coder target, then run the quality gate")
+    p.add_argument("--out", type=Path, default=None, help="model folder (default hybridsd/models/tiny-coder)")
+    p.add_argument("--tokenizer", type=Path, default=MODEL_DIR)
+    p.add_argument("--smoke", action="store_true", help="tiny model and data, for testing the script on a CPU")
+    p.set_defaults(func=cmd_target)
+    sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""EAGLE-1 / EAGLE-3 chain drafting with a lazily caught-up head KV cache."""
+
+from __future__ import annotations
+
+import torch
+
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.eagle.model import EagleHead
+from hybridsd.kv_cache import StaticKVCache
+
+
+class EagleDrafter(Drafter):
+    """Proposes one chain of up to ``k`` tokens with an :class:`EagleHead`.
+
+    ``observe`` only queues the committed pairs (target state ``f_i``, next token
+    ``t_{i+1}``); the next ``propose`` runs them through the head in one forward
+    (committing their keys/values at slots = positions), then drafts autoregressively,
+    feeding back the head's own outputs and writing speculative slots that the next
+    catch-up overwrites. Steps where the caller does not ask for an EAGLE draft cost
+    nothing. Observed tensors are read at the next ``propose``, so callers must not
+    overwrite them in between.
+    """
+
+    def __init__(self, head: EagleHead, k: int = 3) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.head = head
+        self.k = k
+        self.name = "eagle" if head.config.kind == "eagle1" else "eagle3"
+        self.hidden_layers = head.config.target_layers
+        self.cache: StaticKVCache | None = None
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # ([m, F], [m]) queued pairs
+        self._last: torch.Tensor | None = None  # [1, 1, h] head output at the newest committed pair
+
+    @property
+    def max_tokens(self) -> int:
+        return self.k
+
+    @property
+    def committed(self) -> int:
+        """Pairs whose keys/values sit in the head's cache (slots ``[0, committed)``)."""
+        return self.cache.length if self.cache is not None else 0
+
+    def reset(self, prompt_len: int) -> None:
+        self._pending = []
+        self._last = None
+        self._ensure_capacity(prompt_len + self.k + 1)
+        self.cache.rewind(0)
+
+    def observe(self, hidden: torch.Tensor | None, next_tokens: torch.Tensor) -> None:
+        if hidden is None:
+            raise ValueError("EagleDrafter needs the target's hidden states")
+        F = self.head.config.feature_size
+        if hidden.ndim != 2 or hidden.shape[1] != F or hidden.shape[0] != next_tokens.shape[0]:
+            raise ValueError(f"observe expects hidden [m, {F}] and next_tokens [m], got "
+                             f"{tuple(hidden.shape)} and {tuple(next_tokens.shape)}")
+        if next_tokens.shape[0]:
+            self._pending.append((hidden, next_tokens))
+
+    @torch.no_grad()
+    def propose(self, request: ProposeRequest) -> list[Draft]:
+        n = min(self.k, request.budget)
+        if n < 1:
+            return []
+        head = self.head
+        if self._pending:
+            self._catch_up(n)
+        if self._last is None:
+            return []  # nothing observed yet
+        p = self.committed  # position of the first speculative pair
+        self._ensure_capacity(p + n)
+        dev = self._last.device
+        positions = torch.arange(p, p + n, device=dev)  # [n]
+        feat = self._last  # [1, 1, h]
+        tokens, rows = [], []
+        for j in range(n):
+            logits = head.logits(feat)[0, -1].float()  # [Vout]
+            if request.temperature > 0:
+                probs = torch.softmax(logits / request.temperature, dim=-1)  # [Vout]
+                idx = torch.multinomial(probs, 1, generator=request.generator)  # [1]
+                rows.append(head.target_probs(probs))  # [V]
+            else:
+                idx = logits.argmax(-1, keepdim=True)  # [1]
+            tok = head.to_target(idx)  # [1] target id
+            tokens.append(tok)
+            if j + 1 < n:
+                feat = head(feat, tok.view(1, 1), positions[j:j + 1], self.cache, kv_len=p + j + 1)  # [1, 1, h]
+        out = torch.cat(tokens).to(request.device)  # [n] int64
+        probs = torch.stack(rows).to(request.device) if rows else None  # [n, V]
+        return [Draft(tokens=out, source=self.name, probs=probs)]
+
+    def _catch_up(self, n: int) -> None:
+        """Run all queued pairs through the head in one forward and commit them."""
+        head = self.head
+        hidden = torch.cat([h for h, _ in self._pending]) if len(self._pending) > 1 else self._pending[0][0]
+        toks = torch.cat([t for _, t in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
+        self._pending = []
+        dev = head.fc.weight.device
+        p, m = self.committed, hidden.shape[0]
+        self._ensure_capacity(p + m + n)
+        positions = torch.arange(p, p + m, device=dev)  # [m]
+        out = head(hidden.to(dev)[None], toks.to(dev)[None], positions, self.cache, kv_len=p + m)  # [1, m, h]
+        self.cache.rewind(p + m)
+        self._last = out[:, -1:]  # [1, 1, h]
+
+    def _ensure_capacity(self, need: int) -> None:
+        """Allocate the head cache, or grow it (doubling, committed slots kept) to hold ``need`` slots."""
+        old = self.cache
+        w = self.head.fc.weight
+        if old is not None and old.capacity >= need and old.keys[0].device == w.device and old.keys[0].dtype == w.dtype:
+            return
+        cap = max(2048, need) if old is None else max(2 * old.capacity, need)
+        cap = -(-cap // 256) * 256
+        new = self.head.alloc_cache(cap)
+        if old is not None:
+            n = old.length
+            for layer in range(old.num_layers):
+                new.keys[layer][:, :, :n] = old.keys[layer][:, :, :n]
+                new.values[layer][:, :, :n] = old.values[layer][:, :, :n]
+            new.rewind(n)
+        self.cache = new

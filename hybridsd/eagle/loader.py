@@ -1,0 +1,219 @@
+"""Read and write EAGLE heads in the public checkpoint layouts.
+
+EAGLE-1 (e.g. ``yuhuili/EAGLE-LLaMA3.1-Instruct-8B``): ``fc.weight [h, 2h]`` (+ ``fc.bias``),
+``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.mlp.{gate,up,down}_proj.weight``,
+``layers.0.post_attention_layernorm.weight``, optionally ``embed_tokens.weight [V, h]``.
+EAGLE-3 (e.g. ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``): ``d2t [Vd]``, ``t2d [V]``,
+``fc.weight [h, 3h]``, ``midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight``,
+``midlayer.self_attn.*`` (q/k/v read ``2h``), ``midlayer.mlp.*``, ``norm.weight``,
+``lm_head.weight [Vd, h]``, optionally ``embed_tokens.weight``.
+Both come with a Llama-style ``config.json`` (``num_hidden_layers`` 1; EAGLE-3 adds
+``draft_vocab_size``; no ``rope_theta`` means 10000).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hybridsd.eagle.model import EagleConfig, EagleHead
+
+OPTIONAL_KEYS = ("embed_tokens.weight",)
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some old checkpoints carry
+DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def resolve(path_or_hub_id: str | Path, revision: str | None = None) -> Path:
+    """A local folder holding the checkpoint: ``path_or_hub_id`` itself, or a Hub snapshot of it."""
+    p = Path(path_or_hub_id).expanduser()
+    if p.is_dir():
+        return p
+    s = str(path_or_hub_id)
+    if p.exists() or s.count("/") != 1 or s.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"no checkpoint folder at {s!r} (and it does not look like a Hub id owner/name)")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(s, revision=revision,
+                                      allow_patterns=["*.json", "*.safetensors", "*.bin"]))
+    except Exception as e:  # network, auth, offline mode, missing repo: all end here
+        raise OSError(f"could not fetch the EAGLE head {s!r} from the Hugging Face Hub "
+                      f"({type(e).__name__}: {e}); download it elsewhere and pass the local folder") from e
+
+
+def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder (safetensors first, then ``pytorch_model.bin``; sharded or not)."""
+    folder = Path(folder)
+    for name in WEIGHT_FILES:
+        f = folder / name
+        if not f.exists():
+            continue
+        if name.endswith(".index.json"):
+            shards = sorted(set(json.loads(f.read_text())["weight_map"].values()))
+            files = [folder / s for s in shards]
+        else:
+            files = [f]
+        sd: dict[str, torch.Tensor] = {}
+        for file in files:
+            sd.update(_read_file(file))
+        return sd
+    raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(WEIGHT_FILES)})")
+
+
+def _read_file(file: Path) -> dict[str, torch.Tensor]:
+    if file.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(file), device="cpu")
+    return torch.load(file, map_location="cpu", weights_only=True)
+
+
+def detect_kind(keys) -> str:
+    """``"eagle3"`` for ``midlayer.*``/``d2t`` keys, ``"eagle1"`` for ``layers.0.*`` keys."""
+    keys = list(keys)
+    if any(k.startswith("midlayer.") or k == "d2t" for k in keys):
+        return "eagle3"
+    if any(k.startswith("layers.0.") for k in keys):
+        return "eagle1"
+    raise ValueError(f"not an EAGLE checkpoint: no 'midlayer.*'/'d2t' (EAGLE-3) or 'layers.0.*' (EAGLE-1) keys "
+                     f"among {sorted(keys)[:8]}...")
+
+
+def config_from_json(raw: dict, kind: str, target: nn.Module, state_dict: dict | None = None) -> EagleConfig:
+    """The head's config from a checkpoint ``config.json`` dict, with sizes taken from ``target``.
+
+    Hidden size and vocabulary come from the target (they must fit; the weights are
+    checked against them); the rest from the checkpoint config.
+    """
+    V, h = target.get_input_embeddings().weight.shape
+    for key, have in (("hidden_size", h), ("vocab_size", V)):
+        if key in raw and raw[key] != have:
+            raise ValueError(f"{key}: the checkpoint config says {raw[key]}, the target has {have}")
+    heads = raw["num_attention_heads"]
+    rs = raw.get("rope_scaling") or raw.get("rope_parameters")
+    theta = raw.get("rope_theta") or (rs or {}).get("rope_theta") or 10000.0
+    sd = state_dict or {}
+    if kind == "eagle3":
+        L = target.config.num_hidden_layers
+        ids = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        layers = tuple(ids) if ids else (2, L // 2, L - 3)
+        vd = raw.get("draft_vocab_size") or (sd["d2t"].shape[0] if "d2t" in sd else V)
+    else:
+        layers, vd = (-1,), None
+    return EagleConfig(
+        kind=kind,
+        hidden_size=h,
+        intermediate_size=raw["intermediate_size"],
+        num_attention_heads=heads,
+        num_key_value_heads=raw.get("num_key_value_heads") or heads,
+        head_dim=raw.get("head_dim") or raw.get("hidden_size", h) // heads,
+        vocab_size=V,
+        target_layers=layers,
+        rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+        rope_theta=float(theta),
+        rope_scaling=rs,
+        draft_vocab_size=vd,
+        bias=bool(raw.get("bias", "fc.bias" in sd)) if kind == "eagle1" else False,
+        max_position_embeddings=raw.get("max_position_embeddings", 2048),
+    )
+
+
+def check_state_dict(sd: dict[str, torch.Tensor], expected: dict[str, torch.Size]) -> None:
+    """Raise ``ValueError`` naming the key on a missing, unexpected or wrongly shaped tensor."""
+    for k, t in sd.items():
+        if k.endswith(IGNORED_SUFFIXES):
+            continue
+        if k not in expected:
+            raise ValueError(f"unexpected key {k!r} with shape {list(t.shape)} in the checkpoint")
+        if tuple(t.shape) != tuple(expected[k]):
+            raise ValueError(f"{k!r}: the checkpoint has shape {list(t.shape)}, "
+                             f"a head for this target needs {list(expected[k])}")
+    for k, shape in expected.items():
+        if k not in sd and k not in OPTIONAL_KEYS:
+            raise ValueError(f"missing key {k!r} (shape {list(shape)}) in the checkpoint")
+
+
+def load_head(path_or_hub_id: str | Path, target: nn.Module, *, device=None, dtype: torch.dtype | None = None,
+              use_checkpoint_embeddings: bool = False, revision: str | None = None) -> EagleHead:
+    """Load an EAGLE-1/EAGLE-3 head for the HF causal LM ``target``.
+
+    The kind is detected from the keys. The head lands on the target embedding's
+    device and dtype unless ``device``/``dtype`` say otherwise. An ``embed_tokens.weight``
+    in the checkpoint is shape-checked and, with ``use_checkpoint_embeddings``, used
+    (and kept) instead of the target's embedding.
+    """
+    folder = resolve(path_or_hub_id, revision)
+    cfg_file = folder / "config.json"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"no config.json in {folder}")
+    raw = json.loads(cfg_file.read_text())
+    sd = {k: v for k, v in read_state_dict(folder).items() if not k.endswith(IGNORED_SUFFIXES)}
+    kind = detect_kind(sd)
+    emb = target.get_input_embeddings()
+    V, h = emb.weight.shape
+    # shapes first, so that a checkpoint for another target fails on a named weight
+    fc = sd.get("fc.weight")
+    want_in = 2 * h if kind == "eagle1" else 3 * h
+    if fc is not None and tuple(fc.shape) != (h, want_in):
+        raise ValueError(f"'fc.weight': the checkpoint has shape {list(fc.shape)}, "
+                         f"a head for this target (hidden size {h}) needs {[h, want_in]}")
+    cfg = config_from_json(raw, kind, target, sd)
+    lm_head = target.get_output_embeddings() if kind == "eagle1" else None
+    with torch.device("meta"):
+        head = EagleHead(cfg, emb, lm_head)
+    expected = {k: v.shape for k, v in head.state_dict().items()} | {"embed_tokens.weight": torch.Size((V, h))}
+    check_state_dict(sd, expected)
+    if kind == "eagle3":
+        ids = torch.arange(cfg.draft_vocab_size) + sd["d2t"]
+        if ids.min() < 0 or ids.max() >= V:  # host check at load time only
+            raise ValueError(f"'d2t' maps draft ids outside the target vocabulary [0, {V})")
+    emb_w = sd.pop("embed_tokens.weight", None)
+    head.load_state_dict(sd, strict=True, assign=True)
+    if use_checkpoint_embeddings and emb_w is not None:
+        head.own_embeddings(emb_w)
+    return head.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype)
+
+
+def config_json(head: EagleHead) -> dict:
+    """The Llama-style ``config.json`` dict of ``head`` (as the public checkpoints write it)."""
+    c = head.config
+    out = {
+        "architectures": ["LlamaForCausalLM" if c.kind == "eagle1" else "LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": c.rms_norm_eps,
+        "rope_theta": c.rope_theta,
+        "rope_scaling": c.rope_scaling,
+        "max_position_embeddings": c.max_position_embeddings,
+        "vocab_size": c.vocab_size,
+        "tie_word_embeddings": False,
+        "torch_dtype": DTYPE_NAMES.get(head.fc.weight.dtype, str(head.fc.weight.dtype).removeprefix("torch.")),
+    }
+    if c.kind == "eagle1":
+        out["bias"] = c.bias
+    else:
+        out["draft_vocab_size"] = c.draft_vocab_size
+        out["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(c.target_layers)}
+    return out
+
+
+def save_head(head: EagleHead, path: str | Path) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (the head's own tensors, in their dtypes)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps(config_json(head), indent=2) + "\n")

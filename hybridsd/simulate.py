@@ -1,0 +1,149 @@
+"""Trace simulation of speculative decoding without a model.
+
+A reference output is replayed as if the target had generated it greedily after the prompt: the prefill
+emits its first token; each later step drafts (n-gram: the real :func:`ngram_propose` on prompt +
+output so far; EAGLE: a random number of accepted tokens drawn from measured per-position acceptance
+rates), accepts draft tokens up to the first one that differs from the reference, and emits the
+accepted tokens plus the target's own (clipped at the end of the reference, which stands in for EOS).
+
+Assumptions: EAGLE's acceptance is independent of the text and of earlier steps, its accepted tokens
+are the reference's, and the target's output does not depend on how it was drafted (greedy decoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybridsd.drafters.ngram import ngram_propose
+from hybridsd.metrics import SpecStats, StepRecord
+
+POLICIES = ("ngram", "eagle", "prefer-ngram", "tree")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What to simulate.
+
+    ``policy``: ``"ngram"`` (n-gram alone), ``"eagle"`` (EAGLE alone), ``"prefer-ngram"`` (the n-gram
+    draft when there is one, else EAGLE's: vLLM PR #24344) or ``"tree"`` (both verified together; the
+    branch with more accepted tokens is kept, the n-gram one on ties). ``k_ngram``/``k_eagle``: draft
+    lengths; ``min_n``/``max_n``: n-gram lengths to match. ``eagle_rates``: EAGLE's per-position
+    acceptance rates ``r_i`` (non-increasing, in [0, 1], at least ``k_eagle`` of them; the first
+    ``k_eagle`` are used). ``seed``: seeds the EAGLE draws.
+    """
+
+    policy: str = "prefer-ngram"
+    k_ngram: int = 5
+    k_eagle: int = 3
+    min_n: int = 2
+    max_n: int = 5
+    eagle_rates: tuple[float, ...] = (0.65, 0.42, 0.25)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.k_ngram < 1 or self.k_eagle < 1:
+            raise ValueError(f"k_ngram and k_eagle must be >= 1, got {self.k_ngram} and {self.k_eagle}")
+        if not 1 <= self.min_n <= self.max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={self.min_n}, max_n={self.max_n}")
+        rates = tuple(float(r) for r in self.eagle_rates)
+        object.__setattr__(self, "eagle_rates", rates)
+        if self.uses_eagle:
+            if len(rates) < self.k_eagle:
+                raise ValueError(f"eagle_rates has {len(rates)} rates, k_eagle={self.k_eagle} needs as many")
+            r = rates[: self.k_eagle]
+            if any(not 0 <= x <= 1 for x in r) or any(b > a for a, b in zip(r, r[1:])):
+                raise ValueError(f"eagle_rates must lie in [0, 1] and not increase, got {r}")
+
+    @property
+    def uses_ngram(self) -> bool:
+        """Whether the policy drafts with n-gram."""
+        return self.policy != "eagle"
+
+    @property
+    def uses_eagle(self) -> bool:
+        """Whether the policy drafts with EAGLE."""
+        return self.policy != "ngram"
+
+    def eagle_accept_probs(self) -> np.ndarray:
+        """``P(EAGLE accepts exactly j tokens)`` for ``j = 0..k_eagle``: ``r_{j-1} - r_j`` with ``r_{-1} = 1``
+        and ``r_k = 0`` (equivalently, token ``i`` is accepted with probability ``r_i / r_{i-1}`` given
+        the ones before it were)."""
+        r = np.concatenate([[1.0], self.eagle_rates[: self.k_eagle], [0.0]])
+        return np.clip(r[:-1] - r[1:], 0.0, None)
+
+
+def _matched(draft: np.ndarray, ref: np.ndarray, pos: int) -> int:
+    """How many leading tokens of ``draft`` equal the reference from ``pos`` on."""
+    want = ref[pos : pos + draft.size]
+    eq = draft[: want.size] == want
+    return int(eq.size if eq.all() else eq.argmin())
+
+
+def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int] | np.ndarray,
+             config: SimConfig, rng: np.random.Generator | None = None) -> SpecStats:
+    """Counters of one simulated generation of ``reference_ids`` after ``prompt_ids``.
+
+    ``rng`` draws EAGLE's acceptances (default ``np.random.default_rng(config.seed)``).
+    """
+    prompt = np.asarray(prompt_ids, dtype=np.int64).ravel()
+    ref = np.asarray(reference_ids, dtype=np.int64).ravel()
+    rng = np.random.default_rng(config.seed) if rng is None else rng
+    full = np.concatenate([prompt, ref])
+    n_prompt, n = prompt.size, ref.size
+    stats = SpecStats()
+    stats.record_prefill(1 if n else 0)
+    if n == 0:
+        return stats
+    # One draw per possible step (at most n - 1 steps), made up front: the same seed gives the same draws.
+    eagle = (rng.choice(config.k_eagle + 1, size=n, p=config.eagle_accept_probs())
+             if config.uses_eagle else None)
+    k_e = config.k_eagle
+    pos, step = 1, 0
+    while pos < n:
+        left = n - pos
+        draft = (ngram_propose(full[: n_prompt + pos], config.min_n, config.max_n, config.k_ngram)
+                 if config.uses_ngram else np.empty(0, dtype=np.int64))
+        k_n = draft.size
+        a_n = _matched(draft, ref, pos) if k_n else 0
+        use_eagle = config.policy == "eagle" or config.policy == "tree" or (config.uses_eagle and not k_n)
+        a_e = min(int(eagle[step]), left) if use_eagle else 0
+        if config.policy == "tree" and k_n:
+            proposed: tuple[str, ...] = ("ngram", "eagle")
+            if a_n >= a_e and a_n > 0:
+                src, drafted, acc = "ngram", k_n, a_n
+            elif a_e > a_n:
+                src, drafted, acc = "eagle", k_e, a_e
+            else:
+                src, drafted, acc = None, max(k_n, k_e), 0
+            fed = k_n + k_e
+        elif use_eagle:
+            proposed, drafted, acc, fed = ("eagle",), k_e, a_e, k_e
+            src = "eagle" if acc else None
+        elif k_n:
+            proposed, drafted, acc, fed = ("ngram",), k_n, a_n, k_n
+            src = "ngram" if acc else None
+        else:
+            proposed, drafted, acc, src, fed = (), 0, 0, None, 0
+        emitted = min(acc + 1, left)
+        stats.record_step(StepRecord(proposed=proposed, drafted=drafted, accepted=acc, emitted=emitted,
+                                     source=src, tree_tokens=fed))
+        pos += emitted
+        step += 1
+    return stats
+
+
+def iter_simulate(pairs: Iterable[tuple[Sequence[int], Sequence[int]]], config: SimConfig) -> Iterator[SpecStats]:
+    """:func:`simulate` over ``(prompt_ids, reference_ids)`` pairs, lazily; pair ``i`` draws from
+    ``np.random.default_rng((config.seed, i))``, so results do not depend on batching."""
+    for i, (prompt, ref) in enumerate(pairs):
+        yield simulate(prompt, ref, config, np.random.default_rng((config.seed, i)))
+
+
+def simulate_batch(pairs: Iterable[tuple[Sequence[int], Sequence[int]]], config: SimConfig) -> list[SpecStats]:
+    """:func:`iter_simulate` as a list; combine with ``SpecStats.combine`` for corpus-level ALs."""
+    return list(iter_simulate(pairs, config))

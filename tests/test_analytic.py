@@ -1,0 +1,285 @@
+"""Closed forms, AL conversions, the re-sync model and its fits."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridsd.analytic import (
+    ModelFit,
+    RunsFit,
+    al_from_rates,
+    chain_al,
+    fit_edit_structure,
+    fit_harmonic,
+    fit_resync,
+    fit_resync_runs,
+    harmonic_al,
+    model_error,
+    normalized_al_exact,
+    normalized_al_from_precision,
+    precision_al_exact,
+    precision_al_from_normalized,
+    resync_al,
+    resync_passes,
+)
+
+HYP = settings(max_examples=60, deadline=None)
+unit = st.floats(0.0, 1.0)
+al = st.floats(1.0, 20.0)
+
+
+@HYP
+@given(e=unit, ae=al, an=al)
+def test_harmonic_between_inputs(e, ae, an):
+    h = harmonic_al(e, ae, an)
+    assert min(ae, an) - 1e-9 <= h <= max(ae, an) + 1e-9
+
+
+@HYP
+@given(e1=unit, e2=unit, ae=al, an=al)
+def test_harmonic_monotone_in_e(e1, e2, ae, an):
+    lo, hi = sorted((e1, e2))
+    # more new text moves AL toward al_eagle
+    if ae <= an:
+        assert harmonic_al(hi, ae, an) <= harmonic_al(lo, ae, an) + 1e-9
+    else:
+        assert harmonic_al(hi, ae, an) >= harmonic_al(lo, ae, an) - 1e-9
+
+
+def test_harmonic_values_and_broadcasting():
+    assert harmonic_al(0.0, 2.0, 5.0) == pytest.approx(5.0)
+    assert harmonic_al(1.0, 2.0, 5.0) == pytest.approx(2.0)
+    assert harmonic_al(0.5, 1.0, 3.0) == pytest.approx(1.5)  # n-gram alone: al_eagle = 1
+    assert harmonic_al(np.array([0.1, 0.2]), 2.0, np.array([[4.0], [5.0]])).shape == (2, 2)
+    with pytest.raises(ValueError):
+        harmonic_al(1.5, 2.0, 3.0)
+    with pytest.raises(ValueError):
+        harmonic_al(0.5, 0.5, 3.0)
+
+
+@HYP
+@given(alpha=unit, k=st.integers(0, 12))
+def test_chain_al_bounds_and_sum(alpha, k):
+    a = chain_al(alpha, k)
+    assert 1.0 - 1e-12 <= a <= k + 1 + 1e-9
+    assert a == pytest.approx(sum(alpha**j for j in range(k + 1)), rel=1e-9)
+    assert a == pytest.approx(al_from_rates([alpha ** (i + 1) for i in range(k)]), rel=1e-9)
+
+
+@HYP
+@given(a1=unit, a2=unit, k=st.integers(1, 10))
+def test_chain_al_increases_with_alpha(a1, a2, k):
+    lo, hi = sorted((a1, a2))
+    assert chain_al(lo, k) <= chain_al(hi, k) + 1e-9
+
+
+def test_chain_al_limits():
+    assert chain_al(1.0, 3) == 4.0
+    assert chain_al(1 - 1e-12, 3) == pytest.approx(4.0)
+    assert chain_al(0.0, 5) == 1.0
+    assert chain_al(0.5, 3) == pytest.approx(1.875)
+    assert np.allclose(chain_al([0.0, 0.5, 1.0], 2), [1.0, 1.75, 3.0])
+    for bad in ((1.1, 3), (-0.1, 3), (0.5, -1), (0.5, 1.5)):
+        with pytest.raises(ValueError):
+            chain_al(*bad)
+
+
+def test_al_from_rates():
+    assert al_from_rates([0.65, 0.42, 0.25]) == pytest.approx(2.32)
+    assert al_from_rates([]) == 1.0
+    for bad in ([0.2, 0.5], [1.5], [[0.5]]):
+        with pytest.raises(ValueError):
+            al_from_rates(bad)
+
+
+@HYP
+@given(p=st.floats(1.0, 10.0), s=st.floats(0.01, 1.0))
+def test_precision_normalized_round_trip(p, s):
+    q = normalized_al_from_precision(p, s)
+    assert 1.0 <= q <= p + 1e-9
+    assert precision_al_from_normalized(q, s) == pytest.approx(p)
+
+
+def test_precision_normalized_edges():
+    assert normalized_al_from_precision(3.63, 0.0) == 1.0
+    assert np.isnan(precision_al_from_normalized(1.0, 0.0))
+    with pytest.raises(ValueError):
+        normalized_al_from_precision(2.0, 1.5)
+
+
+@HYP
+@given(n=st.integers(1, 500), data=st.data())
+def test_exact_conversion_round_trip(n, data):
+    d = data.draw(st.integers(0, n))
+    q = data.draw(st.integers(1, 4))
+    acc = data.draw(st.integers(0, 5 * d))
+    trunc = data.draw(st.integers(0, min(q, n)))
+    p = 1 + acc / d if d else np.nan
+    seq = normalized_al_exact(p, num_steps=n, num_drafts=d, num_sequences=q, truncated=trunc)
+    assert seq == pytest.approx((q + n + acc - trunc) / (q + n))
+    back = precision_al_exact(seq, num_steps=n, num_drafts=d, num_sequences=q, truncated=trunc)
+    assert np.isnan(back) if d == 0 else back == pytest.approx(p)
+
+
+def test_exact_matches_approximation_for_long_runs():
+    # without prefill and truncation effects the two conversions agree
+    p, n, d = 3.0, 10**7, 4 * 10**6
+    assert normalized_al_exact(p, num_steps=n, num_drafts=d) == pytest.approx(
+        normalized_al_from_precision(p, d / n), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- re-sync model
+
+@HYP
+@given(alpha=st.floats(0.5, 1.0), k=st.integers(1, 8))
+def test_resync_copy_limit_is_chain_al(alpha, k):
+    al_ = resync_al(0.0, None, k=k, segment_len=30, resync=3, novel_rate=2, copy_accept=alpha)
+    assert al_ == pytest.approx(chain_al(alpha, k), rel=1e-6)
+
+
+@HYP
+@given(e=unit, length=st.one_of(st.none(), st.integers(1, 5000)), k=st.integers(1, 8),
+       lam=st.floats(1.0, 200.0), d=st.floats(0.0, 30.0), a=st.floats(1.0, 4.0), base=st.floats(0.0, 10.0))
+def test_resync_bounds(e, length, k, lam, d, a, base):
+    v = resync_al(e, length, k=k, segment_len=lam, resync=d, novel_rate=a, base_edits=base)
+    assert 1.0 - 1e-9 <= v <= max(k + 1.0, a) + 1e-9
+
+
+@HYP
+@given(e1=unit, e2=unit, k=st.integers(1, 8), d=st.floats(0.0, 20.0), length=st.integers(50, 3000))
+def test_resync_ngram_alone_decreases_with_e(e1, e2, k, d, length):
+    lo, hi = sorted((e1, e2))
+    f = lambda e: resync_al(e, length, k=k, segment_len=20, resync=d, novel_rate=1.0, base_edits=2)  # noqa: E731
+    assert f(hi) <= f(lo) + 1e-9
+
+
+def test_resync_values():
+    assert resync_al(1.0, None, k=5, segment_len=10, resync=2, novel_rate=2.5) == pytest.approx(2.5)
+    assert resync_al(0.0, None, k=5, segment_len=10, resync=2, novel_rate=2.5) == pytest.approx(6.0)
+    assert resync_al(0.3, np.array([100, 1000]), k=5, segment_len=10, resync=2, novel_rate=1).shape == (2,)
+    with pytest.raises(ValueError):
+        resync_al(0.3, 100, k=5, segment_len=10, resync=-1, novel_rate=1)
+    with pytest.raises(ValueError):
+        resync_al(0.3, 100, k=5, segment_len=0, resync=1, novel_rate=1)
+
+
+def test_resync_passes_hand_computed():
+    # run 10: 2 re-sync passes + floor(8/6) + 1; run 0: nothing; run 5: 2 + 1; new text 5 - 2 emitted by the
+    # runs' last passes; the prefill's token saves one pass. A run ending the output is credited a token anyway.
+    got = resync_passes([[10, 0, 5], [], [100]], [20, 5, 100], k=5, resync=2, novel_rate=1)
+    assert got == pytest.approx([1 + 4 + 3 + 3 - 1, 1 + 5 - 1, 1 + 2 + 17 - 1 - 1])
+    half = resync_passes([[10, 0, 5]], [20], k=5, resync=2.5, novel_rate=1)
+    assert half[0] == pytest.approx((10 + resync_passes([[10, 0, 5]], [20], k=5, resync=3, novel_rate=1)[0]) / 2)
+    with pytest.raises(ValueError):
+        resync_passes([[30]], [20], k=5, resync=2, novel_rate=1)
+    with pytest.raises(ValueError):
+        resync_passes([[3]], [20, 30], k=5, resync=2, novel_rate=1)
+
+
+def test_resync_passes_misdirected_drafts():
+    # a long run with per-token acceptance alpha approaches length / chain_al(alpha, k)
+    n = 200_000
+    got = resync_passes([[n]], [n], k=4, resync=0, novel_rate=1, copy_accept=0.9)[0]
+    assert n / got == pytest.approx(chain_al(0.9, 4), rel=1e-3)
+
+
+# ----------------------------------------------------------------------------- fits
+
+def test_fit_harmonic_recovers_parameters():
+    e = np.linspace(0.02, 0.6, 12)
+    rng = np.random.default_rng(0)
+    y = harmonic_al(e, 2.4, 5.5) + rng.normal(0, 0.01, e.size)
+    fit = fit_harmonic(e, y, n_boot=100)
+    assert fit.params == pytest.approx({"al_eagle": 2.4, "al_ngram": 5.5}, rel=0.03)
+    assert fit.fitted == ("al_eagle", "al_ngram")
+    for name, true in (("al_eagle", 2.4), ("al_ngram", 5.5)):
+        lo, hi = fit.ci[name]
+        assert lo <= fit.params[name] <= hi and hi - lo < 0.5
+    assert fit.predict(e) == pytest.approx(harmonic_al(e, **fit.params))
+    fixed = fit_harmonic(e, y, al_eagle=1.0, n_boot=0)
+    assert fixed.params["al_eagle"] == 1.0 and fixed.fitted == ("al_ngram",) and fixed.ci == {}
+    assert fixed.as_dict()["params"]["al_eagle"] == 1.0
+
+
+def test_fit_harmonic_with_bootstrap_replicates_and_errors():
+    e = np.linspace(0.0, 0.6, 10)
+    y = harmonic_al(e, 2.0, 5.0)
+    reps = y + np.random.default_rng(1).normal(0, 0.02, (30, e.size))
+    fit = fit_harmonic(e, y, boot=reps)
+    assert fit.n_boot == 30
+    assert fit.ci["al_ngram"][0] < 5.0 < fit.ci["al_ngram"][1]
+    with pytest.raises(ValueError):
+        fit_harmonic(e, y, boot=reps[:, :3])
+    with pytest.raises(ValueError):
+        fit_harmonic(e, y[:3])
+    with pytest.raises(ValueError):
+        fit_harmonic(e[:1], y[:1])  # two parameters, one point
+    with pytest.raises(ValueError):
+        ModelFit(model="nope", params={}, ci={}, fitted=())
+
+
+def test_fit_resync_recovers_parameters():
+    e = np.tile(np.linspace(0.02, 0.6, 10), 2)
+    length = np.repeat([300.0, 900.0], 10)
+    truth = {"resync": 6.0, "novel_rate": 2.2}
+    structure = {"segment_len": 30.0, "base_edits": 3.0}
+    y = resync_al(e, length, k=5, **structure, **truth)
+    fit = fit_resync(e, y, length, k=5, n_boot=20, **structure)
+    assert {n: fit.params[n] for n in truth} == pytest.approx(truth, rel=1e-3)
+    assert fit.rmse < 1e-6
+    assert fit.predict(e, length) == pytest.approx(y)
+    assert set(fit.ci) == set(truth)
+    with pytest.raises(ValueError):
+        fit_resync(e, y, length, k=5, weights=-1.0, **structure)
+
+
+def test_fit_edit_structure_recovers_parameters():
+    rng = np.random.default_rng(2)
+    e, length = rng.uniform(0, 0.6, 200), rng.uniform(100, 1000, 200)
+    assert fit_edit_structure(e, length, 3 + e * length / 25) == pytest.approx(
+        {"base_edits": 3.0, "segment_len": 25.0})
+    with pytest.raises(ValueError):
+        fit_edit_structure(e, length, np.full(200, 3.0))
+
+
+def test_fit_resync_runs_recovers_parameters():
+    rng = np.random.default_rng(3)
+    runs, length, groups = [], [], []
+    for g in range(8):
+        for _ in range(25):
+            r = rng.geometric(1 / (150 - 15 * g), size=rng.integers(2, 8))
+            new = rng.integers(1, 10 + 10 * g, size=r.size).sum()
+            runs.append(r.tolist())
+            length.append(r.sum() + new)
+            groups.append(g)
+    length, groups = np.array(length), np.array(groups)
+    truth = {"resync": 4.0, "novel_rate": 2.0}
+    passes = resync_passes(runs, length, k=5, **truth)
+    y = np.bincount(groups, weights=length) / np.bincount(groups, weights=passes)
+    fit = fit_resync_runs(runs, length, groups, y, k=5, n_boot=10)
+    assert isinstance(fit, RunsFit)
+    assert {n: fit.params[n] for n in truth} == pytest.approx(truth, abs=0.05)
+    assert fit.predict(runs, length, groups) == pytest.approx(y, rel=1e-3)
+    assert fit.predict(runs, length) == pytest.approx(length / passes, rel=1e-2)
+    skip = groups.copy()
+    skip[:25] = -1
+    assert np.isnan(fit.predict(runs, length, skip)[0])
+    with pytest.raises(ValueError):
+        fit_resync_runs(runs, length, groups, y[:3], k=5)
+
+
+def test_model_error():
+    err = model_error([1.0, 2.0, 4.0, np.nan], [1.0, 3.0, 2.0, 5.0])
+    assert err == pytest.approx({"mae": 1.0, "rmse": np.sqrt(5 / 3), "max_abs": 2.0, "mean_rel": (1 / 3 + 1) / 3,
+                                 "n": 3})
+    assert model_error([np.nan], [1.0])["n"] == 0
+    with pytest.raises(ValueError):
+        model_error([1.0], [1.0, 2.0])
+
+
+@HYP
+@given(x=st.lists(st.floats(1.0, 10.0), min_size=1, max_size=20))
+def test_model_error_of_exact_predictions_is_zero(x):
+    err = model_error(x, x)
+    assert err["mae"] == err["rmse"] == err["max_abs"] == err["mean_rel"] == 0.0

@@ -1,0 +1,184 @@
+"""Loaders, prompt formats, edit-norm filters and bin resampling."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridsd.data import (
+    Example,
+    bin_index,
+    blazedit_prompt,
+    default_data_dir,
+    filter_by_edit_norm,
+    instructcoder_prompt,
+    load_code_edits,
+    load_editeval,
+    load_mt_bench,
+    resample_by_bins,
+    token_level_edit_norm,
+)
+from hybridsd.edit_distance import edit_norm
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+needs_data = pytest.mark.skipif(not (DATA / "code_edits_dev.jsonl").is_file(), reason="shared data not present")
+HYP = settings(max_examples=50, deadline=None)
+
+
+class CharTokenizer:
+    """Duck-typed tokenizer: one id per character."""
+
+    def encode(self, text, add_special_tokens=True):
+        return [ord(c) for c in text]
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _edit_row(i: int, before: str, after: str) -> dict:
+    return {"id": f"r{i}", "repo": "o/n", "commit": "c" * 40, "path": "a.py", "license": "MIT",
+            "instruction": f"change {i}", "before": before, "after": after,
+            "char_edit_norm": round(edit_norm(before, after), 6)}
+
+
+def test_prompt_formats():
+    assert blazedit_prompt("x = 1", "rename x") == (
+        "Given a code file, please apply the change requests and generate the new file.\n\n"
+        "Original file:\n```python\nx = 1\n```\n\nChange request:\nrename x\n\n"
+        'Please generate the new code file in the "New file" section below.')
+    assert instructcoder_prompt("def f(): pass", "Add a docstring.") == (
+        "def f(): pass\n\nAdd a docstring. Just output the code, do not include any explanation.")
+
+
+def test_load_code_edits(tmp_path):
+    rows = [_edit_row(0, "a = 1\n", "a = 2\n"), _edit_row(1, "print('hi')\n", "print('hi')\nprint('yo')\n"),
+            _edit_row(2, "x", "x")]
+    path = _write(tmp_path / "edits.jsonl", rows)
+    exs = load_code_edits(path)
+    assert [e.id for e in exs] == ["r0", "r1", "r2"]
+    e0 = exs[0]
+    assert e0.source == "code_edits"
+    assert e0.prompt == blazedit_prompt("a = 1\n", "change 0")
+    assert (e0.reference, e0.input_text) == ("a = 2\n", "a = 1\n")
+    assert e0.edit_norm == rows[0]["char_edit_norm"]
+    assert e0.meta == {"repo": "o/n", "commit": "c" * 40, "path": "a.py", "license": "MIT",
+                       "instruction": "change 0"}
+    assert [e.id for e in load_code_edits(path, min_distance=0.1)] == ["r0", "r1"]
+    assert [e.id for e in load_code_edits(path, max_distance=0.0)] == ["r2"]
+    assert [e.id for e in load_code_edits(path, limit=2)] == ["r0", "r1"]
+
+
+def test_load_editeval_and_mt_bench(tmp_path):
+    ee = _write(tmp_path / "ee.jsonl", [{"task_id": "EditEval/0", "instruction": "Fix it. ", "context": "",
+                                         "input": "x=1", "output": "x = 1", "test": "", "author": "a",
+                                         "license": "MIT", "char_edit_norm": 0.4}])
+    (ex,) = load_editeval(ee)
+    assert ex.prompt == "x=1\n\nFix it.  Just output the code, do not include any explanation."
+    assert (ex.reference, ex.input_text, ex.source, ex.edit_norm) == ("x = 1", "x=1", "editeval", 0.4)
+    assert load_editeval(ee, max_distance=0.3) == []
+    mt = _write(tmp_path / "mt.jsonl", [{"question_id": 81, "category": "writing", "turns": ["one", "two"]},
+                                        {"question_id": 82, "category": "math", "turns": ["a", "b"],
+                                         "reference": ["r"]}])
+    first, second = load_mt_bench(mt)
+    assert (first.id, first.prompt, first.reference, first.input_text) == ("81", "one", "", None)
+    assert math.isnan(first.edit_norm)
+    assert second.meta["reference"] == ["r"] and "reference" not in first.meta
+    assert len(load_mt_bench(mt, limit=1)) == 1
+
+
+def test_missing_files_name_the_path(tmp_path, monkeypatch):
+    missing = tmp_path / "nope.jsonl"
+    for loader in (load_code_edits, load_editeval, load_mt_bench):
+        with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+            loader(missing)
+    monkeypatch.setenv("HYBRIDSD_DATA", str(tmp_path))
+    assert default_data_dir() == tmp_path
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "code_edits_dev.jsonl")):
+        load_code_edits()
+    monkeypatch.setenv("HYBRIDSD_DATA", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="HYBRIDSD_DATA"):
+        default_data_dir()
+
+
+def test_example_validation():
+    with pytest.raises(ValueError):
+        Example(id="", source="s", prompt="p", reference="r", edit_norm=0.1)
+    with pytest.raises(ValueError):
+        Example(id="a", source="s", prompt="p", reference="r", edit_norm=1.5)
+
+
+def _examples(norms):
+    return [Example(id=str(i), source="t", prompt="", reference="", edit_norm=e) for i, e in enumerate(norms)]
+
+
+@HYP
+@given(norms=st.lists(st.floats(0, 1), max_size=30), lo=st.floats(0, 1), width=st.floats(0, 1))
+def test_filter_by_char_edit_norm(norms, lo, width):
+    exs = _examples(norms)
+    kept = filter_by_edit_norm(exs, lo, lo + width)
+    assert kept == [e for e in exs if lo <= e.edit_norm <= lo + width]  # same order
+
+
+def test_filter_by_token_edit_norm():
+    exs = [Example(id="a", source="t", prompt="", reference="abcd", edit_norm=0.0, input_text="abce"),
+           Example(id="b", source="t", prompt="", reference="abcd", edit_norm=0.9, input_text="abcd"),
+           Example(id="c", source="t", prompt="", reference="abcd", edit_norm=0.0)]
+    tok = CharTokenizer()
+    assert token_level_edit_norm(exs[0], tok) == 0.25
+    assert [e.id for e in filter_by_edit_norm(exs, 0.0, 0.1, level="token", tokenizer=tok)] == ["b"]
+    with pytest.raises(ValueError):
+        filter_by_edit_norm(exs, 0.0, 0.1, level="token")
+    with pytest.raises(ValueError):
+        filter_by_edit_norm(exs, 0.0, 0.1, level="word", tokenizer=tok)
+    with pytest.raises(ValueError):
+        filter_by_edit_norm(exs, 0.5, 0.1)
+    with pytest.raises(ValueError):
+        token_level_edit_norm(exs[2], tok)
+
+
+def test_bin_index():
+    edges = [0.0, 0.1, 0.2, 0.6]
+    assert bin_index([0.0, 0.05, 0.1, 0.2, 0.6, 0.61, -0.1, float("nan")], edges).tolist() == [0, 0, 1, 2, 2, -1,
+                                                                                               -1, -1]
+    with pytest.raises(ValueError):
+        bin_index([0.1], [0.2, 0.1])
+
+
+@HYP
+@given(norms=st.lists(st.floats(0, 1), max_size=60), per_bin=st.integers(1, 5), seed=st.integers(0, 3))
+def test_resample_by_bins(norms, per_bin, seed):
+    exs = _examples(norms)
+    edges = [0.0, 0.2, 0.4, 0.6]
+    out = resample_by_bins(exs, edges, per_bin, seed)
+    assert out == resample_by_bins(exs, edges, per_bin, seed)  # deterministic
+    idx = bin_index([e.edit_norm for e in out], edges)
+    assert (idx >= 0).all() and list(idx) == sorted(idx)  # by bin
+    everyone = bin_index(norms, edges)
+    for b in range(3):
+        assert (idx == b).sum() == min(per_bin, (everyone == b).sum())
+    assert len({e.id for e in out}) == len(out)  # no repeats
+    positions = [int(e.id) for e in out]
+    for b in range(3):
+        in_bin = [p for p, i in zip(positions, idx) if i == b]
+        assert in_bin == sorted(in_bin)
+    with pytest.raises(ValueError):
+        resample_by_bins(exs, edges, 0)
+
+
+@needs_data
+def test_real_data():
+    edits = load_code_edits(DATA / "code_edits_dev.jsonl")
+    assert len(edits) == 3724
+    assert all(0.01 <= e.edit_norm <= 0.6 for e in edits)
+    assert edits[0].prompt.startswith("Given a code file, please apply the change requests")
+    assert edits[0].prompt == blazedit_prompt(edits[0].input_text, edits[0].meta["instruction"])
+    assert len(load_editeval(DATA / "editeval.jsonl")) == 194
+    mt = load_mt_bench(DATA / "mt_bench.jsonl")
+    assert len(mt) == 80 and mt[0].id == "81"
+    spread = resample_by_bins(edits, [0.0, 0.2, 0.4, 0.6], 30, seed=0)
+    assert len(spread) == 90

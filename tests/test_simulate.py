@@ -1,0 +1,168 @@
+"""Trace simulation: exact hand-computed cases, the counters' identities, and agreement with the re-sync model."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridsd.analytic import al_from_rates, normalized_al_exact, resync_passes
+from hybridsd.data import blazedit_prompt
+from hybridsd.metrics import SpecStats
+from hybridsd.simulate import POLICIES, SimConfig, iter_simulate, simulate, simulate_batch
+
+HYP = settings(max_examples=40, deadline=None)
+
+
+def _trace(stats: SpecStats) -> list[tuple[int, int, int]]:
+    return [(t.drafted, t.accepted, t.emitted) for t in stats.trace]
+
+
+def test_ngram_hand_computed_copy():
+    prompt = np.arange(1, 13)  # 1..12, no repeated n-gram
+    stats = simulate(prompt, prompt, SimConfig(policy="ngram", k_ngram=3))
+    stats.check()
+    # prefill emits 1; [12, 1] never occurred, so no draft: emit 2; [1, 2] matches: draft 3 4 5, all accepted
+    # + 6; [2..6] matches: 7 8 9 + 10; then draft 11 12 <1>: 11 and 12 accepted, the reference ends.
+    assert _trace(stats) == [(0, 0, 1), (3, 3, 4), (3, 3, 4), (3, 2, 2)]
+    assert (stats.num_tokens, stats.num_target_steps) == (12, 5)
+    assert [t.source for t in stats.trace] == [None, "ngram", "ngram", "ngram"]
+
+
+def test_ngram_hand_computed_edit():
+    prompt = np.arange(100)
+    ref = np.r_[prompt[0:40], [1000, 1001, 1002], prompt[50:90], [1003]]
+    stats = simulate(prompt, ref, SimConfig(policy="ngram", k_ngram=5, min_n=2, max_n=5))
+    stats.check()
+    # run 1: prefill + 1 undrafted pass + 6 full passes + 1 pass (2 accepted, bonus 1000);
+    # 1001, 1002: one pass each; run 2: 2 undrafted passes + 6 full + 1 (2 accepted, bonus 1003)
+    assert stats.num_target_steps == 1 + 1 + 6 + 1 + 2 + 2 + 6 + 1
+    assert stats.num_tokens == ref.size
+
+
+@st.composite
+def _edited(draw):
+    """A prompt of distinct tokens and an output of copied runs, each followed by new tokens."""
+    n_prompt = 120
+    pieces, runs, fresh = [], [], 1000
+    for _ in range(draw(st.integers(1, 5))):
+        r = draw(st.integers(1, 40))
+        s = draw(st.integers(0, n_prompt - r))
+        pieces.append(np.arange(s, s + r))
+        runs.append(r)
+        n_new = draw(st.integers(1, 6))
+        pieces.append(np.arange(fresh, fresh + n_new))
+        fresh += n_new
+    return np.arange(n_prompt), np.concatenate(pieces), runs
+
+
+@HYP
+@given(case=_edited(), k=st.integers(1, 7), max_n=st.integers(2, 5))
+def test_ngram_matches_resync_model_exactly(case, k, max_n):
+    prompt, ref, runs = case
+    stats = simulate(prompt, ref, SimConfig(policy="ngram", k_ngram=k, min_n=2, max_n=max_n))
+    stats.check()
+    expected = resync_passes([runs], [ref.size], k=k, resync=2, novel_rate=1.0)[0]
+    assert stats.num_target_steps == expected
+
+
+def _words(text: str, vocab: dict) -> np.ndarray:
+    return np.array([vocab.setdefault(w, len(vocab)) for w in re.findall(r"\w+|[^\w\s]|\s+", text)])
+
+
+def test_copying_the_prompt_file_gives_high_ngram_al():
+    code = Path(__file__).read_text()
+    vocab: dict = {}
+    prompt = _words(blazedit_prompt(code, "Keep the file as it is."), vocab)
+    ref = _words(code, vocab)
+    stats = simulate(prompt, ref, SimConfig(policy="ngram", k_ngram=5))
+    stats.check()
+    assert stats.seq_normalized_al > 4.5  # at most k + 1 = 6
+    assert stats.draft_share > 0.9
+
+
+@HYP
+@given(
+    prompt=st.lists(st.integers(0, 6), max_size=40),
+    ref=st.lists(st.integers(0, 6), max_size=60),
+    policy=st.sampled_from(POLICIES),
+    k_ngram=st.integers(1, 6),
+    k_eagle=st.integers(1, 4),
+    min_n=st.integers(1, 3),
+    extra_n=st.integers(0, 2),
+    seed=st.integers(0, 3),
+)
+def test_counters_hold_for_any_trace(prompt, ref, policy, k_ngram, k_eagle, min_n, extra_n, seed):
+    cfg = SimConfig(policy=policy, k_ngram=k_ngram, k_eagle=k_eagle, min_n=min_n, max_n=min_n + extra_n,
+                    eagle_rates=(0.8, 0.5, 0.3, 0.1), seed=seed)
+    stats = simulate(prompt, ref, cfg)
+    stats.check()
+    assert stats.num_tokens == len(ref)
+    assert stats.num_sequences == 1
+    for t in stats.trace:
+        assert t.emitted >= 1
+        assert set(t.proposed) <= {"ngram", "eagle"}
+        assert policy != "ngram" or t.drafted <= k_ngram
+        assert policy != "eagle" or t.proposed == ("eagle",)
+    truncated = sum(1 for t in stats.trace if t.emitted == t.accepted)
+    if stats.trace:
+        assert normalized_al_exact(stats.precision_al, num_steps=len(stats.trace), num_drafts=stats.num_drafts,
+                                   truncated=truncated) == pytest.approx(stats.seq_normalized_al)
+
+
+def test_eagle_alone_matches_its_rates():
+    rates = (0.7, 0.45, 0.2)
+    ref = np.arange(30_000)
+    stats = simulate(np.zeros(0, dtype=np.int64), ref, SimConfig(policy="eagle", eagle_rates=rates, seed=1))
+    stats.check()
+    assert stats.acceptance_rates == pytest.approx(rates, abs=0.015)
+    assert stats.seq_normalized_al == pytest.approx(al_from_rates(rates), abs=0.03)
+
+
+def test_policies_with_extreme_eagle():
+    prompt = np.arange(60)
+    ref = np.r_[prompt[:30], np.arange(500, 520), prompt[35:60]]
+    ngram = simulate(prompt, ref, SimConfig(policy="ngram"))
+    never = simulate(prompt, ref, SimConfig(policy="prefer-ngram", eagle_rates=(0.0, 0.0, 0.0)))
+    assert never.num_target_steps == ngram.num_target_steps  # EAGLE adds nothing when it is always wrong
+    always = SimConfig(eagle_rates=(1.0, 1.0, 1.0))
+    prefer = simulate(prompt, ref, always)
+    tree = simulate(prompt, ref, SimConfig(policy="tree", eagle_rates=(1.0, 1.0, 1.0)))
+    for s in (prefer, tree):
+        s.check()
+    assert tree.num_target_steps <= prefer.num_target_steps
+    assert all(t.accepted >= 3 for t in tree.trace[:-1])  # only the last step can be cut by the end
+    assert all(t.tree_tokens == t.drafted or t.proposed == ("ngram", "eagle") for t in tree.trace)
+
+
+def test_seeds_and_batches():
+    prompt, ref = np.arange(30), np.arange(100, 400)
+    cfg = SimConfig(policy="eagle", seed=5)
+    assert _trace(simulate(prompt, ref, cfg)) == _trace(simulate(prompt, ref, cfg))
+    assert _trace(simulate(prompt, ref, cfg)) != _trace(simulate(prompt, ref, SimConfig(policy="eagle", seed=6)))
+    pairs = [(prompt, ref), (prompt, ref[:50]), ([], [])]
+    batch = simulate_batch(pairs, cfg)
+    for i, (s, (p, r)) in enumerate(zip(batch, pairs)):
+        assert _trace(s) == _trace(simulate(p, r, cfg, np.random.default_rng((cfg.seed, i))))
+    assert [s.num_tokens for s in iter_simulate(pairs, cfg)] == [300, 50, 0]
+    total = SpecStats.combine(batch)
+    total.check()
+    assert total.num_tokens == 350
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"policy": "draft"}, {"k_ngram": 0}, {"k_eagle": 0}, {"min_n": 3, "max_n": 2}, {"min_n": 0},
+    {"k_eagle": 4}, {"eagle_rates": (0.2, 0.5, 0.1)}, {"eagle_rates": (1.2, 0.5, 0.1)},
+])
+def test_config_validation(kwargs):
+    with pytest.raises(ValueError):
+        SimConfig(**kwargs)
+
+
+def test_config_extras():
+    assert SimConfig(policy="ngram", eagle_rates=(0.1, 0.9)).k_eagle == 3  # rates unused by n-gram alone
+    cfg = SimConfig(eagle_rates=[0.6, 0.3, 0.1])
+    assert cfg.eagle_rates == (0.6, 0.3, 0.1)
+    assert cfg.eagle_accept_probs() == pytest.approx([0.4, 0.3, 0.2, 0.1])

@@ -1,0 +1,138 @@
+"""The model zoo: listing, loading, the tiny-coder tokenizer's contract, and the held-out evaluation split."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybridsd import zoo
+
+FOLDER = zoo.MODELS_DIR / "tiny-coder"
+HAS_WEIGHTS = (FOLDER / "config.json").is_file() and any(FOLDER.glob("*.safetensors"))
+needs_weights = pytest.mark.skipif(not HAS_WEIGHTS, reason="tiny-coder weights not trained yet")
+EVAL_REPOS = {"marshmallow-code/marshmallow", "more-itertools/more-itertools"}
+CODE = 'class A:\n\tdef f(self, x):  # tab\r\n        return  x  \n\n\n\n    """doc  é ☃"""\n  \n'
+
+
+def _edits_file() -> Path | None:
+    here = Path(__file__).resolve()
+    for p in (here.parents[2] / "shared" / "data" / "code_edits_dev.jsonl",
+              Path("/work/shared/data/code_edits_dev.jsonl")):
+        if p.is_file():
+            return p
+    return None
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(FOLDER, local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return zoo.load("tiny-coder")
+
+
+def test_import_has_no_heavy_side_effects():
+    code = ("import sys, hybridsd; before = set(sys.modules); import hybridsd.zoo; "
+            "new = set(sys.modules) - before; "
+            "assert not [m for m in new if m.split('.')[0] in ('torch', 'transformers')], new")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_unknown_name_lists_names():
+    with pytest.raises(ValueError, match="unknown model"):
+        zoo.load("no-such-model")
+
+
+def test_tokenizer_round_trips_code_exactly(tokenizer):
+    for text in (CODE, Path(zoo.__file__).read_text(), "x" * 50 + "\n" + " " * 17 + "\t\t\n"):
+        assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
+
+
+def test_tokenizer_special_tokens(tokenizer):
+    assert tokenizer.bos_token == "<|begin_of_text|>" and tokenizer.eos_token == "<|end_of_text|>"
+    assert tokenizer.pad_token_id is not None
+    for tok in ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"):
+        assert tokenizer.convert_tokens_to_ids(tok) != tokenizer.unk_token_id
+        assert len(tokenizer.encode(tok, add_special_tokens=False)) == 1
+    assert 8192 <= len(tokenizer) <= 12288
+
+
+def test_chat_template_bos_once_and_doubled_bos_pitfall(tokenizer):
+    messages = [{"role": "user", "content": CODE}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt.startswith("<|begin_of_text|>") and prompt.endswith("assistant<|end_header_id|>\n\n")
+    assert CODE in prompt  # contents are copied verbatim (no trimming)
+    bos = tokenizer.bos_token_id
+    once = tokenizer.encode(prompt, add_special_tokens=False)
+    twice = tokenizer.encode(prompt, add_special_tokens=True)
+    assert once.count(bos) == 1 and once[0] == bos
+    assert twice.count(bos) == 2 and twice[:2] == [bos, bos]
+
+
+@needs_weights
+def test_names_lists_tiny_coder():
+    assert "tiny-coder" in zoo.names()
+
+
+@needs_weights
+def test_load_cpu_model_matches_config(loaded, tokenizer):
+    import torch
+
+    model, tok, heads = loaded
+    cfg = model.config
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (384, 8, 6, 2)
+    assert cfg.vocab_size == len(tok) == len(tokenizer)
+    assert cfg.tie_word_embeddings and cfg.max_position_embeddings == 4096
+    assert not model.training and next(model.parameters()).dtype == torch.float32
+    assert next(model.parameters()).device.type == "cpu"
+    n = sum(p.numel() for p in model.parameters())
+    assert 12e6 <= n <= 22e6
+    assert set(heads) <= {"eagle1", "eagle3"}
+    assert sum(p.stat().st_size for p in FOLDER.glob("*.safetensors")) <= 40e6
+
+
+@needs_weights
+def test_greedy_generation_runs(loaded):
+    import torch
+
+    model, tok, _ = loaded
+    prompt = tok.apply_chat_template([{"role": "user", "content": "def add(a, b):\n"}], tokenize=False,
+                                     add_generation_prompt=True)
+    ids = tok(prompt, add_special_tokens=False, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=6, do_sample=False)
+    assert out.shape[0] == 1 and ids["input_ids"].shape[1] < out.shape[1] <= ids["input_ids"].shape[1] + 6
+    stop = model.generation_config.eos_token_id
+    assert tok.convert_tokens_to_ids("<|eot_id|>") in (stop if isinstance(stop, list) else [stop])
+
+
+def test_eval_split_is_held_out():
+    split = json.loads((FOLDER / "eval_split.json").read_text())
+    assert set(split["repos"]) == EVAL_REPOS and split["n"] == len(split["ids"]) == len(set(split["ids"]))
+    prefixes = {r.replace("/", "__") + "__" for r in EVAL_REPOS}
+    assert all(any(i.startswith(p) for p in prefixes) for i in split["ids"])
+    record_path = FOLDER / "training_config.json"
+    if record_path.is_file():
+        data = json.loads(record_path.read_text())["data"]
+        assert not set(data["sft_real_repos"]) & EVAL_REPOS
+        assert set(data["eval_repos"]) == EVAL_REPOS
+    edits = _edits_file()
+    if edits is None:
+        pytest.skip("code_edits_dev.jsonl not available")
+    rows = [json.loads(line) for line in edits.open(encoding="utf-8")]
+    assert [r["id"] for r in rows if r["repo"] in EVAL_REPOS] == split["ids"]
+    train_ids = sorted(r["id"] for r in rows if r["repo"] not in EVAL_REPOS)
+    assert not set(train_ids) & set(split["ids"]) and split["n_train"] == len(train_ids)
+    if record_path.is_file():
+        digest = hashlib.sha256("\n".join(train_ids).encode()).hexdigest()
+        assert digest == json.loads(record_path.read_text())["data"]["sft_train_ids_sha256"]
