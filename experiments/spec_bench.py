@@ -109,8 +109,10 @@ def make_drafter(cfg: BenchConfig, heads: dict) -> hsd.Drafter | None:
     return hsd.HybridDrafter(ngram(), eagle(cfg.method.split("-", 1)[1]), policy=cfg.hybrid_policy)
 
 
-def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None) -> list[data.Example]:
-    """The run's prompts in a deterministic order (code edits: the zoo's held-out split unless --split all)."""
+def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
+                  per_bin: int | None = None) -> list[data.Example]:
+    """The run's prompts in a deterministic order (code edits: the zoo's held-out split unless --split all;
+    ``per_bin``: at most that many from each 0.05-wide edit-norm bin over [0, 0.6])."""
     if cfg.dataset_name == "mt-bench":
         exs = data.load_mt_bench(Path(data_dir) / "mt_bench.jsonl" if data_dir else None)
     elif cfg.dataset_name == "editeval":
@@ -123,6 +125,9 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
             split = json.loads((hsd.zoo.path(cfg.model) / "eval_split.json").read_text())
             keep = set(split["ids"])
             exs = [e for e in exs if e.id in keep]
+    if per_bin:
+        bins = [round(0.05 * i, 2) for i in range(13)]  # 12 bins over [0, 0.6]
+        exs = data.resample_by_bins(exs, bins, per_bin, seed=cfg.seed)
     return exs[:num_prompts] if num_prompts else exs
 
 
@@ -204,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--blazedit-min-distance", type=float, default=None)
     p.add_argument("--blazedit-max-distance", type=float, default=None)
     p.add_argument("--num-prompts", type=int, default=None)
+    p.add_argument("--per-bin", type=int, default=None, help="at most N prompts per 0.05 edit-norm bin")
     p.add_argument("--output-len", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(vllm_speculative_config(cfg)))
         return
     out = a.output or Path("experiments/results/runs") / f"{cfg.dataset_name}-{cfg.method}-{cfg.key()}.jsonl"
-    n = run(cfg, load_examples(cfg, a.dataset_path, a.num_prompts), out)
+    n = run(cfg, load_examples(cfg, a.dataset_path, a.num_prompts, a.per_bin), out)
     print(f"wrote {n} rows to {out}", file=sys.stderr)
 
 

@@ -68,10 +68,12 @@ class TokenizerConfig:
 
 def is_excluded(rel_parts: tuple[str, ...]) -> bool:
     """True for a path (relative to a source root) inside an evaluation repository's package, or a cache."""
+    dashed = {p.replace("_", "-") for p in EXCLUDED_PACKAGES}
     for part in rel_parts:
         name = part.lower()
-        if name in EXCLUDED_PACKAGES or name == "__pycache__" or name.endswith(".dist-info") and \
-                name.split("-")[0].replace("_", "-") in {p.replace("_", "-") for p in EXCLUDED_PACKAGES}:
+        if name in EXCLUDED_PACKAGES or name == "__pycache__":
+            return True
+        if name.endswith(".dist-info") and name.split("-")[0].replace("_", "-") in dashed:
             return True
         if name.endswith(".py") and name[:-3] in EXCLUDED_PACKAGES:
             return True

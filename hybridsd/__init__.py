@@ -6,36 +6,14 @@
     res.tokens, res.stats.seq_normalized_al
 """
 
-import importlib
-
-# public name -> module that defines it; imported on first use, so `import hybridsd.analytic`
-# stays free of torch and importing the package has no side effects
-_EXPORTS = {
-    "Draft": "hybridsd.drafters.base",
-    "Drafter": "hybridsd.drafters.base",
-    "ProposeRequest": "hybridsd.drafters.base",
-    "EagleDrafter": "hybridsd.drafters.eagle",
-    "HybridDrafter": "hybridsd.drafters.hybrid",
-    "NgramConfig": "hybridsd.drafters.ngram",
-    "NgramDrafter": "hybridsd.drafters.ngram",
-    "ngram_propose": "hybridsd.drafters.ngram",
-    "EagleConfig": "hybridsd.eagle.model",
-    "EagleHead": "hybridsd.eagle.model",
-    "GenerateResult": "hybridsd.generate",
-    "generate": "hybridsd.generate",
-    "SpecStats": "hybridsd.metrics",
-    "StepRecord": "hybridsd.metrics",
-}
-_SUBMODULES = {"zoo", "analytic", "simulate", "data", "prompts", "metrics", "edit_distance", "provenance"}
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f"hybridsd.{name}")
-    raise AttributeError(f"module 'hybridsd' has no attribute {name!r}")
-
+from hybridsd import analytic, data, edit_distance, metrics, prompts, provenance, simulate, zoo
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.eagle import EagleDrafter
+from hybridsd.drafters.hybrid import HybridDrafter
+from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose
+from hybridsd.eagle.model import EagleConfig, EagleHead
+from hybridsd.generate import GenerateResult, generate
+from hybridsd.metrics import SpecStats, StepRecord
 
 __all__ = [
     "Draft",

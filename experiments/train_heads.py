@@ -1,0 +1,116 @@
+"""Train the zoo target's EAGLE-1 and EAGLE-3 heads on text the target itself generates (one GPU).
+
+    python experiments/train_heads.py --data ../shared/data --out hybridsd/models/tiny-coder
+
+1. Prompts: the Blazedit prompts of the code-edit rows outside the held-out split.
+2. Data: the target's own greedy answers to as many prompts as ``--gen-seconds`` allows (batched HF
+   ``generate``), plus prompt + reference answer for every training row (teacher-forced text).
+3. Each head trains for ``--seconds-per-head`` (steps fixed from a timed probe), fixed seeds; the loss
+   curves and data sizes go to ``heads_training.json``; heads are saved in bf16 in the public layouts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import hybridsd as hsd
+from hybridsd import data, prompts, provenance
+from hybridsd.eagle.train import build_draft_vocab, count_tokens, evaluate_head, generate_sequences, train_head
+
+
+def training_sequences(model, tok, examples, gen_seconds: float, max_new: int, batch: int, log) -> tuple[list, dict]:
+    """(self-generated sequences, teacher-forced sequences) as 1-D LongTensors, and counts."""
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    prompt_ids = [torch.tensor(prompts.build_prompt_ids(tok, e.prompt)) for e in examples]
+    forced = [torch.cat([p, torch.tensor(tok.encode(e.reference, add_special_tokens=False) + [eot])])
+              for p, e in zip(prompt_ids, examples)]
+    order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))  # similar lengths batch well
+    generated, t0 = [], time.perf_counter()
+    for b in range(0, len(order), batch):
+        if time.perf_counter() - t0 > gen_seconds:
+            break
+        chunk = [prompt_ids[i] for i in order[b:b + batch]]
+        generated += generate_sequences(model, chunk, max_new, batch_size=batch, eos_token_id=[eot, tok.eos_token_id],
+                                        pad_token_id=tok.pad_token_id)
+        log(f"generated {len(generated)} sequences in {time.perf_counter() - t0:.0f}s")
+    info = {"train_rows": len(examples), "generated": len(generated),
+            "generated_tokens": int(sum(len(s) for s in generated)),
+            "forced_tokens": int(sum(len(s) for s in forced)), "gen_seconds": time.perf_counter() - t0}
+    return generated, forced, info
+
+
+def timed_steps(head, model, seqs, seconds: float, probe_steps: int = 8, **kw) -> int:
+    """Optimizer steps that fit in ``seconds``, from a timed probe on a copy of the head."""
+    import copy
+
+    probe = copy.deepcopy(head)
+    train_head(probe, model, seqs, steps=2, log_every=2, **kw)  # warm-up
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    train_head(probe, model, seqs, steps=probe_steps, log_every=probe_steps, **kw)
+    sync()
+    return max(10, int(seconds / ((time.perf_counter() - t) / probe_steps)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="tiny-coder")
+    p.add_argument("--data", type=Path, default=None, help="folder with code_edits_dev.jsonl")
+    p.add_argument("--out", type=Path, required=True, help="model folder to write eagle1/ and eagle3/ into")
+    p.add_argument("--gen-seconds", type=float, default=60)
+    p.add_argument("--gen-batch", type=int, default=128)
+    p.add_argument("--max-new", type=int, default=1024)
+    p.add_argument("--max-before-chars", type=int, default=4000)
+    p.add_argument("--seconds-per-head", type=float, default=120)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--draft-vocab", type=int, default=4096)
+    p.add_argument("--ttt-steps", type=int, default=5)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--limit", type=int, default=None, help="use only this many training rows (smoke tests)")
+    a = p.parse_args()
+    t_start = time.perf_counter()
+    torch.manual_seed(0)
+    log = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)  # noqa: E731
+    model, tok, _ = hsd.zoo.load(a.model, device=a.device)
+    held_out = set(json.loads((hsd.zoo.path(a.model) / "eval_split.json").read_text())["ids"])
+    rows = data.load_code_edits(a.data / "code_edits_dev.jsonl" if a.data else None)
+    train = [e for e in rows if e.id not in held_out and len(e.input_text) <= a.max_before_chars][: a.limit]
+    generated, forced, info = training_sequences(model, tok, train, a.gen_seconds, a.max_new, a.gen_batch, log)
+    seqs = generated * 2 + forced  # the target's own text weighs double
+    holdout = [s for s in generated[-64:]] or forced[-64:]
+    report = {"data": info, "config": vars(a) | {"data": str(a.data), "out": str(a.out)},
+              "run_info": provenance.run_info(), "heads": {}}
+    kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
+    for kind in ("eagle1", "eagle3"):
+        head = hsd.EagleHead.from_target(model, kind=kind, device=a.device, dtype=torch.float32,
+                                         **({"draft_vocab_size": a.draft_vocab} if kind == "eagle3" else {}))
+        extra = {}
+        if kind == "eagle3":
+            d2t, t2d = build_draft_vocab(count_tokens(seqs, model.config.vocab_size), a.draft_vocab)
+            head.set_draft_vocab(d2t.to(a.device), t2d.to(a.device))
+            extra = {"ttt_steps": a.ttt_steps}
+        steps = timed_steps(head, model, seqs, a.seconds_per_head, **kw, **extra)
+        log(f"{kind}: training {steps} steps")
+        t = time.perf_counter()
+        curve = train_head(head, model, seqs, steps=steps, log_every=max(1, steps // 40), seed=0, **kw, **extra,
+                           log_fn=lambda r: log(f"{kind} step {r['step']} loss {r['loss']:.4f} acc {r.get('acc', 0):.3f}"))
+        acc = evaluate_head(head, model, holdout, steps=4, batch_size=8, seq_len=a.seq_len, device=a.device)["acc"]
+        log(f"{kind}: held-out top-1 agreement by draft position {acc}")
+        head.to(torch.bfloat16).save_pretrained(a.out / kind)
+        report["heads"][kind] = {"steps": steps, "train_s": time.perf_counter() - t, "curve": curve,
+                                 "holdout_agreement": acc}
+    report["wall_s"] = time.perf_counter() - t_start
+    (a.out / "heads_training.json").write_text(json.dumps(report, indent=1))
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
