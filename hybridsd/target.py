@@ -172,15 +172,21 @@ class _GraphedStep:
             mask.masked_fill_(~allowed, target._neg)
             return target._run(self.tokens, self.pos, slots, mask.view(1, 1, q, -1), hidden_layers)
 
+        self.step = step
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def _capture(self) -> None:
+        """Warm up and capture, with the first call's inputs already in the buffers (so warm-up writes are right)."""
+        dev = self.tokens.device
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):  # warm-up outside the graph (allocator, lazy inits)
             for _ in range(2):
-                step()
+                self.step()
         torch.cuda.current_stream(dev).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=_graph_pool(dev)):
-            self.out = step()
+            self.out = self.step()
 
     def __call__(self, tokens, start, positions, visible):
         """Replay with new inputs; the returned tensors are overwritten by the next replay."""
@@ -194,6 +200,8 @@ class _GraphedStep:
         self.start.copy_(self.host_start, non_blocking=True)
         self.pos.copy_(self.host_pos, non_blocking=True)
         self.block.copy_(self.host_block, non_blocking=True)
+        if self.graph is None:
+            self._capture()
         self.graph.replay()
         return self.out
 
