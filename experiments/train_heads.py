@@ -74,6 +74,7 @@ def main() -> None:
     p.add_argument("--draft-vocab", type=int, default=4096)
     p.add_argument("--ttt-steps", type=int, default=5)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--kinds", nargs="+", default=["eagle1", "eagle3"], choices=["eagle1", "eagle3"])
     p.add_argument("--limit", type=int, default=None, help="use only this many training rows (smoke tests)")
     a = p.parse_args()
     t_start = time.perf_counter()
@@ -89,7 +90,7 @@ def main() -> None:
     report = {"data": info, "config": vars(a) | {"data": str(a.data), "out": str(a.out)},
               "run_info": provenance.run_info(), "heads": {}}
     kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
-    for kind in ("eagle1", "eagle3"):
+    for kind in a.kinds:
         head = hsd.EagleHead.from_target(model, kind=kind, device=a.device, dtype=torch.float32,
                                          **({"draft_vocab_size": a.draft_vocab} if kind == "eagle3" else {}))
         extra = {}
@@ -108,7 +109,7 @@ def main() -> None:
         report["heads"][kind] = {"steps": steps, "train_s": time.perf_counter() - t, "curve": curve,
                                  "holdout_agreement": acc}
     report["wall_s"] = time.perf_counter() - t_start
-    (a.out / "heads_training.json").write_text(json.dumps(report, indent=1))
+    (a.out / f"heads_training_{'_'.join(a.kinds)}.json").write_text(json.dumps(report, indent=1))
     log("done")
 
 

@@ -84,7 +84,8 @@ class EagleDrafter(Drafter):
             tok = head.to_target(idx)  # [1] target id
             tokens.append(tok)
             if j + 1 < n:
-                feat = head(feat, tok.view(1, 1), positions[j:j + 1], self.cache, kv_len=p + j + 1)  # [1, 1, h]
+                # attention over the whole cache (static shapes); the mask hides slots past the position
+                feat = head(feat, tok.view(1, 1), positions[j:j + 1], self.cache)  # [1, 1, h]
         out = torch.cat(tokens).to(request.device)  # [n] int64
         probs = torch.stack(rows).to(request.device) if rows else None  # [n, V]
         return [Draft(tokens=out, source=self.name, probs=probs)]
@@ -99,7 +100,7 @@ class EagleDrafter(Drafter):
         p, m = self.committed, hidden.shape[0]
         self._ensure_capacity(p + m + n)
         positions = torch.arange(p, p + m, device=dev)  # [m]
-        out = head(hidden.to(dev)[None], toks.to(dev)[None], positions, self.cache, kv_len=p + m)  # [1, m, h]
+        out = head(hidden.to(dev)[None], toks.to(dev)[None], positions, self.cache)  # [1, m, h]
         self.cache.rewind(p + m)
         self._last = out[:, -1:]  # [1, 1, h]
 
