@@ -179,7 +179,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 "config_key": key, "example_id": ex.id, "dataset": cfg.dataset_name,
                 "ref_edit_norm": ex.edit_norm, "prompt_tokens": len(ids),
                 "output_edit_norm": edit_norm(ex.input_text, text) if ex.input_text else None,
-                "stats": res.stats.summary(),
+                "stats": res.stats.summary(), "tokens": res.tokens,
                 "trace": [[s.source, s.drafted, s.accepted] for s in res.stats.trace],
                 "wall_s": wall, "tpot_ms": 1e3 * wall / len(res.tokens),
                 "config": asdict(cfg), "run_info": info,

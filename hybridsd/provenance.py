@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 from pathlib import Path
 
 
 def git_commit(repo: str | Path | None = None) -> str:
-    """The checked-out commit (with ``-dirty`` when the tree has changes), or ``"unknown"``."""
+    """The checked-out commit (with ``-dirty`` when the tree has changes), ``$HYBRIDSD_COMMIT`` where there is
+    no git checkout (a copied working tree on a GPU machine), or ``"unknown"``."""
+    if os.environ.get("HYBRIDSD_COMMIT"):
+        return os.environ["HYBRIDSD_COMMIT"]
     cwd = Path(repo) if repo else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
