@@ -86,6 +86,7 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     seed: int | None = None,
     cuda_graphs: bool | None = None,
+    compile: bool = False,
     on_double_bos: str = "warn",
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
@@ -95,7 +96,8 @@ def generate(
     and ``seed`` makes a run reproducible. ``eos_token_id`` (default: the model's
     generation config) stops the sequence after that token. ``drafter=None`` decodes
     one token per target pass with the same engine (the baseline). ``cuda_graphs``
-    (default: on for CUDA models) replays each verification block size as a CUDA graph.
+    (default: on for CUDA models) replays each verification block size as a CUDA graph;
+    ``compile`` runs those steps through ``torch.compile`` (slow to start, for long runs).
     A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
     """
@@ -116,7 +118,7 @@ def generate(
     headroom = drafter.max_tokens if drafter is not None else 0
     device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
-    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs)
+    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile)
     device = target.device
     generator = None
     if temperature > 0:

@@ -57,9 +57,13 @@ class Target:
 
     With ``cuda_graphs`` (CUDA only), each block size after prefill is captured once as a
     CUDA graph and replayed: the step then costs one graph launch plus small input copies.
+    With ``compile``, the model's forward for blocks after prefill goes through
+    ``torch.compile`` (one static-shape compilation per block size; on CUDA without
+    inductor's own CUDA graphs, since we capture our own).
     """
 
-    def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
+                 compile: bool = False) -> None:
         cfg = model.config
         p = next(model.parameters())
         self.model = model
@@ -73,6 +77,12 @@ class Target:
         self._slot_ids = torch.arange(capacity, device=self.device)  # [S]
         self._neg = torch.finfo(self.dtype).min
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.compiled = compile
+        self._step_model = model
+        if compile:
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            mode = "max-autotune-no-cudagraphs" if self.device.type == "cuda" else None
+            self._step_model = torch.compile(model, mode=mode, dynamic=False)
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
@@ -116,7 +126,8 @@ class Target:
         """The model's forward on prepared tensors (``[q]`` tokens, positions and slots; ``[1, 1, q, S]`` mask)."""
         q = tokens.shape[0]
         self._cache.slots = slots
-        out = self.model(
+        model = self.model if last_logits_only else self._step_model  # prefill stays eager (its length varies)
+        out = model(
             input_ids=tokens.view(1, q),
             position_ids=pos.view(1, q),
             attention_mask=mask,
@@ -219,13 +230,14 @@ def _graph_pool(device: torch.device):
 _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False) -> Target:
+def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
+               compile: bool = False) -> Target:
     """The model's :class:`Target`, reused across calls while its cache is large enough."""
     p = next(model.parameters())
     t = _TARGETS.get(model)
     if (t is None or t.capacity < capacity or t.device != p.device or t.dtype != p.dtype
-            or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda")):
-        t = Target(model, capacity, cuda_graphs=cuda_graphs)
+            or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda") or t.compiled != compile):
+        t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile)
         _TARGETS[model] = t
     t.kv.rewind(0)
     return t
