@@ -76,3 +76,11 @@ def test_bf16_match_rate_is_reported(gpu_target):
         same.append(float(np.mean([a == b for a, b in zip(plain, spec)])))
     print(f"bf16 token match rate, n-gram vs plain: {np.mean(same):.3f}")
     assert 0.0 <= np.mean(same) <= 1.0
+
+
+def test_compiled_graphs_are_lossless(gpu_target):
+    ids = PROMPTS[3].cuda()
+    ref = hf_greedy(gpu_target, ids, 24)
+    drafter = HybridDrafter(NgramDrafter(k=3, min_n=1, max_n=3), OracleDrafter(ref, 3, 0.4), "tree")
+    res = generate(gpu_target, ids, drafter=drafter, max_new_tokens=24, eos_token_id=[], compile=True)
+    assert res.tokens == ref
