@@ -119,7 +119,6 @@ def generate(
     device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
     target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile)
-    device = target.device
     generator = None
     if temperature > 0:
         generator = torch.Generator(device=device)
@@ -184,7 +183,8 @@ def _verify_step(target: Target, last, start, branches, layers, temperature, gen
     if not branches:
         logits, hidden = target.forward(last, start, hidden_layers=layers)
         tok = sample_token(logits[0], temperature, generator)  # [1]
-        return 0, 0, [int(tok.item())], tok, hidden  # host sync: the step's token
+        committed = None if hidden is None else hidden.clone()  # a graph's output buffer is reused next step
+        return 0, 0, [int(tok.item())], tok, committed  # host sync: the step's token
     lengths = [len(b) for b in branches]
     positions = visible = None
     offsets = [1]
