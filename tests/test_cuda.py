@@ -84,3 +84,18 @@ def test_compiled_graphs_are_lossless(gpu_target):
     drafter = HybridDrafter(NgramDrafter(k=3, min_n=1, max_n=3), OracleDrafter(ref, 3, 0.4), "tree")
     res = generate(gpu_target, ids, drafter=drafter, max_new_tokens=24, eos_token_id=[], compile=True)
     assert res.tokens == ref
+
+
+def test_observed_hidden_states_survive_graph_replays(gpu_target):
+    """Hidden states handed to a drafter stay valid after later graph replays (no aliasing of graph outputs)."""
+    from test_generate import Recorder
+
+    ids = PROMPTS[2].cuda()
+    ref = hf_greedy(gpu_target, ids, 24)
+    rec = Recorder(ref, 3, err=0.5)
+    res = generate(gpu_target, ids, drafter=rec, max_new_tokens=24, eos_token_id=[], cuda_graphs=True)
+    seq = torch.cat([ids, torch.tensor(res.tokens, device="cuda")])
+    with torch.no_grad():
+        hs = gpu_target(seq[None], output_hidden_states=True).hidden_states
+    want = torch.cat([hs[i][0] for i in Recorder.hidden_layers], -1)[:-1]
+    torch.testing.assert_close(torch.cat(rec.hidden), want, atol=1e-4, rtol=1e-4)
