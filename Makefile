@@ -1,0 +1,16 @@
+# Paper: every figure, table and quoted number is regenerated from experiments/results by paper/make_figures.py.
+PYTHON ?= python
+LATEXMK ?= latexmk
+
+.PHONY: paper figures clean-paper
+
+figures:
+	$(PYTHON) paper/make_figures.py
+
+paper: figures
+	cd paper && $(LATEXMK) -pdf -interaction=nonstopmode -halt-on-error -outdir=build hybridsd.tex
+	cp paper/build/hybridsd.pdf paper/hybridsd.pdf
+	@echo "built paper/hybridsd.pdf"
+
+clean-paper:
+	rm -rf paper/build paper/hybridsd.pdf paper/figures paper/tables paper/numbers.tex
