@@ -88,9 +88,10 @@ def test_tree_sampling_is_distributed_as_target():
     g = torch.Generator().manual_seed(1)
     counts = np.zeros(V)
     src = np.zeros(2)
+    ngram = torch.tensor([int(np.argmax(p)), 4])  # the likeliest token first: a large residual correction after it
     for _ in range(N):
         eagle = torch.multinomial(q, 1, generator=g)[:, 0]
-        j, n, toks = verify_branches([torch.tensor([2, 4]), eagle], [None, q], root, branch_logits, temp, g)
+        j, n, toks = verify_branches([ngram, eagle], [None, q], root, branch_logits, temp, g)
         counts[int(toks[0])] += 1
         if int(n) > 0:
             src[int(j)] += 1
