@@ -1,68 +1,53 @@
-"""Summarize spec_bench JSONL rows: corpus-level AL per method and edit-norm bin, and bf16 match rates.
+"""Summarize spec_bench JSONL rows: corpus-level AL per config and edit-norm bin, and output match rates.
 
     python experiments/summarize_runs.py experiments/results/zoo/gate_call2.jsonl [--by output|reference]
+    python experiments/summarize_runs.py 'experiments/results/sweeps/cpu-small/*.jsonl' --bins fine
 
-Corpus AL = sum of tokens / sum of target passes over the rows in a cell. ``--by output`` bins by the
-edit norm of the model's own output against the input file (what the n-gram drafter sees);
-``--by reference`` by the reference edit's. The match rate compares each method's tokens with the
-plain run (method ``none``) of the same prompt: the share of prompts whose outputs are identical (rows
-without stored tokens are compared by output length and output edit norm, a weaker proxy).
+Corpus AL = sum of tokens / sum of target passes over the rows in a cell (seq-normalized); precision AL =
+1 + sum accepted / sum drafts. ``--by output`` bins by the edit norm of the model's own output against the
+input file (what the n-gram drafter sees); ``--by reference`` by the reference edit's. The match rate is the
+share of prompts whose output equals the plain run's (method ``none``, same prompt and config): by stored
+tokens, or by output length and output edit norm for rows without tokens (a weaker proxy; the
+``compared_by`` column says which). The logic lives in :mod:`hybridsd.results`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from collections import defaultdict
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-BINS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0]
+from hybridsd import results
+
+CONFIG = ["dataset", "variant", "k", "bos_mode", "dtype"]
 
 
-def load(paths: list[Path]) -> pd.DataFrame:
-    rows = []
-    for p in paths:
-        for line in p.read_text().splitlines():
-            r = json.loads(line)
-            rows.append({"method": r["config"]["method"], "example_id": r["example_id"],
-                         "ref_edit_norm": r["ref_edit_norm"], "output_edit_norm": r["output_edit_norm"],
-                         "tokens": r["stats"]["num_tokens"], "passes": r["stats"]["num_target_steps"],
-                         "tpot_ms": r["tpot_ms"], "output": r.get("tokens")})
-    return pd.DataFrame(rows)
-
-
-def table(df: pd.DataFrame, by: str) -> pd.DataFrame:
-    col = "output_edit_norm" if by == "output" else "ref_edit_norm"
-    df = df.assign(bin=pd.cut(df[col], BINS, include_lowest=True))
-    g = df.groupby(["bin", "method"], observed=True)[["tokens", "passes"]].sum()
-    al = (g["tokens"] / g["passes"]).unstack("method")
-    al["n"] = df[df.method == df.method.iloc[0]].groupby("bin", observed=True).size()
-    return al.round(2)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", type=Path, nargs="+")
+    p.add_argument("paths", nargs="+", help="JSONL files or glob patterns")
     p.add_argument("--by", choices=("output", "reference"), default="output")
-    a = p.parse_args()
-    df = load(a.paths)
-    overall = df.groupby("method")[["tokens", "passes"]].sum()
-    print("corpus seq-normalized AL:", (overall.tokens / overall.passes).round(3).to_dict())
-    print("median TPOT ms:", df.groupby("method").tpot_ms.median().round(2).to_dict())
-    print(f"\nAL by {a.by} edit-norm bin:\n{table(df, a.by).to_string()}")
-    # rows with output tokens compare them; older rows only (length, output edit norm), a weaker proxy
-    key = lambda r: tuple(r.output) if isinstance(r.output, list) else (r.tokens, r.output_edit_norm)  # noqa: E731
-    plain = {r.example_id: key(r) for r in df[df.method == "none"].itertuples()}
-    if plain:
-        same = defaultdict(list)
-        for r in df[df.method != "none"].itertuples():
-            if r.example_id in plain:
-                same[r.method].append(key(r) == plain[r.example_id])
-        print("\nshare of prompts whose output equals plain decoding's:",
-              {m: f"{np.mean(v):.2f} of {len(v)}" for m, v in same.items()})
+    p.add_argument("--bins", choices=("coarse", "fine"), default="coarse",
+                   help=f"coarse: {list(results.COARSE_BINS)}; fine: 0.05 wide over [0, 0.6]")
+    a = p.parse_args(argv)
+    pd.set_option("display.width", 200)
+    df = results.load_runs(a.paths)
+    al = results.corpus_al(df, CONFIG)
+    rates = [c for c in al.columns if c[0] == "r" and c[1:].isdigit()]
+    cols = CONFIG + ["n", "seq_al", "precision_al", "tpot_ms"] + rates
+    print("corpus AL per config (tpot_ms: median):")
+    print(al[cols].round(3).to_string(index=False))
+    binned = results.bin_edit_norm(df, results.COARSE_BINS if a.bins == "coarse" else results.EDIT_BINS,
+                                   "output_edit_norm" if a.by == "output" else "ref_edit_norm")
+    binned = binned[binned.bin.notna()]
+    if len(binned):
+        cells = results.corpus_al(binned, ["dataset", "bin", "variant", "k"])
+        table = cells.pivot_table(index=["dataset", "bin"], columns=["variant", "k"], values="seq_al", observed=True)
+        table[("prompts", "")] = binned.groupby(["dataset", "bin"], observed=True).example_id.nunique()
+        print(f"\nseq-normalized AL by {a.by} edit-norm bin:\n{table.round(2).to_string()}")
+    mr = results.match_rate(df, by=CONFIG)
+    if len(mr):
+        print("\nshare of prompts whose output equals plain decoding's (match rate):")
+        print(mr.round(3).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,158 @@
+"""Run spec_bench over the project's grid of methods, draft lengths, datasets and BOS modes, one JSONL per config.
+
+    python experiments/sweep.py --preset cpu-small --device cpu     # this CPU, about 10 minutes
+    python experiments/sweep.py --preset gpu-full                   # the H200 (resumable: rerun to continue)
+    python experiments/sweep.py --preset cpu-small --dry-run        # list the configs and prompt counts
+
+Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per 0.05 edit-norm
+bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
+covers its categories):
+
+- ``none`` (plain decoding), with single and doubled BOS (the doubled plain run is the reference for the
+  doubled speculative runs' outputs);
+- for each k in ``ks`` (the same k for every drafter of a method): ngram, eagle, eagle3, ngram-eagle,
+  ngram-eagle3, and ngram-eagle with the ``tree`` policy; eagle and eagle3 again with doubled BOS;
+- for each (k_ngram, k_eagle) in ``hybrid_ks``: the three hybrid configs with those mixed draft lengths
+  (vLLM PR #24344 used 5 / 3).
+
+Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos-doubled].jsonl``; spec_bench
+skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
+records each call (command, run_info, seconds and rows per config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import spec_bench as sb  # noqa: E402
+
+from hybridsd.data import default_data_dir  # noqa: E402
+from hybridsd.provenance import run_info  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
+HYBRIDS = ("ngram-eagle", "ngram-eagle3")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes of one sweep."""
+
+    ks: tuple[int, ...]
+    output_len: dict = field(default_factory=dict)  # per dataset
+    per_bin: int = 1  # code-edits prompts per 0.05 edit-norm bin
+    num_prompts: dict = field(default_factory=dict)  # editeval / mt-bench prompts
+    hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
+    datasets: tuple[str, ...] = sb.DATASETS
+
+
+PRESETS = {
+    # About 24 prompts x 54 configs x 128 tokens; about 10 minutes on 2 CPU cores (fp32).
+    "cpu-small": Preset(ks=(3, 5), output_len={"code-edits": 128, "editeval": 128, "mt-bench": 128},
+                        per_bin=1, num_prompts={"editeval": 6, "mt-bench": 6}),
+    # Sized for one 10-minute H200 call (estimated from the zoo runs' 1-1.5 ms per token, not yet timed):
+    # k 3 and 5, the PR's 5/3 hybrid, 24 code edits + 8 EditEval + 8 MT-Bench, up to 512 tokens.
+    "gpu-one-call": Preset(ks=(3, 5), output_len={"code-edits": 512, "editeval": 512, "mt-bench": 256},
+                           per_bin=2, num_prompts={"editeval": 8, "mt-bench": 8}, hybrid_ks=((5, 3),)),
+    # About 55 prompts x 111 configs, up to 1024 tokens (bf16 on CUDA): one to two hours of H200 time by the
+    # same estimate, so several calls (rerun to continue) or --datasets / --methods to trim it.
+    "gpu-full": Preset(ks=(1, 3, 5, 8), output_len={"code-edits": 1024, "editeval": 1024, "mt-bench": 768},
+                       per_bin=2, num_prompts={"editeval": 16, "mt-bench": 16}, hybrid_ks=((5, 3),)),
+}
+
+
+def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
+    """(file stem, config) for every run of the preset; ``common`` goes to every BenchConfig (device, dtype)."""
+    out = []
+
+    def add(stem, **kw):
+        out.append((stem, sb.BenchConfig(**common, **kw)))
+
+    for ds in preset.datasets:
+        base = dict(dataset_name=ds, output_len=preset.output_len[ds])
+        add(f"{ds}__none", method="none", **base)
+        add(f"{ds}__none__bos-doubled", method="none", bos_mode="doubled", **base)
+        for k in preset.ks:
+            kk = {"ngram": k, "eagle": k, "eagle3": k}
+            for m in SPEC_METHODS:
+                add(f"{ds}__{m}__k{k}", method=m, k=kk, **base)
+            add(f"{ds}__ngram-eagle-tree__k{k}", method="ngram-eagle", hybrid_policy="tree", k=kk, **base)
+            for m in ("eagle", "eagle3"):
+                add(f"{ds}__{m}__k{k}__bos-doubled", method=m, k=kk, bos_mode="doubled", **base)
+        for kn, ke in preset.hybrid_ks:
+            kk = {"ngram": kn, "eagle": ke, "eagle3": ke}
+            for m in HYBRIDS:
+                add(f"{ds}__{m}__k{kn}-{ke}", method=m, k=kk, **base)
+            add(f"{ds}__ngram-eagle-tree__k{kn}-{ke}", method="ngram-eagle", hybrid_policy="tree", k=kk, **base)
+    return out
+
+
+def select_examples(cfg: sb.BenchConfig, preset: Preset, data_dir: str) -> list:
+    """The preset's prompts for ``cfg``'s dataset (deterministic)."""
+    if cfg.dataset_name == "code-edits":
+        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin)
+    exs = sb.load_examples(cfg, data_dir, None)
+    n = min(preset.num_prompts[cfg.dataset_name], len(exs))
+    return [exs[i * len(exs) // n] for i in range(n)]
+
+
+def _manifest(path: Path, call: dict) -> None:
+    doc = json.loads(path.read_text()) if path.exists() else {"calls": []}
+    doc["calls"] = [c for c in doc["calls"] if c.get("started") != call["started"]] + [call]
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    p.add_argument("--device", default=sb.BenchConfig.device)
+    p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
+    p.add_argument("--dataset-path", default=None, help="folder with the jsonl files (default ../shared/data)")
+    p.add_argument("--datasets", nargs="+", choices=sb.DATASETS, default=None, help="only these datasets")
+    p.add_argument("--methods", nargs="+", choices=sb.METHODS, default=None, help="only these methods")
+    p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
+    p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
+    a = p.parse_args(argv)
+    preset = PRESETS[a.preset]
+    data_dir = str(a.dataset_path or default_data_dir())
+    out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
+    runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype)
+            if (a.datasets is None or c.dataset_name in a.datasets) and (a.methods is None or c.method in a.methods)]
+    examples = {}
+    for _, cfg in runs:
+        if cfg.dataset_name not in examples:
+            examples[cfg.dataset_name] = select_examples(cfg, preset, data_dir)
+    print(f"{len(runs)} configs; prompts per config: " + ", ".join(f"{d} {len(e)}" for d, e in examples.items()),
+          file=sys.stderr)
+    if a.dry_run:
+        for stem, cfg in runs:
+            print(f"{stem}.jsonl  key={cfg.key()}  k={cfg.k}  output_len={cfg.output_len}")
+        return
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    call = {"started": started, "command": "python experiments/sweep.py " + " ".join(sys.argv[1:] if argv is None
+                                                                                      else argv),
+            "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(),
+            "configs": []}
+    t_all = time.perf_counter()
+    for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0):
+        t = time.perf_counter()
+        path = out_dir / f"{stem}.jsonl"
+        n = sb.run(cfg, examples[cfg.dataset_name], path)
+        call["configs"].append({"file": path.name, "config_key": cfg.key(), "prompts": len(examples[cfg.dataset_name]),
+                                "rows_written": n, "seconds": round(time.perf_counter() - t, 2)})
+        call["seconds"] = round(time.perf_counter() - t_all, 1)
+        _manifest(out_dir / "sweep.json", call)
+    size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
+    print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+"""Saved results as pandas tables: spec_bench JSONL rows, the trace simulation, the speed benchmark.
+
+Corpus-level aggregates sum counters over rows before dividing (``sum tokens / sum passes``), never average
+per-prompt ratios. pandas is an optional dependency (``pip install -e ".[plots]"``), imported inside functions.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+EDIT_BINS = tuple(round(0.05 * i, 2) for i in range(13))  # 0.05-wide over [0, 0.6], as spec_bench --per-bin
+COARSE_BINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0)
+HYBRIDS = ("ngram-eagle", "ngram-eagle3")
+# a speculative row and a plain row compare when these agree (the config minus the drafter's settings)
+MATCH_KEYS = ("model", "dataset", "split", "bos_mode", "chat_template", "temperature", "seed", "output_len",
+              "device", "dtype", "example_id")
+MATCH_BY = ("dataset", "variant", "k", "bos_mode", "device", "dtype")
+
+
+def _paths(paths_or_globs) -> list[Path]:
+    """Files named by paths and glob patterns, in order; a glob matching nothing adds nothing."""
+    items = [paths_or_globs] if isinstance(paths_or_globs, (str, Path)) else list(paths_or_globs)
+    out: list[Path] = []
+    for item in items:
+        s = str(item)
+        if any(c in s for c in "*?["):
+            out.extend(Path(p) for p in sorted(glob.glob(s)))
+        elif Path(s).is_file():
+            out.append(Path(s))
+        else:
+            raise FileNotFoundError(f"results file {s} not found")
+    if not out:
+        raise FileNotFoundError(f"no results files match {items}")
+    return list(dict.fromkeys(out))
+
+
+def _eagle_kind(method: str) -> str | None:
+    return "eagle3" if method.endswith("eagle3") else "eagle" if method.endswith("eagle") else None
+
+
+def _k_label(method: str, kn, ke) -> str:
+    if method == "none":
+        return "-"
+    if method in HYBRIDS:
+        return str(kn) if kn == ke else f"{kn}/{ke}"
+    return str(kn if method == "ngram" else ke)
+
+
+def _flatten(r: dict, file: str, trace: bool) -> dict:
+    cfg, st, info = r["config"], r["stats"], r.get("run_info", {})
+    m = cfg["method"]
+    kd = cfg.get("k", {})
+    kn = kd.get("ngram") if m == "ngram" or m in HYBRIDS else None
+    ke = kd.get(_eagle_kind(m)) if _eagle_kind(m) else None
+    policy = cfg.get("hybrid_policy", "prefer-ngram") if m in HYBRIDS else None
+    dtype = cfg.get("dtype", "auto")
+    if dtype == "auto":  # hybridsd.zoo.load's default
+        dtype = "bf16" if str(cfg.get("device", "cpu")).startswith("cuda") else "fp32"
+    out = {
+        "file": file, "config_key": r["config_key"], "method": m, "policy": policy,
+        "variant": m + (" tree" if policy == "tree" else ""), "k": _k_label(m, kn, ke),
+        "k_ngram": kn, "k_eagle": ke, "bos_mode": cfg.get("bos_mode", "single"),
+        "temperature": cfg.get("temperature", 0.0), "output_len": cfg.get("output_len"),
+        "dataset": r.get("dataset", cfg.get("dataset_name")), "split": cfg.get("split"), "model": cfg.get("model"),
+        "seed": cfg.get("seed"), "chat_template": cfg.get("chat_template", True),
+        "device": cfg.get("device"), "dtype": dtype,
+        "setting": f"{'GPU' if str(cfg.get('device', 'cpu')).startswith('cuda') else 'CPU'} {dtype}, "
+                   f"<= {cfg.get('output_len')} tokens",
+        "example_id": r["example_id"], "ref_edit_norm": r.get("ref_edit_norm"),
+        "output_edit_norm": r.get("output_edit_norm"), "prompt_tokens": r.get("prompt_tokens"),
+        "tokens": st["num_tokens"], "passes": st["num_target_steps"], "drafts": st["num_drafts"],
+        "draft_tokens": st["num_draft_tokens"], "accepted": st["num_accepted"],
+        "accepted_per_position": list(st.get("accepted_per_position", [])),
+        "steps_by_drafter": dict(st.get("steps_by_drafter", {})),
+        "accepted_by_drafter": dict(st.get("accepted_by_drafter", {})),
+        "seq_al": st["num_tokens"] / st["num_target_steps"],
+        "precision_al": 1 + st["num_accepted"] / st["num_drafts"] if st["num_drafts"] else math.nan,
+        "tpot_ms": r.get("tpot_ms"), "wall_s": r.get("wall_s"),
+        "output_tokens": r.get("tokens"), "lossless": r.get("lossless"),
+        "run_device": info.get("device"), "commit": info.get("commit"),
+        "torch": info.get("torch"), "transformers": info.get("transformers"),
+    }
+    if trace:
+        out["trace"] = r.get("trace")
+    return out
+
+
+def load_runs(paths_or_globs, *, trace: bool = False):
+    """One row per spec_bench JSONL row of the given files (paths or glob patterns).
+
+    Columns: the config (``method``, ``policy`` (hybrids only, else missing), ``variant`` (method, plus " tree"
+    for the tree policy), ``k`` (a label: "-" for plain, "5/3" for a hybrid with k_ngram 5 and k_eagle 3),
+    ``k_ngram``, ``k_eagle``, ``bos_mode``, ``temperature``, ``output_len``, ``dataset``, ``device``,
+    ``dtype`` ("auto" resolved as the zoo loader does: bf16 on CUDA, fp32 on CPU), ``setting`` (a label such
+    as "CPU fp32, <= 128 tokens"), ...), the prompt
+    (``example_id``, ``ref_edit_norm``, ``output_edit_norm``), the counters (``tokens``, ``passes``,
+    ``drafts``, ``draft_tokens``, ``accepted``, ``accepted_per_position``, ``steps_by_drafter``), per-row
+    ``seq_al`` and ``precision_al``, ``tpot_ms``, ``output_tokens`` (None in rows that did not store them),
+    and provenance (``run_device``, ``commit``, ``torch``, ``transformers``, ``file``). ``trace=True`` adds
+    the per-step trace. A torn last line (an interrupted run) is skipped.
+    """
+    import pandas as pd
+
+    rows = []
+    for p in _paths(paths_or_globs):
+        lines = p.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    continue
+                raise
+            rows.append(_flatten(r, str(p), trace))
+    return pd.DataFrame(rows)
+
+
+def bin_edit_norm(df, bins: Sequence[float] = EDIT_BINS, column: str = "ref_edit_norm"):
+    """A copy of ``df`` with ``bin`` (ordered labels "[lo, hi)", the last bin closed; NaN outside the bins or
+    for a missing value), ``bin_lo``, ``bin_hi`` and ``bin_mid`` from ``column``, as
+    :func:`hybridsd.data.bin_index` bins."""
+    import numpy as np
+    import pandas as pd
+
+    from hybridsd.data import bin_index
+
+    edges = [float(b) for b in bins]
+    labels = _bin_labels(list(zip(edges[:-1], edges[1:])))
+    idx = bin_index(pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float), edges)
+    ok = idx >= 0
+    lo = np.where(ok, np.asarray(edges)[np.clip(idx, 0, None)], np.nan)
+    hi = np.where(ok, np.asarray(edges)[np.clip(idx + 1, 0, None)], np.nan)
+    cat = pd.Categorical.from_codes(np.where(ok, idx, -1), categories=labels, ordered=True)
+    return df.assign(bin=cat, bin_lo=lo, bin_hi=hi, bin_mid=(lo + hi) / 2)
+
+
+def _group(df, by):
+    return df.groupby(list(by), observed=True, dropna=False, sort=True)
+
+
+def corpus_al(df, by: Sequence[str] = ("dataset", "variant", "k", "bos_mode")):
+    """Corpus-level ALs per group: ``n`` rows, summed ``tokens``, ``passes``, ``drafts``, ``accepted``;
+    ``seq_al = tokens / passes`` (prefill included), ``precision_al = 1 + accepted / drafts`` (NaN without
+    drafts), ``tpot_ms`` (median over rows), ``mean_ref_edit_norm`` and ``mean_output_edit_norm``
+    (means over rows), and per-position acceptance ``r1, r2, ...`` = drafts whose i-th
+    token was accepted / drafts (NaN past the longest draft in the group), so ``precision_al = 1 + sum r_i``."""
+    import pandas as pd
+
+    width = max((len(a) for a in df["accepted_per_position"]), default=0)
+    pos = [f"_a{i + 1}" for i in range(width)]
+    wide = pd.DataFrame([list(a) + [0] * (width - len(a)) for a in df["accepted_per_position"]],
+                        index=df.index, columns=pos, dtype=float)
+    cols = ["tokens", "passes", "drafts", "accepted", "tpot_ms", "ref_edit_norm", "output_edit_norm"]
+    work = pd.concat([df[list(by)], df[cols].apply(pd.to_numeric, errors="coerce"), wide], axis=1)
+    work["_len"] = df["accepted_per_position"].map(len)
+    g = _group(work, by)
+    out = g[["tokens", "passes", "drafts", "accepted", *pos]].sum()
+    out.insert(0, "n", g.size())
+    out["seq_al"] = out.tokens / out.passes
+    drafts = out.drafts.where(out.drafts > 0)
+    out["precision_al"] = 1 + out.accepted / drafts
+    out["tpot_ms"] = g["tpot_ms"].median()
+    out["mean_ref_edit_norm"] = g["ref_edit_norm"].mean()
+    out["mean_output_edit_norm"] = g["output_edit_norm"].mean()
+    longest = g["_len"].max()
+    for i, c in enumerate(pos):
+        out[f"r{i + 1}"] = (out.pop(c) / drafts).where(longest > i)
+    return out.reset_index()
+
+
+def position_rates(df, by: Sequence[str] = ("dataset", "variant", "k", "bos_mode")):
+    """:func:`corpus_al`'s per-position acceptance in long form: ``by`` columns, ``position`` (1-based),
+    ``rate``; positions past a group's longest draft are left out."""
+    al = corpus_al(df, by)
+    cols = [c for c in al.columns if c.startswith("r") and c[1:].isdigit()]
+    long = al.melt(id_vars=list(by), value_vars=cols, var_name="position", value_name="rate")
+    long["position"] = long["position"].str[1:].astype(int)
+    return long.dropna(subset=["rate"]).sort_values([*by, "position"]).reset_index(drop=True)
+
+
+def drafter_steps(df, by: Sequence[str] = ("dataset", "variant", "k")):
+    """Verification steps by the drafter(s) that proposed them, per group: ``by`` columns, ``drafter``
+    ("none" for a step without a draft, "ngram+eagle" for a tree step with both), ``steps``, ``share`` of
+    the group's steps."""
+    import pandas as pd
+
+    recs = []
+    for key, part in _group(df, by):
+        key = key if isinstance(key, tuple) else (key,)
+        total: dict[str, int] = {}
+        for d in part["steps_by_drafter"]:
+            for name, n in d.items():
+                total[name] = total.get(name, 0) + n
+        steps = sum(total.values())
+        for name, n in sorted(total.items()):
+            recs.append({**dict(zip(by, key)), "drafter": name, "steps": n, "share": n / steps if steps else math.nan})
+    return pd.DataFrame(recs)
+
+
+def match_rows(df, keys: Sequence[str] = MATCH_KEYS):
+    """Speculative rows beside the plain run (method "none") of the same prompt and config (``keys``):
+    ``same`` says whether the outputs are equal, ``compared_by`` how it was decided: "tokens" when both
+    rows stored their output tokens, else "length+edit_norm" (output length and output edit norm against
+    the input, a weaker proxy for rows written before tokens were stored). Rows without a plain partner are
+    left out."""
+    import numpy as np
+
+    keys = list(keys)
+    plain = df[df.method == "none"].drop_duplicates(keys)[keys + ["output_tokens", "tokens", "output_edit_norm"]]
+    m = df[df.method != "none"].merge(plain, on=keys, how="inner", suffixes=("", "_plain"))
+    by_tokens = m.output_tokens.map(lambda t: isinstance(t, list)) & m.output_tokens_plain.map(
+        lambda t: isinstance(t, list))
+    same_tokens = [a == b for a, b in zip(m.output_tokens, m.output_tokens_plain)]
+    e, ep = m.output_edit_norm.astype(float), m.output_edit_norm_plain.astype(float)
+    same_proxy = (m.tokens == m.tokens_plain) & (np.isclose(e, ep) | (e.isna() & ep.isna()))
+    return m.assign(same=np.where(by_tokens, same_tokens, same_proxy).astype(bool),
+                    compared_by=np.where(by_tokens, "tokens", "length+edit_norm"))
+
+
+def match_rate(df, by: Sequence[str] = MATCH_BY, keys: Sequence[str] = MATCH_KEYS):
+    """Share of prompts whose output equals the plain run's (see :func:`match_rows`), per group: ``n``
+    prompts compared, ``n_same``, ``match_rate``, ``compared_by`` ("tokens", "length+edit_norm" or "mixed")."""
+    m = match_rows(df, keys)
+    g = _group(m, by)
+    out = g["same"].agg(n="size", n_same="sum")
+    out["match_rate"] = out.n_same / out.n
+    out["compared_by"] = g["compared_by"].agg(lambda s: s.iloc[0] if s.nunique() == 1 else "mixed")
+    return out.reset_index()
+
+
+def bos_pairs(df):
+    """Prompts run with single and with doubled BOS under an otherwise equal config, one row each: the config
+    and prompt columns, ``tokens``, ``passes``, ``drafts``, ``accepted``, ``seq_al``, ``output_tokens`` with
+    suffixes ``_single`` / ``_doubled``, and ``same_output`` (whether the outputs are equal; None when a side
+    stored no tokens)."""
+    keys = [c for c in MATCH_KEYS if c != "bos_mode"] + ["method", "variant", "k", "setting"]
+    vals = ["tokens", "passes", "drafts", "accepted", "seq_al", "output_tokens"]
+    single = df[df.bos_mode == "single"].drop_duplicates(keys)[keys + vals]
+    doubled = df[df.bos_mode == "doubled"].drop_duplicates(keys)[keys + vals]
+    m = single.merge(doubled, on=keys, suffixes=("_single", "_doubled"))
+    same = [a == b if isinstance(a, list) and isinstance(b, list) else None
+            for a, b in zip(m.output_tokens_single, m.output_tokens_doubled)]
+    return m.assign(same_output=_objects(same, m.index))
+
+
+def _objects(values, index):
+    """A Series of Python objects (keeps None and bools as they are)."""
+    import pandas as pd
+
+    return pd.Series(values, index=index, dtype=object)
+
+
+def compare_bos(df, by: Sequence[str] = ("dataset", "variant", "k", "setting"), same_output_only: bool = False):
+    """Corpus ALs with single vs doubled BOS per group, over the prompts run both ways (:func:`bos_pairs`):
+    ``n`` prompts, ``n_same_output``, ``seq_al_single``, ``seq_al_doubled``, ``precision_al_single``,
+    ``precision_al_doubled``, and the losses ``seq_loss = single - doubled``, ``seq_loss_rel = seq_loss /
+    single`` (same for precision). ``same_output_only``: only prompts whose output the doubled BOS left
+    unchanged, so both ALs are measured on the same text."""
+    import pandas as pd
+
+    p = bos_pairs(df)
+    if same_output_only:
+        p = p[p.same_output.map(lambda v: v is True)]
+    g = _group(p.assign(_same=p.same_output.map(lambda v: v is True)), by)
+    sums = g[[f"{c}_{m}" for c in ("tokens", "passes", "drafts", "accepted") for m in ("single", "doubled")]].sum()
+    out = pd.DataFrame({"n": g.size(), "n_same_output": g["_same"].sum()})
+    for m in ("single", "doubled"):
+        out[f"seq_al_{m}"] = sums[f"tokens_{m}"] / sums[f"passes_{m}"]
+        drafts = sums[f"drafts_{m}"].where(sums[f"drafts_{m}"] > 0)
+        out[f"precision_al_{m}"] = 1 + sums[f"accepted_{m}"] / drafts
+    for m in ("seq", "precision"):
+        out[f"{m}_loss"] = out[f"{m}_al_single"] - out[f"{m}_al_doubled"]
+        out[f"{m}_loss_rel"] = out[f"{m}_loss"] / out[f"{m}_al_single"]
+    return out.reset_index()
+
+
+def bos_output_match(df, by: Sequence[str] = ("dataset", "variant", "k")):
+    """Does a doubled BOS change the output? Per group: ``n`` prompts run with both BOS modes (same config
+    otherwise) and both outputs stored, ``n_same`` whose output tokens are equal, ``share``."""
+    p = bos_pairs(df)
+    p = p[p.same_output.notna()].assign(same=lambda d: d.same_output.astype(bool))
+    out = _group(p, by)["same"].agg(n="size", n_same="sum")
+    out["share"] = out.n_same / out.n
+    return out.reset_index()
+
+
+def provenance(df):
+    """Where each file's rows were made: file, run device, dtype, commit, torch, transformers, rows."""
+    cols = ["file", "run_device", "dtype", "commit", "torch", "transformers"]
+    return _group(df, cols).size().rename("rows").reset_index()
+
+
+def _bin_labels(edges: Sequence[Sequence[float]]) -> list[str]:
+    return [f"[{a:.2f}, {b:.2f}{']' if i == len(edges) - 1 else ')'}" for i, (a, b) in enumerate(edges)]
+
+
+def load_simulation(path: str | Path) -> dict:
+    """``experiments/simulate_al.json`` as tables: ``bins`` (split, bin, bin_lo, bin_hi, n, mean_e,
+    mean_tokens, policy, al (corpus), al_mean, precision_al), ``predictions`` (held-out half: policy, model,
+    bin, mean_e, measured, predicted, error = predicted - measured), ``errors`` (policy, model, mae, rmse,
+    max_abs, mean_rel, n, params), and ``run_info``, ``config``, ``models`` (descriptions) as stored."""
+    import pandas as pd
+
+    doc = json.loads(Path(path).read_text())
+    edges = doc["bins"]
+    labels = _bin_labels(edges)
+    nan = lambda v: math.nan if v is None else v  # noqa: E731
+    bins, preds, errs = [], [], []
+    policies = [k[: -len("_al_mean")] for k in doc["tables"]["all"] if k.endswith("_al_mean")]
+    for split, t in doc["tables"].items():
+        for b, lab in enumerate(labels):
+            for p in policies:
+                bins.append({"split": split, "bin": lab, "bin_lo": edges[b][0], "bin_hi": edges[b][1],
+                             "n": t["n"][b], "mean_e": nan(t["mean_e"][b]), "mean_tokens": nan(t["mean_tokens"][b]),
+                             "policy": p, "al": nan(t[f"{p}_al"][b]), "al_mean": nan(t[f"{p}_al_mean"][b]),
+                             "precision_al": nan(t[f"{p}_precision_al"][b])})
+    test = doc["tables"]["test"]
+    for p, models in doc["test_predictions"].items():
+        for model, values in models.items():
+            for b, lab in enumerate(labels):
+                meas, pred = nan(test[f"{p}_al"][b]), nan(values[b])
+                preds.append({"policy": p, "model": model, "bin": lab, "bin_lo": edges[b][0],
+                              "mean_e": nan(test["mean_e"][b]), "n": test["n"][b], "measured": meas,
+                              "predicted": pred, "error": pred - meas})
+            fit = doc["fits"][p][model]
+            errs.append({"policy": p, "model": model, **doc["test_errors"][p][model],
+                         "params": ", ".join(f"{k}={v:.3g}" for k, v in fit["params"].items())})
+    cat = lambda s: pd.Categorical(s, categories=labels, ordered=True)  # noqa: E731
+    bins_df, preds_df = pd.DataFrame(bins), pd.DataFrame(preds)
+    bins_df["bin"], preds_df["bin"] = cat(bins_df["bin"]), cat(preds_df["bin"])
+    return {"bins": bins_df, "predictions": preds_df, "errors": pd.DataFrame(errs),
+            "run_info": doc["run_info"], "config": doc["config"], "models": doc["models"]}
+
+
+_SPEED_IMPL = {"hf_eager": "HF eager", "hf_static_compiled": "HF static cache + compile", "eager": "eager",
+               "graph": "CUDA graph", "graph_compiled": "CUDA graph + compile"}
+
+
+def _speed_name(name: str) -> tuple[str, str, int | None]:
+    """(impl, layout, block) of a bench_speed entry: "hf_eager_decode" -> ("HF eager", "decode", 1),
+    "graph_chain_q4" -> ("CUDA graph", "chain", 4), "hf_static_compiled_q8" -> (..., "chain", 8)."""
+    if name == "hf_eager_decode":
+        return "HF eager", "decode", 1
+    m = re.fullmatch(r"(.+?)_(?:(chain|tree)_)?q(\d+)", name)
+    if not m:
+        return name, "", None
+    impl, layout, q = m.groups()
+    return _SPEED_IMPL.get(impl, impl), layout or "chain", int(q)
+
+
+def load_speed(path: str | Path):
+    """``experiments/bench_speed.json``'s per-context step times in long form: context, name, impl ("HF eager",
+    "eager", "CUDA graph", ...), layout ("decode", "chain", "tree"), block (tokens per pass), ms, x_floor
+    (ms / floor_ms), floor_ms, error (the text stored instead of a time when a variant failed, else None),
+    device, commit."""
+    import pandas as pd
+
+    doc = json.loads(Path(path).read_text())
+    floor = doc["floor_ms"]
+    rows = []
+    for ctx, times in doc["contexts"].items():
+        for name, value in times.items():
+            impl, layout, q = _speed_name(name)
+            ms = float(value) if isinstance(value, (int, float)) else math.nan
+            rows.append({"context": int(ctx), "name": name, "impl": impl, "layout": layout, "block": q, "ms": ms,
+                         "x_floor": ms / floor, "floor_ms": floor, "error": None if ms == ms else str(value),
+                         "device": doc["run_info"]["device"], "commit": doc["run_info"]["commit"]})
+    return pd.DataFrame(rows)
+

@@ -1,0 +1,225 @@
+"""hybridsd.results on small hand-written spec_bench rows: loading, corpus ALs, bins, match rates."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pd = pytest.importorskip("pandas")
+
+from hybridsd import results  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def row(method, example_id, tokens, passes, drafts=0, accepted=0, app=(), *, k=None, policy="prefer-ngram",
+        bos="single", ref=0.1, out_e=0.2, output=None, steps=None, device="cpu", dataset="code-edits"):
+    """One spec_bench row with just the fields hybridsd.results reads."""
+    r = {
+        "config_key": f"{method}-{policy}-{bos}-{k}", "example_id": example_id, "dataset": dataset,
+        "ref_edit_norm": ref, "prompt_tokens": 50, "output_edit_norm": out_e,
+        "stats": {"num_tokens": tokens, "num_target_steps": passes, "num_drafts": drafts,
+                  "num_draft_tokens": drafts * 3, "num_accepted": accepted, "accepted_per_position": list(app),
+                  "steps_by_drafter": steps or {"none": passes - 1}, "accepted_by_drafter": {}},
+        "trace": [], "wall_s": 0.1 * tokens, "tpot_ms": 100.0,
+        "config": {"method": method, "model": "tiny-coder", "k": k or {"ngram": 5, "eagle": 3, "eagle3": 3},
+                   "hybrid_policy": policy, "dataset_name": dataset, "split": "eval", "output_len": 64,
+                   "temperature": 0.0, "seed": 0, "chat_template": True, "bos_mode": bos, "device": device,
+                   "dtype": "auto"},
+        "run_info": {"device": "cpu (x86_64, 2 threads)", "commit": "abc123", "torch": "2.13.0",
+                     "transformers": "5.24.0"},
+    }
+    if output is not None:
+        r["tokens"] = output
+    return r
+
+
+def write(path: Path, rows, torn: bool = False) -> Path:
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(text + ('{"config_key": "x", "exa' if torn else ""))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Plain, n-gram, a tree hybrid with mixed k, and a doubled-BOS EAGLE run over two prompts."""
+    write(tmp_path / "a.jsonl", [
+        row("none", "p1", 10, 10, output=[1, 2, 3]),
+        row("none", "p2", 20, 20, ref=0.3, output=[4, 5]),
+        row("ngram", "p1", 10, 4, drafts=3, accepted=6, app=[3, 2, 1], output=[1, 2, 3],
+            steps={"none": 0, "ngram": 3}),
+        row("ngram", "p2", 20, 6, drafts=5, accepted=10, app=[5, 3, 2], ref=0.3, output=[4, 6],
+            steps={"ngram": 5}),
+    ], torn=True)
+    write(tmp_path / "b.jsonl", [
+        row("ngram-eagle", "p1", 12, 4, drafts=3, accepted=7, app=[3, 2, 1, 1], policy="tree",
+            k={"ngram": 5, "eagle": 3, "eagle3": 3}, steps={"ngram+eagle": 2, "eagle": 1}),
+        row("eagle", "p1", 9, 5, drafts=4, accepted=4, app=[3, 1], bos="doubled", k={"ngram": 3, "eagle": 3,
+                                                                                       "eagle3": 3}),
+    ])
+    return tmp_path
+
+
+def test_load_runs_flattens_config_counters_and_provenance(runs):
+    df = results.load_runs(str(runs / "*.jsonl"))
+    assert len(df) == 6  # the torn last line of a.jsonl is skipped
+    ng = df[(df.method == "ngram") & (df.example_id == "p1")].iloc[0]
+    assert (ng.k, ng.k_ngram, ng.variant) == ("5", 5, "ngram") and pd.isna(ng.policy)
+    assert (ng.tokens, ng.passes, ng.drafts, ng.accepted) == (10, 4, 3, 6)
+    assert ng.seq_al == 2.5 and ng.precision_al == 3.0
+    assert ng.output_tokens == [1, 2, 3] and ng["dtype"] == "fp32" and ng.commit == "abc123"
+    tree = df[df.method == "ngram-eagle"].iloc[0]
+    assert (tree.variant, tree.policy, tree.k, tree.k_ngram, tree.k_eagle) == ("ngram-eagle tree", "tree", "5/3", 5, 3)
+    assert tree.output_tokens is None
+    eagle = df[df.method == "eagle"].iloc[0]
+    assert (eagle.k, eagle.bos_mode, eagle.k_eagle) == ("3", "doubled", 3) and pd.isna(eagle.k_ngram)
+    plain = df[df.method == "none"].iloc[0]
+    assert plain.k == "-" and math.isnan(plain.precision_al)
+
+
+def test_load_runs_names_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        results.load_runs(tmp_path / "nope.jsonl")
+    with pytest.raises(FileNotFoundError):
+        results.load_runs(str(tmp_path / "*.jsonl"))
+
+
+def test_corpus_al_sums_counters_before_dividing(runs):
+    df = results.load_runs(str(runs / "*.jsonl"))
+    al = results.corpus_al(df, by=["variant", "bos_mode"]).set_index("variant")
+    ng = al.loc["ngram"]
+    assert ng.n == 2 and ng.tokens == 30 and ng.passes == 10
+    assert ng.seq_al == 3.0  # 30 / 10, not the mean of 2.5 and 3.33
+    assert ng.precision_al == 3.0  # 1 + 16 / 8
+    assert (ng.r1, ng.r2, ng.r3) == (1.0, 0.625, 0.375)  # [8, 5, 3] / 8
+    assert math.isnan(ng.r4)  # no n-gram draft was longer than 3
+    assert ng.precision_al == pytest.approx(1 + ng.r1 + ng.r2 + ng.r3)
+    assert math.isnan(al.loc["none"].precision_al) and math.isnan(al.loc["none"].r1)
+    assert al.loc["ngram-eagle tree"].r4 == pytest.approx(1 / 3)
+    assert al.loc["eagle"].seq_al == 9 / 5
+
+
+def test_corpus_al_keeps_groups_with_missing_keys(runs):
+    df = results.load_runs(str(runs / "*.jsonl"))
+    al = results.corpus_al(df, by=["policy"])
+    assert len(al) == 2  # None (plain, ngram, eagle) and "tree"
+    assert al.n.sum() == 6
+
+
+def test_position_rates_long_form(runs):
+    df = results.load_runs(str(runs / "*.jsonl"))
+    pr = results.position_rates(df[df.method == "ngram"], by=["variant"])
+    assert pr.position.tolist() == [1, 2, 3] and pr.rate.tolist() == [1.0, 0.625, 0.375]
+
+
+def test_bin_edit_norm_edges_and_outside_values():
+    df = pd.DataFrame({"e": [0.0, 0.05, 0.6, 0.7, None]})
+    out = results.bin_edit_norm(df, column="e")
+    assert out.bin.astype(str).tolist()[:3] == ["[0.00, 0.05)", "[0.05, 0.10)", "[0.55, 0.60]"]
+    assert out.bin.isna().tolist() == [False, False, False, True, True]
+    assert out.bin_mid.tolist()[:3] == pytest.approx([0.025, 0.075, 0.575])
+    coarse = results.bin_edit_norm(df, bins=results.COARSE_BINS, column="e")
+    assert coarse.bin.astype(str).tolist()[3] == "[0.60, 1.00]"
+
+
+def test_drafter_steps_shares(runs):
+    df = results.load_runs(str(runs / "*.jsonl"))
+    st = results.drafter_steps(df[df.method == "ngram"], by=["variant"])
+    assert st.set_index("drafter").steps.to_dict() == {"ngram": 8, "none": 0}
+    assert st.set_index("drafter").share["ngram"] == 1.0
+
+
+def test_match_rate_compares_tokens_and_says_how(runs):
+    df = results.load_runs(str(runs / "*.jsonl"))
+    mr = results.match_rate(df, by=["variant", "bos_mode"]).set_index("variant")
+    # n-gram: p1 equal, p2 differs (tokens [4, 6] vs [4, 5])
+    assert (mr.loc["ngram"].n, mr.loc["ngram"].n_same, mr.loc["ngram"].match_rate) == (2, 1, 0.5)
+    assert mr.loc["ngram"].compared_by == "tokens"
+    # the tree run stored no tokens: length (12 vs 10) and edit norm decide, and the column says so
+    assert mr.loc["ngram-eagle tree"].compared_by == "length+edit_norm"
+    assert mr.loc["ngram-eagle tree"].n_same == 0
+    assert "eagle" not in mr.index  # doubled BOS has no doubled plain run to compare with
+
+
+def test_match_rate_proxy_counts_equal_length_and_edit_norm(tmp_path):
+    write(tmp_path / "c.jsonl", [row("none", "p1", 10, 10, out_e=0.25), row("ngram", "p1", 10, 3, out_e=0.25),
+                                 row("none", "p2", 10, 10, out_e=0.25), row("ngram", "p2", 10, 3, out_e=0.5)])
+    mr = results.match_rate(results.load_runs(tmp_path / "c.jsonl"), by=["variant"])
+    assert mr.iloc[0].to_dict() == {"variant": "ngram", "n": 2, "n_same": 1, "match_rate": 0.5,
+                                    "compared_by": "length+edit_norm"}
+
+
+def test_bos_output_match_pairs_single_and_doubled(tmp_path):
+    write(tmp_path / "d.jsonl", [row("none", "p1", 3, 3, output=[1, 2, 3]), row("none", "p1", 3, 3, bos="doubled",
+                                                                            output=[1, 2, 3]),
+                                 row("none", "p2", 2, 2, output=[4, 5]), row("none", "p2", 2, 2, bos="doubled",
+                                                                          output=[4, 9]),
+                                 row("none", "p3", 2, 2, output=[7, 7])])  # no doubled partner
+    out = results.bos_output_match(results.load_runs(tmp_path / "d.jsonl"), by=["variant"])
+    assert out.iloc[0].to_dict() == {"variant": "none", "n": 2, "n_same": 1, "share": 0.5}
+
+
+def test_compare_bos_sums_counters_over_paired_prompts(tmp_path):
+    e = {"k": {"ngram": 3, "eagle": 3, "eagle3": 3}}
+    write(tmp_path / "e.jsonl", [
+        row("eagle", "p1", 12, 4, drafts=3, accepted=8, app=[3, 3, 2], output=[1], **e),
+        row("eagle", "p1", 12, 6, drafts=5, accepted=6, app=[3, 2, 1], bos="doubled", output=[1], **e),
+        row("eagle", "p2", 8, 4, drafts=3, accepted=4, app=[2, 1, 1], output=[2], **e),
+        row("eagle", "p2", 8, 2, drafts=1, accepted=6, app=[1, 1, 1], bos="doubled", output=[3], **e),
+        row("eagle", "p3", 5, 5, output=[4], **e),  # no doubled partner: left out
+    ])
+    df = results.load_runs(tmp_path / "e.jsonl")
+    c = results.compare_bos(df, by=["variant"]).iloc[0]
+    assert (c.n, c.n_same_output) == (2, 1)
+    assert (c.seq_al_single, c.seq_al_doubled, c.seq_loss) == (20 / 8, 20 / 8, 0.0)
+    assert (c.precision_al_single, c.precision_al_doubled) == (1 + 12 / 6, 1 + 12 / 6)
+    same = results.compare_bos(df, by=["variant"], same_output_only=True).iloc[0]
+    assert (same.n, same.seq_al_single, same.seq_al_doubled) == (1, 3.0, 2.0)
+    assert same.seq_loss == 1.0 and same.seq_loss_rel == pytest.approx(1 / 3)
+
+
+def test_load_speed_long_form(tmp_path):
+    doc = {"run_info": {"device": "GPU", "commit": "c"}, "floor_ms": 4.0,
+           "contexts": {"512": {"hf_eager_decode": 20.0, "graph_chain_q4": 8.0, "eager_tree_q9": 22.0,
+                                "graph_compiled_chain_q9": 6.0, "hf_static_compiled_q8": "RuntimeError: boom"}}}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    sp = results.load_speed(tmp_path / "s.json").set_index("name")
+    assert sp.loc["hf_eager_decode", ["impl", "layout", "block"]].tolist() == ["HF eager", "decode", 1]
+    assert sp.loc["graph_chain_q4", ["impl", "layout", "block", "x_floor"]].tolist() == ["CUDA graph", "chain", 4, 2.0]
+    assert sp.loc["eager_tree_q9", "context"] == 512
+    compiled = sp.loc["graph_compiled_chain_q9", ["impl", "layout", "block"]].tolist()
+    assert compiled == ["CUDA graph + compile", "chain", 9]
+    failed = sp.loc["hf_static_compiled_q8"]
+    assert math.isnan(failed.ms) and failed.error == "RuntimeError: boom" and failed.block == 8
+    assert sp.error.isna().sum() == 4
+
+
+def test_load_simulation_tables(tmp_path):
+    t = {"n": [3, 0], "mean_e": [0.02, None], "mean_tokens": [100.0, None], "ngram_al": [4.0, None],
+         "ngram_al_mean": [3.9, None], "ngram_precision_al": [4.5, None]}
+    doc = {"run_info": {"device": "cpu"}, "config": {}, "models": {}, "bins": [[0.0, 0.05], [0.05, 0.1]],
+           "tables": {"all": t, "fit": t, "test": t},
+           "test_predictions": {"ngram": {"harmonic_pr": [4.5, None]}},
+           "test_errors": {"ngram": {"harmonic_pr": {"mae": 0.5, "rmse": 0.5, "max_abs": 0.5, "mean_rel": 0.125,
+                                                     "n": 1}}},
+           "fits": {"ngram": {"harmonic_pr": {"params": {"al_ngram": 4.0}}}}}
+    (tmp_path / "sim.json").write_text(json.dumps(doc))
+    sim = results.load_simulation(tmp_path / "sim.json")
+    assert len(sim["bins"]) == 6 and sim["bins"].bin.astype(str).iloc[0] == "[0.00, 0.05)"
+    p = sim["predictions"].iloc[0]
+    assert (p.measured, p.predicted, p.error) == (4.0, 4.5, 0.5)
+    assert math.isnan(sim["predictions"].iloc[1].predicted)
+    assert sim["errors"].iloc[0].params == "al_ngram=4" and sim["errors"].iloc[0].mae == 0.5
+
+
+def test_summarize_runs_cli_prints_corpus_al(runs):
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "summarize_runs.py"), str(runs / "a.jsonl")],
+                         capture_output=True, text=True, check=True).stdout
+    ngram_line = next(line.split() for line in out.splitlines() if line.split()[1:3] == ["ngram", "5"])
+    assert ngram_line[5:8] == ["2", "3.0", "3.0"]  # n, seq AL, precision AL
+    assert "match rate" in out
