@@ -12,15 +12,6 @@ from hybridsd.eagle.model import EagleHead
 V, H, L = 97, 64, 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Two shared cores: intra-op threads only add contention for these tiny ops."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def make_target(seed=0, sharpen=25.0):
     """Tiny random Llama; ``sharpen`` scales lm_head so its next-token distributions are peaked, as a trained LM's."""
     torch.manual_seed(seed)
