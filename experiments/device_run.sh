@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU-machine call: run the named stages in order, each under its own time limit, logs and results to $OUT.
+#
+#   bash experiments/device_run.sh COMMIT tests heads3 speed sweep
+#
+# COMMIT is recorded in every results file (the copied working tree has no .git). Stages:
+#   tests   tests/test_cuda.py (CUDA graphs, compile, lossless fp32 on GPU, bf16 match rate)
+#   heads3  retrain the EAGLE-3 head with the full vocabulary as draft vocabulary (-> $OUT/heads/eagle3)
+#   speed   experiments/bench_speed.py (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
+#   sweep   experiments/sweep.py --preset gpu-one-call (-> $OUT/sweeps)
+# Expects .whl/ (rapidfuzz for Python 3.12) and .cache/code_edits_dev.jsonl.gz carried along.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 HYBRIDSD_COMMIT="$1"
+shift
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/d
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=/tmp/d
+gunzip -c .cache/code_edits_dev.jsonl.gz > /tmp/d/code_edits_dev.jsonl
+for f in mt_bench editeval; do [ -f .cache/$f.jsonl.gz ] && gunzip -c .cache/$f.jsonl.gz > /tmp/d/$f.jsonl; done
+log="$OUT/run.log"
+for stage in "$@"; do
+  echo "== $stage $(date +%T)" | tee -a "$log"
+  case $stage in
+    tests)  timeout 150 python3 -m pytest -q -p no:cacheprovider -rA tests/test_cuda.py 2>&1 | tail -30 | tee -a "$log" ;;
+    heads3) timeout 280 python3 experiments/train_heads.py --data /tmp/d --out "$OUT/heads" --kinds eagle3 \
+              --draft-vocab 10240 --ttt-steps 3 --gen-seconds 25 --gen-batch 64 --max-new 512 \
+              --seconds-per-head 150 2>&1 | grep -vE "step [0-9]+ loss" | tee -a "$log" ;;
+    speed)  timeout 300 python3 experiments/bench_speed.py --out "$OUT/bench_speed.json" 2>&1 | tail -60 | tee -a "$log" ;;
+    sweep)  timeout 420 python3 experiments/sweep.py --preset gpu-one-call --out-dir "$OUT/sweeps" 2>&1 \
+              | tail -5 | tee -a "$log" ;;
+    *) echo "unknown stage $stage" | tee -a "$log" ;;
+  esac
+done
