@@ -8,7 +8,10 @@
 #   heads3  retrain the EAGLE-3 head with the full vocabulary as draft vocabulary (-> $OUT/heads/eagle3)
 #   speed   experiments/bench_speed.py (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
 #   sweep   experiments/sweep.py --preset gpu-one-call (-> $OUT/sweeps)
-# Expects .whl/ (rapidfuzz for Python 3.12) and .cache/code_edits_dev.jsonl.gz carried along.
+# Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
+#   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
+#   echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl rapidfuzz==3.14.6
 set -uo pipefail
 export PYTHONUNBUFFERED=1 HYBRIDSD_COMMIT="$1"
 shift
