@@ -102,16 +102,18 @@ def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int
     # One draw per possible step (at most n - 1 steps), made up front: the same seed gives the same draws.
     eagle = (rng.choice(config.k_eagle + 1, size=n, p=config.eagle_accept_probs())
              if config.uses_eagle else None)
-    k_e = config.k_eagle
     pos, step = 1, 0
     while pos < n:
         left = n - pos
-        draft = (ngram_propose(full[: n_prompt + pos], config.min_n, config.max_n, config.k_ngram)
-                 if config.uses_ngram else np.empty(0, dtype=np.int64))
+        budget = left - 1  # as the engine: drafts leave room for the target's own token, none at the last step
+        k_e = min(config.k_eagle, budget)
+        draft = (ngram_propose(full[: n_prompt + pos], config.min_n, config.max_n, min(config.k_ngram, budget))
+                 if config.uses_ngram and budget > 0 else np.empty(0, dtype=np.int64))
         k_n = draft.size
         a_n = _matched(draft, ref, pos) if k_n else 0
-        use_eagle = config.policy == "eagle" or config.policy == "tree" or (config.uses_eagle and not k_n)
-        a_e = min(int(eagle[step]), left) if use_eagle else 0
+        use_eagle = budget > 0 and (config.policy == "eagle" or config.policy == "tree"
+                                    or (config.uses_eagle and not k_n))
+        a_e = min(int(eagle[step]), k_e) if use_eagle else 0
         if config.policy == "tree" and k_n:
             proposed: tuple[str, ...] = ("ngram", "eagle")
             if a_n >= a_e and a_n > 0:
@@ -129,7 +131,7 @@ def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int
             src = "ngram" if acc else None
         else:
             proposed, drafted, acc, src, fed = (), 0, 0, None, 0
-        emitted = min(acc + 1, left)
+        emitted = acc + 1  # acc <= budget = left - 1
         stats.record_step(StepRecord(proposed=proposed, drafted=drafted, accepted=acc, emitted=emitted,
                                      source=src, tree_tokens=fed))
         pos += emitted

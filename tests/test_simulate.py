@@ -25,8 +25,8 @@ def test_ngram_hand_computed_copy():
     stats = simulate(prompt, prompt, SimConfig(policy="ngram", k_ngram=3))
     stats.check()
     # prefill emits 1; [12, 1] never occurred, so no draft: emit 2; [1, 2] matches: draft 3 4 5, all accepted
-    # + 6; [2..6] matches: 7 8 9 + 10; then draft 11 12 <1>: 11 and 12 accepted, the reference ends.
-    assert _trace(stats) == [(0, 0, 1), (3, 3, 4), (3, 3, 4), (3, 2, 2)]
+    # + 6; [2..6] matches: 7 8 9 + 10; two tokens are left, so the draft is cut to one (11), accepted, + 12.
+    assert _trace(stats) == [(0, 0, 1), (3, 3, 4), (3, 3, 4), (1, 1, 2)]
     assert (stats.num_tokens, stats.num_target_steps) == (12, 5)
     assert [t.source for t in stats.trace] == [None, "ngram", "ngram", "ngram"]
 
@@ -101,11 +101,12 @@ def test_counters_hold_for_any_trace(prompt, ref, policy, k_ngram, k_eagle, min_
     stats.check()
     assert stats.num_tokens == len(ref)
     assert stats.num_sequences == 1
-    for t in stats.trace:
-        assert t.emitted >= 1
+    for i, t in enumerate(stats.trace):
+        last = i == len(stats.trace) - 1
+        assert t.emitted == t.accepted + 1  # drafts never run past the reference's end (as in the engine)
         assert set(t.proposed) <= {"ngram", "eagle"}
         assert policy != "ngram" or t.drafted <= k_ngram
-        assert policy != "eagle" or t.proposed == ("eagle",)
+        assert policy != "eagle" or t.proposed == ("eagle",) or (last and t.emitted == 1)
     truncated = sum(1 for t in stats.trace if t.emitted == t.accepted)
     if stats.trace:
         assert normalized_al_exact(stats.precision_al, num_steps=len(stats.trace), num_drafts=stats.num_drafts,
@@ -166,3 +167,25 @@ def test_config_extras():
     cfg = SimConfig(eagle_rates=[0.6, 0.3, 0.1])
     assert cfg.eagle_rates == (0.6, 0.3, 0.1)
     assert cfg.eagle_accept_probs() == pytest.approx([0.4, 0.3, 0.2, 0.1])
+
+
+def test_simulation_reproduces_the_engine_exactly():
+    """n-gram alone: replaying the engine's own greedy output gives the engine's exact counters, step by step."""
+    import torch
+
+    from conftest import prompts, tiny_target
+    from hybridsd.drafters.ngram import NgramDrafter
+    from hybridsd.generate import generate
+    from hybridsd.simulate import SimConfig, simulate
+
+    model = tiny_target("llama", seed=4)
+    for ids in prompts(6, seed=9):
+        for k, lo, hi in ((5, 2, 5), (3, 1, 3), (1, 1, 1)):
+            res = generate(model, ids, drafter=NgramDrafter(k=k, min_n=lo, max_n=hi), max_new_tokens=48,
+                           eos_token_id=[])
+            sim = simulate(ids.tolist(), res.tokens, SimConfig(policy="ngram", k_ngram=k, min_n=lo, max_n=hi))
+            assert sim.num_target_steps == res.stats.num_target_steps
+            assert [(s.drafted, s.accepted, s.emitted) for s in sim.trace] == \
+                   [(s.drafted, s.accepted, s.emitted) for s in res.stats.trace]
+            assert sim.accepted_per_position == res.stats.accepted_per_position
+    assert torch.is_tensor(ids)
