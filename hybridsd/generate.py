@@ -145,7 +145,8 @@ def generate(
         if drafter is not None and budget > 0:
             request = ProposeRequest(context[: start + 1], budget, device, temperature, generator)
             branches = [_clip(d, budget) for d in drafter.propose(request) if len(d) > 0]
-        j, n, new, last, committed = _verify_step(target, last, start, branches, layers, temperature, generator)
+        j, n, new, new_dev, committed = _verify_step(target, last, start, branches, layers, temperature, generator)
+        last = new_dev[-1:]  # [1] on device
         kept = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))  # EOS ends the sequence
         out.extend(new[:kept])
         context[start + 1 : start + 1 + kept] = new[:kept]
@@ -160,7 +161,7 @@ def generate(
             tree_tokens=sum(len(b) for b in branches),
         ))
         if drafter is not None:
-            drafter.observe(committed, torch.tensor(new, device=device))
+            drafter.observe(committed, new_dev)
         start += n + 1
     return GenerateResult(out, stats)
 
@@ -176,8 +177,8 @@ def _clip(draft: Draft, budget: int) -> Draft:
 def _verify_step(target: Target, last, start, branches, layers, temperature, generator):
     """One target pass over the newest token and the draft branches; commits the accepted branch's cache.
 
-    Returns ``(branch, n_accepted, new_tokens, next_last, committed_hidden)``: ``new_tokens``
-    (host list, ``n + 1``) are the accepted draft tokens and the target's own token;
+    Returns ``(branch, n_accepted, new_tokens, new_tokens_on_device, committed_hidden)``: ``new_tokens``
+    (host list and ``[n + 1]`` device tensor) are the accepted draft tokens and the target's own token;
     ``committed_hidden`` (``[n + 1, ...]`` or None) are the target states at the committed positions.
     """
     if not branches:
@@ -204,7 +205,6 @@ def _verify_step(target: Target, last, start, branches, layers, temperature, gen
         target.kv.move(torch.arange(start + o, start + o + n, device=dev),
                        torch.arange(start + 1, start + 1 + n, device=dev))
     committed = None
-    if hidden is not None:
-        rows = torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(o, o + n)]).to(target.device)
-        committed = hidden.index_select(0, rows)  # [n+1, len*H]
-    return j, n, packed[2 : 3 + n], toks[n : n + 1], committed
+    if hidden is not None:  # the root and the accepted branch's rows; a copy, as graph outputs are reused
+        committed = torch.cat([hidden[:1], hidden[o : o + n]])  # [n+1, len*H]
+    return j, n, packed[2 : 3 + n], toks[: n + 1], committed

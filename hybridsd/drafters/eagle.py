@@ -93,8 +93,8 @@ class EagleDrafter(Drafter):
     def _catch_up(self, n: int) -> None:
         """Run all queued pairs through the head in one forward and commit them."""
         head = self.head
-        hidden = torch.cat([h for h, _ in self._pending]) if len(self._pending) > 1 else self._pending[0][0]
-        toks = torch.cat([t for _, t in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
+        hidden = torch.cat([h for h, _ in self._pending])  # [m, F]
+        toks = torch.cat([t for _, t in self._pending])  # [m]
         self._pending = []
         dev = head.fc.weight.device
         p, m = self.committed, hidden.shape[0]
