@@ -105,37 +105,41 @@ def hf_generate_ms_per_token(model, ids: torch.Tensor, n: int, **kw) -> float:
 
 @torch.inference_mode()
 def eagle_draft_ms(model, ctx: int) -> dict:
-    """EAGLE-1 head on the target: catch-up of 4 committed pairs, and each further draft token."""
+    """EAGLE-1 head on the target: catch-up of 4 committed pairs plus a k-token chain, graphed and eager;
+    ``per_draft_token`` = (k=3 - k=1) / 2."""
     import hybridsd as hsd
     from hybridsd.drafters.base import ProposeRequest
 
     head = hsd.EagleHead.from_target(model, kind="eagle1", dtype=torch.bfloat16)
     h = model.config.hidden_size
     tokens = np.zeros(ctx + 8, dtype=np.int64)
+    hidden = torch.randn(4, h, device="cuda", dtype=torch.bfloat16)  # [4, h]
+    nxt = torch.randint(0, 1000, (4,), device="cuda")  # [4]
     out = {}
-    for k in (1, 3):
-        d = hsd.EagleDrafter(head, k=k)
-        d.reset(ctx)
-        d.observe(torch.randn(ctx, h, device="cuda", dtype=torch.bfloat16),
-                  torch.randint(0, 1000, (ctx,), device="cuda"))
-        d.propose(ProposeRequest(tokens, k, torch.device("cuda")))
-
-        def step():
-            d.cache.rewind(ctx)
-            d.observe(torch.randn(4, h, device="cuda", dtype=torch.bfloat16),
-                      torch.randint(0, 1000, (4,), device="cuda"))
+    for graphs in (True, False):
+        tag = "graph" if graphs else "eager"
+        for k in (1, 3):
+            d = hsd.EagleDrafter(head, k=k, cuda_graphs=graphs)
+            d.reset(ctx)
+            d.observe(torch.randn(ctx, h, device="cuda", dtype=torch.bfloat16),
+                      torch.randint(0, 1000, (ctx,), device="cuda"))
             d.propose(ProposeRequest(tokens, k, torch.device("cuda")))
 
-        out[f"catchup4_k{k}"] = cuda_median_ms(step)
-    out["per_draft_token"] = (out["catchup4_k3"] - out["catchup4_k1"]) / 2
+            def step():
+                d.cache.rewind(ctx)
+                d.observe(hidden, nxt)
+                d.propose(ProposeRequest(tokens, k, torch.device("cuda")))
+
+            out[f"{tag}_catchup4_k{k}"] = cuda_median_ms(step)
+        out[f"{tag}_per_draft_token"] = (out[f"{tag}_catchup4_k3"] - out[f"{tag}_catchup4_k1"]) / 2
     return out
 
 
 @torch.inference_mode()
-def ours_ms(model, ctx: int, qs: list[int], graphs: bool, compile: bool = False) -> dict:
-    """Our target step for each block size q (chain), plus a 2-branch tree of 9 tokens."""
-    target = Target(model, ctx + 64, cuda_graphs=graphs, compile=compile)
+def ours_ms(target: Target, ctx: int, qs: list[int]) -> dict:
+    """Our target step for each block size q (chain) after ``ctx`` committed tokens, plus a 2-branch tree of 9."""
     ids = torch.randint(0, 1000, (ctx,), device="cuda")
+    target.kv.rewind(0)
     target.forward(ids, 0, last_logits_only=True)
     out = {}
     for q in qs:
@@ -147,50 +151,126 @@ def ours_ms(model, ctx: int, qs: list[int], graphs: bool, compile: bool = False)
     return out
 
 
+@torch.inference_mode()
+def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool, new_tokens: int = 96) -> dict:
+    """``generate()`` on the 8B shape: wall time per step against the forward time of the same block sizes.
+
+    The steps' wall time is a run of ``new_tokens`` minus a run of 1 token (prefill and setup), medians of 3;
+    ``outside_forward`` = 1 - sum over steps of the block's measured forward median / that wall time."""
+    import time
+
+    import hybridsd as hsd
+
+    ids = torch.randint(0, 1000, (ctx,))
+    out = {}
+    for name, make in {"plain": lambda: None, "ngram_k8": lambda: hsd.NgramDrafter(k=8, min_n=1, max_n=3)}.items():
+        def timed(n):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            res = hsd.generate(model, ids, drafter=make(), max_new_tokens=n, eos_token_id=[], compile=compile)
+            torch.cuda.synchronize()
+            return time.perf_counter() - t, res
+
+        timed(new_tokens)  # warm-up: graph captures (and compilation) of every block size
+        walls = [timed(new_tokens)[0] - timed(1)[0] for _ in range(3)]
+        res = timed(new_tokens)[1]
+        trace = res.stats.trace
+        fwd = sum(fwd_ms[f"chain_q{min(s.tree_tokens + 1, 9)}"] for s in trace)
+        wall = 1e3 * statistics.median(walls)
+        out[name] = {"steps": len(trace), "tokens": res.stats.num_tokens, "wall_ms_per_step": wall / len(trace),
+                     "forward_ms_per_step": fwd / len(trace), "outside_ms_per_step": (wall - fwd) / len(trace),
+                     "outside_forward": 1 - fwd / wall}
+    return out
+
+
 def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> dict:
     """tiny-coder end to end on held-out edits: tokens/s per method against plain decoding with this engine.
 
-    ``step_ms`` (wall time per target pass, drafting included) explains the gap between the AL and the
-    measured speedup: speedup = AL x plain step_ms / step_ms."""
+    ``step_ms``: wall time per target pass, drafting included (speedup = AL x plain step_ms / step_ms).
+    ``forward_only_speedup``: AL x (graphed forward of 1 token) / (mean graphed forward of the steps' block
+    sizes), what the speedup would be if drafting and the host loop were free; the gap to ``speedup``
+    is where the rest of the time goes."""
     import time
 
     import hybridsd as hsd
     from hybridsd import data, prompts
+    from hybridsd.target import target_for
 
     model, tok, heads = hsd.zoo.load(device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
     exs = [e for e in data.load_code_edits() if e.id in keep and len(e.input_text) < 3000][:n_prompts]
     eos = [tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id]
+    with torch.inference_mode():
+        fwd = ours_ms(target_for(model, model.config.max_position_embeddings, cuda_graphs=True), 1024,
+                      list(range(1, 10)))
     ng = lambda: hsd.NgramDrafter(k=5, min_n=2, max_n=5)  # noqa: E731
-    methods = {"plain": lambda: None, "ngram": ng, "eagle": lambda: hsd.EagleDrafter(heads["eagle1"], k=3),
-               "ngram-eagle": lambda: hsd.HybridDrafter(ng(), hsd.EagleDrafter(heads["eagle1"], k=3)),
-               "ngram-eagle-tree": lambda: hsd.HybridDrafter(ng(), hsd.EagleDrafter(heads["eagle1"], k=3), "tree")}
-    out = {}
-    for name, make in methods.items():
-        toks = passes = 0
-        wall = 0.0
-        for i, e in enumerate(exs):
-            ids = prompts.build_prompt_ids(tok, e.prompt)
-            sync()
-            t = time.perf_counter()
-            res = hsd.generate(model, ids, drafter=make(), max_new_tokens=max_new, eos_token_id=eos)
-            sync()
-            if i == 0:  # the first call of a method captures its CUDA graphs: run it again, timed
-                t = time.perf_counter()
-                res = hsd.generate(model, ids, drafter=make(), max_new_tokens=max_new, eos_token_id=eos)
-                sync()
-            wall += time.perf_counter() - t
-            toks += res.stats.num_tokens
-            passes += res.stats.num_target_steps
-        out[name] = {"tokens_per_s": toks / wall, "seq_normalized_al": toks / passes, "tokens": toks,
-                     "step_ms": 1e3 * wall / passes}
-    base = out["plain"]["tokens_per_s"]
-    for name, r in out.items():
-        r["speedup"] = r["tokens_per_s"] / base
+    eagle = lambda kind="eagle1": hsd.EagleDrafter(heads[kind], k=3)  # noqa: E731
+    methods = {"plain": lambda: None, "ngram": ng, "eagle": eagle, "eagle3": lambda: eagle("eagle3"),
+               "ngram-eagle": lambda: hsd.HybridDrafter(ng(), eagle()),
+               "ngram-eagle-tree": lambda: hsd.HybridDrafter(ng(), eagle(), "tree")}
+    out = {"forward_ms": fwd}
+    for name, make in list(methods.items()):
+        try:
+            out[name] = zoo_method(model, tok, exs, eos, make, fwd, max_new, sync)
+        except Exception as e:  # noqa: BLE001 - reported, the other methods still measured
+            out[name] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            methods.pop(name)
+    base = out["plain"]
+    for name in methods:
+        r = out[name]
+        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["forward_only_speedup"] = r["seq_normalized_al"] * fwd["chain_q1"] / r["forward_ms_per_step"]
         print(f"zoo {name:18s} {r['tokens_per_s']:8.0f} tok/s  speedup {r['speedup']:.2f}  "
-              f"AL {r['seq_normalized_al']:.2f}  step {r['step_ms']:.2f} ms")
+              f"(forward-only {r['forward_only_speedup']:.2f})  AL {r['seq_normalized_al']:.2f}  "
+              f"step {r['step_ms']:.2f} ms (forward {r['forward_ms_per_step']:.2f})")
     return out
+
+
+def zoo_method(model, tok, exs, eos, make, fwd: dict, max_new: int, sync) -> dict:
+    """One method's totals over the prompts (the first prompt runs twice, untimed first: it captures graphs)."""
+    import time
+
+    import hybridsd as hsd
+    from hybridsd import prompts
+
+    drafter = make()  # one drafter for all prompts, as a server keeps it (its graphs are captured once)
+    toks = passes = 0
+    wall = fwd_sum = 0.0
+    for i, e in enumerate(exs):
+        ids = prompts.build_prompt_ids(tok, e.prompt)
+        sync()
+        t = time.perf_counter()
+        res = hsd.generate(model, ids, drafter=drafter, max_new_tokens=max_new, eos_token_id=eos)
+        sync()
+        if i == 0:  # the first call of a method captures its CUDA graphs: run it again, timed
+            t = time.perf_counter()
+            res = hsd.generate(model, ids, drafter=drafter, max_new_tokens=max_new, eos_token_id=eos)
+            sync()
+        wall += time.perf_counter() - t
+        toks += res.stats.num_tokens
+        passes += res.stats.num_target_steps
+        fwd_sum += fwd["chain_q1"] * res.stats.num_sequences  # prefill counted as one decode step
+        fwd_sum += sum(fwd[f"chain_q{min(s.tree_tokens + 1, 9)}"] for s in res.stats.trace)
+    return {"tokens_per_s": toks / wall, "seq_normalized_al": toks / passes, "tokens": toks,
+            "step_ms": 1e3 * wall / passes, "forward_ms_per_step": fwd_sum / passes}
+
+
+def summary_table(res: dict) -> str:
+    """The closing table: each step against the floor and the baselines measured in the same run."""
+    floor = res["floor_ms"]
+    lines = [f"floor {floor:.2f} ms ({res['weight_GB']:.2f} GB at {res['copy_bandwidth_TBps']:.2f} TB/s)",
+             f"{'ctx':>5} {'step':34s} {'ms':>7} {'x floor':>8} {'x HF eager':>10} {'x HF compiled':>13}"]
+    for ctx, row in res["contexts"].items():
+        hf = row.get("hf_eager_decode")
+        hfc = row.get("hf_static_compiled_q1")
+        for name, ms in row.items():
+            if not isinstance(ms, (int, float)):
+                lines.append(f"{ctx:>5} {name:34s} {ms}")
+                continue
+            rel = f"{ms / hfc:13.2f}" if isinstance(hfc, (int, float)) else f"{'-':>13}"
+            lines.append(f"{ctx:>5} {name:34s} {ms:7.2f} {ms / floor:8.2f} {ms / hf:10.2f} {rel}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -198,7 +278,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_speed.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
-    p.add_argument("--skip", nargs="*", default=[], choices=["compile", "hf-compile", "hf-generate", "eagle", "zoo"],
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["eager", "compile", "hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
     a = p.parse_args()
     bw = copy_bandwidth()
@@ -208,24 +289,46 @@ def main() -> None:
     res = {"run_info": provenance.run_info(), "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9,
            "floor_ms": floor_ms, "layers": a.layers, "contexts": {}}
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, weights {weight_bytes / 1e9:.2f} GB, floor {floor_ms:.2f} ms")
+
+    def save():
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
+
+    cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
+    configs = {"graph": Target(model, cap, cuda_graphs=True)}
+    if "eager" not in a.skip:
+        configs["eager"] = Target(model, cap)
+    if "compile" not in a.skip:
+        configs["graph_compiled"] = Target(model, cap, cuda_graphs=True, compile=True)
+    qs = list(range(1, 10))
     for ctx in a.contexts:
-        row = {"hf_eager_decode": hf_eager_decode_ms(model, ctx)}
+        row = res["contexts"].setdefault(str(ctx), {})
+        row["hf_eager_decode"] = hf_eager_decode_ms(model, ctx)
         if "hf-compile" not in a.skip:
             row |= {f"hf_static_compiled_q{q}": hf_static_compiled_ms(model, ctx, q) for q in (1, 8)}
-        row |= {f"eager_{k}": v for k, v in ours_ms(model, ctx, [1, 4, 9], graphs=False).items()}
-        row |= {f"graph_{k}": v for k, v in ours_ms(model, ctx, [1, 4, 9], graphs=True).items()}
-        if "compile" not in a.skip:
-            row |= {f"graph_compiled_{k}": v for k, v in ours_ms(model, ctx, [1, 4, 9], True, True).items()}
+        for tag, target in configs.items():
+            try:  # eager and compiled: q = 1 and 9 only (each q is one compilation of the 8B model)
+                row |= {f"{tag}_{k}": v for k, v in ours_ms(target, ctx, qs if tag == "graph" else [1, 9]).items()}
+            except Exception as e:  # noqa: BLE001 - a failed configuration is reported, the rest still measured
+                row[f"{tag}_chain_q1"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            save()
         if "eagle" not in a.skip:
-            row |= {f"eagle1_{k}": v for k, v in eagle_draft_ms(model, ctx).items()}
-        res["contexts"][str(ctx)] = row
-        for name, ms in row.items():
-            if isinstance(ms, str):
-                print(f"ctx {ctx:5d}  {name:28s} {ms}")
-            else:
-                print(f"ctx {ctx:5d}  {name:28s} {ms:8.2f} ms  {ms / floor_ms:5.2f}x floor")
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=1))  # after every context: a killed run keeps what it measured
+            try:
+                row |= {f"eagle1_{k}": v for k, v in eagle_draft_ms(model, ctx).items()}
+            except Exception as e:  # noqa: BLE001 - reported, the rest still measured
+                row["eagle1_graph_per_draft_token"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+        print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+        save()
+    for t in configs.values():  # free the KV caches
+        t.kv = None
+    del configs
+    torch.cuda.empty_cache()
+    if "overhead" not in a.skip:  # on the graphed (uncompiled) steps, whose times for q = 1..9 are known
+        ctx = a.contexts[0]
+        fwd = {k[len("graph_"):]: v for k, v in res["contexts"][str(ctx)].items() if k.startswith("graph_chain")}
+        res["loop_overhead"] = {"config": "graph", "ctx": ctx} | loop_overhead(model, ctx, fwd, False)
+        print("loop overhead:", res["loop_overhead"])
+        save()
     if "hf-generate" not in a.skip:
         ids = torch.randint(0, 1000, (512,), device="cuda")
         res["hf_generate_ms_per_token"] = {
@@ -233,12 +336,13 @@ def main() -> None:
             "prompt_lookup_10": hf_generate_ms_per_token(model, ids, 64, prompt_lookup_num_tokens=10),
         }
         print("HF generate ms/token (8B shape, random weights):", res["hf_generate_ms_per_token"])
+        save()
     del model
     torch.cuda.empty_cache()
     if "zoo" not in a.skip:
         res["zoo"] = zoo_speed()
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+        save()
+    print(summary_table(res))
 
 
 if __name__ == "__main__":

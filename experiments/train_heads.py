@@ -20,7 +20,8 @@ import torch
 
 import hybridsd as hsd
 from hybridsd import data, prompts, provenance
-from hybridsd.eagle.train import build_draft_vocab, count_tokens, evaluate_head, generate_sequences, train_head
+from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
+                                  init_eagle3_output, train_head)
 
 
 def training_sequences(model, tok, examples, gen_seconds: float, max_new: int, batch: int, log) -> tuple[list, dict]:
@@ -73,6 +74,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--draft-vocab", type=int, default=4096)
     p.add_argument("--ttt-steps", type=int, default=5)
+    p.add_argument("--no-init-from-target", dest="init_from_target", action="store_false",
+                   help="EAGLE-3: start lm_head and norm at random instead of from the target's")
     p.add_argument("--device", default="cuda")
     p.add_argument("--kinds", nargs="+", default=["eagle1", "eagle3"], choices=["eagle1", "eagle3"])
     p.add_argument("--limit", type=int, default=None, help="use only this many training rows (smoke tests)")
@@ -97,6 +100,8 @@ def main() -> None:
         if kind == "eagle3":
             d2t, t2d = build_draft_vocab(count_tokens(seqs, model.config.vocab_size), a.draft_vocab)
             head.set_draft_vocab(d2t.to(a.device), t2d.to(a.device))
+            if a.init_from_target:
+                init_eagle3_output(head, model)
             extra = {"ttt_steps": a.ttt_steps}
         steps = timed_steps(head, model, seqs, a.seconds_per_head, **kw, **extra)
         log(f"{kind}: training {steps} steps")

@@ -5,6 +5,11 @@ The model sees explicit position ids, a 4-D additive attention mask that we buil
 ``update`` writes keys/values at the slots we choose. Nothing depends on the
 transformers cache API beyond ``Cache.update(k, v, layer_idx, ...)``, which is the
 same in transformers 5.17 and 5.2x.
+
+For the Llama-like families (``LAYER_STACK_TYPES``) we run the model's own modules
+(embedding, rotary, decoder layers, norm, ``lm_head``) in a plain loop instead of
+calling ``model(...)``: the numbers are the same, but the hidden states come out
+without transformers' output-capture hooks, so ``torch.compile`` sees one graph.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
+from hybridsd.cuda_graph import capture
 from hybridsd.kv_cache import StaticKVCache
 
 
@@ -46,6 +52,18 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+LAYER_STACK_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def _layer_stack(model: torch.nn.Module):
+    """``model.model`` when its forward is embed -> rotary -> layers -> norm (see ``LAYER_STACK_TYPES``), else None."""
+    base = getattr(model, "model", None)
+    if (getattr(model.config, "model_type", None) in LAYER_STACK_TYPES and getattr(model, "lm_head", None) is not None
+            and all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))):
+        return base
+    return None
+
+
 def context_length(model: torch.nn.Module) -> int | None:
     """The longest sequence the model's config allows (``None`` when it does not say)."""
     cfg = model.config
@@ -58,12 +76,12 @@ class Target:
     With ``cuda_graphs`` (CUDA only), each block size after prefill is captured once as a
     CUDA graph and replayed: the step then costs one graph launch plus small input copies.
     With ``compile``, the model's forward for blocks after prefill goes through
-    ``torch.compile`` (one static-shape compilation per block size; on CUDA without
-    inductor's own CUDA graphs, since we capture our own).
+    ``torch.compile`` (one static-shape compilation per block size, default mode:
+    the CUDA graphs are ours).
     """
 
     def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-                 compile: bool = False) -> None:
+                 compile: bool = False, layer_stack: bool | None = None) -> None:
         cfg = model.config
         p = next(model.parameters())
         self.model = model
@@ -73,16 +91,20 @@ class Target:
         self.kv = StaticKVCache(cfg.num_hidden_layers, kv_heads, head_dim, capacity, dtype=self.dtype,
                                 device=self.device)
         self._cache = _SlotCache(self.kv)
-        self._cache_kwarg = _cache_kwarg(model)
+        self._stack = _layer_stack(model) if layer_stack is not False else None
+        if layer_stack and self._stack is None:
+            raise ValueError(f"layer_stack=True needs a model of type {LAYER_STACK_TYPES} with model.model."
+                             f"{{embed_tokens, rotary_emb, layers, norm}} and lm_head")
+        self._cache_kwarg = _cache_kwarg(self._stack.layers[0] if self._stack is not None else model)
         self._slot_ids = torch.arange(capacity, device=self.device)  # [S]
         self._neg = torch.finfo(self.dtype).min
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.compiled = compile
-        self._step_model = model
+        self._forward = self._stack_forward if self._stack is not None else self._hf_forward
+        self._step_forward = self._forward
         if compile:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            mode = "max-autotune-no-cudagraphs" if self.device.type == "cuda" else None
-            self._step_model = torch.compile(model, mode=mode, dynamic=False)
+            self._step_forward = torch.compile(self._forward, dynamic=False)  # default mode: we capture the graphs
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
@@ -124,10 +146,14 @@ class Target:
 
     def _run(self, tokens, pos, slots, mask, hidden_layers, last_logits_only=False):
         """The model's forward on prepared tensors (``[q]`` tokens, positions and slots; ``[1, 1, q, S]`` mask)."""
-        q = tokens.shape[0]
         self._cache.slots = slots
-        model = self.model if last_logits_only else self._step_model  # prefill stays eager (its length varies)
-        out = model(
+        fwd = self._forward if last_logits_only else self._step_forward  # prefill stays eager (its length varies)
+        return fwd(tokens, pos, mask, hidden_layers, last_logits_only)
+
+    def _hf_forward(self, tokens, pos, mask, hidden_layers, last_logits_only):
+        """``model(...)`` with our cache: logits ``[q or 1, V]`` fp32 and hidden states ``[q, len*H]`` or None."""
+        q = tokens.shape[0]
+        out = self.model(
             input_ids=tokens.view(1, q),
             position_ids=pos.view(1, q),
             attention_mask=mask,
@@ -140,6 +166,28 @@ class Target:
         hidden = None
         if hidden_layers:
             hidden = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [q, len*H]
+        return logits, hidden
+
+    def _stack_forward(self, tokens, pos, mask, hidden_layers, last_logits_only):
+        """The same as :meth:`_hf_forward`, running the model's modules in a loop (HF ``hidden_states`` indexing:
+        ``0`` the embeddings, ``i`` the output of layer ``i-1``, ``L`` (or ``-1``) the final-normed output)."""
+        m, q = self._stack, tokens.shape[0]
+        L = len(m.layers)
+        want = [i % (L + 1) for i in hidden_layers]
+        pos = pos.view(1, q)
+        x = m.embed_tokens(tokens.view(1, q))  # [1, q, H]
+        rope = m.rotary_emb(x, pos)
+        kept = {0: x} if 0 in want else {}
+        for i, layer in enumerate(m.layers):
+            x = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope, use_cache=True,
+                      **{self._cache_kwarg: self._cache})
+            x = x[0] if isinstance(x, tuple) else x  # [1, q, H]
+            if i + 1 in want and i + 1 < L:
+                kept[i + 1] = x
+        x = m.norm(x)  # [1, q, H]
+        kept[L] = x
+        logits = self.model.lm_head(x[:, -1:] if last_logits_only else x)[0].float()  # [q or 1, V]
+        hidden = torch.cat([kept[i][0] for i in want], dim=-1) if want else None  # [q, len*H]
         return logits, hidden
 
     def _mask(self, start: int, q: int, visible: np.ndarray | None) -> torch.Tensor:
@@ -186,19 +234,6 @@ class _GraphedStep:
         self.step = step
         self.graph: torch.cuda.CUDAGraph | None = None
 
-    def _capture(self) -> None:
-        """Warm up and capture, with the first call's inputs already in the buffers (so warm-up writes are right)."""
-        dev = self.tokens.device
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):  # warm-up outside the graph (allocator, lazy inits)
-            for _ in range(2):
-                self.step()
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=_graph_pool(dev)):
-            self.out = self.step()
-
     def __call__(self, tokens, start, positions, visible):
         """Replay with new inputs; the returned tensors are overwritten by the next replay."""
         self.host_start[0] = start
@@ -212,19 +247,9 @@ class _GraphedStep:
         self.pos.copy_(self.host_pos, non_blocking=True)
         self.block.copy_(self.host_block, non_blocking=True)
         if self.graph is None:
-            self._capture()
+            self.graph, self.out = capture(self.step, self.tokens.device)
         self.graph.replay()
         return self.out
-
-
-_POOLS: dict = {}
-
-
-def _graph_pool(device: torch.device):
-    """One memory pool shared by all graphs on a device."""
-    if device not in _POOLS:
-        _POOLS[device] = torch.cuda.graph_pool_handle()
-    return _POOLS[device]
 
 
 _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

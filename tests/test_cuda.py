@@ -99,3 +99,31 @@ def test_observed_hidden_states_survive_graph_replays(gpu_target):
         hs = gpu_target(seq[None], output_hidden_states=True).hidden_states
     want = torch.cat([hs[i][0] for i in Recorder.hidden_layers], -1)[:-1]
     torch.testing.assert_close(torch.cat(rec.hidden), want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("k", [1, 4])
+def test_graphed_eagle_drafts_equal_eager(gpu_target, kind, k):
+    """One graph per catch-up size gives the eager drafter's tokens and head cache, step after step."""
+    from hybridsd.drafters.base import ProposeRequest
+
+    torch.manual_seed(0)
+    head = EagleHead.from_target(gpu_target, kind=kind)
+    head.reset_parameters(std=0.2)  # confident, varied drafts
+    F = head.config.feature_size
+    drafters = [EagleDrafter(head, k=k, cuda_graphs=g) for g in (True, False)]
+    for d in drafters:
+        d.reset(8)
+    tokens = np.zeros(256, dtype=np.int64)
+    for m in (8, 1, 3, 1, 7, 2, 3, 9, 1):
+        hidden = torch.randn(m, F, device="cuda")
+        nxt = torch.randint(0, gpu_target.config.vocab_size, (m,), device="cuda")
+        drafts = []
+        for d in drafters:
+            d.observe(hidden.clone(), nxt.clone())
+            drafts.append(d.propose(ProposeRequest(tokens, k, torch.device("cuda")))[0].tokens)
+        assert drafts[0].tolist() == drafts[1].tolist()
+        assert drafters[0].committed == drafters[1].committed
+    n = drafters[1].committed
+    torch.testing.assert_close(drafters[0].cache.keys[0][:, :, :n], drafters[1].cache.keys[0][:, :, :n])
+    assert len(drafters[0]._graphs) == 6  # one per catch-up size

@@ -193,3 +193,19 @@ def test_doubled_bos_warns_or_raises(target):
     with pytest.raises(ValueError, match="two BOS"):
         generate(target, ids, max_new_tokens=2, on_double_bos="raise")
     generate(target, ids[1:], max_new_tokens=2, on_double_bos="raise")  # one BOS is fine
+
+
+def test_compiled_steps_are_lossless_on_cpu():
+    """``compile=True`` (off by default) gives plain greedy's tokens and the same observed hidden states."""
+    torch._dynamo.reset()
+    model = tiny_target("llama", seed=3, layers=2)
+    ids = PROMPTS[3]
+    ref = hf_greedy(model, ids, 12)
+    rec = Recorder(ref, 2, err=0.4)
+    res = generate(model, ids, drafter=rec, max_new_tokens=12, eos_token_id=[], compile=True)
+    assert res.tokens == ref
+    seq = torch.cat([ids, torch.tensor(res.tokens)])
+    with torch.no_grad():
+        hs = model(seq[None], output_hidden_states=True).hidden_states
+    want = torch.cat([hs[i][0] for i in Recorder.hidden_layers], -1)[:-1]
+    torch.testing.assert_close(torch.cat(rec.hidden), want, atol=1e-4, rtol=1e-4)

@@ -50,3 +50,33 @@ def test_overflow_is_an_error(target):
     t = Target(target, 8)
     with pytest.raises(ValueError, match="overflow"):
         t.forward(torch.arange(9), 0)
+
+
+@pytest.mark.parametrize("q", [1, 4, 9])
+def test_layer_stack_equals_hf_forward(target, q):
+    """Running the model's modules in a loop gives HF's logits and every ``hidden_states`` index."""
+    ids = prompts(3)[2]
+    n = ids.numel()
+    L = target.config.num_hidden_layers
+    layers = (0, 1, L // 2, L - 1, L, -1)
+    block = torch.arange(3, 3 + q)
+    positions, visible, _ = _tree_layout([q - 1], n) if q > 1 else (None, None, None)
+    outs = []
+    for stack in (True, False):
+        t = Target(target, 64, layer_stack=stack)
+        assert (t._stack is not None) == stack
+        last, h0 = t.forward(ids, 0, hidden_layers=layers, last_logits_only=True)
+        outs.append((last, h0, *t.forward(block, n, positions=positions, visible=visible, hidden_layers=layers)))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert outs[0][1].shape == (n, len(layers) * target.config.hidden_size)
+
+
+def test_layer_stack_needs_a_known_family(target):
+    target.config.model_type, old = "gemma", target.config.model_type
+    try:
+        assert Target(target, 8)._stack is None  # falls back to model(...)
+        with pytest.raises(ValueError, match="layer_stack"):
+            Target(target, 8, layer_stack=True)
+    finally:
+        target.config.model_type = old

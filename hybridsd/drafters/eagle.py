@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from hybridsd.cuda_graph import capture
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.eagle.model import EagleHead
 from hybridsd.kv_cache import StaticKVCache
@@ -19,13 +20,21 @@ class EagleDrafter(Drafter):
     catch-up overwrites. Steps where the caller does not ask for an EAGLE draft cost
     nothing. Observed tensors are read at the next ``propose``, so callers must not
     overwrite them in between.
+
+    With ``cuda_graphs`` (a head on CUDA, greedy drafting of ``k`` tokens), the catch-up
+    of ``m`` queued pairs and the whole chain are one CUDA graph per ``m``
+    (``m <= MAX_GRAPHED_PAIRS``): a proposal costs one graph launch.
     """
 
-    def __init__(self, head: EagleHead, k: int = 3) -> None:
+    MAX_GRAPHED_PAIRS = 64
+
+    def __init__(self, head: EagleHead, k: int = 3, *, cuda_graphs: bool = True) -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         self.head = head
         self.k = k
+        self.cuda_graphs = cuda_graphs
+        self._graphs: dict[int, _GraphedDraft] = {}  # by number of caught-up pairs
         self.name = "eagle" if head.config.kind == "eagle1" else "eagle3"
         self.hidden_layers = head.config.target_layers
         self.cache: StaticKVCache | None = None
@@ -63,6 +72,10 @@ class EagleDrafter(Drafter):
         if n < 1:
             return []
         head = self.head
+        if self._pending and self.cuda_graphs and n == self.k and request.temperature == 0 and head.fc.weight.is_cuda:
+            m = sum(int(t.shape[0]) for _, t in self._pending)
+            if m <= self.MAX_GRAPHED_PAIRS:
+                return [Draft(tokens=self._graphed(m).to(request.device), source=self.name)]
         if self._pending:
             self._catch_up(n)
         if self._last is None:
@@ -104,6 +117,20 @@ class EagleDrafter(Drafter):
         self.cache.rewind(p + m)
         self._last = out[:, -1:]  # [1, 1, h]
 
+    def _graphed(self, m: int) -> torch.Tensor:
+        """Catch up on the ``m`` queued pairs and draft ``k`` tokens greedily by one graph replay: ``[k]`` ids."""
+        p = self.committed
+        self._ensure_capacity(p + m + self.k)
+        g = self._graphs.get(m)
+        if g is None:
+            g = self._graphs[m] = _GraphedDraft(self, m)
+        g.load(self._pending, p)
+        self._pending = []
+        last, tokens = g()
+        self.cache.rewind(p + m)
+        self._last = last  # [1, 1, h] valid until this graph's next replay, which first sets a new _last
+        return tokens.clone()  # the graph's output buffer is reused
+
     def _ensure_capacity(self, need: int) -> None:
         """Allocate the head cache, or grow it (doubling, committed slots kept) to hold ``need`` slots."""
         old = self.cache
@@ -120,3 +147,48 @@ class EagleDrafter(Drafter):
                 new.values[layer][:, :, :n] = old.values[layer][:, :, :n]
             new.rewind(n)
         self.cache = new
+        self._graphs.clear()  # they captured the old cache's tensors
+
+
+class _GraphedDraft:
+    """Catch-up of ``m`` pairs and a greedy chain of ``k`` tokens as one CUDA graph over static buffers."""
+
+    def __init__(self, drafter: EagleDrafter, m: int) -> None:
+        head, cache, k = drafter.head, drafter.cache, drafter.k
+        w = head.fc.weight
+        self.hidden = torch.zeros(m, head.config.feature_size, dtype=w.dtype, device=w.device)  # [m, F]
+        self.tokens = torch.zeros(m, dtype=torch.long, device=w.device)  # [m]
+        self.start = torch.zeros(1, dtype=torch.long, device=w.device)  # [1] slot of the first pair
+        self.host_start = torch.zeros(1, dtype=torch.long).pin_memory()
+        arange = torch.arange(m, device=w.device)  # [m]
+
+        def step():
+            out = head(self.hidden[None], self.tokens[None], self.start + arange, cache)  # [1, m, h]
+            feat = last = out[:, -1:]  # [1, 1, h]
+            drafted = []
+            for j in range(k):
+                tok = head.to_target(head.logits(feat)[0, -1].argmax(-1, keepdim=True))  # [1]
+                drafted.append(tok)
+                if j + 1 < k:
+                    feat = head(feat, tok.view(1, 1), self.start + (m + j), cache)  # [1, 1, h]
+            return last, torch.cat(drafted)  # [1, 1, h], [k]
+
+        self.step = step
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def load(self, pending: list[tuple[torch.Tensor, torch.Tensor]], start: int) -> None:
+        """Copy the queued pairs and the start slot into the static buffers (no host sync)."""
+        o = 0
+        for hidden, tokens in pending:
+            n = tokens.shape[0]
+            self.hidden[o:o + n].copy_(hidden)
+            self.tokens[o:o + n].copy_(tokens)
+            o += n
+        self.host_start[0] = start
+        self.start.copy_(self.host_start, non_blocking=True)
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.graph is None:
+            self.graph, self.out = capture(self.step, self.hidden.device)
+        self.graph.replay()
+        return self.out

@@ -75,6 +75,23 @@ def build_draft_vocab(token_counts: torch.Tensor, draft_vocab_size: int) -> tupl
     return ids - torch.arange(draft_vocab_size), t2d
 
 
+@torch.no_grad()
+def init_eagle3_output(head: EagleHead, target) -> None:
+    """Start an EAGLE-3 head's ``lm_head`` and final norm from the target's (rows of its draft vocabulary).
+
+    The head then begins by reading its output the way the target reads its last
+    state, instead of learning a vocabulary projection from scratch; install the
+    draft vocabulary first.
+    """
+    if head.config.kind != "eagle3":
+        raise ValueError("only EAGLE-3 heads have their own lm_head")
+    w = target.get_output_embeddings().weight  # [V, h]
+    head.lm_head.weight.copy_(w.index_select(0, head.draft_ids().to(w.device)))
+    norm = getattr(getattr(target, "model", None), "norm", None)
+    if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == head.norm.weight.shape:
+        head.norm.weight.copy_(norm.weight)
+
+
 def window_batches(sequences: Sequence[torch.Tensor], batch_size: int, seq_len: int,
                    generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless batches ``(ids [B, T], valid [B, T] bool)`` of random windows, right-padded with 0.
