@@ -8,6 +8,13 @@ Flags follow vLLM's ``benchmarks`` where they exist. Example:
         --output experiments/results/runs/ngram-eagle.jsonl
 
 Each row carries its full config; rerunning the same command skips rows already written.
+
+Data parallel, one shard of the prompts per process (GPU ``cuda:{LOCAL_RANK}`` when ``--device cuda``):
+
+    torchrun --nproc_per_node=4 experiments/spec_bench.py --method ngram-eagle ... --output OUT.jsonl
+
+Each rank writes ``OUT.jsonl.rank{r}.jsonl``; rank 0 then merges them into OUT.jsonl in the prompts' order,
+so the file holds the rows a one-process run writes (timings and run_info aside).
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ from tqdm import tqdm
 import hybridsd as hsd
 from hybridsd import data, prompts, provenance
 from hybridsd.edit_distance import edit_norm
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import distributed as dp  # noqa: E402  (experiments/distributed.py)
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
 DATASETS = ("code-edits", "editeval", "mt-bench")
@@ -145,20 +156,34 @@ def done_keys(path: Path) -> set[tuple[str, str]]:
 
 
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True) -> int:
-    """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written."""
+    """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written.
+
+    Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.jsonl``
+    (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
+    ``examples``' order (see :func:`distributed.merge`), and every rank returns the rows added to ``out``. Shards
+    a crashed run left are counted as done and merged, also by a one-process rerun.
+    """
+    rank, world = dp.init(cfg.device)
+    shards = dp.shard_paths(out)
+    sharded = world > 1 or bool(shards)
     dtype = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cfg.dtype]
-    model, tok, heads = hsd.zoo.load(cfg.model, device=cfg.device, dtype=dtype)
+    model, tok, heads = hsd.zoo.load(cfg.model, device=dp.local_device(cfg.device), dtype=dtype)
     drafter = make_drafter(cfg, heads)
     eos = [t for t in {tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id} if t is not None and t >= 0]
     info = provenance.run_info()
-    seen = done_keys(out)
+    seen = done_keys(out).union(*(done_keys(p) for p in shards))
     key = cfg.key()
     todo = [e for e in examples if (key, e.id) not in seen]
+    dest = out
+    if sharded:
+        todo, dest = todo[rank::world], dp.shard_path(out, rank)
+        dp.barrier()  # every rank has read the files (and so agrees on todo) before any rank writes
+        dp.repair_tail(dest)
     out.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     cuda = cfg.device.startswith("cuda")
-    with out.open("a") as f:
-        for ex in tqdm(todo, desc=f"{cfg.method}", disable=not progress):
+    with dest.open("a") as f:
+        for ex in tqdm(todo, desc=f"{cfg.method}", disable=not progress or rank != 0):
             ids = prompts.build_prompt_ids(tok, ex.prompt, chat=cfg.chat_template, bos_mode=cfg.bos_mode)
             limit = model.config.max_position_embeddings - len(ids)
             if limit < 1:
@@ -190,7 +215,11 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
             f.write(json.dumps(row) + "\n")
             f.flush()  # row by row: a crash loses at most the row being made
             written += 1
-    return written
+    if not sharded:
+        return written
+    dp.barrier()  # every shard is complete
+    merged = dp.merge(out, [e.id for e in examples]) if rank == 0 else None
+    return dp.broadcast(merged)  # the merge is done before any rank moves on
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -239,7 +268,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = a.output or Path("experiments/results/runs") / f"{cfg.dataset_name}-{cfg.method}-{cfg.key()}.jsonl"
     n = run(cfg, load_examples(cfg, a.dataset_path, a.num_prompts, a.per_bin), out)
-    print(f"wrote {n} rows to {out}", file=sys.stderr)
+    if dp.rank() == 0:
+        print(f"wrote {n} rows to {out}", file=sys.stderr)
+    dp.finish()
 
 
 if __name__ == "__main__":

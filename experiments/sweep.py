@@ -3,6 +3,7 @@
     python experiments/sweep.py --preset cpu-small --device cpu     # this CPU, about 10 minutes
     python experiments/sweep.py --preset gpu-full                   # the H200 (resumable: rerun to continue)
     python experiments/sweep.py --preset cpu-small --dry-run        # list the configs and prompt counts
+    torchrun --nproc_per_node=4 experiments/sweep.py --preset gpu-full   # 4 GPUs, each config's prompts sharded
 
 Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per 0.05 edit-norm
 bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
@@ -17,13 +18,15 @@ covers its categories):
 
 Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos-doubled].jsonl``; spec_bench
 skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
-records each call (command, run_info, seconds and rows per config).
+records each call (command, run_info, seconds and rows per config). Under torchrun every config's prompts are
+split over the ranks (see spec_bench) and only rank 0 prints and writes ``sweep.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +35,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import distributed as dp  # noqa: E402
 import spec_bench as sb  # noqa: E402
 
 from hybridsd.data import default_data_dir  # noqa: E402
@@ -121,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
     a = p.parse_args(argv)
+    rank, world = dp.init(a.device)
+    lead = rank == 0  # prints, and writes sweep.json
     preset = PRESETS[a.preset]
     data_dir = str(a.dataset_path or default_data_dir())
     out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
@@ -130,28 +136,35 @@ def main(argv: list[str] | None = None) -> None:
     for _, cfg in runs:
         if cfg.dataset_name not in examples:
             examples[cfg.dataset_name] = select_examples(cfg, preset, data_dir)
-    print(f"{len(runs)} configs; prompts per config: " + ", ".join(f"{d} {len(e)}" for d, e in examples.items()),
-          file=sys.stderr)
+    if lead:
+        print(f"{len(runs)} configs; prompts per config: " + ", ".join(f"{d} {len(e)}" for d, e in examples.items()),
+              file=sys.stderr)
     if a.dry_run:
-        for stem, cfg in runs:
+        for stem, cfg in runs if lead else ():
             print(f"{stem}.jsonl  key={cfg.key()}  k={cfg.k}  output_len={cfg.output_len}")
+        dp.finish()
         return
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    call = {"started": started, "command": "python experiments/sweep.py " + " ".join(sys.argv[1:] if argv is None
-                                                                                      else argv),
+    launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
+    call = {"started": started, "command": f"{launcher} experiments/sweep.py " + " ".join(sys.argv[1:] if argv is None
+                                                                                           else argv),
             "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(),
-            "configs": []}
+            **({"world_size": world} if world > 1 else {}), "configs": []}
     t_all = time.perf_counter()
-    for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0):
+    for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0, disable=not lead):
         t = time.perf_counter()
         path = out_dir / f"{stem}.jsonl"
-        n = sb.run(cfg, examples[cfg.dataset_name], path)
+        n = sb.run(cfg, examples[cfg.dataset_name], path)  # all ranks: sharded, merged by rank 0
+        if not lead:
+            continue
         call["configs"].append({"file": path.name, "config_key": cfg.key(), "prompts": len(examples[cfg.dataset_name]),
                                 "rows_written": n, "seconds": round(time.perf_counter() - t, 2)})
         call["seconds"] = round(time.perf_counter() - t_all, 1)
         _manifest(out_dir / "sweep.json", call)
-    size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
-    print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)
+    if lead:
+        size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
+        print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)
+    dp.finish()
 
 
 if __name__ == "__main__":
