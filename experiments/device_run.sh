@@ -29,11 +29,12 @@ log="$OUT/run_$(IFS=_; echo "$*").log"  # one log per stage list: two lists may 
 for stage in "$@"; do
   echo "== $stage $(date +%T)" | tee -a "$log"
   case $stage in
-    tests)  timeout ${TESTS_S:-170} python3 -m pytest -q -p no:cacheprovider -rA tests/test_cuda.py tests/test_generate.py \
-              -k "cuda or compiled" 2>&1 | tail -40 | tee -a "$log" ;;
+    tests)  timeout ${TESTS_S:-170} python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_cuda.py \
+              tests/test_generate.py -k "cuda or compiled" > "$OUT/tests.log" 2>&1
+            grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E " "$OUT/tests.log" | head -60 | tee -a "$log" ;;
     heads3) timeout 280 python3 experiments/train_heads.py --data /tmp/d --out "$OUT/heads" --kinds eagle3 \
               --draft-vocab 10240 --ttt-steps 3 --gen-seconds 20 --gen-batch 64 --max-new 512 \
-              --seconds-per-head ${HEAD_S:-120} 2>&1 | grep -vE "step [0-9]+ loss" | tee -a "$log" ;;
+              --seconds-per-head ${HEAD_S:-120} ${HEAD_ARGS:-} 2>&1 | grep -vE "step [0-9]+ loss" | tee -a "$log" ;;
     gate)   [ -f "$OUT/heads/eagle3/model.safetensors" ] && cp "$OUT"/heads/eagle3/* hybridsd/models/tiny-coder/eagle3/
             for m in eagle eagle3; do
               timeout 60 python3 experiments/spec_bench.py --method $m --num-speculative-tokens 3 --num-prompts 12 \

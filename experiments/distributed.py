@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node=4 experiments/spec_bench.py ...   # rank r decodes todo[r::4]
 
-Each rank appends its rows to its own shard ``<out>.rank{r}.jsonl`` beside the output; after a barrier rank 0
+Each rank appends its rows to its own shard ``<out>.rank{r}.part`` beside the output; after a barrier rank 0
 merges the shards into the output in the examples' order and deletes them. The ranks read each other's files,
 so they must share a filesystem (one host). Outside torchrun (``WORLD_SIZE`` unset or 1) the collective helpers
 do nothing: the process is rank 0 of a world of 1.
@@ -81,12 +81,12 @@ def local_device(device: str) -> str:
 
 
 def shard_path(out: Path, r: int) -> Path:
-    return out.with_name(f"{out.name}.rank{r}.jsonl")
+    return out.with_name(f"{out.name}.rank{r}.part")  # not *.jsonl: globs over results skip shards
 
 
 def shard_paths(out: Path) -> list[Path]:
     """The shard files of ``out`` that exist, by rank; any world size (a crashed earlier run's too)."""
-    pat = re.compile(re.escape(out.name) + r"\.rank(\d+)\.jsonl")
+    pat = re.compile(re.escape(out.name) + r"\.rank(\d+)\.part")
     if not out.parent.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in out.parent.iterdir() if (m := pat.fullmatch(p.name))]

@@ -13,7 +13,7 @@ Data parallel, one shard of the prompts per process (GPU ``cuda:{LOCAL_RANK}`` w
 
     torchrun --nproc_per_node=4 experiments/spec_bench.py --method ngram-eagle ... --output OUT.jsonl
 
-Each rank writes ``OUT.jsonl.rank{r}.jsonl``; rank 0 then merges them into OUT.jsonl in the prompts' order,
+Each rank writes ``OUT.jsonl.rank{r}.part``; rank 0 then merges them into OUT.jsonl in the prompts' order,
 so the file holds the rows a one-process run writes (timings and run_info aside).
 """
 
@@ -158,7 +158,7 @@ def done_keys(path: Path) -> set[tuple[str, str]]:
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True) -> int:
     """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written.
 
-    Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.jsonl``
+    Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.part``
     (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
     ``examples``' order (see :func:`distributed.merge`), and every rank returns the rows added to ``out``. Shards
     a crashed run left are counted as done and merged, also by a one-process rerun.
@@ -178,7 +178,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     if sharded:
         todo, dest = todo[rank::world], dp.shard_path(out, rank)
         dp.barrier()  # every rank has read the files (and so agrees on todo) before any rank writes
-        dp.repair_tail(dest)
+    dp.repair_tail(dest)  # a row torn by a crash is dropped (and made again), not glued to the next one
     out.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     cuda = cfg.device.startswith("cuda")

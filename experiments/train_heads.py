@@ -69,6 +69,7 @@ def main() -> None:
     p.add_argument("--max-new", type=int, default=1024)
     p.add_argument("--max-before-chars", type=int, default=4000)
     p.add_argument("--seconds-per-head", type=float, default=120)
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per head (default: fit --seconds-per-head)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -103,7 +104,7 @@ def main() -> None:
             if a.init_from_target:
                 init_eagle3_output(head, model)
             extra = {"ttt_steps": a.ttt_steps}
-        steps = timed_steps(head, model, seqs, a.seconds_per_head, **kw, **extra)
+        steps = a.steps or timed_steps(head, model, seqs, a.seconds_per_head, **kw, **extra)
         log(f"{kind}: training {steps} steps")
         t = time.perf_counter()
         curve = train_head(head, model, seqs, steps=steps, log_every=max(1, steps // 40), seed=0, **kw, **extra,

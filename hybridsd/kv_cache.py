@@ -44,6 +44,12 @@ class StaticKVCache:
         self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
         return self.keys[layer], self.values[layer]
 
+    def span(self, n: int) -> int:
+        """Slots a step using slots ``[0, n)`` attends over: ``n`` rounded up to a multiple of 256 (to 1024),
+        512 (to 4096) or 1024, at most the capacity; few distinct shapes, so few graphs and compilations."""
+        step = 256 if n <= 1024 else 512 if n <= 4096 else 1024
+        return min(self.capacity, -(-n // step) * step)
+
     def rewind(self, length: int) -> None:
         """Declare slots ``[0, length)`` the committed sequence; later slots become free."""
         if not 0 <= length <= self.capacity:

@@ -26,15 +26,18 @@ from hybridsd.kv_cache import StaticKVCache
 
 
 class _SlotCache(Cache):
-    """HF-facing view of a :class:`StaticKVCache`: ``update`` writes at ``self.slots``."""
+    """HF-facing view of a :class:`StaticKVCache`: ``update`` writes at ``self.slots`` and returns the
+    first ``self.kv_len`` slots (what the step attends over)."""
 
     def __init__(self, kv: StaticKVCache) -> None:
         super().__init__(layers=[])
         self.kv = kv
         self.slots: torch.Tensor | None = None  # [q] slots the current forward writes
+        self.kv_len = kv.capacity
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # noqa: D401 - HF signature
-        return self.kv.write(layer_idx, self.slots, key_states, value_states)
+        k, v = self.kv.write(layer_idx, self.slots, key_states, value_states)  # [1, Hkv, S, D]
+        return k[:, :, : self.kv_len], v[:, :, : self.kv_len]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.kv.length
@@ -103,7 +106,7 @@ class Target:
         self._forward = self._stack_forward if self._stack is not None else self._hf_forward
         self._step_forward = self._forward
         if compile:
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
             self._step_forward = torch.compile(self._forward, dynamic=False)  # default mode: we capture the graphs
         self._graphs: dict[tuple, _GraphedStep] = {}
 
@@ -132,21 +135,27 @@ class Target:
         q = int(tokens.shape[0])
         if start + q > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {q} tokens > capacity {self.capacity}")
+        # keys the step attends over: a bucket for graphs and compiled code (static shapes), else exact
+        static = (self.cuda_graphs or self.compiled) and not last_logits_only
+        kv_len = self.kv.span(start + q) if static else start + q
         if self.cuda_graphs and not last_logits_only:
-            key = (q, hidden_layers)
+            key = (q, hidden_layers, kv_len)
             if key not in self._graphs:
-                self._graphs[key] = _GraphedStep(self, q, hidden_layers)
+                self._graphs[key] = _GraphedStep(self, q, hidden_layers, kv_len)
             return self._graphs[key](tokens, start, positions, visible)
         if positions is None:
             pos = torch.arange(start, start + q, device=self.device)
         else:
             pos = torch.as_tensor(positions, device=self.device) + 0
-        mask = self._mask(start, q, visible)
-        return self._run(tokens, pos, self._slot_ids[start : start + q], mask, hidden_layers, last_logits_only)
+        mask = self._mask(start, q, visible, kv_len)
+        return self._run(tokens, pos, self._slot_ids[start : start + q], mask, kv_len, hidden_layers,
+                         last_logits_only)
 
-    def _run(self, tokens, pos, slots, mask, hidden_layers, last_logits_only=False):
-        """The model's forward on prepared tensors (``[q]`` tokens, positions and slots; ``[1, 1, q, S]`` mask)."""
+    def _run(self, tokens, pos, slots, mask, kv_len, hidden_layers, last_logits_only=False):
+        """The model's forward on prepared tensors (``[q]`` tokens, positions and slots; ``[1, 1, q, kv_len]``
+        mask over the first ``kv_len`` slots)."""
         self._cache.slots = slots
+        self._cache.kv_len = kv_len
         fwd = self._forward if last_logits_only else self._step_forward  # prefill stays eager (its length varies)
         return fwd(tokens, pos, mask, hidden_layers, last_logits_only)
 
@@ -190,17 +199,17 @@ class Target:
         hidden = torch.cat([kept[i][0] for i in want], dim=-1) if want else None  # [q, len*H]
         return logits, hidden
 
-    def _mask(self, start: int, q: int, visible: np.ndarray | None) -> torch.Tensor:
-        """Additive mask ``[1, 1, q, S]``: 0 where a query may attend, dtype-min elsewhere."""
-        allowed = (self._slot_ids < start).expand(q, -1).clone()  # [q, S] committed prefix
+    def _mask(self, start: int, q: int, visible: np.ndarray | None, kv_len: int) -> torch.Tensor:
+        """Additive mask ``[1, 1, q, kv_len]``: 0 where a query may attend, dtype-min elsewhere."""
+        allowed = (self._slot_ids[:kv_len] < start).expand(q, -1).clone()  # [q, kv_len] committed prefix
         if visible is None:
             block = torch.ones(q, q, dtype=torch.bool, device=self.device).tril_()
         else:
             block = torch.as_tensor(visible, dtype=torch.bool).to(self.device, non_blocking=True)
         allowed[:, start : start + q] = block
-        mask = torch.zeros(q, self.capacity, dtype=self.dtype, device=self.device)
+        mask = torch.zeros(q, kv_len, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~allowed, self._neg)
-        return mask.view(1, 1, q, self.capacity)
+        return mask.view(1, 1, q, kv_len)
 
 
 class _GraphedStep:
@@ -210,7 +219,7 @@ class _GraphedStep:
     needs only three small host-to-device copies from pinned buffers (no host sync).
     """
 
-    def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...]) -> None:
+    def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...], kv_len: int) -> None:
         dev = target.device
         self.q = q
         self.tokens = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
@@ -225,11 +234,11 @@ class _GraphedStep:
 
         def step():
             slots = self.start + arange  # [q]
-            allowed = (target._slot_ids[None, :] < self.start).expand(q, -1).clone()  # [q, S]
+            allowed = (target._slot_ids[None, :kv_len] < self.start).expand(q, -1).clone()  # [q, kv_len]
             allowed.scatter_(1, slots[None, :].expand(q, q), self.block)
-            mask = torch.zeros(q, target.capacity, dtype=target.dtype, device=dev)
+            mask = torch.zeros(q, kv_len, dtype=target.dtype, device=dev)
             mask.masked_fill_(~allowed, target._neg)
-            return target._run(self.tokens, self.pos, slots, mask.view(1, 1, q, -1), hidden_layers)
+            return target._run(self.tokens, self.pos, slots, mask.view(1, 1, q, -1), kv_len, hidden_layers)
 
         self.step = step
         self.graph: torch.cuda.CUDAGraph | None = None

@@ -72,11 +72,11 @@ def test_merge_orders_dedups_and_survives_crashes(tmp_path):
     # shards of an earlier run with 3 ranks, one torn, one row already in out, one duplicated across shards
     dp.shard_path(out, 0).write_text(_line("c", "d") + _line("c", "a", 9) + _line("c", "b"))
     dp.shard_path(out, 2).write_text(_line("c", "c") + _line("c", "b", 9) + _line("c", "zz") + '{"conf')
-    (tmp_path / "x.jsonl.rank1.jsonl.bak").write_text("not a shard")
-    assert [p.name for p in dp.shard_paths(out)] == ["x.jsonl.rank0.jsonl", "x.jsonl.rank2.jsonl"]
+    (tmp_path / "x.jsonl.rank1.part.bak").write_text("not a shard")
+    assert [p.name for p in dp.shard_paths(out)] == ["x.jsonl.rank0.part", "x.jsonl.rank2.part"]
     assert dp.merge(out, ["a", "b", "c", "d"]) == 4
     assert out.read_text() == _line("c", "a") + _line("c", "b") + _line("c", "c") + _line("c", "d") + _line("c", "zz")
-    assert not dp.shard_paths(out) and (tmp_path / "x.jsonl.rank1.jsonl.bak").exists()
+    assert not dp.shard_paths(out) and (tmp_path / "x.jsonl.rank1.part.bak").exists()
     assert dp.merge(out, ["a"]) == 0  # nothing left to merge
 
     # a crash after the merge replaced out but before the shards went: the rerun adds nothing

@@ -23,7 +23,7 @@ class EagleDrafter(Drafter):
 
     With ``cuda_graphs`` (a head on CUDA, greedy drafting of ``k`` tokens), the catch-up
     of ``m`` queued pairs and the whole chain are one CUDA graph per ``m``
-    (``m <= MAX_GRAPHED_PAIRS``): a proposal costs one graph launch.
+    (``m <= MAX_GRAPHED_PAIRS``) and KV bucket: a proposal costs one graph launch.
     """
 
     MAX_GRAPHED_PAIRS = 64
@@ -34,7 +34,7 @@ class EagleDrafter(Drafter):
         self.head = head
         self.k = k
         self.cuda_graphs = cuda_graphs
-        self._graphs: dict[int, _GraphedDraft] = {}  # by number of caught-up pairs
+        self._graphs: dict[tuple[int, int], _GraphedDraft] = {}  # by (caught-up pairs, slots attended)
         self.name = "eagle" if head.config.kind == "eagle1" else "eagle3"
         self.hidden_layers = head.config.target_layers
         self.cache: StaticKVCache | None = None
@@ -97,8 +97,8 @@ class EagleDrafter(Drafter):
             tok = head.to_target(idx)  # [1] target id
             tokens.append(tok)
             if j + 1 < n:
-                # attention over the whole cache (static shapes); the mask hides slots past the position
-                feat = head(feat, tok.view(1, 1), positions[j:j + 1], self.cache)  # [1, 1, h]
+                # attention over slots [0, p + n); the mask hides those past the position
+                feat = head(feat, tok.view(1, 1), positions[j:j + 1], self.cache, kv_len=p + n)  # [1, 1, h]
         out = torch.cat(tokens).to(request.device)  # [n] int64
         probs = torch.stack(rows).to(request.device) if rows else None  # [n, V]
         return [Draft(tokens=out, source=self.name, probs=probs)]
@@ -113,7 +113,7 @@ class EagleDrafter(Drafter):
         p, m = self.committed, hidden.shape[0]
         self._ensure_capacity(p + m + n)
         positions = torch.arange(p, p + m, device=dev)  # [m]
-        out = head(hidden.to(dev)[None], toks.to(dev)[None], positions, self.cache)  # [1, m, h]
+        out = head(hidden.to(dev)[None], toks.to(dev)[None], positions, self.cache, kv_len=p + m)  # [1, m, h]
         self.cache.rewind(p + m)
         self._last = out[:, -1:]  # [1, 1, h]
 
@@ -121,9 +121,10 @@ class EagleDrafter(Drafter):
         """Catch up on the ``m`` queued pairs and draft ``k`` tokens greedily by one graph replay: ``[k]`` ids."""
         p = self.committed
         self._ensure_capacity(p + m + self.k)
-        g = self._graphs.get(m)
+        kv_len = self.cache.span(p + m + self.k)  # a bucket: the same graph serves many steps
+        g = self._graphs.get((m, kv_len))
         if g is None:
-            g = self._graphs[m] = _GraphedDraft(self, m)
+            g = self._graphs[(m, kv_len)] = _GraphedDraft(self, m, kv_len)
         g.load(self._pending, p)
         self._pending = []
         last, tokens = g()
@@ -153,7 +154,7 @@ class EagleDrafter(Drafter):
 class _GraphedDraft:
     """Catch-up of ``m`` pairs and a greedy chain of ``k`` tokens as one CUDA graph over static buffers."""
 
-    def __init__(self, drafter: EagleDrafter, m: int) -> None:
+    def __init__(self, drafter: EagleDrafter, m: int, kv_len: int) -> None:
         head, cache, k = drafter.head, drafter.cache, drafter.k
         w = head.fc.weight
         self.hidden = torch.zeros(m, head.config.feature_size, dtype=w.dtype, device=w.device)  # [m, F]
@@ -163,14 +164,14 @@ class _GraphedDraft:
         arange = torch.arange(m, device=w.device)  # [m]
 
         def step():
-            out = head(self.hidden[None], self.tokens[None], self.start + arange, cache)  # [1, m, h]
+            out = head(self.hidden[None], self.tokens[None], self.start + arange, cache, kv_len=kv_len)  # [1, m, h]
             feat = last = out[:, -1:]  # [1, 1, h]
             drafted = []
             for j in range(k):
                 tok = head.to_target(head.logits(feat)[0, -1].argmax(-1, keepdim=True))  # [1]
                 drafted.append(tok)
                 if j + 1 < k:
-                    feat = head(feat, tok.view(1, 1), self.start + (m + j), cache)  # [1, 1, h]
+                    feat = head(feat, tok.view(1, 1), self.start + (m + j), cache, kv_len=kv_len)  # [1, 1, h]
             return last, torch.cat(drafted)  # [1, 1, h], [k]
 
         self.step = step
