@@ -1,4 +1,4 @@
-"""Capturing a step function as a CUDA graph (all graphs of a device share one memory pool)."""
+"""Capturing a step function as a CUDA graph."""
 
 from __future__ import annotations
 
@@ -7,22 +7,17 @@ from typing import Any
 
 import torch
 
-_POOLS: dict = {}
 
-
-def graph_pool(device: torch.device):
-    """The memory pool shared by every graph captured on ``device``."""
-    if device not in _POOLS:
-        _POOLS[device] = torch.cuda.graph_pool_handle()
-    return _POOLS[device]
-
-
-def capture(step: Callable[[], Any], device: torch.device, warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, Any]:
+def capture(step: Callable[[], Any], device: torch.device, share: torch.cuda.CUDAGraph | None = None,
+            warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, Any]:
     """Run ``step`` ``warmup`` times on a side stream, then capture it: ``(graph, step's outputs)``.
 
     ``step`` reads and writes only static tensors; put the first call's inputs in its
     buffers before capturing, so the warm-up runs write what the real call would.
-    The returned outputs are overwritten by every ``graph.replay()``.
+    The returned outputs are overwritten by every ``graph.replay()``. ``share``: a live
+    graph of the same owner whose memory pool this one joins (safe for graphs replayed
+    one at a time; the pool lives as long as any of its graphs, so a stale handle is
+    never reused).
     """
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -31,6 +26,6 @@ def capture(step: Callable[[], Any], device: torch.device, warmup: int = 2) -> t
             step()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=graph_pool(device)):
+    with torch.cuda.graph(graph, pool=share.pool() if share is not None else None):
         out = step()
     return graph, out

@@ -141,7 +141,7 @@ class Target:
         if self.cuda_graphs and not last_logits_only:
             key = (q, hidden_layers, kv_len)
             if key not in self._graphs:
-                self._graphs[key] = _GraphedStep(self, q, hidden_layers, kv_len)
+                self._graphs[key] = _GraphedStep(self, q, hidden_layers, kv_len, self._graphs)
             return self._graphs[key](tokens, start, positions, visible)
         if positions is None:
             pos = torch.arange(start, start + q, device=self.device)
@@ -219,7 +219,7 @@ class _GraphedStep:
     needs only three small host-to-device copies from pinned buffers (no host sync).
     """
 
-    def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...], kv_len: int) -> None:
+    def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...], kv_len: int, siblings: dict) -> None:
         dev = target.device
         self.q = q
         self.tokens = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
@@ -242,6 +242,7 @@ class _GraphedStep:
 
         self.step = step
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.siblings = siblings  # the target's graphs: they share one memory pool
 
     def __call__(self, tokens, start, positions, visible):
         """Replay with new inputs; the returned tensors are overwritten by the next replay."""
@@ -256,7 +257,8 @@ class _GraphedStep:
         self.pos.copy_(self.host_pos, non_blocking=True)
         self.block.copy_(self.host_block, non_blocking=True)
         if self.graph is None:
-            self.graph, self.out = capture(self.step, self.tokens.device)
+            share = next((g.graph for g in self.siblings.values() if g.graph is not None), None)
+            self.graph, self.out = capture(self.step, self.tokens.device, share)
         self.graph.replay()
         return self.out
 

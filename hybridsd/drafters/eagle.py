@@ -127,7 +127,7 @@ class EagleDrafter(Drafter):
             g = self._graphs[(m, kv_len)] = _GraphedDraft(self, m, kv_len)
         g.load(self._pending, p)
         self._pending = []
-        last, tokens = g()
+        last, tokens = g(next((o.graph for o in self._graphs.values() if o.graph is not None), None))
         self.cache.rewind(p + m)
         self._last = last  # [1, 1, h] valid until this graph's next replay, which first sets a new _last
         return tokens.clone()  # the graph's output buffer is reused
@@ -188,8 +188,9 @@ class _GraphedDraft:
         self.host_start[0] = start
         self.start.copy_(self.host_start, non_blocking=True)
 
-    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, share: torch.cuda.CUDAGraph | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay (capturing first, into ``share``'s memory pool): ``(last committed output, drafted ids)``."""
         if self.graph is None:
-            self.graph, self.out = capture(self.step, self.hidden.device)
+            self.graph, self.out = capture(self.step, self.hidden.device, share)
         self.graph.replay()
         return self.out
