@@ -21,7 +21,9 @@ export PYTHONUNBUFFERED=1 HYBRIDSD_COMMIT="$1"
 shift
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/d
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+# one install per machine (two stage lists may start at once): the first to take the lock installs
+( flock 9; [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --target /tmp/site .whl/*.whl && touch /tmp/site/.done; } ) 9>/tmp/site.lock || exit 1
 export PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=/tmp/d
 gunzip -c .cache/code_edits_dev.jsonl.gz > /tmp/d/code_edits_dev.jsonl
 for f in mt_bench editeval; do [ -f .cache/$f.jsonl.gz ] && gunzip -c .cache/$f.jsonl.gz > /tmp/d/$f.jsonl; done
@@ -43,9 +45,12 @@ for stage in "$@"; do
             python3 experiments/summarize_runs.py "$OUT"/gate/*.jsonl 2>&1 | tail -8 | tee -a "$log" ;;
     speed)  timeout ${SPEED_S:-380} python3 experiments/bench_speed.py --out "$OUT/bench_speed.json" ${SPEED_ARGS:-} 2>&1 \
               | grep -v Warning | tail -70 | tee -a "$log" ;;
-    sweep)  ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    sweep)  [ -d .cache/sweeps ] && mkdir -p "$OUT/sweeps" && cp -n .cache/sweeps/* "$OUT/sweeps/"  # resume a carried run
+            ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
             timeout ${SWEEP_S:-540} torchrun --standalone --nproc_per_node="$ngpu" experiments/sweep.py \
-              --preset gpu-one-call --out-dir "$OUT/sweeps" 2>&1 | grep -v "it/s\]" | tail -8 | tee -a "$log" ;;
+              --preset gpu-one-call --out-dir "$OUT/sweeps" ${SWEEP_ARGS:-} > "$OUT/sweep_full.log" 2>&1
+            grep -v "it/s\]" "$OUT/sweep_full.log" | grep -A 30 -m 3 "FAILED\|Traceback" | head -80 | tee -a "$log"
+            grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log" ;;
     *) echo "unknown stage $stage" | tee -a "$log" ;;
   esac
 done

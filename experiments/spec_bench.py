@@ -24,6 +24,7 @@ import hashlib
 import json
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -194,9 +195,13 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
             if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            res = hsd.generate(model, ids, drafter=drafter, **kw)
-            if cuda:
-                torch.cuda.synchronize()
+            try:
+                res = hsd.generate(model, ids, drafter=drafter, **kw)
+                if cuda:
+                    torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - one failing prompt must not end a sweep; no row, so a rerun retries
+                print(f"FAILED {cfg.method} {ex.id}:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+                continue
             wall = time.perf_counter() - t0
             res.stats.check()
             text = tok.decode(res.tokens, skip_special_tokens=True)
