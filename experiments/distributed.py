@@ -93,7 +93,7 @@ def shard_paths(out: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _lines(path: Path) -> list[tuple[tuple[str, str], str]]:
+def keyed_rows(path: Path) -> list[tuple[tuple[str, str], str]]:
     """((config key, example id), line) of each complete row of ``path``; torn or blank lines are skipped."""
     out = []
     if path.exists():
@@ -139,9 +139,9 @@ def merge(out: Path, order: Sequence[str]) -> int:
     shards = shard_paths(out)
     if not shards:
         return 0
-    have = {k for k, _ in _lines(out)}
+    have = {k for k, _ in keyed_rows(out)}
     pos = {eid: i for i, eid in enumerate(order)}
-    rows = sorted((r for p in shards for r in _lines(p)), key=lambda r: pos.get(r[0][1], len(pos)))  # stable
+    rows = sorted((r for p in shards for r in keyed_rows(p)), key=lambda r: pos.get(r[0][1], len(pos)))  # stable
     new = []
     for k, line in rows:
         if k not in have:

@@ -145,15 +145,7 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
 
 def done_keys(path: Path) -> set[tuple[str, str]]:
     """(config key, example id) of rows already in ``path``; a torn last line is ignored."""
-    keys = set()
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            keys.add((row["config_key"], row["example_id"]))
-    return keys
+    return {key for key, _ in dp.keyed_rows(path)}
 
 
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True) -> int:
