@@ -280,12 +280,14 @@ def main() -> None:
     p.add_argument("--skip", nargs="*", default=[],
                    choices=["eager", "compile", "hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
+    p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
+                   '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
     a = p.parse_args()
     bw = copy_bandwidth()
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     floor_ms = weight_bytes / bw * 1e3
-    res = {"run_info": provenance.run_info(), "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9,
+    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9,
            "floor_ms": floor_ms, "layers": a.layers, "contexts": {}}
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, weights {weight_bytes / 1e9:.2f} GB, floor {floor_ms:.2f} ms")
 
@@ -298,7 +300,7 @@ def main() -> None:
     if "eager" not in a.skip:
         configs["eager"] = Target(model, cap)
     if "compile" not in a.skip:
-        configs["graph_compiled"] = Target(model, cap, cuda_graphs=True, compile=True)
+        configs["graph_compiled"] = Target(model, cap, cuda_graphs=True, compile=a.compile_mode or True)
     qs = list(range(1, 10))
     for ctx in a.contexts:
         row = res["contexts"].setdefault(str(ctx), {})

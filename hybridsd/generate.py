@@ -86,7 +86,7 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     seed: int | None = None,
     cuda_graphs: bool | None = None,
-    compile: bool = False,
+    compile: bool | str = False,
     on_double_bos: str = "warn",
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
@@ -97,7 +97,8 @@ def generate(
     generation config) stops the sequence after that token. ``drafter=None`` decodes
     one token per target pass with the same engine (the baseline). ``cuda_graphs``
     (default: on for CUDA models) replays each verification block size as a CUDA graph;
-    ``compile`` runs those steps through ``torch.compile`` (slow to start, for long runs).
+    ``compile`` runs those steps through ``torch.compile`` (slow to start, for long runs; a string names
+    the mode, e.g. ``"max-autotune-no-cudagraphs"``).
     A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
     """

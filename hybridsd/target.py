@@ -78,13 +78,14 @@ class Target:
 
     With ``cuda_graphs`` (CUDA only), each block size after prefill is captured once as a
     CUDA graph and replayed: the step then costs one graph launch plus small input copies.
-    With ``compile``, the model's forward for blocks after prefill goes through
-    ``torch.compile`` (one static-shape compilation per block size, default mode:
+    With ``compile`` (True, or a ``torch.compile`` mode such as ``"max-autotune-no-cudagraphs"``), the
+    model's forward for blocks after prefill goes through ``torch.compile`` (one static-shape compilation
+    per block size and KV bucket; default mode unless named; never a mode with CUDA graphs:
     the CUDA graphs are ours).
     """
 
     def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-                 compile: bool = False, layer_stack: bool | None = None) -> None:
+                 compile: bool | str = False, layer_stack: bool | None = None) -> None:
         cfg = model.config
         p = next(model.parameters())
         self.model = model
@@ -107,7 +108,10 @@ class Target:
         self._step_forward = self._forward
         if compile:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
-            self._step_forward = torch.compile(self._forward, dynamic=False)  # default mode: we capture the graphs
+            mode = compile if isinstance(compile, str) else None
+            if mode in ("reduce-overhead", "max-autotune"):  # the modes that capture CUDA graphs themselves
+                raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
+            self._step_forward = torch.compile(self._forward, mode=mode, dynamic=False)
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
@@ -267,7 +271,7 @@ _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-               compile: bool = False) -> Target:
+               compile: bool | str = False) -> Target:
     """The model's :class:`Target`, reused across calls while its cache is large enough."""
     p = next(model.parameters())
     t = _TARGETS.get(model)

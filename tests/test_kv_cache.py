@@ -80,3 +80,8 @@ def test_layer_stack_needs_a_known_family(target):
             Target(target, 8, layer_stack=True)
     finally:
         target.config.model_type = old
+
+
+def test_compile_modes_with_their_own_graphs_are_refused(target):
+    with pytest.raises(ValueError, match="no-cudagraphs"):
+        Target(target, 8, compile="reduce-overhead")
