@@ -14,9 +14,11 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results"
 SWEEP = RESULTS / "sweeps" / "cpu-small"
 NEEDS = {
-    "theory_vs_measurement": [RESULTS / "simulate_al.json", RESULTS / "zoo", SWEEP],
-    "hybrid_al": [RESULTS / "zoo", SWEEP],
-    "bos_sensitivity": [SWEEP],
+    "theory_vs_measurement": [RESULTS / "simulate_al.json", RESULTS / "sweeps" / "gpu-one-call",
+                              SWEEP / "code-edits__ngram__k5.jsonl",
+                              REPO.parent / "shared" / "data" / "code_edits_dev.jsonl"],  # hybridsd.data's default
+    "hybrid_al": [RESULTS / "sweeps" / "gpu-one-call", RESULTS / "sweeps" / "gpu-one-call" / "sweep.json"],
+    "bos_sensitivity": [RESULTS / "sweeps" / "gpu-one-call", SWEEP],
     "speed": [RESULTS / "bench_speed.json"],
 }
 
