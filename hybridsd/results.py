@@ -1,4 +1,5 @@
-"""Saved results as pandas tables: spec_bench JSONL rows, the trace simulation, the speed benchmark.
+"""Saved results as pandas tables: spec_bench JSONL rows, the trace simulation, the speed benchmark (step times,
+EAGLE draft cost, loop overhead, the zoo model end to end, HF generate).
 
 Corpus-level aggregates sum counters over rows before dividing (``sum tokens / sum passes``), never average
 per-prompt ratios. pandas is an optional dependency (``pip install -e ".[plots]"``), imported inside functions.
@@ -341,36 +342,144 @@ def load_simulation(path: str | Path) -> dict:
 
 _SPEED_IMPL = {"hf_eager": "HF eager", "hf_static_compiled": "HF static cache + compile", "eager": "eager",
                "graph": "CUDA graph", "graph_compiled": "CUDA graph + compile"}
+SPEED_COLUMNS = ("run", "context", "name", "impl", "layout", "block", "step", "ms", "x_floor", "floor_ms", "error",
+                 "device", "commit")
 
 
-def _speed_name(name: str) -> tuple[str, str, int | None]:
-    """(impl, layout, block) of a bench_speed entry: "hf_eager_decode" -> ("HF eager", "decode", 1),
-    "graph_chain_q4" -> ("CUDA graph", "chain", 4), "hf_static_compiled_q8" -> (..., "chain", 8)."""
+def _speed_name(name: str) -> tuple[str, str, int | None, str]:
+    """(impl, layout, block, step) of a bench_speed entry: "hf_eager_decode" -> ("HF eager", "decode", 1,
+    "decode q1"), "graph_chain_q4" -> ("CUDA graph", "chain", 4, "chain q4"), "hf_static_compiled_q8" -> (...,
+    "chain", 8, "chain q8"), "eagle1_graph_per_draft_token" -> ("EAGLE-1 head (graph)", "draft", None,
+    "per_draft_token"); an unknown name -> (name, "", None, name)."""
     if name == "hf_eager_decode":
-        return "HF eager", "decode", 1
+        return "HF eager", "decode", 1, "decode q1"
+    m = re.fullmatch(r"eagle(\d)_(graph|eager)_(.+)", name)
+    if m:
+        return f"EAGLE-{m.group(1)} head ({m.group(2)})", "draft", None, m.group(3)
     m = re.fullmatch(r"(.+?)_(?:(chain|tree)_)?q(\d+)", name)
     if not m:
-        return name, "", None
+        return name, "", None, name
     impl, layout, q = m.groups()
-    return _SPEED_IMPL.get(impl, impl), layout or "chain", int(q)
+    layout = layout or "chain"
+    return _SPEED_IMPL.get(impl, impl), layout, int(q), f"{layout} q{q}"
 
 
-def load_speed(path: str | Path):
-    """``experiments/bench_speed.json``'s per-context step times in long form: context, name, impl ("HF eager",
-    "eager", "CUDA graph", ...), layout ("decode", "chain", "tree"), block (tokens per pass), ms, x_floor
-    (ms / floor_ms), floor_ms, error (the text stored instead of a time when a variant failed, else None),
-    device, commit."""
+def _speed_docs(paths_or_globs) -> list[tuple[str, dict]]:
+    """(run, document) of each bench_speed JSON file named (paths or glob patterns); run = the file's stem."""
+    return [(p.stem, json.loads(p.read_text())) for p in _paths(paths_or_globs)]
+
+
+def _frame(rows: list[dict], columns: Sequence[str]):
+    """A DataFrame of ``rows`` with ``columns`` in this order (the columns even when there are no rows)."""
     import pandas as pd
 
-    doc = json.loads(Path(path).read_text())
-    floor = doc["floor_ms"]
-    rows = []
-    for ctx, times in doc["contexts"].items():
-        for name, value in times.items():
-            impl, layout, q = _speed_name(name)
-            ms = float(value) if isinstance(value, (int, float)) else math.nan
-            rows.append({"context": int(ctx), "name": name, "impl": impl, "layout": layout, "block": q, "ms": ms,
-                         "x_floor": ms / floor, "floor_ms": floor, "error": None if ms == ms else str(value),
-                         "device": doc["run_info"]["device"], "commit": doc["run_info"]["commit"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(columns))
 
+
+def _ms(value) -> float:
+    """A stored time in ms, NaN for the error text stored instead of a time."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def load_speed(paths_or_globs):
+    """Per-context step times of one or more ``experiments/bench_speed.py`` JSON files, concatenated in long form.
+
+    One row per stored entry: ``run`` (file stem), ``context``, ``name`` (the stored key), ``impl`` ("HF eager",
+    "HF static cache + compile", "eager", "CUDA graph", "CUDA graph + compile", "EAGLE-1 head (graph)", "EAGLE-1
+    head (eager)"), ``layout`` ("decode", "chain", "tree"; "draft" for the EAGLE head), ``block`` (tokens per
+    target pass; missing (<NA>) for the head), ``step`` ("chain q4", ...; for the head "catchup4_k1", "catchup4_k3"
+    (catch-up over 4 committed tokens plus a k-token draft) or "per_draft_token" ((k=3 - k=1) / 2)), ``ms``,
+    ``x_floor`` (ms / that file's floor_ms), ``floor_ms``, ``error`` (the text stored instead of a time when a
+    variant failed, else missing), and the file's ``device`` and ``commit``."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        floor, info = doc["floor_ms"], doc["run_info"]
+        for ctx, times in doc["contexts"].items():
+            for name, value in times.items():
+                impl, layout, q, step = _speed_name(name)
+                ms = _ms(value)
+                rows.append({"run": run, "context": int(ctx), "name": name, "impl": impl, "layout": layout,
+                             "block": q, "step": step, "ms": ms, "x_floor": ms / floor, "floor_ms": floor,
+                             "error": None if ms == ms else str(value), "device": info.get("device"),
+                             "commit": info.get("commit")})
+    out = _frame(rows, SPEED_COLUMNS)
+    return out.assign(block=out["block"].astype("Int64"))
+
+
+def load_speed_runs(paths_or_globs):
+    """One row per bench_speed file: ``run``, ``device``, ``commit``, ``date``, ``torch``, ``floor_ms``,
+    ``copy_bandwidth_TBps``, ``weight_GB``, ``layers``, ``contexts`` (the contexts it holds, sorted),
+    ``conditions`` (the stored note on the host's state) and ``args`` (the command-line arguments, a dict, in files
+    that store them); missing when absent."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        info = doc["run_info"]
+        rows.append({"run": run, "device": info.get("device"), "commit": info.get("commit"),
+                     "date": info.get("date"), "torch": info.get("torch"), "floor_ms": doc["floor_ms"],
+                     "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"), "weight_GB": doc.get("weight_GB"),
+                     "layers": doc.get("layers"), "contexts": sorted(int(c) for c in doc["contexts"]),
+                     "conditions": doc.get("conditions"), "args": doc.get("args")})
+    return _frame(rows, ["run", "device", "commit", "date", "torch", "floor_ms", "copy_bandwidth_TBps", "weight_GB",
+                         "layers", "contexts", "conditions", "args"])
+
+
+def load_loop_overhead(paths_or_globs):
+    """The ``loop_overhead`` sections (``generate()`` wall time per step against the forward time of the same
+    block sizes): one row per file and drafter, ``run``, ``config`` (the target's configuration, "graph"),
+    ``context``, ``drafter`` ("plain", "ngram_k8"), ``steps``, ``tokens``, ``wall_ms_per_step``,
+    ``forward_ms_per_step``, ``outside_ms_per_step`` (wall - forward) and ``outside_forward`` (1 - forward /
+    wall, the share of a step spent outside the forward passes). Files without the section add no rows."""
+    cols = ["steps", "tokens", "wall_ms_per_step", "forward_ms_per_step", "outside_ms_per_step", "outside_forward"]
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        sec = doc.get("loop_overhead") or {}
+        for drafter, r in sec.items():
+            if isinstance(r, dict):
+                rows.append({"run": run, "config": sec.get("config"), "context": sec.get("ctx"), "drafter": drafter,
+                             **{c: r.get(c) for c in cols}})
+    return _frame(rows, ["run", "config", "context", "drafter", *cols])
+
+
+ZOO_COLUMNS = ("tokens_per_s", "seq_normalized_al", "tokens", "step_ms", "forward_ms_per_step", "speedup",
+               "forward_only_speedup")
+
+
+def load_zoo_speed(paths_or_globs):
+    """The ``zoo`` sections (tiny-coder end to end): one row per file and method, ``run``, ``method`` ("plain",
+    "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle-tree", ...), ``tokens_per_s``, ``seq_normalized_al``,
+    ``tokens``, ``step_ms`` (wall time per target pass, drafting included), ``forward_ms_per_step`` (the graphed
+    forward times of the steps' block sizes), ``other_ms_per_step`` (step_ms - forward_ms_per_step: drafting and
+    host work), ``speedup`` (tokens/s over plain's), ``forward_only_speedup`` (AL x 1-token forward / forward per
+    step: the speedup if drafting and the host were free), ``error`` (the text stored for a failed method, else
+    missing; its numbers NaN)."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        for method, r in (doc.get("zoo") or {}).items():
+            if method == "forward_ms":
+                continue
+            ok = isinstance(r, dict)
+            vals = {c: (r.get(c, math.nan) if ok else math.nan) for c in ZOO_COLUMNS}
+            rows.append({"run": run, "method": method, **vals,
+                         "other_ms_per_step": vals["step_ms"] - vals["forward_ms_per_step"],
+                         "error": None if ok else str(r)})
+    return _frame(rows, ["run", "method", *ZOO_COLUMNS, "other_ms_per_step", "error"])
+
+
+def load_zoo_forward(paths_or_globs):
+    """The zoo's graphed forward times per block size (``zoo.forward_ms``): ``run``, ``layout`` ("chain",
+    "tree"), ``block``, ``ms``."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        for name, ms in ((doc.get("zoo") or {}).get("forward_ms") or {}).items():
+            layout, q = name.split("_q")
+            rows.append({"run": run, "layout": layout, "block": int(q), "ms": _ms(ms)})
+    return _frame(rows, ["run", "layout", "block", "ms"])
+
+
+def load_hf_generate(paths_or_globs):
+    """HF ``generate()`` wall time per new token (``hf_generate_ms_per_token``): ``run``, ``mode`` ("greedy",
+    "prompt_lookup_10"), ``ms_per_token``."""
+    rows = [{"run": run, "mode": mode, "ms_per_token": _ms(ms)}
+            for run, doc in _speed_docs(paths_or_globs)
+            for mode, ms in (doc.get("hf_generate_ms_per_token") or {}).items()]
+    return _frame(rows, ["run", "mode", "ms_per_token"])

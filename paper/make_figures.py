@@ -4,12 +4,16 @@
 
 Reads (nothing else; no number below is typed in by hand):
 
-- experiments/results/simulate_al.json          trace simulation of 3,724 real code edits + model fits
-- experiments/results/bench_speed.json          H200 step times against the memory-bandwidth floor
-- experiments/results/bench_ngram.json          n-gram kernel time per call (CPU)
-- experiments/results/zoo/*.jsonl               GPU runs of the tiny-coder model (one row per prompt)
-- hybridsd/models/tiny-coder/training_config.json, heads_training_eagle1_eagle3.json
-- experiments/results/sweeps/**/*.jsonl         CPU sweeps, if present (optional)
+- experiments/results/simulate_al.json             trace simulation of 3,724 real code edits + model fits
+- experiments/results/sweeps/gpu-one-call/*.jsonl  GPU sweep of tiny-coder (the primary AL measurement), sweep.json
+- experiments/results/zoo/session2/                EAGLE-3 gate (retrained head vs EAGLE-1) and the GPU test log
+- experiments/results/bench_speed_ctx512.json      8B-shape step times at context 512 (and a partial 2048)
+- experiments/results/bench_speed.json             the same at 2048, EAGLE-1 draft cost, loop overhead, zoo end to end
+- experiments/results/bench_ngram.json             n-gram kernel time per call (CPU)
+- experiments/results/sweeps/cpu-small/*.jsonl     the CPU sweep (secondary), if present
+- hybridsd/models/tiny-coder/                      training_config.json, heads_training_*.json, tokenizer.json,
+                                                   generation_config.json
+- code_edits_dev.jsonl of the data directory       the input files, to align the sweep's outputs against them
 
 Writes paper/figures/*.pdf, paper/tables/*.tex and paper/numbers.tex (``\\newcommand`` per quoted number).
 """
@@ -20,7 +24,7 @@ import json
 import math
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import logging
@@ -30,6 +34,7 @@ import matplotlib
 matplotlib.use("Agg")
 logging.getLogger("fontTools").setLevel(logging.ERROR)
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 PAPER = Path(__file__).resolve().parent
@@ -39,7 +44,7 @@ MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 FIG, TAB = PAPER / "figures", PAPER / "tables"
 
 sys.path.insert(0, str(REPO))
-from hybridsd.analytic import chain_al  # noqa: E402
+from hybridsd import results  # noqa: E402
 
 plt.rcParams.update({
     "font.family": "serif", "font.serif": ["LM Roman 10", "DejaVu Serif"], "mathtext.fontset": "cm",
@@ -294,278 +299,678 @@ def simulation() -> None:
     savefig(fig, "sim_precision")
 
 
-# ----------------------------------------------------------------------------- zoo model runs
+# ----------------------------------------------------------------------------- shared for the GPU results
+
+SWEEP_GPU = RESULTS / "sweeps" / "gpu-one-call"
+SWEEP_CPU = RESULTS / "sweeps" / "cpu-small"
+BENCH_A = RESULTS / "bench_speed_ctx512.json"  # full at context 512, partial at 2048; the other GPU was busy
+BENCH_B = RESULTS / "bench_speed.json"  # context 2048, the GPU alone; EAGLE head, loop overhead, HF generate, zoo
+GATE = RESULTS / "zoo" / "session2"
+DATASETS = ("code-edits", "editeval", "mt-bench")
+DATASET_TAG = {"code-edits": "Code", "editeval": "EditEval", "mt-bench": "MT"}
+DATASET_LABEL = {"code-edits": "code edits", "editeval": "EditEval", "mt-bench": "MT-Bench"}
+VARIANTS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "ngram-eagle tree")
+VARIANT_TAG = {"none": "Plain", "ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eagle": "Hyb",
+               "ngram-eagle3": "HybThree", "ngram-eagle tree": "Tree"}
+VARIANT_LABEL = {**METHOD_LABEL, "ngram-eagle tree": "n-gram + EAGLE-1, tree"}
+VARIANT_COLOR = {**METHOD_COLOR, "ngram-eagle tree": "#d62728"}
+K_TAG = {"-": "", "3": "Three", "5": "Five", "5/3": "FiveThree"}
+K_ORDER = {"-": 0, "3": 1, "5": 2, "5/3": 3}
 
 
-def zoo() -> dict:
-    files = sorted((RESULTS / "zoo").glob("*.jsonl"))
-    runs = {f.stem: load_jsonl(f) for f in files}
-    # tiny-coder facts
+def cap_count(df) -> int:
+    """Rows whose output reached the length limit."""
+    return int((df.tokens >= df.output_len).sum())
+
+
+def of_n(a: int, b: int) -> str:
+    return f"{a} of {b}"
+
+
+def signed(v: float) -> str:
+    """``+0.12`` / ``-0.12`` for math mode (``0.00`` without a sign)."""
+    return "0.00" if round(v, 2) == 0 else f"{v:+.2f}"
+
+
+# ----------------------------------------------------------------------------- tiny-coder and its heads
+
+
+def tiny_coder() -> None:
+    """The zoo model's training facts and its EAGLE heads (EAGLE-3 retrained in session 2)."""
     tc = json.loads((MODEL_DIR / "training_config.json").read_text())
     num("zooParams", tc["parameters"] / 1e6, "{:.1f}")
     num("zooTrainMin", tc["wall_s"] / 60, "{:.1f}")
     num("zooPretrainMB", tc["data"]["pretrain_chars"] / 1e6, "{:.0f}")
-    num("zooPretrainTokens", tc["data"]["pretrain_tokens"] / 1e6, "{:.1f}")
     num("zooSyntheticEdits", f"{tc['data']['synthetic_examples']:,}", "{}")
     num("zooRealRows", f"{tc['data']['sft_real_rows']:,}", "{}")
     num("zooEvalRows", tc["data"]["eval_rows"], "{:d}")
     num("zooEvalRepos", ", ".join(r.split("/")[1] for r in tc["data"]["eval_repos"]), "{}")
     num("zooLayers", tc["config"]["num_layers"], "{:d}")
     num("zooHidden", tc["config"]["hidden_size"], "{:d}")
-    num("zooProv", provenance(tc["run_info"]), "{}")
     g = tc["quality_gate"]
     num("zooGateN", g["n"], "{:d}")
     num("zooGateOutVsBefore", g["median_out_vs_before"])
     num("zooGateRefNorm", g["median_ref_norm"])
     num("zooGateStopped", g["stopped_at_eot"], "{:d}")
-    ht = json.loads((MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text())
-    num("headsProv", provenance(ht["run_info"]), "{}")
-    num("headsGenSeq", ht["data"]["generated"], "{:d}")
-    num("headsForcedTokens", ht["data"]["forced_tokens"] / 1e6, "{:.1f}")
-    for k, tag in (("eagle1", "One"), ("eagle3", "Three")):
-        h = ht["heads"][k]
-        num(f"heads{tag}Steps", h["steps"], "{:d}")
-        num(f"heads{tag}Seconds", h["train_s"], "{:.0f}")
-        num(f"heads{tag}Agree", ", ".join(f"{a:.2f}" for a in h["holdout_agreement"]), "{}")
-    num("headsTTT", ht["config"]["ttt_steps"], "{:d}")
-    num("headsDraftVocab", ht["config"]["draft_vocab"], "{:d}")
-
-    # aggregate per (run, method)
-    agg = {}
-    for run, rows in runs.items():
-        by = defaultdict(list)
-        for r in rows:
-            by[r["config"]["method"]].append(r)
-        plain = {r["example_id"]: r for r in by.get("none", [])}
-        for m, rs in by.items():
-            tok = sum(r["stats"]["num_tokens"] for r in rs)
-            steps = sum(r["stats"]["num_target_steps"] for r in rs)
-            drafts = sum(r["stats"]["num_drafts"] for r in rs)
-            acc = sum(r["stats"]["num_accepted"] for r in rs)
-            L = max((len(r["stats"]["accepted_per_position"]) for r in rs), default=0)
-            app = np.zeros(L)
-            for r in rs:
-                a = r["stats"]["accepted_per_position"]
-                app[: len(a)] += a
-            sbd = Counter()
-            for r in rs:
-                sbd.update(r["stats"]["steps_by_drafter"])
-            capped = sum(r["stats"]["num_tokens"] >= r["config"]["output_len"] for r in rs)
-            fin = [r for r in rs if r["stats"]["num_tokens"] < r["config"]["output_len"]]
-            ftok = sum(r["stats"]["num_tokens"] for r in fin)
-            fst = sum(r["stats"]["num_target_steps"] for r in fin)
-            same = None
-            if plain and m != "none":
-                key = lambda r: tuple(r["tokens"]) if "tokens" in r else (r["stats"]["num_tokens"], r["output_edit_norm"])  # noqa: E731
-                pairs = [(key(r), key(plain[r["example_id"]])) for r in rs if r["example_id"] in plain]
-                same = (sum(a == b for a, b in pairs), len(pairs), all("tokens" in r for r in rs))
-            agg[(run, m)] = dict(
-                n=len(rs), tokens=tok, steps=steps, al=tok / steps, prec=(1 + acc / drafts) if drafts else math.nan,
-                rates=(app / drafts) if drafts else np.zeros(0), share=drafts / max(steps - len(rs), 1),
-                by_drafter=dict(sbd), capped=capped, al_finished=(ftok / fst) if fst else math.nan, n_finished=len(fin),
-                same=same, run_info=rs[0]["run_info"], config=rs[0]["config"], rows=rs)
-    return agg
+    old = json.loads((MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text())
+    new = json.loads((MODEL_DIR / "heads_training_eagle3.json").read_text())
+    agree = lambda h: ", ".join(f"{a:.2f}" for a in h["holdout_agreement"])  # noqa: E731
+    one, old3, new3 = old["heads"]["eagle1"], old["heads"]["eagle3"], new["heads"]["eagle3"]
+    num("headsOneSteps", one["steps"], "{:d}")
+    num("headsOneSeconds", one["train_s"], "{:.0f}")
+    num("headsOneAgree", agree(one))
+    num("headsPositions", len(one["holdout_agreement"]), "{:d}")
+    num("headsOldThreeSteps", old3["steps"], "{:d}")
+    num("headsOldThreeAgree", agree(old3))
+    num("headsThreeSteps", new3["steps"], "{:d}")
+    num("headsThreeSeconds", new3["train_s"], "{:.0f}")
+    num("headsThreeAgree", agree(new3))
+    num("headsThreeTTT", new["config"]["ttt_steps"], "{:d}")
+    num("headsThreeVocab", new["config"]["draft_vocab"], "{:d}")
+    num("headsThreeProv", provenance(new["run_info"]), "{}")
+    num("headsThreeInit", "from the target's" if new["config"].get("init_from_target") else "from scratch", "{}")
 
 
-def zoo_outputs(agg: dict) -> None:
-    main = "gate_call2"
-    eag = "gate_call3_eagle"
-    have_main = any(k[0] == main for k in agg)
-    if not have_main:
-        raise SystemExit(f"missing experiments/results/zoo/{main}.jsonl")
-    a = agg
-    cfg = a[(main, "ngram")]["config"]
-    num("zooPrompts", a[(main, "ngram")]["n"], "{:d}")
-    num("zooOutLen", cfg["output_len"], "{:d}")
-    num("zooKngram", cfg["k"]["ngram"], "{:d}")
-    num("zooKeagle", cfg["k"]["eagle"], "{:d}")
-    num("zooMainProv", provenance(a[(main, "ngram")]["run_info"]), "{}")
-    num("zooMainCommit", commit_of(a[(main, "ngram")]["run_info"])[0], "{}")
-    for m, tag in (("ngram", "Ngram"), ("ngram-eagle", "NgramEagle"), ("ngram-eagle3", "NgramEagleThree"),
-                   ("eagle", "EagleMain"), ("eagle3", "EagleThreeMain"), ("none", "Plain")):
-        r = a[(main, m)]
-        num(f"zooAL{tag}", r["al"])
-        num(f"zooN{tag}", r["n"], "{:d}")
-        num(f"zooCapped{tag}", r["capped"], "{:d}")
-        if m != "none":
-            num(f"zooPrec{tag}", r["prec"])
-            num(f"zooALfin{tag}", r["al_finished"])
-            num(f"zooNfin{tag}", r["n_finished"], "{:d}")
-            s = r["same"]
-            if s:
-                num(f"zooSame{tag}", f"{s[0]} of {s[1]}", "{}")
-    # EAGLE-1 alone (separate run)
-    e = a[(eag, "eagle")]
-    num("zooEagleProv", provenance(e["run_info"]), "{}")
-    num("zooEagleCommit", commit_of(e["run_info"])[0], "{}")
-    num("zooALEagle", e["al"])
-    num("zooPrecEagle", e["prec"])
-    num("zooNEagle", e["n"], "{:d}")
-    num("zooEagleOutLen", e["config"]["output_len"], "{:d}")
-    num("zooEagleRates", ", ".join(f"{x:.2f}" for x in e["rates"]), "{}")
-    cond = e["rates"][1:] / e["rates"][:-1]
-    num("zooEagleCond", ", ".join(f"{x:.2f}" for x in np.concatenate([e["rates"][:1], cond])), "{}")
-    alpha = float(e["rates"][0])
-    num("zooEagleChainFirst", float(chain_al(alpha, len(e["rates"]))))
-    # alpha that makes the i.i.d. chain formula reproduce the measured precision AL
-    from scipy.optimize import brentq
-    a_fit = brentq(lambda t: float(chain_al(t, len(e["rates"]))) - e["prec"], 1e-6, 1 - 1e-9)
-    num("zooEagleAlphaFit", a_fit)
-    # the gain of the hybrid over n-gram alone
-    num("zooGainEagle", a[(main, "ngram-eagle")]["al"] - a[(main, "ngram")]["al"])
-    num("zooGainEagleThree", a[(main, "ngram-eagle3")]["al"] - a[(main, "ngram")]["al"])
-    diag = json.loads((RESULTS / "zoo" / "head_diagnosis.json").read_text())["heads"]
-    num("diagAgreeOne", diag["eagle1"]["answer_agreement"])
-    num("diagAgreeThree", diag["eagle3"]["answer_agreement"])
-    num("diagSame", min(h["drafter_equals_training_path"] for h in diag.values()))
-    num("diagPositions", diag["eagle3"]["positions_checked"], "{:d}")
-    r = a[(main, "ngram-eagle")]
-    num("zooHybridEagleSteps", r["by_drafter"].get("eagle", 0), "{:d}")
-    num("zooHybridNgramSteps", r["by_drafter"].get("ngram", 0), "{:d}")
-    num("zooHybridEagleShare", 100 * r["by_drafter"].get("eagle", 0) / sum(r["by_drafter"].values()), "{:.1f}")
-    oe = np.array([x["output_edit_norm"] for x in a[(main, "ngram-eagle")]["rows"]], dtype=float)
-    num("zooOutNormMedian", float(np.median(oe)))
+# ----------------------------------------------------------------------------- GPU sweep: measured ALs
 
-    # --- table
-    lines = [r"\begin{tabular}{lrrrrrll}", r"\toprule",
-             r"method & prompts & at cap & seq.\ AL & prec.\ AL & AL, finished & $r_1, r_2, \dots$ & "
-             r"= plain \\"]
-    order = ["none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3"]
-    runs = sorted({k[0] for k in a}, key=lambda s: (s != main, s))
-    for run in runs:
-        ms = [m for m in order if (run, m) in a] + sorted(m for (rr, m) in a if rr == run and m not in order)
-        ri = a[(run, ms[0])]["run_info"]
-        c, note = commit_of(ri)
-        lines.append(r"\midrule")
-        lines.append(f"\\multicolumn{{8}}{{l}}{{\\texttt{{{tex_escape(run)}}}: commit \\texttt{{{c}}}, "
-                     f"{tex_escape(ri.get('device', '?'))}, {str(ri.get('date', ''))[:10]}, "
-                     f"output $\\le$ {a[(run, ms[0])]['config']['output_len']} tokens, "
-                     f"CUDA graphs {'on' if a[(run, ms[0])]['config'].get('cuda_graphs') else 'off'}}} \\\\")
-        for m in ms:
-            r = a[(run, m)]
-            rates = ", ".join(f"{x:.2f}" for x in r["rates"]) if len(r["rates"]) else "--"
-            same = "--" if not r["same"] else f"{r['same'][0]}/{r['same'][1]}"
-            lines.append(f"\\quad {METHOD_LABEL.get(m, m)} & {r['n']} & {r['capped']} & {fmt(r['al'])} & "
-                         f"{fmt(r['prec'])} & {fmt(r['al_finished'])} & {{\\scriptsize {rates}}} & {same} \\\\")
+
+def sweep_provenance(df) -> None:
+    """Commands, commits, device and sizes of the GPU sweep, for the text."""
+    calls = json.loads((SWEEP_GPU / "sweep.json").read_text())["calls"]
+    cmds = list(dict.fromkeys(re.sub(r" --out-dir \S+", "", c["command"]) for c in calls))  # where it wrote: moot
+    num("gpuCmd", "; ".join(f"\\code{{{tex_escape(c)}}}" for c in cmds), "{}")
+    num("gpuCalls", len(calls), "{:d}")
+    commits = list(dict.fromkeys(commit_of(c["run_info"])[0] for c in calls))
+    num("gpuCommits", " and ".join(f"\\texttt{{{c}}}" for c in commits), "{}")
+    ri = calls[-1]["run_info"]
+    num("gpuDevice", tex_escape(ri["device"]), "{}")
+    num("gpuTorch", tex_escape(ri["torch"]), "{}")
+    num("gpuDate", ri["date"][:10], "{}")
+    num("gpuWorld", calls[-1].get("world_size", 1), "{:d}")
+    num("gpuRows", len(df), "{:d}")
+    ks = sorted({int(k) for k in df.k if k.isdigit()})
+    num("gpuKa", ks[0], "{:d}")
+    num("gpuKb", ks[-1], "{:d}")
+    mixed = df[df.k.str.contains("/")]
+    num("gpuHybKN", int(mixed.k_ngram.iloc[0]), "{:d}")
+    num("gpuHybKE", int(mixed.k_eagle.iloc[0]), "{:d}")
+    first = json.loads(next(SWEEP_GPU.glob("*ngram__k*.jsonl")).read_text().splitlines()[0])["config"]
+    num("gpuMinN", first["prompt_lookup_min"], "{:d}")
+    num("gpuMaxN", first["prompt_lookup_max"], "{:d}")
+    num("gpuConfigs", df.config_key.nunique(), "{:d}")
+    plain = df[(df.method == "none") & (df.bos_mode == "single")]
+    for ds in DATASETS:
+        p = plain[plain.dataset == ds]
+        tag = DATASET_TAG[ds]
+        num(f"gpuN{tag}", len(p), "{:d}")
+        num(f"gpuOutLen{tag}", int(p.output_len.iloc[0]), "{:d}")
+        num(f"gpuCapped{tag}", cap_count(p), "{:d}")
+        num(f"gpuCappedOf{tag}", f"all {len(p)}" if cap_count(p) == len(p) else of_n(cap_count(p), len(p)), "{}")
+
+
+def sweep_al_table(df) -> None:
+    """Corpus AL per dataset, method and k (single BOS): table, and a macro per cell."""
+
+    single = df[df.bos_mode == "single"]
+    al = results.corpus_al(single, by=["dataset", "variant", "k"]).set_index(["dataset", "variant", "k"])
+    mr = results.match_rate(single, by=["dataset", "variant", "k"]).set_index(["dataset", "variant", "k"])
+    for (ds, var, k), r in al.iterrows():
+        if var == "none":
+            continue
+        tag = f"{DATASET_TAG[ds]}{VARIANT_TAG[var]}{K_TAG[k]}"
+        num(f"gpuAL{tag}", r.seq_al)
+        num(f"gpuPrec{tag}", r.precision_al)
+    keys = sorted({(v, k) for _, v, k in al.index}, key=lambda vk: (VARIANTS.index(vk[0]), K_ORDER[vk[1]]))
+    best = al.reset_index().assign(g=lambda d: d.k.map(lambda k: "3" if k == "3" else "5")).query("variant != 'none'")
+    best = best.loc[best.groupby(["dataset", "g"]).seq_al.idxmax(), ["dataset", "variant", "k"]]
+    best = set(map(tuple, best.values))
+    lines = [r"\begin{tabular}{ll" + "rrr" * len(DATASETS) + "}", r"\toprule",
+             " & & " + " & ".join(f"\\multicolumn{{3}}{{c}}{{{DATASET_LABEL[d]} ({NUMBERS['gpuN' + DATASET_TAG[d]]})}}"
+                                  for d in DATASETS) + r" \\",
+             "".join(f"\\cmidrule(lr){{{3 + 3 * i}-{5 + 3 * i}}}" for i in range(len(DATASETS))),
+             "method & $k$ & " + " & ".join(r"seq.\ AL & prec.\ AL & = plain" for _ in DATASETS) + r" \\",
+             r"\midrule"]
+    for var, k in keys:
+        cells = []
+        for ds in DATASETS:
+            if (ds, var, k) not in al.index:
+                cells += ["--", "--", ""]
+                continue
+            r = al.loc[(ds, var, k)]
+            s = fmt(r.seq_al)
+            if (ds, var, k) in best:
+                s = f"\\textbf{{{s}}}"
+            m = mr.loc[(ds, var, k)] if (ds, var, k) in mr.index else None
+            cells += [s, fmt(r.precision_al), "" if m is None else f"{int(m.n_same)}/{int(m.n)}"]
+        lines.append(f"{VARIANT_LABEL[var]} & {k.replace('-', '--')} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    write(TAB / "zoo.tex", "\n".join(lines) + "\n")
-    num("zooOtherRuns", ", ".join(f"\\texttt{{{tex_escape(r)}}}" for r in runs if r not in (main, eag)) or "none",
-        "{}")
-    other = [r for r in runs if r not in (main, eag)]
-    if other:
-        o = other[0]
-        num("zooOldProv", provenance(next(v for k, v in a.items() if k[0] == o)["run_info"]), "{}")
-        num("zooOldN", next(v for k, v in a.items() if k[0] == o)["n"], "{:d}")
+    write(TAB / "gpu_al.tex", "\n".join(lines) + "\n")
+    spec = mr.reset_index()
+    for ds in DATASETS:
+        s = spec[spec.dataset == ds]
+        lo, hi = int(s.n_same.min()), int(s.n_same.max())
+        num(f"gpuSame{DATASET_TAG[ds]}", (f"{lo}" if lo == hi else f"{lo}--{hi}") + f" of {int(s.n.max())}", "{}")
+    num("gpuSameBy", " and ".join(sorted(set(spec.compared_by))), "{}")
 
-    # --- figure: per-prompt AL vs output edit norm, and per-position acceptance
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(6.9, 2.3), gridspec_kw={"width_ratios": [1.6, 1]})
-    series = [(main, "ngram"), (main, "ngram-eagle"), (main, "ngram-eagle3"), (eag, "eagle"), (main, "eagle3")]
-    offsets = {"ngram": -0.006, "ngram-eagle": 0.0, "ngram-eagle3": 0.006, "eagle": 0.0, "eagle3": 0.0}
-    for run, m in series:
-        if (run, m) not in a:
-            continue
-        rows = a[(run, m)]["rows"]
-        xs = np.array([r["output_edit_norm"] for r in rows], dtype=float) + offsets[m]
-        ys = np.array([r["stats"]["seq_normalized_al"] for r in rows], dtype=float)
-        cap = np.array([r["stats"]["num_tokens"] >= r["config"]["output_len"] for r in rows])
-        col = METHOD_COLOR[m]
-        lab = f"{METHOD_LABEL[m]} ({len(rows)})"
-        ax.scatter(xs[~cap], ys[~cap], s=12, color=col, label=lab, zorder=3)
-        ax.scatter(xs[cap], ys[cap], s=12, facecolors="none", edgecolors=col, zorder=3)
-    ax.scatter([], [], s=12, facecolors="none", edgecolors="k", label="hollow: output hit the cap")
-    ax.set_xlabel("edit norm of the model's output against the input file")
-    ax.set_ylabel("sequence-normalized AL (per prompt)")
-    ax.set_ylim(0.8, 6.2)
-    ax.legend(frameon=False, fontsize=6, loc="lower right", ncol=2)
-    # per-position acceptance
+
+def sweep_rates_figure(df) -> None:
+    """Per-position acceptance at k = 5 per method and dataset (single BOS)."""
+
+    five = df[(df.bos_mode == "single") & (df.k == "5")]
+    pr = results.position_rates(five, by=["dataset", "variant"])
+    fig, axes = plt.subplots(1, len(DATASETS), figsize=(6.9, 2.15), sharey=True)
     sim = json.loads((RESULTS / "simulate_al.json").read_text())["config"]
-    curves = [(main, "ngram"), (main, "ngram-eagle"), (eag, "eagle"), (main, "eagle3")]
-    for key in curves:
-        if key not in a or not len(a[key]["rates"]):
-            continue
-        rr = a[key]["rates"]
-        m = key[1]
-        label = f"{METHOD_LABEL[m]} ({a[key]['n']})"
-        ax2.plot(np.arange(1, len(rr) + 1), rr, marker="o", ms=3, color=METHOD_COLOR[m], label=label)
-    sr = sim["eagle_rates"][: sim["k_eagle"]]
-    ax2.plot(np.arange(1, len(sr) + 1), sr, marker="s", ms=3, ls="--", color="0.4",
-             label="EAGLE, simulation")
-    ax2.set_xlabel("draft position $i$")
-    ax2.set_ylabel("acceptance rate $r_i$")
-    ax2.set_ylim(0, 1.02)
-    ax2.set_xticks(range(1, 6))
-    ax2.legend(frameon=False, fontsize=6, loc="upper right", bbox_to_anchor=(1.02, 0.76), handlelength=1.4,
-               title="measured (prompts)", title_fontsize=6)
-    fig.tight_layout(w_pad=1.2)
-    savefig(fig, "zoo")
+    for ax, ds in zip(axes, DATASETS):
+        for var in VARIANTS[1:]:
+            p = pr[(pr.dataset == ds) & (pr.variant == var)]
+            if len(p):
+                ax.plot(p.position, p.rate, marker="o", ms=2.8, color=VARIANT_COLOR[var], label=VARIANT_LABEL[var])
+        sr = sim["eagle_rates"][: sim["k_eagle"]]
+        ax.plot(range(1, len(sr) + 1), sr, ls="--", marker="s", ms=2.5, color="0.5",
+                label="EAGLE rates assumed in the simulation")
+        ax.set_title(f"{DATASET_LABEL[ds]} ({NUMBERS['gpuN' + DATASET_TAG[ds]]} prompts)")
+        ax.set_xlabel("draft position $i$")
+        ax.set_xticks(range(1, 6))
+        ax.set_ylim(0, 1.02)
+    axes[0].set_ylabel("acceptance rate $r_i$")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.13), frameon=False)
+    fig.tight_layout(w_pad=0.6)
+    savefig(fig, "gpu_rates")
+    r = results.corpus_al(five, by=["dataset", "variant"]).set_index(["dataset", "variant"])
+    for ds in DATASETS:
+        for var in ("eagle", "eagle3", "ngram"):
+            num(f"gpuRates{DATASET_TAG[ds]}{VARIANT_TAG[var]}",
+                ", ".join(f"{r.loc[(ds, var), f'r{i}']:.2f}" for i in range(1, 6)), "{}")
+
+
+def sweep_bos(df) -> None:
+    """Single vs doubled BOS for plain, EAGLE-1 and EAGLE-3: table and macros."""
+
+    sub = df[df.variant.isin(["none", "eagle", "eagle3"])]
+    c = results.compare_bos(sub, by=["dataset", "variant", "k"]).set_index(["dataset", "variant", "k"])
+    same = results.compare_bos(sub, by=["dataset", "variant", "k"], same_output_only=True).set_index(
+        ["dataset", "variant", "k"])
+    lines = [r"\begin{tabular}{lllrrrrr}", r"\toprule",
+             r"data & method & $k$ & same output & AL, single & AL, doubled & $\Delta$ & $\Delta$, same output \\",
+             r"\midrule"]
+    for i, ds in enumerate(DATASETS):
+        if i:
+            lines.append(r"\midrule")
+        for var in ("none", "eagle", "eagle3"):
+            for k in sorted({k for d, v, k in c.index if d == ds and v == var}, key=K_ORDER.get):
+                r = c.loc[(ds, var, k)]
+                d_same = same.loc[(ds, var, k)].seq_al_doubled - same.loc[(ds, var, k)].seq_al_single \
+                    if (ds, var, k) in same.index else math.nan
+                diff = r.seq_al_doubled - r.seq_al_single
+                lines.append(f"{DATASET_LABEL[ds] if var == 'none' and k == '-' else ''} & {VARIANT_LABEL[var]} & "
+                             f"{k.replace('-', '--')} & {int(r.n_same_output)}/{int(r.n)} & {fmt(r.seq_al_single)} & "
+                             f"{fmt(r.seq_al_doubled)} & ${signed(diff)}$ & "
+                             f"{'--' if not math.isfinite(d_same) else '$' + signed(d_same) + '$'} \\\\")
+                if var != "none":
+                    tag = f"{DATASET_TAG[ds]}{VARIANT_TAG[var]}{K_TAG[k]}"
+                    num(f"bosDiff{tag}", signed(diff), "{}")
+                    num(f"bosDiffSame{tag}", signed(d_same) if math.isfinite(d_same) else "--", "{}")
+                num(f"bosSame{DATASET_TAG[ds]}{VARIANT_TAG[var]}{K_TAG[k]}",
+                    of_n(int(r.n_same_output), int(r.n)), "{}")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    write(TAB / "gpu_bos.tex", "\n".join(lines) + "\n")
+    for var in ("eagle", "eagle3"):
+        d = c.xs(var, level="variant").xs("code-edits", level="dataset")
+        num(f"bosMaxCode{VARIANT_TAG[var]}", float((d.seq_al_doubled - d.seq_al_single).abs().max()))
+
+
+# ----------------------------------------------------------------------------- GPU sweep: theory vs measurement
+
+
+def _context_runs(source: list[int], output: list[int]) -> list[int]:
+    """Runs of ``output`` copyable from the context, greedily: at each position the longest stretch that occurs
+    in ``source`` or earlier in ``output`` (overlap allowed, as prompt lookup can copy a repetition it is
+    inside); a position with no such stretch is a new token."""
+    enc = lambda s: "".join(chr(0x100 + t) for t in s)  # noqa: E731 - tokens as characters: fast substring tests
+    src, out = enc(source), enc(output)
+    runs, pos = [], 0
+    while pos < len(out):
+        lo, hi = 0, len(out) - pos
+        while lo < hi:  # longest m with out[pos:pos+m] in src or out[:pos+m-1] (monotone in m)
+            m = (lo + hi + 1) // 2
+            if out[pos:pos + m] in src + "\x00" + out[:pos + m - 1]:
+                lo = m
+            else:
+                hi = m - 1
+        if lo:
+            runs.append(lo)
+            pos += lo
+        else:
+            pos += 1
+    return runs
+
+
+def theory_inputs(df):
+    """Code-edit rows (single BOS) with ``length`` (output tokens), ``runs`` (copied from the input by the
+    token-level Levenshtein alignment), ``ctx_runs`` (copyable from input or earlier output) and ``new_share``
+    (1 - input-copied tokens / output tokens)."""
+    from tokenizers import Tokenizer
+
+    from hybridsd import data
+    from hybridsd.edit_distance import copied_runs
+
+    tok = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    eos = set(json.loads((MODEL_DIR / "generation_config.json").read_text())["eos_token_id"])
+    rows = df[(df.dataset == "code-edits") & (df.bos_mode == "single")].copy()
+    inputs = {e.id: e.input_text for e in data.load_code_edits() if e.id in set(rows.example_id)}
+    ids = {i: tok.encode(t, add_special_tokens=False).ids for i, t in inputs.items()}
+    cache: dict = {}
+
+    def parse(ex, out):
+        key = (ex, tuple(out))
+        if key not in cache:
+            body = list(out)
+            while body and body[-1] in eos:
+                body.pop()
+            cache[key] = (copied_runs(ids[ex], body), _context_runs(ids[ex], body))
+        return cache[key]
+
+    parsed = [parse(e, o) for e, o in zip(rows.example_id, rows.output_tokens)]
+    rows["runs"] = [p[0] for p in parsed]
+    rows["ctx_runs"] = [p[1] for p in parsed]
+    rows["length"] = rows.output_tokens.map(len).astype(float)
+    rows["new_share"] = 1 - rows.runs.map(sum) / rows.length
+    return rows
+
+
+THEORY_POLICIES = {"ngram": ("5", None), "ngram-eagle": ("5/3", "eagle"), "ngram-eagle tree": ("5/3", "eagle"),
+                   "ngram-eagle3": ("5/3", "eagle3")}
+THEORY_MODELS = {"harmonic_pr": "harmonic, parts (PR)", "harmonic_free": "harmonic, both fitted (in-sample)",
+                 "resync": "re-sync, edit share", "resync_runs": "re-sync, runs from the input",
+                 "resync_ctx": "re-sync, runs from input + output"}
+THEORY_STYLE = {**MODEL_STYLE, "resync_ctx": dict(color="#17becf", ls="-", lw=1.6)}
+
+
+def _bin_groups(part, edges):
+    """Bin index per row (into ``edges``) and the non-empty bins in order."""
+    from hybridsd.data import bin_index
+
+    idx = bin_index(part.new_share.to_numpy(), edges)
+    return idx, sorted(set(idx[idx >= 0]))
+
+
+def gpu_theory(df) -> None:
+    """Measured AL per bin of the outputs' new-token share against each model, parameters from the parts."""
+    from hybridsd.analytic import fit_harmonic, harmonic_al, model_error, resync_al, resync_passes
+
+    rows = theory_inputs(df)
+    edges = list(results.COARSE_BINS)
+    sim = json.loads((RESULTS / "simulate_al.json").read_text())
+    sfit, struct, k_sim = sim["fits"]["ngram"], sim["edit_structure"], sim["config"]["k_ngram"]
+    alone = results.corpus_al(rows, by=["variant", "k"]).set_index(["variant", "k"]).seq_al
+    ng = rows[(rows.variant == "ngram") & (rows.k == "5")]
+    idx, present = _bin_groups(ng, edges)
+    al_n = float(ng.tokens[idx == present[0]].sum() / ng.passes[idx == present[0]].sum())
+    plain = rows[rows.variant == "none"]
+    num("thN", len(plain), "{:d}")
+    num("thNlow", int((_bin_groups(plain, edges)[0] == 0).sum()), "{:d}")
+    num("thLowBin", bin_labels(list(zip(edges[:-1], edges[1:])))[0], "{}")
+    num("thShareNewMedian", float(np.median(plain.new_share)))
+    num("thShareCtxMedian", float(np.median(1 - plain.ctx_runs.map(sum) / plain.length)), "{:.3f}")
+    num("thALN", al_n)
+    num("thResyncD", sfit["resync"]["params"]["resync"], "{:.1f}")
+    num("thResyncA", sfit["resync"]["params"]["novel_rate"])
+    num("thRunsD", sfit["resync_runs"]["params"]["resync"], "{:.1f}")
+    num("thRunsA", sfit["resync_runs"]["params"]["novel_rate"])
+    num("thK", k_sim, "{:d}")
+    preds, errs = {}, {}
+    for var, (k, head) in THEORY_POLICIES.items():
+        part = rows[(rows.variant == var) & (rows.k == k)]
+        idx, present = _bin_groups(part, edges)
+        tok = np.array([part.tokens[idx == b].sum() for b in present], dtype=float)
+        meas = tok / np.array([part.passes[idx == b].sum() for b in present], dtype=float)
+        x = np.array([part.new_share[idx == b].mean() for b in present])
+        ln = np.array([part.length[idx == b].mean() for b in present])
+        n = np.array([(idx == b).sum() for b in present])
+        al_e = 1.0 if head is None else float(alone[(head, "3")])
+        a_e = sfit["resync"]["params"]["novel_rate"] if head is None else al_e
+        a_r = sfit["resync_runs"]["params"]["novel_rate"] if head is None else al_e
+        groups = np.searchsorted(present, idx)
+        groups[idx < 0] = -1
+
+        def runs_al(col, a):
+            passes = resync_passes(list(part[col]), part.length.to_numpy(), k=k_sim,
+                                   resync=sfit["resync_runs"]["params"]["resync"], novel_rate=a)
+            return np.array([part.length.to_numpy()[groups == g].sum() / passes[groups == g].sum()
+                             for g in range(len(present))])
+
+        free = fit_harmonic(x, meas, n_boot=0)
+        p = {"harmonic_pr": harmonic_al(x, al_e, al_n), "harmonic_free": free.predict(x),
+             "resync": resync_al(x, ln, k=k_sim, segment_len=struct["segment_len"], base_edits=struct["base_edits"],
+                                 resync=sfit["resync"]["params"]["resync"], novel_rate=a_e),
+             "resync_runs": runs_al("runs", a_r), "resync_ctx": runs_al("ctx_runs", a_r)}
+        preds[var] = dict(x=x, n=n, measured=meas, p=p, al_e=al_e, free=free.params)
+        errs[var] = {m: model_error(v, meas) for m, v in p.items()}
+        tag = VARIANT_TAG[var]
+        num(f"thALE{tag}", al_e)
+        for m, mt in (("harmonic_pr", "HarmPR"), ("harmonic_free", "HarmFree"), ("resync", "Resync"),
+                      ("resync_runs", "Runs"), ("resync_ctx", "Ctx")):
+            num(f"thMae{tag}{mt}", errs[var][m]["mae"])
+            num(f"thMax{tag}{mt}", errs[var][m]["max_abs"])
+        num(f"thFreeAE{tag}", free.params["al_eagle"])
+        num(f"thFreeAN{tag}", free.params["al_ngram"])
+        num(f"thMeasLow{tag}", meas[0])
+        num(f"thMeasHigh{tag}", meas[-1])
+    num("thHighBin", bin_labels(list(zip(edges[:-1], edges[1:])))[present[-1]], "{}")
+    num("thBins", "[" + ", ".join(f"{b:g}" for b in edges) + "]", "{}")
+    input_models = ("harmonic_pr", "resync", "resync_runs")
+    for tag, vars_ in (("Ngram", ["ngram"]), ("Hyb", [v for v in THEORY_POLICIES if v != "ngram"])):
+        maes = [errs[v][m]["mae"] for v in vars_ for m in input_models]
+        num(f"thRange{tag}Input", f"{min(maes):.2f}--{max(maes):.2f}", "{}")
+    theory_table(preds, errs)
+    theory_figure(preds)
+
+
+def theory_table(preds, errs) -> None:
+    lines = [r"\begin{tabular}{llp{5.6cm}rr}", r"\toprule", r"policy & model & parameters & MAE & max \\",
+             r"\midrule"]
+    for i, (var, pr) in enumerate(preds.items()):
+        if i:
+            lines.append(r"\midrule")
+        best = min(e["mae"] for e in errs[var].values())
+        head = "1" if THEORY_POLICIES[var][1] is None else f"{pr['al_e']:.2f}"
+        params = {"harmonic_pr": f"$AL_E={head}$ ({'n-gram alone' if head == '1' else 'measured'}), $AL_N={NUMBERS['thALN']}$ (lowest bin)",
+                  "harmonic_free": f"$AL_E={pr['free']['al_eagle']:.2f}$, $AL_N={pr['free']['al_ngram']:.2f}$",
+                  "resync": f"$d={NUMBERS['thResyncD']}$, $a="
+                            f"{NUMBERS['thResyncA'] if head == '1' else head}$, $b$, $\\ell$ (simulation)",
+                  "resync_runs": f"$d={NUMBERS['thRunsD']}$, $a={NUMBERS['thRunsA'] if head == '1' else head}$",
+                  "resync_ctx": "as above"}
+        for j, (m, label) in enumerate(THEORY_MODELS.items()):
+            e = errs[var][m]
+            mae = f"{e['mae']:.2f}"
+            if e["mae"] == best:
+                mae = f"\\textbf{{{mae}}}"
+            lines.append(f"{VARIANT_LABEL[var] if j == 0 else ''} & {label} & {params[m]} & {mae} & "
+                         f"{e['max_abs']:.2f} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    write(TAB / "gpu_theory.tex", "\n".join(lines) + "\n")
+
+
+def theory_figure(preds) -> None:
+    fig, axes = plt.subplots(1, len(preds), figsize=(6.9, 2.35), sharey=True)
+    for ax, (var, pr) in zip(axes, preds.items()):
+        for m, label in THEORY_MODELS.items():
+            ax.plot(pr["x"], pr["p"][m], label=label, **THEORY_STYLE.get(m, {}))
+        ax.plot(pr["x"], pr["measured"], "o", color="k", ms=3.2, label="measured (GPU sweep)", zorder=5)
+        for x, y, n in zip(pr["x"], pr["measured"], pr["n"]):
+            ax.annotate(str(n), (x, y), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=5.5)
+        ax.set_title(VARIANT_LABEL[var].replace(", tree", " (tree)").replace(" + ", " +\n")
+                     + f", $k$={THEORY_POLICIES[var][0]}", fontsize=7.5)
+        ax.set_xlabel("new-token share $e$ (bin mean)")
+        ax.set_ylim(0.8, 6.2)
+    axes[0].set_ylabel("sequence-normalized AL")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.16), frameon=False)
+    fig.tight_layout(w_pad=0.5)
+    savefig(fig, "gpu_theory")
+
+
+# ----------------------------------------------------------------------------- the EAGLE-3 gate
+
+
+def eagle3_gate() -> None:
+    """The retrained EAGLE-3 head against EAGLE-1 on the same held-out edits, k = 3."""
+
+    df = results.load_runs([str(GATE / "gate_eagle1_k3.jsonl"), str(GATE / "gate_eagle3_k3.jsonl")])
+    al = results.corpus_al(df, by=["variant"]).set_index("variant")
+    num("gateN", int(al.n.max()), "{:d}")
+    num("gateOutLen", int(df.output_len.iloc[0]), "{:d}")
+    num("gateK", int(df.k_eagle.iloc[0]), "{:d}")
+    first = json.loads((GATE / "gate_eagle3_k3.jsonl").read_text().splitlines()[0])
+    num("gateProv", provenance(first["run_info"]), "{}")
+    num("gateCapped", cap_count(df[df.variant == "eagle"]), "{:d}")
+    pair = df.pivot_table(index="example_id", columns="variant", values="output_tokens", aggfunc="first")
+    same = sum(a == b for a, b in zip(pair["eagle"], pair["eagle3"]))
+    num("gateSameOut", of_n(same, len(pair)), "{}")
+    heads = {"eagle": ("EAGLE-1", "headsOneSteps", "headsOneAgree"),
+             "eagle3": ("EAGLE-3 (retrained)", "headsThreeSteps", "headsThreeAgree")}
+    lines = [r"\begin{tabular}{lrlrrrl}", r"\toprule",
+             r"head & training steps & held-out agreement & seq.\ AL & prec.\ AL & TPOT (ms) & $r_1, r_2, r_3$ \\",
+             r"\midrule"]
+    for var, (label, steps, agree) in heads.items():
+        r = al.loc[var]
+        rates = ", ".join(f"{r[f'r{i}']:.2f}" for i in (1, 2, 3))
+        lines.append(f"{label} & {NUMBERS[steps]} & {{\\scriptsize {NUMBERS[agree]}}} & {fmt(r.seq_al)} & "
+                     f"{fmt(r.precision_al)} & {fmt(r.tpot_ms)} & {{\\scriptsize {rates}}} \\\\")
+        tag = VARIANT_TAG[var]
+        num(f"gateAL{tag}", r.seq_al)
+        num(f"gatePrec{tag}", r.precision_al)
+        num(f"gateRates{tag}", rates, "{}")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    write(TAB / "gate.tex", "\n".join(lines) + "\n")
+    num("gateGain", al.loc["eagle3"].seq_al - al.loc["eagle"].seq_al)
+    log = (GATE / "gpu_tests.log").read_text()
+    m = re.search(r"(\d+) passed", log)
+    num("gpuTestsPassed", m.group(1) if m else "?", "{}")
+    num("gpuTestsFailed", "no" if not re.search(r"\d+ failed", log) else re.search(r"(\d+) failed", log).group(1),
+        "{}")
 
 
 # ----------------------------------------------------------------------------- GPU speed
 
+SPEED_ROWS = [  # (stored name, label)
+    ("hf_eager_decode", "HF eager decode (1 token)"),
+    ("hf_static_compiled_q1", "HF static cache + compile, 1 token"),
+    ("hf_static_compiled_q8", "HF static cache + compile, 8 tokens"),
+    ("eager_chain_q1", "ours, eager, 1 token"),
+    ("eager_chain_q9", "ours, eager, chain of 9"),
+    ("graph_chain_q1", "ours, CUDA graph, 1 token"),
+    ("graph_chain_q4", "ours, CUDA graph, chain of 4"),
+    ("graph_chain_q9", "ours, CUDA graph, chain of 9"),
+    ("graph_tree_q9", "ours, CUDA graph, tree 1+4+4"),
+    ("graph_compiled_chain_q1", "ours, graph + compile, 1 token"),
+    ("graph_compiled_chain_q9", "ours, graph + compile, chain of 9"),
+    ("graph_compiled_tree_q9", "ours, graph + compile, tree 1+4+4"),
+    ("eagle1_graph_catchup4_k1", "EAGLE-1 head, graph: catch-up 4 + 1 token"),
+    ("eagle1_graph_catchup4_k3", "EAGLE-1 head, graph: catch-up 4 + 3 tokens"),
+    ("eagle1_graph_per_draft_token", "EAGLE-1 head, graph: per draft token"),
+    ("eagle1_eager_per_draft_token", "EAGLE-1 head, eager: per draft token"),
+]
+# (run, context, column heading): the primary run of each context first, then the partial cross-check
+SPEED_COLS = [("bench_speed_ctx512", 512, "512"), ("bench_speed", 2048, "2048"),
+              ("bench_speed_ctx512", 2048, "2048, partial$^*$")]
+GOALS = [("decode", 1.25), ("verify", 1.35), ("draft", 0.12), ("outside", 0.05), ("tree", 1.05)]
 
-def speed() -> None:
-    d = json.loads((RESULTS / "bench_speed.json").read_text())
-    num("speedProv", provenance(d["run_info"]), "{}")
-    num("speedCommit", commit_of(d["run_info"])[0], "{}")
-    floor = d["floor_ms"]
-    num("speedFloor", floor)
-    num("speedGoal", 1.25 * floor)
-    num("speedBW", d["copy_bandwidth_TBps"])
-    num("speedWeightGB", d["weight_GB"])
-    num("speedLayers", d["layers"], "{:d}")
-    ctxs = sorted(d["contexts"], key=int)
-    names = ["hf_eager_decode", "eager_chain_q1", "eager_chain_q4", "eager_chain_q9", "eager_tree_q9",
-             "graph_chain_q1", "graph_chain_q4", "graph_chain_q9", "graph_tree_q9"]
-    label = {"hf_eager_decode": "HF eager decode (1 token)", "eager_chain_q1": "ours, eager, 1 token",
-             "eager_chain_q4": "ours, eager, chain of 4", "eager_chain_q9": "ours, eager, chain of 9",
-             "eager_tree_q9": "ours, eager, tree 1+4+4", "graph_chain_q1": "ours, CUDA graph, 1 token",
-             "graph_chain_q4": "ours, CUDA graph, chain of 4", "graph_chain_q9": "ours, CUDA graph, chain of 9",
-             "graph_tree_q9": "ours, CUDA graph, tree 1+4+4"}
-    tagc = {"512": "A", "2048": "B"}
-    for ctx in ctxs:
-        t = d["contexts"][ctx]
-        tg = tagc.get(ctx, "")
-        if not tg:
-            continue
-        num(f"speedCtx{tg}", int(ctx), "{:d}")
-        num(f"speedGraphOne{tg}", t["graph_chain_q1"])
-        num(f"speedGraphOneX{tg}", t["graph_chain_q1"] / floor)
-        num(f"speedGraphNine{tg}", t["graph_chain_q9"])
-        num(f"speedGraphTree{tg}", t["graph_tree_q9"])
-        num(f"speedHF{tg}", t["hf_eager_decode"])
-        num(f"speedHFX{tg}", t["hf_eager_decode"] / floor)
-        num(f"speedVerifyRatio{tg}", t["graph_chain_q9"] / t["graph_chain_q1"])
-        num(f"speedGraphGain{tg}", t["hf_eager_decode"] / t["graph_chain_q1"])
-    lines = [r"\begin{tabular}{l" + "rr" * len(ctxs) + "}", r"\toprule",
-             "step & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{context {c}}}" for c in ctxs) + r" \\",
-             " & " + " & ".join("ms & $\\times$floor" for _ in ctxs) + r" \\", r"\midrule"]
-    for n in names:
+
+def speed_table(sp, runs) -> None:
+    cols = [c for c in SPEED_COLS if ((sp.run == c[0]) & (sp.context == c[1])).any()]
+    lines = [r"\begin{tabular}{l" + "rr" * len(cols) + "}", r"\toprule",
+             "step & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{context {h}}}" for _, _, h in cols) + r" \\",
+             "".join(f"\\cmidrule(lr){{{2 + 2 * i}-{3 + 2 * i}}}" for i in range(len(cols))),
+             " & " + " & ".join("ms & $\\times$floor" for _ in cols) + r" \\", r"\midrule",
+             "memory-bandwidth floor & " + " & ".join(f"{runs.loc[r, 'floor_ms']:.2f} & 1.00" for r, _, _ in cols)
+             + r" \\", r"\midrule"]
+    for name, label in SPEED_ROWS:
         cells = []
-        for c in ctxs:
-            v = d["contexts"][c].get(n)
-            cells += [fmt(v), fmt(v / floor if v else None)]
-        lines.append(f"{label[n]} & " + " & ".join(cells) + r" \\")
-    lines += [r"\midrule", "memory-bandwidth floor & " + " & ".join(f"{floor:.2f} & 1.00" for _ in ctxs) + r" \\",
-              "goal (1.25$\\times$ floor) & " + " & ".join(f"{1.25 * floor:.2f} & 1.25" for _ in ctxs) + r" \\",
-              r"\bottomrule", r"\end{tabular}"]
+        for run, ctx, _ in cols:
+            v = sp[(sp.run == run) & (sp.context == ctx) & (sp.name == name)]
+            ms = float(v.ms.iloc[0]) if len(v) else math.nan
+            cells += [fmt(ms), fmt(ms / runs.loc[run, "floor_ms"])]
+        if name in ("graph_chain_q1", "eagle1_graph_catchup4_k1", "hf_eager_decode") and lines[-1] != r"\midrule":
+            lines.append(r"\midrule")
+        lines.append(f"{label} & " + " & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
     write(TAB / "speed.tex", "\n".join(lines) + "\n")
 
-    fig, ax = plt.subplots(figsize=(3.2, 2.75))
+
+def speed_goals(sp, overhead) -> dict:
+    """Measured value of each goal per (context, configuration) on the primary runs, as in notebooks/speed."""
+    primary = {512: "bench_speed_ctx512", 2048: "bench_speed"}
+    out = {}
+    for ctx, run in primary.items():
+        t = sp[(sp.run == run) & (sp.context == ctx)].set_index("name")
+        for tag in ("graph", "graph_compiled"):
+            one = t.ms[f"{tag}_chain_q1"]
+            verify = t[t.index.str.startswith(f"{tag}_chain_q") & t.block.between(2, 9)]
+            out[(ctx, tag, "decode")] = one / t.floor_ms.iloc[0]
+            out[(ctx, tag, "verify")] = float(verify.x_floor.max())
+            out[(ctx, tag, "draft")] = t.ms["eagle1_graph_per_draft_token"] / one
+            out[(ctx, tag, "tree")] = t.ms[f"{tag}_tree_q9"] / t.ms[f"{tag}_chain_q9"]
+    for _, r in overhead.iterrows():
+        out[(int(r.context), "graph", f"outside_{r.drafter}")] = float(r.outside_forward)
+    return out
+
+
+def speed_goal_table(goals: dict) -> None:
+    lim = dict(GOALS)
+    labels = {"decode": f"decode step $\\le {lim['decode']:g}\\times$ floor",
+              "verify": f"verify step ($k{{+}}1\\le9$) $\\le {lim['verify']:g}\\times$ floor",
+              "draft": f"EAGLE-1 draft token $\\le {lim['draft']:g}\\times$ decode step",
+              "tree": f"tree of 9 / chain of 9 $\\le {lim['tree']:g}$",
+              "outside": f"time outside forward passes $\\le {100 * lim['outside']:g}\\%$ of a step"}
+    limit = dict(GOALS)
+    lines = [r"\begin{tabular}{lrrrr}", r"\toprule",
+             r"goal & \multicolumn{2}{c}{context 512} & \multicolumn{2}{c}{context 2048} \\",
+             r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}", r" & graph & + compile & graph & + compile \\", r"\midrule"]
+    cell = lambda v, lim: "--" if v is None else (f"{v:.3f}" if abs(v) < 0.2 else f"{v:.2f}") + (  # noqa: E731
+        "" if v <= lim else r"$^\times$")
+    for g in ("decode", "verify", "draft", "tree"):
+        lines.append(f"{labels[g]} & " + " & ".join(cell(goals.get((c, t, g)), limit[g])
+                                                   for c in (512, 2048) for t in ("graph", "graph_compiled")) + r" \\")
+    drafter = {"plain": "plain", "ngram_k8": "n-gram, $k{=}8$"}
+    outside = [(k, v) for k, v in goals.items() if k[2].startswith("outside_")]
+    for (c, t, g), v in sorted(outside, key=lambda kv: (kv[0][2] != "outside_plain", kv[0])):
+        name = g[len("outside_"):]
+        mark = "" if v <= limit["outside"] else r"$^\times$"
+        cells = ["--"] * 4
+        cells[(0 if c == 512 else 2) + (1 if t == "graph_compiled" else 0)] = f"${100 * v:.1f}$\\%{mark}"
+        lines.append(f"{labels['outside']} ({drafter.get(name, tex_escape(name))}) & " + " & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    write(TAB / "speed_goals.tex", "\n".join(lines) + "\n")
+
+
+def zoo_speed_table(zoo) -> None:
+    order = ["plain", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle-tree"]
+    label = {"plain": "plain", "ngram": "n-gram", "eagle": "EAGLE-1", "eagle3": "EAGLE-3",
+             "ngram-eagle": "n-gram + EAGLE-1", "ngram-eagle-tree": "n-gram + EAGLE-1, tree"}
+    z = zoo.set_index("method")
+    lines = [r"\begin{tabular}{lrrrrrr}", r"\toprule",
+             r"method & AL & tokens/s & ms/pass & forward ms/pass & speedup & forward-only \\", r"\midrule"]
+    for m in [m for m in order if m in z.index] + [m for m in z.index if m not in order]:
+        r = z.loc[m]
+        lines.append(f"{label.get(m, tex_escape(m))} & {fmt(r.seq_normalized_al)} & {r.tokens_per_s:.0f} & "
+                     f"{fmt(r.step_ms)} & {fmt(r.forward_ms_per_step)} & {fmt(r.speedup)} & "
+                     f"{fmt(r.forward_only_speedup)} \\\\")
+        tag = {"plain": "Plain", "ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eagle": "Hyb",
+               "ngram-eagle-tree": "Tree"}.get(m)
+        if tag:
+            num(f"zooSpeedup{tag}", r.speedup)
+            num(f"zooFwdOnly{tag}", r.forward_only_speedup)
+            num(f"zooStep{tag}", r.step_ms)
+            num(f"zooTokS{tag}", r.tokens_per_s, "{:.0f}")
+            num(f"zooOtherShare{tag}", 100 * r.other_ms_per_step / r.step_ms, "{:.0f}")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    write(TAB / "zoo_speed.tex", "\n".join(lines) + "\n")
+
+
+def speed_figure(sp, runs) -> None:
+    names = ["hf_eager_decode", "hf_static_compiled_q1", "hf_static_compiled_q8", "graph_chain_q1", "graph_chain_q9",
+             "graph_tree_q9", "graph_compiled_chain_q1", "graph_compiled_chain_q9", "graph_compiled_tree_q9"]
+    label = dict(SPEED_ROWS)
+    fig, ax = plt.subplots(figsize=(3.3, 2.9))
     h = 0.38
     ys = np.arange(len(names))[::-1]
-    for i, c in enumerate(ctxs):
-        vals = [d["contexts"][c][n] for n in names]
-        ax.barh(ys + (0.5 - i) * h, vals, h, label=f"context {c}", color=["#4c72b0", "#dd8452"][i % 2])
-    ax.axvline(floor, color="k", lw=0.9, label=f"floor ({floor:.2f} ms)")
-    ax.axvline(1.25 * floor, color="k", lw=0.8, ls="--", label=f"goal 1.25$\\times$ floor")
+    for i, (run, ctx, _) in enumerate(SPEED_COLS[:2]):
+        t = sp[(sp.run == run) & (sp.context == ctx)].set_index("name").ms
+        ax.barh(ys + (0.5 - i) * h, [t.get(n, np.nan) for n in names], h, label=f"context {ctx}",
+                color=["#4c72b0", "#dd8452"][i])
+    floor = float(runs.floor_ms.max())
+    ax.axvline(floor, color="k", lw=0.9, label="floor")
+    for g, ls in (("decode", "--"), ("verify", ":")):
+        lim = dict(GOALS)[g]
+        ax.axvline(lim * floor, color="k", lw=0.8, ls=ls, label=f"{lim:g}$\\times$ floor ({g} goal)")
+    ax.set_xscale("log")
+    ticks = [t for t in (3, 5, 10, 20, 50, 100) if t <= 1.2 * np.nanmax(sp.ms[sp.name.isin(names)])]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yticks(ys)
-    ax.set_yticklabels([label[n].replace("ours, ", "") for n in names], fontsize=6.3)
-    ax.set_xlabel("ms per target pass")
-    ax.legend(frameon=False, loc="lower right", fontsize=6)
+    ax.set_yticklabels([label[n].replace("ours, ", "") for n in names], fontsize=6.2)
+    ax.set_xlabel("ms per target pass (log scale)")
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.35, -0.16), ncol=2, fontsize=5.8)
     fig.tight_layout()
     savefig(fig, "speed")
 
-    # n-gram kernel cost
+
+def bench_args(run) -> str:
+    """A bench_speed run's non-default arguments: from its stored ``args``, else from its ``conditions`` note."""
+    if isinstance(run.args, dict):
+        a = run.args
+        return " ".join([f"--contexts {' '.join(map(str, a['contexts']))}"] +
+                        ([f"--skip {' '.join(a['skip'])}"] if a.get("skip") else []))
+    m = re.search(r"Run with (--[^;]*?)(?:;|$)", str(run.conditions))
+    return m.group(1).strip().rstrip(".") if m else ""
+
+
+def speed() -> None:
+    """Step times (8B shape), the goals, EAGLE-1 draft cost, loop overhead, HF generate and the zoo end to end."""
+
+    files = [BENCH_A, BENCH_B]
+    sp, runs = results.load_speed(files), results.load_speed_runs(files).set_index("run")
+    overhead, zoo = results.load_loop_overhead(files), results.load_zoo_speed(files)
+    for run, tag in (("bench_speed_ctx512", "A"), ("bench_speed", "B")):
+        r = runs.loc[run]
+        num(f"speedProv{tag}", provenance({"commit": r.commit, "device": r.device, "torch": r.torch,
+                                           "date": r.date}), "{}")
+        num(f"speedFloor{tag}", r.floor_ms)
+        num(f"speedBW{tag}", r.copy_bandwidth_TBps)
+    num("speedWeightGB", runs.weight_GB.iloc[0])
+    num("speedLayers", int(runs.layers.iloc[0]), "{:d}")
+    num("speedArgsB", tex_escape(bench_args(runs.loc["bench_speed"])), "{}")
+    catch = re.search(r"catchup(\d+)_", " ".join(sp.name))
+    num("speedCatchup", int(catch.group(1)) if catch else 0, "{:d}")
+    for g, lim in GOALS:
+        num(f"goalLimit{g.capitalize()}", 100 * lim if g == "outside" else lim, "{:g}")
+    fwd = results.load_zoo_forward(files)
+    num("zooFwdOne", float(fwd[(fwd.layout == "chain") & (fwd.block == 1)].ms.iloc[0]))
+    for (run, ctx, _), tag in zip(SPEED_COLS, ("A", "B", "C")):
+        num(f"speedCtx{tag}", ctx, "{:d}")
+        t = sp[(sp.run == run) & (sp.context == ctx)].set_index("name")
+        floor = runs.loc[run, "floor_ms"]
+        for name, mt in (("hf_eager_decode", "HF"), ("hf_static_compiled_q1", "HFStatic"),
+                         ("hf_static_compiled_q8", "HFStaticEight"), ("graph_chain_q1", "GraphOne"),
+                         ("graph_chain_q9", "GraphNine"), ("graph_tree_q9", "GraphTree"),
+                         ("graph_compiled_chain_q1", "CompOne"), ("graph_compiled_chain_q9", "CompNine"),
+                         ("graph_compiled_tree_q9", "CompTree"), ("eagle1_graph_per_draft_token", "DraftTok"),
+                         ("eagle1_eager_per_draft_token", "DraftTokEager"),
+                         ("eagle1_graph_catchup4_k3", "CatchupThree")):
+            if name in t.index and math.isfinite(t.ms[name]):
+                num(f"speed{mt}{tag}", t.ms[name], "{:.3f}" if "Draft" in mt else "{:.2f}")
+                num(f"speed{mt}X{tag}", t.ms[name] / floor)
+        if {"graph_compiled_chain_q1", "hf_static_compiled_q1"} <= set(t.index):
+            num(f"speedCompVsHFStatic{tag}", t.ms["hf_static_compiled_q1"] / t.ms["graph_compiled_chain_q1"])
+        if {"graph_chain_q1", "hf_eager_decode"} <= set(t.index):
+            num(f"speedGraphGain{tag}", t.ms["hf_eager_decode"] / t.ms["graph_chain_q1"])
+        if "graph_compiled_chain_q1" in t.index:
+            num(f"speedCompVerifyRatio{tag}", t.ms["graph_compiled_chain_q9"] / t.ms["graph_compiled_chain_q1"])
+    goals = speed_goals(sp, overhead)
+    for (ctx, cfg, g), v in goals.items():
+        if g.startswith("outside_"):
+            num(f"goalOutside{'Ngram' if 'ngram' in g else 'Plain'}", 100 * v, "{:.1f}")
+        else:
+            num(f"goal{g.capitalize()}{'Comp' if cfg == 'graph_compiled' else 'Graph'}{'A' if ctx == 512 else 'B'}",
+                v, "{:.3f}" if g in ("draft", "tree") else "{:.2f}")
+    for g, lim in GOALS:
+        vals = [v for (_, _, gg), v in goals.items() if gg.split("_")[0] == g]
+        num(f"goalMet{g.capitalize()}", "met" if all(v <= lim for v in vals) else "not met", "{}")
+    o = overhead.set_index("drafter")
+    num("overheadCtx", int(overhead.context.iloc[0]), "{:d}")
+    num("overheadSteps", int(o.steps.iloc[0]), "{:d}")
+    hf = results.load_hf_generate(files).set_index("mode").ms_per_token
+    num("hfGenGreedy", hf["greedy"], "{:.1f}")
+    num("hfGenLookup", hf["prompt_lookup_10"], "{:.1f}")
+    speed_table(sp, runs)
+    speed_goal_table(goals)
+    zoo_speed_table(zoo)
+    num("zooSpeedTokens", f"{int(zoo.tokens.max()):,}", "{}")
+    speed_figure(sp, runs)
+
     g = json.loads((RESULTS / "bench_ngram.json").read_text())
     num("ngramProv", provenance(g["run_info"]), "{}")
     res = {(r["stream"], r["context"]): r for r in g["results"]}
@@ -573,11 +978,11 @@ def speed() -> None:
         r = res[("iid-random", ctx)]
         num(f"ngramUs{tg}", r["median_us"], "{:.1f}")
         num(f"ngramCtx{tg}", f"{ctx // 1024}k", "{}")
-    num("ngramShareOfStep", 100 * res[("iid-random", 8192)]["median_us"] / 1e3 /
-        d["contexts"][ctxs[0]]["graph_chain_q1"], "{:.2f}")
+    one = sp[(sp.run == "bench_speed_ctx512") & (sp.context == 512) & (sp.name == "graph_compiled_chain_q1")].ms.iloc[0]
+    num("ngramShareOfStep", 100 * res[("iid-random", 8192)]["median_us"] / 1e3 / one, "{:.2f}")
 
 
-# ----------------------------------------------------------------------------- optional CPU sweeps
+# ----------------------------------------------------------------------------- the CPU sweep (secondary)
 
 
 def _k_label(cfg: dict) -> str:
@@ -591,9 +996,10 @@ def _k_label(cfg: dict) -> str:
 
 
 def sweeps() -> None:
-    """CPU sweeps of another session, if present: corpus AL per (dataset, method, k, BOS mode, output length),
-    and whether each output equals plain decoding's for the same prompt and settings (rows store tokens)."""
-    root = RESULTS / "sweeps"
+    """The CPU sweep (``sweeps/cpu-small``, secondary to the GPU sweep), if present: corpus AL per (dataset,
+    method, k, BOS mode, output length), and whether each output equals plain decoding's for the same prompt
+    and settings (rows store tokens)."""
+    root = SWEEP_CPU
     files = sorted(root.rglob("*.jsonl")) if root.is_dir() else []
     rows = []
     for f in files:
@@ -677,7 +1083,7 @@ def sweeps() -> None:
     cmd_text = "; ".join(f"\\texttt{{{tex_escape(c)}}}" for c in dict.fromkeys(cmds)) or "see the files"
     text = (f"A first CPU sweep of tiny-coder (command {cmd_text}) "
             f"had written {len(rows)} rows when this PDF was built (files under "
-            f"\\texttt{{experiments/results/sweeps/}}; commit{'s' if len(commits) > 1 else ''} "
+            f"\\texttt{{experiments/results/sweeps/cpu-small/}}; commit{'s' if len(commits) > 1 else ''} "
             f"{commit_text}; "
             f"{', '.join(devices)}; {dates[0]} to {dates[-1]} UTC). Outputs are at most "
             f"{', '.join(str(x) for x in lens)} tokens, so these ALs are for short outputs and few prompts, "
@@ -692,7 +1098,14 @@ def sweeps() -> None:
 
 def main() -> int:
     simulation()
-    zoo_outputs(zoo())
+    tiny_coder()
+    sweep = results.load_runs(str(SWEEP_GPU / "*.jsonl"))
+    sweep_provenance(sweep)
+    sweep_al_table(sweep)
+    sweep_rates_figure(sweep)
+    sweep_bos(sweep)
+    gpu_theory(sweep)
+    eagle3_gate()
     speed()
     sweeps()
     out = ["% generated by paper/make_figures.py from experiments/results; do not edit"]

@@ -19,7 +19,7 @@ NEEDS = {
                               REPO.parent / "shared" / "data" / "code_edits_dev.jsonl"],  # hybridsd.data's default
     "hybrid_al": [RESULTS / "sweeps" / "gpu-one-call", RESULTS / "sweeps" / "gpu-one-call" / "sweep.json"],
     "bos_sensitivity": [RESULTS / "sweeps" / "gpu-one-call", SWEEP],
-    "speed": [RESULTS / "bench_speed.json"],
+    "speed": [RESULTS / "bench_speed.json", RESULTS / "bench_speed_ctx512.json", RESULTS / "sweeps" / "gpu-one-call"],
 }
 
 

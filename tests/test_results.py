@@ -183,20 +183,108 @@ def test_compare_bos_sums_counters_over_paired_prompts(tmp_path):
     assert same.seq_loss == 1.0 and same.seq_loss_rel == pytest.approx(1 / 3)
 
 
-def test_load_speed_long_form(tmp_path):
-    doc = {"run_info": {"device": "GPU", "commit": "c"}, "floor_ms": 4.0,
-           "contexts": {"512": {"hf_eager_decode": 20.0, "graph_chain_q4": 8.0, "eager_tree_q9": 22.0,
-                                "graph_compiled_chain_q9": 6.0, "hf_static_compiled_q8": "RuntimeError: boom"}}}
-    (tmp_path / "s.json").write_text(json.dumps(doc))
-    sp = results.load_speed(tmp_path / "s.json").set_index("name")
-    assert sp.loc["hf_eager_decode", ["impl", "layout", "block"]].tolist() == ["HF eager", "decode", 1]
+def speed_doc(commit, floor, contexts, **sections):
+    """A bench_speed.json document with just the fields hybridsd.results reads."""
+    return {"run_info": {"device": "GPU", "commit": commit, "date": "2026-01-01", "torch": "2.11"},
+            "floor_ms": floor, "copy_bandwidth_TBps": 4.0, "weight_GB": 16.0, "layers": 32, "contexts": contexts,
+            **sections}
+
+
+@pytest.fixture
+def speed_files(tmp_path):
+    """Two bench_speed files: a full run at context 512, and one at 2048 with EAGLE, overhead and zoo sections."""
+    a = speed_doc("c512", 4.0, {"512": {"hf_eager_decode": 20.0, "graph_chain_q4": 8.0, "eager_tree_q9": 22.0,
+                                        "graph_compiled_chain_q9": 6.0,
+                                        "hf_static_compiled_q8": "RuntimeError: boom"}},
+                  conditions="other GPU busy", args={"contexts": [512], "skip": []})
+    b = speed_doc("c2048", 5.0, {"2048": {"graph_chain_q1": 10.0, "eagle1_graph_catchup4_k1": 0.6,
+                                          "eagle1_graph_catchup4_k3": 1.6, "eagle1_graph_per_draft_token": 0.5,
+                                          "eagle1_eager_per_draft_token": "failed: OOM"}},
+                  loop_overhead={"config": "graph", "ctx": 2048,
+                                 "plain": {"steps": 10, "tokens": 11, "wall_ms_per_step": 9.9,
+                                           "forward_ms_per_step": 10.0, "outside_ms_per_step": -0.1,
+                                           "outside_forward": -0.0101},
+                                 "ngram_k8": {"steps": 4, "tokens": 11, "wall_ms_per_step": 12.0,
+                                              "forward_ms_per_step": 11.4, "outside_ms_per_step": 0.6,
+                                              "outside_forward": 0.05}},
+                  hf_generate_ms_per_token={"greedy": 50.0, "prompt_lookup_10": 30.0},
+                  zoo={"forward_ms": {"chain_q1": 1.0, "chain_q9": 1.2, "tree_q9": 1.25},
+                       "plain": {"tokens_per_s": 1000.0, "seq_normalized_al": 1.0, "tokens": 100, "step_ms": 1.0,
+                                 "forward_ms_per_step": 0.8, "speedup": 1.0, "forward_only_speedup": 1.0},
+                       "ngram": {"tokens_per_s": 4000.0, "seq_normalized_al": 5.0, "tokens": 100, "step_ms": 1.25,
+                                 "forward_ms_per_step": 1.0, "speedup": 4.0, "forward_only_speedup": 5.0},
+                       "eagle3": "failed: RuntimeError: x"})
+    (tmp_path / "speed_a.json").write_text(json.dumps(a))
+    (tmp_path / "speed_b.json").write_text(json.dumps(b))
+    return [tmp_path / "speed_a.json", tmp_path / "speed_b.json"]
+
+
+def test_load_speed_long_form(speed_files):
+    sp = results.load_speed(speed_files[0]).set_index("name")
+    assert sp.loc["hf_eager_decode", ["impl", "layout", "block", "step"]].tolist() == ["HF eager", "decode", 1,
+                                                                                       "decode q1"]
     assert sp.loc["graph_chain_q4", ["impl", "layout", "block", "x_floor"]].tolist() == ["CUDA graph", "chain", 4, 2.0]
-    assert sp.loc["eager_tree_q9", "context"] == 512
+    assert sp.loc["eager_tree_q9", "context"] == 512 and sp.loc["eager_tree_q9", "step"] == "tree q9"
     compiled = sp.loc["graph_compiled_chain_q9", ["impl", "layout", "block"]].tolist()
     assert compiled == ["CUDA graph + compile", "chain", 9]
     failed = sp.loc["hf_static_compiled_q8"]
     assert math.isnan(failed.ms) and failed.error == "RuntimeError: boom" and failed.block == 8
     assert sp.error.isna().sum() == 4
+    assert set(sp.run) == {"speed_a"} and set(sp.commit) == {"c512"}
+
+
+def test_load_speed_concatenates_files_with_their_provenance(speed_files, tmp_path):
+    sp = results.load_speed(speed_files)
+    assert len(sp) == 10 and sp.groupby("run").size().to_dict() == {"speed_a": 5, "speed_b": 5}
+    assert sp.groupby("run").commit.unique().map(list).to_dict() == {"speed_a": ["c512"], "speed_b": ["c2048"]}
+    one = sp[sp.name == "graph_chain_q1"].iloc[0]
+    assert (one.run, one.context, one.x_floor, one.floor_ms) == ("speed_b", 2048, 2.0, 5.0)  # its own file's floor
+    assert len(results.load_speed(str(tmp_path / "speed_*.json"))) == 10  # a glob works too
+
+
+def test_load_speed_eagle_draft_entries(speed_files):
+    sp = results.load_speed(speed_files[1]).set_index("name")
+    per = sp.loc["eagle1_graph_per_draft_token"]
+    assert (per.impl, per.layout, per.step, per.ms) == ("EAGLE-1 head (graph)", "draft", "per_draft_token", 0.5)
+    assert pd.isna(per.block) and per.x_floor == 0.1
+    assert sp.loc["eagle1_graph_catchup4_k3", "step"] == "catchup4_k3"
+    eager = sp.loc["eagle1_eager_per_draft_token"]
+    assert eager.impl == "EAGLE-1 head (eager)" and math.isnan(eager.ms) and eager.error == "failed: OOM"
+    assert str(sp.block.dtype) == "Int64"  # blocks stay integers beside the head's missing ones
+
+
+def test_load_speed_runs_one_row_per_file(speed_files):
+    runs = results.load_speed_runs(speed_files).set_index("run")
+    assert runs.loc["speed_a", "contexts"] == [512] and runs.loc["speed_a", "conditions"] == "other GPU busy"
+    assert runs.loc["speed_b", "floor_ms"] == 5.0 and pd.isna(runs.loc["speed_b", "conditions"])
+    assert runs.loc["speed_a", "args"] == {"contexts": [512], "skip": []} and pd.isna(runs.loc["speed_b", "args"])
+
+
+def test_load_loop_overhead_rows_per_drafter(speed_files):
+    lo = results.load_loop_overhead(speed_files)
+    assert lo.drafter.tolist() == ["plain", "ngram_k8"] and set(lo.run) == {"speed_b"}  # speed_a has no section
+    plain = lo.iloc[0]
+    assert (plain.config, plain.context, plain.steps, plain.outside_forward) == ("graph", 2048, 10, -0.0101)
+    empty = results.load_loop_overhead(speed_files[0])
+    assert empty.empty and "outside_forward" in empty.columns
+
+
+def test_load_zoo_speed_and_forward(speed_files):
+    zoo = results.load_zoo_speed(speed_files).set_index("method")
+    assert zoo.index.tolist() == ["plain", "ngram", "eagle3"]
+    ng = zoo.loc["ngram"]
+    assert (ng.speedup, ng.forward_only_speedup, ng.seq_normalized_al) == (4.0, 5.0, 5.0)
+    assert ng.other_ms_per_step == pytest.approx(0.25) and pd.isna(ng.error)
+    failed = zoo.loc["eagle3"]
+    assert failed.error == "failed: RuntimeError: x" and math.isnan(failed.speedup)
+    fwd = results.load_zoo_forward(speed_files)
+    assert fwd[["layout", "block", "ms"]].values.tolist() == [["chain", 1, 1.0], ["chain", 9, 1.2], ["tree", 9, 1.25]]
+
+
+def test_load_hf_generate(speed_files):
+    hf = results.load_hf_generate(speed_files)
+    assert hf[["run", "mode", "ms_per_token"]].values.tolist() == [["speed_b", "greedy", 50.0],
+                                                                   ["speed_b", "prompt_lookup_10", 30.0]]
 
 
 def test_load_simulation_tables(tmp_path):
