@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,12 @@ pytest.importorskip("seaborn")
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results"
+DATA = Path(os.environ.get("HYBRIDSD_DATA") or REPO.parent / "shared" / "data")  # as hybridsd.data finds it
 SWEEP = RESULTS / "sweeps" / "cpu-small"
 NEEDS = {
     "theory_vs_measurement": [RESULTS / "simulate_al.json", RESULTS / "sweeps" / "gpu-one-call",
                               SWEEP / "code-edits__ngram__k5.jsonl",
-                              REPO.parent / "shared" / "data" / "code_edits_dev.jsonl"],  # hybridsd.data's default
+                              DATA / "code_edits_dev.jsonl"],
     "hybrid_al": [RESULTS / "sweeps" / "gpu-one-call", RESULTS / "sweeps" / "gpu-one-call" / "sweep.json"],
     "bos_sensitivity": [RESULTS / "sweeps" / "gpu-one-call", SWEEP],
     "speed": [RESULTS / "bench_speed.json", RESULTS / "bench_speed_ctx512.json", RESULTS / "sweeps" / "gpu-one-call"],
@@ -33,7 +35,7 @@ def test_every_notebook_is_listed():
 
 @pytest.mark.parametrize("name", sorted(NEEDS))
 def test_notebook_runs(name):
-    missing = [str(p.relative_to(REPO)) for p in NEEDS[name] if not _present(p)]
+    missing = [str(p.relative_to(REPO) if p.is_relative_to(REPO) else p) for p in NEEDS[name] if not _present(p)]
     if missing:
         pytest.skip(f"results missing: {missing}")
     path = REPO / "notebooks" / f"{name}.ipynb"
