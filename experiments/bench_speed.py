@@ -183,6 +183,45 @@ def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool, new_tokens: int 
     return out
 
 
+@torch.inference_mode()
+def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15) -> dict:
+    """Where a step's device time goes: ``torch.profiler`` over ``steps`` un-graphed steps of ``target`` (use a
+    compiled one to see the fused kernels), kernels summed by kind (matmul, attention, other) plus the top ones."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = target.device.type == "cuda"
+    ids = torch.randint(0, 1000, (ctx,), device=target.device)
+    block = torch.randint(0, 1000, (q,), device=target.device)
+    target.kv.rewind(0)
+    target.forward(ids, 0, last_logits_only=True)
+    for _ in range(3):  # warm-up (and compilation)
+        target.forward(block, ctx)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            target.forward(block, ctx)
+        if cuda:
+            torch.cuda.synchronize()
+    # CUDA: kernels only (their own device time); CPU: operators' total time (nested, so kinds overlap)
+    attr = "self_device_time_total" if cuda else "cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, attr, 0) > 0
+              and (not cuda or str(getattr(e, "device_type", "")).endswith("CUDA"))]
+    kinds = {"matmul": ("gemm", "gemv", "matmul", "mm", "cutlass", "sm90"),
+             "attention": ("attention", "flash", "fmha", "sdpa", "softmax")}
+
+    def kind(name: str) -> str:
+        low = name.lower()
+        return next((k for k, keys in kinds.items() if any(w in low for w in keys)), "other")
+
+    by_kind: dict[str, float] = {}
+    for e in events:
+        by_kind[kind(e.key)] = by_kind.get(kind(e.key), 0.0) + getattr(e, attr) / 1e3 / steps
+    ranked = sorted(events, key=lambda e: -getattr(e, attr))[:top]
+    return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind,
+            "top": [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
+                    for e in ranked]}
+
+
 def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> dict:
     """tiny-coder end to end on held-out edits: tokens/s per method against plain decoding with this engine.
 
@@ -282,6 +321,7 @@ def main() -> None:
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
                    '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
+    p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels")
     a = p.parse_args()
     bw = copy_bandwidth()
     model = llama8b(a.layers)
@@ -319,6 +359,13 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - reported, the rest still measured
                 row["eagle1_graph_per_draft_token"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
         print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+        save()
+    if a.profile:  # the compiled step without graphs: which kernels the gap to the floor is made of
+        t = configs.get("graph_compiled") or configs["graph"]
+        plain = Target(model, cap, compile=t.compiled and (a.compile_mode or True))
+        res["profile"] = [profile_step(plain, a.contexts[0], q) for q in (1, 9)]
+        print("profile:", json.dumps(res["profile"], indent=1)[:3000])
+        plain.kv = None
         save()
     for t in configs.values():  # free the KV caches
         t.kv = None
