@@ -362,7 +362,7 @@ def main() -> None:
         save()
     if a.profile:  # the compiled step without graphs: which kernels the gap to the floor is made of
         t = configs.get("graph_compiled") or configs["graph"]
-        plain = Target(model, cap, compile=t.compiled and (a.compile_mode or True))
+        plain = Target(model, cap, compile=t.compiled)
         res["profile"] = [profile_step(plain, a.contexts[0], q) for q in (1, 9)]
         print("profile:", json.dumps(res["profile"], indent=1)[:3000])
         plain.kv = None

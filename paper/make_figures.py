@@ -113,6 +113,12 @@ def fmt(v, nd=2) -> str:
     return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
 
 
+def mae_cell(mae: float, best: float, nd: int) -> str:
+    """A table cell for an error, bold when it is the row group's best."""
+    text = f"{mae:.{nd}f}"
+    return f"\\textbf{{{text}}}" if mae == best else text
+
+
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -246,9 +252,7 @@ def simulation() -> None:
         best = min(errs[p][m]["mae"] for m in mtags)
         for j, m in enumerate(mtags):
             e = errs[p][m]
-            mae = f"{e['mae']:.3f}"
-            if e["mae"] == best:
-                mae = f"\\textbf{{{mae}}}"
+            mae = mae_cell(e["mae"], best, 3)
             lines.append(f"{POLICY_LABEL[p] if j == 0 else ''} & {MODEL_LABEL[m]} & {params_text(p, m)} & {mae} & "
                          f"{e['rmse']:.3f} & {e['max_abs']:.3f} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}"]
@@ -683,9 +687,7 @@ def theory_table(preds, errs) -> None:
                   "resync_ctx": "as above"}
         for j, (m, label) in enumerate(THEORY_MODELS.items()):
             e = errs[var][m]
-            mae = f"{e['mae']:.2f}"
-            if e["mae"] == best:
-                mae = f"\\textbf{{{mae}}}"
+            mae = mae_cell(e["mae"], best, 2)
             lines.append(f"{VARIANT_LABEL[var] if j == 0 else ''} & {label} & {params[m]} & {mae} & "
                          f"{e['max_abs']:.2f} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}"]
