@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from hybridsd import provenance
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.generate import _tree_layout
 from hybridsd.target import Target
 
@@ -108,7 +109,6 @@ def eagle_draft_ms(model, ctx: int) -> dict:
     """EAGLE-1 head on the target: catch-up of 4 committed pairs plus a k-token chain, graphed and eager;
     ``per_draft_token`` = (k=3 - k=1) / 2."""
     import hybridsd as hsd
-    from hybridsd.drafters.base import ProposeRequest
 
     head = hsd.EagleHead.from_target(model, kind="eagle1", dtype=torch.bfloat16)
     h = model.config.hidden_size
@@ -151,19 +151,44 @@ def ours_ms(target: Target, ctx: int, qs: list[int]) -> dict:
     return out
 
 
+class ReplayDrafter(Drafter):
+    """Proposes the next ``k`` tokens of a known greedy continuation, so every draft is accepted: random
+    weights produce text no n-gram or EAGLE drafter predicts, and the loop overhead must include the steps
+    that draft, verify and accept."""
+
+    name = "replay"
+
+    def __init__(self, continuation: list[int], k: int) -> None:
+        self.continuation, self.k = continuation, k
+
+    @property
+    def max_tokens(self) -> int:
+        return self.k
+
+    def reset(self, prompt_len: int) -> None:
+        self.prompt_len = prompt_len
+
+    def propose(self, request: ProposeRequest) -> list[Draft]:
+        pos = len(request.tokens) - self.prompt_len
+        d = self.continuation[pos : pos + min(self.k, request.budget)]
+        return [Draft(torch.tensor(d, device=request.device), self.name)] if d else []
+
+
 @torch.inference_mode()
 def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool, new_tokens: int = 96) -> dict:
     """``generate()`` on the 8B shape: wall time per step against the forward time of the same block sizes.
 
-    The steps' wall time is a run of ``new_tokens`` minus a run of 1 token (prefill and setup), medians of 3;
+    ``plain``: one token per step; ``replay_k8``: 8 drafted tokens per step, all accepted. The steps' wall
+    time is a run of ``new_tokens`` minus a run of 1 token (prefill and setup), medians of 3;
     ``outside_forward`` = 1 - sum over steps of the block's measured forward median / that wall time."""
     import time
 
     import hybridsd as hsd
 
     ids = torch.randint(0, 1000, (ctx,))
+    reference = hsd.generate(model, ids, max_new_tokens=new_tokens, eos_token_id=[], compile=compile).tokens
     out = {}
-    for name, make in {"plain": lambda: None, "ngram_k8": lambda: hsd.NgramDrafter(k=8, min_n=1, max_n=3)}.items():
+    for name, make in {"plain": lambda: None, "replay_k8": lambda: ReplayDrafter(reference, 8)}.items():
         def timed(n):
             torch.cuda.synchronize()
             t = time.perf_counter()
@@ -179,7 +204,7 @@ def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool, new_tokens: int 
         wall = 1e3 * statistics.median(walls)
         out[name] = {"steps": len(trace), "tokens": res.stats.num_tokens, "wall_ms_per_step": wall / len(trace),
                      "forward_ms_per_step": fwd / len(trace), "outside_ms_per_step": (wall - fwd) / len(trace),
-                     "outside_forward": 1 - fwd / wall}
+                     "outside_forward": 1 - fwd / wall, "same_tokens_as_plain": res.tokens == reference}
     return out
 
 
@@ -316,13 +341,16 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_speed.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
-    p.add_argument("--skip", nargs="*", default=[],
-                   choices=["eager", "compile", "hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
+    p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
+                   choices=["graph", "eager", "graph_compiled", "graph_compiled_flex", "graph_compiled_hf",
+                            "graph_autotune"], help="our target configurations to time (graph always included)")
+    p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
                    '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
     p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels")
     a = p.parse_args()
+    a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
     bw = copy_bandwidth()
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
@@ -336,11 +364,21 @@ def main() -> None:
         a.out.write_text(json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
-    configs = {"graph": Target(model, cap, cuda_graphs=True)}
-    if "eager" not in a.skip:
-        configs["eager"] = Target(model, cap)
-    if "compile" not in a.skip:
-        configs["graph_compiled"] = Target(model, cap, cuda_graphs=True, compile=a.compile_mode or True)
+    mode = a.compile_mode or True
+    factories = {  # name: our target; "hf" = model(...) compiled instead of our decoder, for comparison
+        "graph": lambda: Target(model, cap, cuda_graphs=True),
+        "eager": lambda: Target(model, cap),
+        "graph_compiled": lambda: Target(model, cap, cuda_graphs=True, compile=mode),
+        "graph_compiled_flex": lambda: Target(model, cap, cuda_graphs=True, compile=mode, attention="flex"),
+        "graph_compiled_hf": lambda: Target(model, cap, cuda_graphs=True, compile=mode, decoder=False),
+        "graph_autotune": lambda: Target(model, cap, cuda_graphs=True, compile="max-autotune-no-cudagraphs"),
+    }
+    configs = {}
+    for name in a.configs:
+        try:
+            configs[name] = factories[name]()
+        except Exception as e:  # noqa: BLE001 - reported, the rest still measured
+            res.setdefault("failed_configs", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
     qs = list(range(1, 10))
     for ctx in a.contexts:
         row = res["contexts"].setdefault(str(ctx), {})
@@ -348,7 +386,7 @@ def main() -> None:
         if "hf-compile" not in a.skip:
             row |= {f"hf_static_compiled_q{q}": hf_static_compiled_ms(model, ctx, q) for q in (1, 8)}
         for tag, target in configs.items():
-            try:  # eager and compiled: q = 1 and 9 only (each q is one compilation of the 8B model)
+            try:  # all q for the plain graphs, else q = 1 and 9 (each q is one compilation)
                 row |= {f"{tag}_{k}": v for k, v in ours_ms(target, ctx, qs if tag == "graph" else [1, 9]).items()}
             except Exception as e:  # noqa: BLE001 - a failed configuration is reported, the rest still measured
                 row[f"{tag}_chain_q1"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
@@ -361,7 +399,7 @@ def main() -> None:
         print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
         save()
     if a.profile:  # the compiled step without graphs: which kernels the gap to the floor is made of
-        t = configs.get("graph_compiled") or configs["graph"]
+        t = next((configs[c] for c in ("graph_compiled", "graph_autotune") if c in configs), configs["graph"])
         plain = Target(model, cap, compile=t.compiled)
         res["profile"] = [profile_step(plain, a.contexts[0], q) for q in (1, 9)]
         print("profile:", json.dumps(res["profile"], indent=1)[:3000])

@@ -11,7 +11,8 @@
 #   heads3  retrain the EAGLE-3 head with the full vocabulary as draft vocabulary (-> $OUT/heads/eagle3)
 #   gate    the retrained EAGLE-3 head (if heads3 ran) against EAGLE-1: spec_bench k=3 on held-out edits
 #   speed   experiments/bench_speed.py (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
-#   profile 8B-shape steps compiled with max-autotune, and the kernel split of a compiled step (-> bench_profile.json)
+#   profile 8B-shape steps compiled (default and max-autotune), and the kernel split of a compiled step
+#           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments)
 #   sweep   experiments/sweep.py --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
@@ -46,9 +47,9 @@ for stage in "$@"; do
             python3 experiments/summarize_runs.py "$OUT"/gate/*.jsonl 2>&1 | tail -8 | tee -a "$log" ;;
     speed)  timeout ${SPEED_S:-380} python3 experiments/bench_speed.py --out "$OUT/bench_speed.json" ${SPEED_ARGS:-} 2>&1 \
               | grep -v Warning | tail -70 | tee -a "$log" ;;
-    profile) timeout ${PROFILE_S:-400} python3 experiments/bench_speed.py --out "$OUT/bench_profile.json" --contexts 2048 \
-              --skip eager hf-compile hf-generate overhead zoo --compile-mode max-autotune-no-cudagraphs --profile 2>&1 \
-              | grep -v Warning | tail -40 | tee -a "$log" ;;
+    profile) timeout ${PROFILE_S:-400} python3 experiments/bench_speed.py --out "$OUT/bench_profile.json" \
+              ${PROFILE_ARGS:---contexts 2048 --configs graph_compiled graph_autotune --skip hf-compile hf-generate eagle overhead zoo} \
+              --profile 2>&1 | grep -v Warning | tail -40 | tee -a "$log" ;;
     sweep)  [ -d .cache/sweeps ] && mkdir -p "$OUT/sweeps" && cp -n .cache/sweeps/* "$OUT/sweeps/"  # resume a carried run
             ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
             timeout ${SWEEP_S:-540} torchrun --standalone --nproc_per_node="$ngpu" experiments/sweep.py \

@@ -6,10 +6,9 @@ The model sees explicit position ids, a 4-D additive attention mask that we buil
 transformers cache API beyond ``Cache.update(k, v, layer_idx, ...)``, which is the
 same in transformers 5.17 and 5.2x.
 
-For the Llama-like families (``LAYER_STACK_TYPES``) we run the model's own modules
-(embedding, rotary, decoder layers, norm, ``lm_head``) in a plain loop instead of
-calling ``model(...)``: the numbers are the same, but the hidden states come out
-without transformers' output-capture hooks, so ``torch.compile`` sees one graph.
+For the Llama family (``DECODER_TYPES``) the step is our own :class:`~hybridsd.decoder.Decoder`
+on the model's weights (fused projections, grouped attention, one compiled function per
+layer shape); any other causal LM runs as ``model(...)``.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from hybridsd.cuda_graph import capture
+from hybridsd.decoder import Decoder
 from hybridsd.kv_cache import StaticKVCache
 
 
@@ -55,16 +55,26 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-LAYER_STACK_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
-def _layer_stack(model: torch.nn.Module):
-    """``model.model`` when its forward is embed -> rotary -> layers -> norm (see ``LAYER_STACK_TYPES``), else None."""
+def _has_decoder_layout(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a family :class:`~hybridsd.decoder.Decoder` runs (see ``DECODER_TYPES``)."""
     base = getattr(model, "model", None)
-    if (getattr(model.config, "model_type", None) in LAYER_STACK_TYPES and getattr(model, "lm_head", None) is not None
-            and all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))):
-        return base
-    return None
+    return (getattr(model.config, "model_type", None) in DECODER_TYPES and getattr(model, "lm_head", None) is not None
+            and all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm")))
+
+
+def sliding_window(model: torch.nn.Module) -> int | None:
+    """The attention window of the model's sliding-window layers, if it has any."""
+    cfg = model.config
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    if window is None or (types is not None and "sliding_attention" not in types):
+        return None
+    if types is None and getattr(cfg, "use_sliding_window", True) is False:
+        return None
+    return int(window)
 
 
 def context_length(model: torch.nn.Module) -> int | None:
@@ -79,14 +89,20 @@ class Target:
     With ``cuda_graphs`` (CUDA only), each block size after prefill is captured once as a
     CUDA graph and replayed: the step then costs one graph launch plus small input copies.
     With ``compile`` (True, or a ``torch.compile`` mode such as ``"max-autotune-no-cudagraphs"``), the
-    model's forward for blocks after prefill goes through ``torch.compile`` (one static-shape compilation
-    per block size and KV bucket; default mode unless named; never a mode with CUDA graphs:
-    the CUDA graphs are ours).
+    forward for blocks after prefill goes through ``torch.compile`` (static shapes: per block size and KV
+    bucket; default mode unless named; never a mode with CUDA graphs: the CUDA graphs are ours).
+    ``decoder`` (default: when the family allows) runs our :class:`~hybridsd.decoder.Decoder` instead of
+    ``model(...)``; it makes the model's q/k/v and gate/up weights views of fused tensors.
+    ``attention``: the decoder's attention, ``"sdpa"`` or ``"flex"`` (compiled CUDA only).
     """
 
     def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-                 compile: bool | str = False, layer_stack: bool | None = None) -> None:
+                 compile: bool | str = False, decoder: bool | None = None, attention: str = "sdpa") -> None:
         cfg = model.config
+        window = sliding_window(model)
+        if window is not None and capacity > window:
+            raise ValueError(f"the model uses sliding-window attention (window {window}); a cache of {capacity} "
+                             f"tokens would need it, which the target adapter does not implement")
         p = next(model.parameters())
         self.model = model
         self.device, self.dtype = p.device, p.dtype
@@ -95,29 +111,31 @@ class Target:
         self.kv = StaticKVCache(cfg.num_hidden_layers, kv_heads, head_dim, capacity, dtype=self.dtype,
                                 device=self.device)
         self._cache = _SlotCache(self.kv)
-        self._stack = _layer_stack(model) if layer_stack is not False else None
-        if layer_stack and self._stack is None:
-            raise ValueError(f"layer_stack=True needs a model of type {LAYER_STACK_TYPES} with model.model."
+        if decoder and not _has_decoder_layout(model):
+            raise ValueError(f"decoder=True needs a model of type {DECODER_TYPES} with model.model."
                              f"{{embed_tokens, rotary_emb, layers, norm}} and lm_head")
-        self._cache_kwarg = _cache_kwarg(self._stack.layers[0] if self._stack is not None else model)
+        mode = compile if isinstance(compile, str) else None
+        if mode in ("reduce-overhead", "max-autotune"):  # the modes that capture CUDA graphs themselves
+            raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
+        if compile:
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
         self._slot_ids = torch.arange(capacity, device=self.device)  # [S]
         self._neg = torch.finfo(self.dtype).min
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.compiled = compile
-        self._forward = self._stack_forward if self._stack is not None else self._hf_forward
-        self._step_forward = self._forward
-        if compile:
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
-            mode = compile if isinstance(compile, str) else None
-            if mode in ("reduce-overhead", "max-autotune"):  # the modes that capture CUDA graphs themselves
-                raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
-            self._step_forward = torch.compile(self._forward, mode=mode, dynamic=False)
+        use_decoder = decoder if decoder is not None else _has_decoder_layout(model)
+        self.decoder = Decoder(model, compile=compile, attention=attention) if use_decoder else None
+        self._cache_kwarg = _cache_kwarg(model)
+        self._hf_step = self._hf_forward
+        if compile and self.decoder is None:
+            self._hf_step = torch.compile(self._hf_forward, mode=mode, dynamic=False)
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
     def capacity(self) -> int:
         return self.kv.capacity
 
+    @torch.no_grad()
     def forward(
         self,
         tokens: torch.Tensor,
@@ -151,25 +169,32 @@ class Target:
             pos = torch.arange(start, start + q, device=self.device)
         else:
             pos = torch.as_tensor(positions, device=self.device) + 0
-        mask = self._mask(start, q, visible, kv_len)
-        return self._run(tokens, pos, self._slot_ids[start : start + q], mask, kv_len, hidden_layers,
+        allowed = self._allowed(start, q, visible, kv_len)
+        return self._run(tokens, pos, self._slot_ids[start : start + q], allowed, kv_len, hidden_layers,
                          last_logits_only)
 
-    def _run(self, tokens, pos, slots, mask, kv_len, hidden_layers, last_logits_only=False):
-        """The model's forward on prepared tensors (``[q]`` tokens, positions and slots; ``[1, 1, q, kv_len]``
-        mask over the first ``kv_len`` slots)."""
+    def _run(self, tokens, pos, slots, allowed, kv_len, hidden_layers, last_logits_only=False):
+        """The forward on prepared tensors: ``[q]`` tokens, positions and slots; ``allowed`` ``[q, kv_len]``
+        (which of the first ``kv_len`` slots each token attends to)."""
+        step = not last_logits_only  # prefill stays uncompiled (its length varies)
+        if self.decoder is not None:
+            L = len(self.decoder.weights)
+            want = [i % (L + 1) for i in hidden_layers]
+            return self.decoder(tokens, pos, slots, allowed, self.kv, kv_len, want, last_logits_only, compiled=step)
         self._cache.slots = slots
         self._cache.kv_len = kv_len
-        fwd = self._forward if last_logits_only else self._step_forward  # prefill stays eager (its length varies)
-        return fwd(tokens, pos, mask, hidden_layers, last_logits_only)
+        fwd = self._hf_step if step else self._hf_forward
+        return fwd(tokens, pos, allowed, hidden_layers, last_logits_only)
 
-    def _hf_forward(self, tokens, pos, mask, hidden_layers, last_logits_only):
+    def _hf_forward(self, tokens, pos, allowed, hidden_layers, last_logits_only):
         """``model(...)`` with our cache: logits ``[q or 1, V]`` fp32 and hidden states ``[q, len*H]`` or None."""
         q = tokens.shape[0]
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, self._neg)  # [q, kv_len] additive
         out = self.model(
             input_ids=tokens.view(1, q),
             position_ids=pos.view(1, q),
-            attention_mask=mask,
+            attention_mask=mask.view(1, 1, *allowed.shape),
             use_cache=True,
             output_hidden_states=bool(hidden_layers),
             logits_to_keep=1 if last_logits_only else 0,
@@ -181,45 +206,21 @@ class Target:
             hidden = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [q, len*H]
         return logits, hidden
 
-    def _stack_forward(self, tokens, pos, mask, hidden_layers, last_logits_only):
-        """The same as :meth:`_hf_forward`, running the model's modules in a loop (HF ``hidden_states`` indexing:
-        ``0`` the embeddings, ``i`` the output of layer ``i-1``, ``L`` (or ``-1``) the final-normed output)."""
-        m, q = self._stack, tokens.shape[0]
-        L = len(m.layers)
-        want = [i % (L + 1) for i in hidden_layers]
-        pos = pos.view(1, q)
-        x = m.embed_tokens(tokens.view(1, q))  # [1, q, H]
-        rope = m.rotary_emb(x, pos)
-        kept = {0: x} if 0 in want else {}
-        for i, layer in enumerate(m.layers):
-            x = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope, use_cache=True,
-                      **{self._cache_kwarg: self._cache})
-            x = x[0] if isinstance(x, tuple) else x  # [1, q, H]
-            if i + 1 in want and i + 1 < L:
-                kept[i + 1] = x
-        x = m.norm(x)  # [1, q, H]
-        kept[L] = x
-        logits = self.model.lm_head(x[:, -1:] if last_logits_only else x)[0].float()  # [q or 1, V]
-        hidden = torch.cat([kept[i][0] for i in want], dim=-1) if want else None  # [q, len*H]
-        return logits, hidden
-
-    def _mask(self, start: int, q: int, visible: np.ndarray | None, kv_len: int) -> torch.Tensor:
-        """Additive mask ``[1, 1, q, kv_len]``: 0 where a query may attend, dtype-min elsewhere."""
+    def _allowed(self, start: int, q: int, visible: np.ndarray | None, kv_len: int) -> torch.Tensor:
+        """``[q, kv_len]`` bool: which slots each token of the block attends to."""
         allowed = (self._slot_ids[:kv_len] < start).expand(q, -1).clone()  # [q, kv_len] committed prefix
         if visible is None:
             block = torch.ones(q, q, dtype=torch.bool, device=self.device).tril_()
         else:
             block = torch.as_tensor(visible, dtype=torch.bool).to(self.device, non_blocking=True)
         allowed[:, start : start + q] = block
-        mask = torch.zeros(q, kv_len, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~allowed, self._neg)
-        return mask.view(1, 1, q, kv_len)
+        return allowed
 
 
 class _GraphedStep:
     """A CUDA graph of ``Target._run`` for one block size; inputs go through static buffers.
 
-    The mask and slots are computed inside the graph from the start slot, so a replay
+    The attention mask and slots are computed inside the graph from the start slot, so a replay
     needs only three small host-to-device copies from pinned buffers (no host sync).
     """
 
@@ -240,9 +241,7 @@ class _GraphedStep:
             slots = self.start + arange  # [q]
             allowed = (target._slot_ids[None, :kv_len] < self.start).expand(q, -1).clone()  # [q, kv_len]
             allowed.scatter_(1, slots[None, :].expand(q, q), self.block)
-            mask = torch.zeros(q, kv_len, dtype=target.dtype, device=dev)
-            mask.masked_fill_(~allowed, target._neg)
-            return target._run(self.tokens, self.pos, slots, mask.view(1, 1, q, -1), kv_len, hidden_layers)
+            return target._run(self.tokens, self.pos, slots, allowed, kv_len, hidden_layers)
 
         self.step = step
         self.graph: torch.cuda.CUDAGraph | None = None

@@ -18,19 +18,16 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def tiny_target(family: str = "llama", vocab: int = VOCAB, seed: int = 0, layers: int = 4, **overrides):
     """A tiny random causal LM in eval mode (fp32, CPU)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers as tf
 
     kw = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=384,
               bos_token_id=1, eos_token_id=2, pad_token_id=0)
     kw.update(overrides)
     torch.manual_seed(seed)
-    if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**kw))
-    elif family == "qwen2":
-        model = Qwen2ForCausalLM(Qwen2Config(**kw))
-    else:
-        raise ValueError(family)
+    classes = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}
+    name = classes[family]
+    model = getattr(tf, f"{name}ForCausalLM")(getattr(tf, f"{name}Config")(**kw))
     return model.eval()
 
 

@@ -127,3 +127,25 @@ def test_graphed_eagle_drafts_equal_eager(gpu_target, kind, k):
     n = drafters[1].committed
     torch.testing.assert_close(drafters[0].cache.keys[0][:, :, :n], drafters[1].cache.keys[0][:, :, :n])
     assert len(drafters[0]._graphs) == 6  # one per catch-up size (all in one KV bucket)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+def test_compiled_decoder_equals_hf_forward(gpu_target, attention):
+    """The compiled, graphed decoder (each attention kernel) gives ``model(...)``'s logits and hidden states."""
+    ids = PROMPTS[1].cuda()
+    n = ids.numel()
+    ref, ours = Target(gpu_target, 96, decoder=False), Target(gpu_target, 96, cuda_graphs=True, compile=True,
+                                                               attention=attention)
+    for t in (ref, ours):
+        t.forward(ids[:-1], 0, last_logits_only=True)
+    positions, visible, _ = _tree_layout([3, 2], n - 1)
+    block = torch.cat([ids[-1:], torch.tensor([5, 6, 7, 9, 10], device="cuda")])
+    for kw in ({}, {"positions": positions, "visible": visible}):
+        a, ha = ref.forward(block, n - 1, hidden_layers=(1, -1), **kw)
+        b, hb = ours.forward(block, n - 1, hidden_layers=(1, -1), **kw)
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ha, hb, atol=1e-4, rtol=1e-4)
+    for j in range(3):  # single steps after the block
+        a, _ = ref.forward(torch.tensor([11 + j], device="cuda"), n + 5 + j)
+        b, _ = ours.forward(torch.tensor([11 + j], device="cuda"), n + 5 + j)
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

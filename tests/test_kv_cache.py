@@ -53,8 +53,8 @@ def test_overflow_is_an_error(target):
 
 
 @pytest.mark.parametrize("q", [1, 4, 9])
-def test_layer_stack_equals_hf_forward(target, q):
-    """Running the model's modules in a loop gives HF's logits and every ``hidden_states`` index."""
+def test_decoder_equals_hf_forward(target, q):
+    """Our decoder gives HF's logits and every ``hidden_states`` index, for prefill, chains and trees."""
     ids = prompts(3)[2]
     n = ids.numel()
     L = target.config.num_hidden_layers
@@ -62,9 +62,9 @@ def test_layer_stack_equals_hf_forward(target, q):
     block = torch.arange(3, 3 + q)
     positions, visible, _ = _tree_layout([q - 1], n) if q > 1 else (None, None, None)
     outs = []
-    for stack in (True, False):
-        t = Target(target, 64, layer_stack=stack)
-        assert (t._stack is not None) == stack
+    for fused in (True, False):
+        t = Target(target, 64, decoder=fused)
+        assert (t.decoder is not None) == fused
         last, h0 = t.forward(ids, 0, hidden_layers=layers, last_logits_only=True)
         outs.append((last, h0, *t.forward(block, n, positions=positions, visible=visible, hidden_layers=layers)))
     for a, b in zip(*outs):
@@ -72,14 +72,25 @@ def test_layer_stack_equals_hf_forward(target, q):
     assert outs[0][1].shape == (n, len(layers) * target.config.hidden_size)
 
 
-def test_layer_stack_needs_a_known_family(target):
+def test_decoder_needs_a_known_family(target):
     target.config.model_type, old = "gemma", target.config.model_type
     try:
-        assert Target(target, 8)._stack is None  # falls back to model(...)
-        with pytest.raises(ValueError, match="layer_stack"):
-            Target(target, 8, layer_stack=True)
+        assert Target(target, 8).decoder is None  # falls back to model(...)
+        with pytest.raises(ValueError, match="decoder=True"):
+            Target(target, 8, decoder=True)
     finally:
         target.config.model_type = old
+
+
+def test_sliding_window_beyond_the_cache_is_refused():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=16)
+    model = MistralForCausalLM(cfg).eval()
+    Target(model, 16)
+    with pytest.raises(ValueError, match="sliding-window"):
+        Target(model, 17)
 
 
 def test_compile_modes_with_their_own_graphs_are_refused(target):

@@ -1,0 +1,200 @@
+"""The Llama-family decoder (llama, mistral, qwen2, qwen3) as our own step over fused projections.
+
+The step reads the HF model's weights and computes what its modules compute, with three
+differences that matter on a GPU at batch 1:
+
+- q/k/v and gate/up are each one matmul: their weights are concatenated once, and the HF
+  modules' own ``weight``/``bias`` become views of the fused tensors (same values, no second copy);
+- attention reads each key/value head once for its whole query group (the ``[Hkv, g*q, D]``
+  layout), instead of repeating the cache ``g`` times as HF's masked SDPA path does;
+- a layer is one function of tensors, so ``torch.compile`` compiles it once per (block size,
+  KV bucket) and every layer reuses it.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+ATTENTIONS = ("sdpa", "flex")
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's tensors (``H`` hidden, ``D`` head dim, ``I`` MLP width)."""
+
+    attn_norm: torch.Tensor  # [H]
+    wqkv: torch.Tensor  # [(Hq + 2 Hkv) D, H]
+    bqkv: torch.Tensor | None  # [(Hq + 2 Hkv) D]
+    wo: torch.Tensor  # [H, Hq D]
+    bo: torch.Tensor | None  # [H]
+    q_norm: torch.Tensor | None  # [D] (qwen3)
+    k_norm: torch.Tensor | None  # [D]
+    mlp_norm: torch.Tensor  # [H]
+    w13: torch.Tensor  # [2 I, H] gate then up
+    b13: torch.Tensor | None  # [2 I]
+    w2: torch.Tensor  # [H, I]
+    b2: torch.Tensor | None  # [H]
+
+
+def _fuse(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One ``[sum out, in]`` weight (and bias) for ``linears``; their own parameters become views of it."""
+    w = torch.cat([m.weight.detach() for m in linears])
+    has_bias = [m.bias is not None for m in linears]
+    if any(has_bias) and not all(has_bias):
+        raise ValueError("cannot fuse projections where only some have a bias")
+    b = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
+    row = 0
+    for m in linears:  # the HF modules keep working, on the fused storage
+        n = m.weight.shape[0]
+        m.weight.data = w[row : row + n]
+        if b is not None:
+            m.bias.data = b[row : row + n]
+        row += n
+    return w, b
+
+
+def _norm_weight(module) -> torch.Tensor | None:
+    return None if module is None else module.weight.detach()
+
+
+_FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fused_layers(base: torch.nn.Module) -> list[LayerWeights]:
+    """The fused weights of every layer of ``base`` (``model.model``), made once per model."""
+    if base not in _FUSED:
+        with torch.inference_mode(False), torch.no_grad():  # plain tensors: the HF modules may train later
+            _FUSED[base] = [_fuse_layer(layer) for layer in base.layers]
+    return _FUSED[base]
+
+
+def _fuse_layer(layer: torch.nn.Module) -> LayerWeights:
+    a, mlp = layer.self_attn, layer.mlp
+    wqkv, bqkv = _fuse([a.q_proj, a.k_proj, a.v_proj])
+    w13, b13 = _fuse([mlp.gate_proj, mlp.up_proj])
+    return LayerWeights(
+        layer.input_layernorm.weight.detach(), wqkv, bqkv, a.o_proj.weight.detach(),
+        None if a.o_proj.bias is None else a.o_proj.bias.detach(),
+        _norm_weight(getattr(a, "q_norm", None)), _norm_weight(getattr(a, "k_norm", None)),
+        layer.post_attention_layernorm.weight.detach(), w13, b13, mlp.down_proj.weight.detach(),
+        None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach())
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's RMSNorm: normalize in fp32, cast back, then scale."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` (``[T, heads, D]``) by ``cos, sin`` (``[T, 1, D]``), halves convention."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _sdpa(q, keys, values, allowed, scale):
+    """``q`` ``[Hkv, g*T, D]`` over ``keys/values`` ``[Hkv, S, D]`` where ``allowed`` (``[g*T, S]`` bool)."""
+    return F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=allowed, scale=scale)[0]
+
+
+def _flex(q, keys, values, allowed, scale):
+    """The same as :func:`_sdpa` with FlexAttention (compiled CUDA only: a split-KV decoding kernel)."""
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    rows, s = allowed.shape
+    nb = -(-s // 128)
+    mask = BlockMask.from_kv_blocks(  # every KV block partial: mask_mod decides each entry
+        torch.full((1, 1, 1), nb, dtype=torch.int32, device=q.device),
+        torch.arange(nb, dtype=torch.int32, device=q.device).view(1, 1, 1, nb),
+        BLOCK_SIZE=(max(16, rows), 128), mask_mod=lambda b, h, i, j: allowed[i, j], seq_lengths=(rows, s))
+    return flex_attention(q[None], keys[None], values[None], block_mask=mask, scale=scale)[0]
+
+
+def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa"):
+    """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len) -> x``: one decoder layer.
+
+    ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
+    ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots.
+    """
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+    attend = _sdpa if attention == "sdpa" else _flex
+    g, dq, dkv = n_heads // n_kv_heads, n_heads * head_dim, n_kv_heads * head_dim
+    scale = 1 / math.sqrt(head_dim)
+
+    def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int):
+        t = x.shape[0]
+        qkv = F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv)  # [T, (Hq + 2 Hkv) D]
+        q, k, v = qkv.split([dq, dkv, dkv], dim=-1)
+        q, k, v = q.view(t, n_heads, head_dim), k.view(t, n_kv_heads, head_dim), v.view(t, n_kv_heads, head_dim)
+        if w.q_norm is not None:
+            q, k = rms_norm(q, w.q_norm, eps), rms_norm(k, w.k_norm, eps)
+        q, k = rope(q, cos[:, None], sin[:, None]), rope(k, cos[:, None], sin[:, None])
+        k_cache.index_copy_(2, slots, k.transpose(0, 1)[None])  # [1, Hkv, S, D]
+        v_cache.index_copy_(2, slots, v.transpose(0, 1)[None])
+        # each KV head with its g query heads as g*T rows: [Hkv, g*T, D], row j*T + t
+        qg = q.view(t, n_kv_heads, g, head_dim).permute(1, 2, 0, 3).reshape(n_kv_heads, g * t, head_dim)
+        o = attend(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed.repeat(g, 1), scale)  # [Hkv, gT, D]
+        o = o.view(n_kv_heads, g, t, head_dim).permute(2, 0, 1, 3).reshape(t, dq)  # [T, Hq D]
+        x = x + F.linear(o, w.wo, w.bo)
+        gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
+        return x + F.linear(act(gate) * up, w.w2, w.b2)  # [T, H]
+
+    return layer
+
+
+def make_head(eps: float):
+    """``head(x, norm, lm_head, last_only) -> (normed [T, H], logits [T or 1, V] fp32)``."""
+
+    def head(x, norm_weight, lm_head_weight, last_only: bool):
+        x = rms_norm(x, norm_weight, eps)
+        return x, F.linear(x[-1:] if last_only else x, lm_head_weight).float()
+
+    return head
+
+
+class Decoder:
+    """A Llama-family causal LM's forward over our KV cache; hidden states indexed as HF's ``hidden_states``
+    (``0`` the embeddings, ``i`` the output of layer ``i-1``, ``L`` the final-normed output)."""
+
+    def __init__(self, model: torch.nn.Module, *, compile: bool | str = False, attention: str = "sdpa") -> None:
+        cfg, base = model.config, model.model
+        self.base, self.lm_head = base, model.lm_head
+        if getattr(model.lm_head, "bias", None) is not None:
+            raise ValueError("an lm_head with a bias is not supported by the fused decoder")
+        if attention == "flex" and not compile:
+            raise ValueError("attention='flex' needs compile (eager FlexAttention is a slow reference path)")
+        self.weights = fused_layers(base)
+        n_heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+        eps = base.norm.variance_epsilon if hasattr(base.norm, "variance_epsilon") else cfg.rms_norm_eps
+        self.eager = (make_layer(n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads, head_dim, eps,
+                                 base.layers[0].mlp.act_fn, attention), make_head(eps))
+        self.compiled = self.eager
+        if compile:
+            mode = compile if isinstance(compile, str) else None
+            self.compiled = tuple(torch.compile(f, mode=mode, dynamic=False) for f in self.eager)
+
+    def __call__(self, tokens, pos, slots, allowed, kv, kv_len: int, want: list[int], last_only: bool,
+                 compiled: bool = True):
+        """Logits ``[T or 1, V]`` fp32 and the ``want`` hidden states concatenated ``[T, len*H]`` (or None) for
+        ``tokens`` ``[T]`` at ``pos`` ``[T]`` written at ``slots`` ``[T]``; ``allowed`` ``[T, kv_len]`` bool.
+        ``compiled=False`` runs the uncompiled functions (prefill: its length varies)."""
+        layer, head = self.compiled if compiled else self.eager
+        n = len(self.weights)
+        x = self.base.embed_tokens(tokens)  # [T, H]
+        cos, sin = self.base.rotary_emb(x[None], pos[None])  # [1, T, D] each
+        cos, sin = cos[0], sin[0]
+        kept = {0: x} if 0 in want else {}
+        for i, w in enumerate(self.weights):
+            x = layer(x, w, kv.keys[i], kv.values[i], slots, cos, sin, allowed, kv_len)
+            if i + 1 in want and i + 1 < n:
+                kept[i + 1] = x
+        kept[n], logits = head(x, self.base.norm.weight, self.lm_head.weight, last_only)
+        hidden = torch.cat([kept[i] for i in want], dim=-1) if want else None  # [T, len*H]
+        return logits, hidden
