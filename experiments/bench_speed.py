@@ -231,8 +231,8 @@ def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15
     attr = "self_device_time_total" if cuda else "cpu_time_total"
     events = [e for e in prof.key_averages() if getattr(e, attr, 0) > 0
               and (not cuda or str(getattr(e, "device_type", "")).endswith("CUDA"))]
-    kinds = {"matmul": ("gemm", "gemv", "matmul", "mm", "cutlass", "sm90"),
-             "attention": ("attention", "flash", "fmha", "sdpa", "softmax")}
+    kinds = {"attention": ("attention", "flash", "fmha", "sdpa", "softmax", "split_kv"),  # checked first
+             "matmul": ("gemm", "gemv", "matmul", "mm", "cutlass", "sm90", "nvjet")}
 
     def kind(name: str) -> str:
         low = name.lower()
@@ -342,7 +342,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
-                   choices=["graph", "eager", "graph_compiled", "graph_compiled_flex", "graph_compiled_hf",
+                   choices=["graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf",
                             "graph_autotune"], help="our target configurations to time (graph always included)")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
@@ -365,11 +365,12 @@ def main() -> None:
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
     mode = a.compile_mode or True
-    factories = {  # name: our target; "hf" = model(...) compiled instead of our decoder, for comparison
+    factories = {  # name: our target (default attention: the split-KV kernel); for comparison, "sdpa" = our
+        # decoder with SDPA attention, "hf" = model(...) compiled instead of our decoder
         "graph": lambda: Target(model, cap, cuda_graphs=True),
         "eager": lambda: Target(model, cap),
         "graph_compiled": lambda: Target(model, cap, cuda_graphs=True, compile=mode),
-        "graph_compiled_flex": lambda: Target(model, cap, cuda_graphs=True, compile=mode, attention="flex"),
+        "graph_compiled_sdpa": lambda: Target(model, cap, cuda_graphs=True, compile=mode, attention="sdpa"),
         "graph_compiled_hf": lambda: Target(model, cap, cuda_graphs=True, compile=mode, decoder=False),
         "graph_autotune": lambda: Target(model, cap, cuda_graphs=True, compile="max-autotune-no-cudagraphs"),
     }
@@ -399,8 +400,9 @@ def main() -> None:
         print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
         save()
     if a.profile:  # the compiled step without graphs: which kernels the gap to the floor is made of
-        t = next((configs[c] for c in ("graph_compiled", "graph_autotune") if c in configs), configs["graph"])
-        plain = Target(model, cap, compile=t.compiled)
+        t = next((configs[c] for c in ("graph_autotune", "graph_compiled") if c in configs), configs["graph"])
+        plain = Target(model, cap, compile=t.compiled, attention=t.attention)
+        res["profile_config"] = {"compile": t.compiled, "attention": t.attention}
         res["profile"] = [profile_step(plain, a.contexts[0], q) for q in (1, 9)]
         print("profile:", json.dumps(res["profile"], indent=1)[:3000])
         plain.kv = None

@@ -6,7 +6,8 @@ differences that matter on a GPU at batch 1:
 - q/k/v and gate/up are each one matmul: their weights are concatenated once, and the HF
   modules' own ``weight``/``bias`` become views of the fused tensors (same values, no second copy);
 - attention reads each key/value head once for its whole query group (the ``[Hkv, g*q, D]``
-  layout), instead of repeating the cache ``g`` times as HF's masked SDPA path does;
+  layout, :mod:`hybridsd.attention`), instead of repeating the cache ``g`` times as HF's masked
+  SDPA path does;
 - a layer is one function of tensors, so ``torch.compile`` compiles it once per (block size,
   KV bucket) and every layer reuses it.
 """
@@ -20,7 +21,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-ATTENTIONS = ("sdpa", "flex")
+from hybridsd.attention import KERNELS, grouped_attention
+
 
 
 class LayerWeights(NamedTuple):
@@ -97,33 +99,14 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def _sdpa(q, keys, values, allowed, scale):
-    """``q`` ``[Hkv, g*T, D]`` over ``keys/values`` ``[Hkv, S, D]`` where ``allowed`` (``[g*T, S]`` bool)."""
-    return F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=allowed, scale=scale)[0]
-
-
-def _flex(q, keys, values, allowed, scale):
-    """The same as :func:`_sdpa` with FlexAttention (compiled CUDA only: a split-KV decoding kernel)."""
-    from torch.nn.attention.flex_attention import BlockMask, flex_attention
-
-    rows, s = allowed.shape
-    nb = -(-s // 128)
-    mask = BlockMask.from_kv_blocks(  # every KV block partial: mask_mod decides each entry
-        torch.full((1, 1, 1), nb, dtype=torch.int32, device=q.device),
-        torch.arange(nb, dtype=torch.int32, device=q.device).view(1, 1, 1, nb),
-        BLOCK_SIZE=(max(16, rows), 128), mask_mod=lambda b, h, i, j: allowed[i, j], seq_lengths=(rows, s))
-    return flex_attention(q[None], keys[None], values[None], block_mask=mask, scale=scale)[0]
-
-
 def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa"):
     """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len) -> x``: one decoder layer.
 
     ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
     ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots.
     """
-    if attention not in ATTENTIONS:
-        raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
-    attend = _sdpa if attention == "sdpa" else _flex
+    if attention not in KERNELS:
+        raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
     g, dq, dkv = n_heads // n_kv_heads, n_heads * head_dim, n_kv_heads * head_dim
     scale = 1 / math.sqrt(head_dim)
 
@@ -139,7 +122,8 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
         v_cache.index_copy_(2, slots, v.transpose(0, 1)[None])
         # each KV head with its g query heads as g*T rows: [Hkv, g*T, D], row j*T + t
         qg = q.view(t, n_kv_heads, g, head_dim).permute(1, 2, 0, 3).reshape(n_kv_heads, g * t, head_dim)
-        o = attend(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed.repeat(g, 1), scale)  # [Hkv, gT, D]
+        o = grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
+                              attention)  # [Hkv, gT, D]
         o = o.view(n_kv_heads, g, t, head_dim).permute(2, 0, 1, 3).reshape(t, dq)  # [T, Hq D]
         x = x + F.linear(o, w.wo, w.bo)
         gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
@@ -167,8 +151,8 @@ class Decoder:
         self.base, self.lm_head = base, model.lm_head
         if getattr(model.lm_head, "bias", None) is not None:
             raise ValueError("an lm_head with a bias is not supported by the fused decoder")
-        if attention == "flex" and not compile:
-            raise ValueError("attention='flex' needs compile (eager FlexAttention is a slow reference path)")
+        if attention == "split" and next(model.parameters()).device.type != "cuda":
+            raise ValueError("attention='split' is a CUDA kernel; use 'sdpa' on other devices")
         self.weights = fused_layers(base)
         n_heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads

@@ -87,6 +87,7 @@ def generate(
     seed: int | None = None,
     cuda_graphs: bool | None = None,
     compile: bool | str = False,
+    attention: str | None = None,
     on_double_bos: str = "warn",
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
@@ -98,7 +99,8 @@ def generate(
     one token per target pass with the same engine (the baseline). ``cuda_graphs``
     (default: on for CUDA models) replays each verification block size as a CUDA graph;
     ``compile`` runs those steps through ``torch.compile`` (slow to start, for long runs; a string names
-    the mode, e.g. ``"max-autotune-no-cudagraphs"``).
+    the mode, e.g. ``"max-autotune-no-cudagraphs"``). ``attention`` names the Llama-family decoder's
+    attention kernel (``"split"`` or ``"sdpa"``, see :mod:`hybridsd.attention`; default: the fastest available).
     A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
     """
@@ -119,7 +121,8 @@ def generate(
     headroom = drafter.max_tokens if drafter is not None else 0
     device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
-    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile)
+    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile,
+                        attention=attention)
     generator = None
     if temperature > 0:
         generator = torch.Generator(device=device)

@@ -77,6 +77,17 @@ def sliding_window(model: torch.nn.Module) -> int | None:
     return int(window)
 
 
+def default_attention(device: torch.device) -> str:
+    """``"split"`` on CUDA when Triton is installed, else ``"sdpa"``."""
+    if device.type != "cuda":
+        return "sdpa"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "sdpa"
+    return "split"
+
+
 def context_length(model: torch.nn.Module) -> int | None:
     """The longest sequence the model's config allows (``None`` when it does not say)."""
     cfg = model.config
@@ -93,11 +104,12 @@ class Target:
     bucket; default mode unless named; never a mode with CUDA graphs: the CUDA graphs are ours).
     ``decoder`` (default: when the family allows) runs our :class:`~hybridsd.decoder.Decoder` instead of
     ``model(...)``; it makes the model's q/k/v and gate/up weights views of fused tensors.
-    ``attention``: the decoder's attention, ``"sdpa"`` or ``"flex"`` (compiled CUDA only).
+    ``attention``: the decoder's attention kernel (:mod:`hybridsd.attention`), ``"split"`` (CUDA, needs
+    Triton) or ``"sdpa"``; default ``"split"`` where it can run.
     """
 
     def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-                 compile: bool | str = False, decoder: bool | None = None, attention: str = "sdpa") -> None:
+                 compile: bool | str = False, decoder: bool | None = None, attention: str | None = None) -> None:
         cfg = model.config
         window = sliding_window(model)
         if window is not None and capacity > window:
@@ -124,7 +136,8 @@ class Target:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.compiled = compile
         use_decoder = decoder if decoder is not None else _has_decoder_layout(model)
-        self.decoder = Decoder(model, compile=compile, attention=attention) if use_decoder else None
+        self.attention = attention or default_attention(self.device)
+        self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
         self._cache_kwarg = _cache_kwarg(model)
         self._hf_step = self._hf_forward
         if compile and self.decoder is None:
@@ -270,13 +283,14 @@ _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-               compile: bool | str = False) -> Target:
+               compile: bool | str = False, attention: str | None = None) -> Target:
     """The model's :class:`Target`, reused across calls while its cache is large enough."""
     p = next(model.parameters())
     t = _TARGETS.get(model)
     if (t is None or t.capacity < capacity or t.device != p.device or t.dtype != p.dtype
-            or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda") or t.compiled != compile):
-        t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile)
+            or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda") or t.compiled != compile
+            or t.attention != (attention or default_attention(p.device))):
+        t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile, attention=attention)
         _TARGETS[model] = t
     t.kv.rewind(0)
     return t

@@ -129,7 +129,7 @@ def test_graphed_eagle_drafts_equal_eager(gpu_target, kind, k):
     assert len(drafters[0]._graphs) == 6  # one per catch-up size (all in one KV bucket)
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+@pytest.mark.parametrize("attention", ["sdpa", "split"])
 def test_compiled_decoder_equals_hf_forward(gpu_target, attention):
     """The compiled, graphed decoder (each attention kernel) gives ``model(...)``'s logits and hidden states."""
     ids = PROMPTS[1].cuda()
@@ -149,3 +149,23 @@ def test_compiled_decoder_equals_hf_forward(gpu_target, attention):
         a, _ = ref.forward(torch.tensor([11 + j], device="cuda"), n + 5 + j)
         b, _ = ours.forward(torch.tensor([11 + j], device="cuda"), n + 5 + j)
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t,s,g,hkv,d", [(1, 2560, 4, 8, 128), (9, 768, 4, 8, 128), (3, 37, 3, 2, 24), (5, 300, 1, 4, 64)])
+def test_split_kv_attention_equals_sdpa(dtype, t, s, g, hkv, d):
+    """The split-KV kernel against SDPA on the same grouped rows, with tree-like masks and an unused tail."""
+    from hybridsd.attention import grouped_attention
+
+    torch.manual_seed(t * s)
+    q = torch.randn(hkv, g * t, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(hkv, s, d, device="cuda", dtype=dtype) for _ in range(2))
+    allowed = torch.zeros(t, s, dtype=torch.bool, device="cuda")
+    used = max(t, s - 200)  # slots past `used` are stale, as in a KV bucket
+    allowed[:, : used - t] = True
+    allowed[:, used - t : used] = torch.rand(t, t, device="cuda") < 0.5
+    allowed[:, used - t : used].diagonal().fill_(True)
+    ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d**-0.5, "sdpa")
+    got = grouped_attention(q, k, v, allowed, d**-0.5, "split")
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)

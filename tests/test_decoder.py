@@ -112,8 +112,8 @@ def test_grouped_attention_against_repeated_heads(t, s, hq, hkv):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_flex_needs_compile():
-    with pytest.raises(ValueError, match="flex"):
-        Decoder(_model("llama-gqa3", layers=1), attention="flex")
+def test_split_kernel_needs_cuda():
+    with pytest.raises(ValueError, match="split"):
+        Decoder(_model("llama-gqa3", layers=1), attention="split")
     with pytest.raises(ValueError, match="attention"):
         make_layer(4, 2, 8, 1e-6, torch.nn.functional.silu, attention="paged")

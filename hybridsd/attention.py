@@ -1,0 +1,130 @@
+"""Attention of a block of new tokens over the KV cache, each KV head read once for its query group.
+
+At batch 1 a decode or verify step has few query rows (the ``g`` query heads of a KV head times
+the block's ``T`` tokens) against up to thousands of cached keys. ``"sdpa"`` hands the grouped
+rows to ``scaled_dot_product_attention`` (one program per KV head on CUDA: a long serial loop
+over the keys); ``"split"`` is a Triton kernel with one program per (KV head, chunk of keys)
+whose partial softmaxes are merged by their log-sum-exp (flash-decoding), CUDA only.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+KERNELS = ("sdpa", "split")
+SPLIT_MAX_ROWS = 64  # query rows (g * T) one split-KV program holds
+
+
+def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
+                      scale: float, kernel: str = "sdpa") -> torch.Tensor:
+    """Attention output ``[Hkv, g*T, D]`` of ``q`` ``[Hkv, g*T, D]`` (row ``j*T + t``: query head ``j`` of the
+    group, token ``t``) over ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which
+    keys token ``t`` sees; every token must see at least one key. ``"split"`` serves blocks of up to
+    ``SPLIT_MAX_ROWS`` rows (decode and verify steps); longer ones (prefill) go to SDPA."""
+    if kernel == "split" and q.shape[1] <= SPLIT_MAX_ROWS:
+        return _split_op()(q, keys, values, allowed, scale)
+    g = q.shape[1] // allowed.shape[0]
+    return F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=allowed.repeat(g, 1),
+                                          scale=scale)[0]
+
+
+def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
+    """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
+    per KV head, so that the grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
+    block_r = max(16, triton_next_pow2(rows))
+    block_n = 64 if head_dim <= 128 else 32
+    tiles = -(-keys // block_n)
+    splits = max(1, min(tiles, 128 // max(1, kv_heads)))
+    chunk = -(-tiles // splits) * block_n
+    return block_r, block_n, chunk, -(-keys // chunk)
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel):
+    """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
+    traced by ``torch.compile``); partial results in fp32, merged here."""
+    h, rows, d = q.shape
+    t, s = allowed.shape
+    block_r, block_n, chunk, splits = split_plan(rows, s, h, d)
+    part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
+    stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
+    wrap(_kernel())[(h, splits)](
+        q, keys, values, allowed, part, stats,
+        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
+        allowed.stride(0), rows, t, s, chunk, scale,
+        BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=triton_next_pow2(max(d, 16)),
+        IEEE=q.dtype == torch.float32)
+    m, l = stats[:, :, 0], stats[:, :, 1]  # [Hkv, C, R] each
+    w = torch.exp(m - m.amax(1, keepdim=True))  # [Hkv, C, R]: chunks with no visible key get weight 0
+    out = (part * w[..., None]).sum(1) / (l * w).sum(1)[..., None]  # [Hkv, R, D]
+    return out.to(q.dtype)
+
+
+@functools.cache
+def _kernel():
+    """The Triton kernel (Triton imported on first use, so importing hybridsd never needs it)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def split_kv_kernel(Q, K, V, MASK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S, CHUNK, scale,
+                        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                        IEEE: tl.constexpr):
+        h = tl.program_id(0)
+        c = tl.program_id(1)
+        splits = tl.num_programs(1)
+        r = tl.arange(0, BLOCK_R)
+        d = tl.arange(0, D_PAD)
+        row_ok = r < R
+        q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+        tok = r % T  # the block token of each row
+        m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
+        l = tl.zeros([BLOCK_R], tl.float32)
+        acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+        for n0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            key_ok = n < S
+            kv_mask = key_ok[:, None] & (d[None, :] < D)
+            k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
+            s = tl.where(seen != 0, s * scale, float("-inf"))  # [BLOCK_R, BLOCK_N]
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+            if IEEE:
+                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m = m_new
+        base = (h * splits + c) * R
+        tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
+        tl.store(STATS + (base * 2) + r, m, mask=row_ok)
+        tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
+
+    return split_kv_kernel
+
+
+@functools.cache
+def _split_op():
+    """``split_kv_attention`` as a custom op that ``torch.compile`` traces into (registered on first use)."""
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("hybridsd::split_kv_attention", mutates_args={})
+    def split_kv_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
+                    scale: float) -> torch.Tensor:
+        return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton)
+
+    return split_kv_op
