@@ -57,8 +57,8 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     wrap(_kernel())[(h, splits)](
         q, keys, values, allowed, part, stats,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
-        allowed.stride(0), rows, t, s, chunk, scale,
-        BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=triton_next_pow2(max(d, 16)),
+        allowed.stride(0), rows, t, s, chunk,
+        SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=triton_next_pow2(max(d, 16)),
         IEEE=q.dtype == torch.float32)
     m, l = stats[:, :, 0], stats[:, :, 1]  # [Hkv, C, R] each
     w = torch.exp(m - m.amax(1, keepdim=True))  # [Hkv, C, R]: chunks with no visible key get weight 0
@@ -73,8 +73,8 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def split_kv_kernel(Q, K, V, MASK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S, CHUNK, scale,
-                        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    def split_kv_kernel(Q, K, V, MASK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S, CHUNK,
+                        SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
                         IEEE: tl.constexpr):
         h = tl.program_id(0)
         c = tl.program_id(1)
@@ -97,7 +97,8 @@ def _kernel():
             else:
                 s = tl.dot(q, tl.trans(k))
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
-            s = tl.where(seen != 0, s * scale, float("-inf"))  # [BLOCK_R, BLOCK_N]
+            s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
+            # as a runtime argument torch.compile passes it as fp64)
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)

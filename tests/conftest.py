@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,13 @@ import torch
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
+
+
+def pytest_runtest_logreport(report):
+    """With ``HYBRIDSD_INSTAFAIL=1`` (device runs), print a failure when it happens: a later crash of the
+    process (a CUDA abort) must not take the tracebacks with it."""
+    if report.failed and os.environ.get("HYBRIDSD_INSTAFAIL"):
+        print(f"\n!! {report.nodeid}\n{report.longreprtext[-4000:]}", flush=True)
 
 VOCAB = 67
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
