@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,17 @@ def capture(step: Callable[[], Any], device: torch.device, share: torch.cuda.CUD
         for _ in range(warmup):
             step()
     torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=share.pool() if share is not None else None):
-        out = step()
+    # Python's cyclic GC must not run inside the capture: collecting an unreachable object that owns CUDA
+    # graphs or graph-pool memory (an old Target, say) frees device memory mid-capture, which invalidates
+    # the capture or aborts the allocator. Collect now, and hold the collector until the capture ends.
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=share.pool() if share is not None else None):
+            out = step()
+    finally:
+        if enabled:
+            gc.enable()
     return graph, out
