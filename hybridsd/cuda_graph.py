@@ -28,8 +28,8 @@ def capture(step: Callable[[], Any], device: torch.device, share: torch.cuda.CUD
     torch.cuda.current_stream(device).wait_stream(side)
     # Python's cyclic GC must not run inside the capture: collecting an unreachable object that owns CUDA
     # graphs or graph-pool memory (an old Target, say) frees device memory mid-capture, which invalidates
-    # the capture or aborts the allocator. Collect now, and hold the collector until the capture ends.
-    gc.collect()
+    # the capture or aborts the allocator. The collector waits until the capture ends (a full collection
+    # per capture would cost more than the capture).
     enabled = gc.isenabled()
     gc.disable()
     try:
