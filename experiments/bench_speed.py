@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from hybridsd import provenance
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import ProposeRequest
+from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.generate import _tree_layout
 from hybridsd.target import Target
 
@@ -151,32 +152,9 @@ def ours_ms(target: Target, ctx: int, qs: list[int]) -> dict:
     return out
 
 
-class ReplayDrafter(Drafter):
-    """Proposes the next ``k`` tokens of a known continuation. Fed the engine's own speculative output (see
-    :func:`accepted_continuation`), every draft is accepted: random weights produce text no n-gram or EAGLE
-    drafter predicts, and the loop overhead must include steps that draft, verify and accept."""
-
-    name = "replay"
-
-    def __init__(self, continuation: list[int], k: int) -> None:
-        self.continuation, self.k = continuation, k
-
-    @property
-    def max_tokens(self) -> int:
-        return self.k
-
-    def reset(self, prompt_len: int) -> None:
-        self.prompt_len = prompt_len
-
-    def propose(self, request: ProposeRequest) -> list[Draft]:
-        pos = len(request.tokens) - self.prompt_len
-        d = self.continuation[pos : pos + min(self.k, request.budget)]
-        return [Draft(torch.tensor(d, device=request.device), self.name)] if d else []
-
-
 def accepted_continuation(model, ids, n: int, k: int, compile, rounds: int = 12) -> list[int]:
-    """A continuation that ``ReplayDrafter(k)`` drafts with every token accepted: in bf16 a verify block may
-    round differently from one-token decoding, so the plain output is replayed, and the speculative output
+    """A continuation that :class:`ReplayDrafter` (``k``) drafts with every token accepted: in bf16 a verify
+    block may round differently from one-token decoding, so the plain output is replayed, and the speculative output
     replayed again, until it reproduces itself (each round fixes at least one more step)."""
     import hybridsd as hsd
 

@@ -11,6 +11,7 @@ from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose
+from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.eagle.model import EagleConfig, EagleHead
 from hybridsd.generate import GenerateResult, generate
 from hybridsd.metrics import SpecStats, StepRecord
@@ -25,6 +26,7 @@ __all__ = [
     "HybridDrafter",
     "NgramConfig",
     "NgramDrafter",
+    "ReplayDrafter",
     "ProposeRequest",
     "SpecStats",
     "StepRecord",

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.replay import ReplayDrafter
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
 
@@ -67,7 +68,7 @@ def hf_greedy(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None) 
     return out[0, ids.numel():].tolist()
 
 
-class OracleDrafter(Drafter):
+class OracleDrafter(ReplayDrafter):
     """Test drafter: the known continuation, each token replaced by a random one with prob ``err``.
 
     With ``sample=True`` tokens are drawn from a random proposal distribution and ``Draft.probs`` is set.
@@ -75,26 +76,20 @@ class OracleDrafter(Drafter):
 
     def __init__(self, reference: list[int], k: int, err: float = 0.3, name: str = "oracle",
                  seed: int = 0, sample: bool = False, vocab: int = VOCAB):
-        self.reference, self.k, self.err, self.name = reference, k, err, name
+        super().__init__(reference, k)
+        self.err, self.name = err, name
         self.rng = np.random.default_rng(seed)
         self.sample, self.vocab = sample, vocab
 
-    @property
-    def max_tokens(self) -> int:
-        return self.k
-
-    def reset(self, prompt_len: int) -> None:
-        self.prompt_len = prompt_len
-
     def propose(self, request: ProposeRequest) -> list[Draft]:
-        pos = len(request.tokens) - self.prompt_len
+        pos = self.position(request)
         k = min(self.k, request.budget)
         if self.sample:
             g = request.generator
             q = torch.distributions.Dirichlet(torch.ones(self.vocab) * 0.3).sample((k,))  # [k, V]
             toks = torch.multinomial(q, 1, generator=g)[:, 0]
             return [Draft(toks.to(request.device), self.name, q.to(request.device))]
-        d = list(self.reference[pos : pos + k])
+        d = list(self.continuation[pos : pos + k])
         d += [int(self.rng.integers(self.vocab))] * (k - len(d))
         for i in range(len(d)):
             if self.rng.random() < self.err:

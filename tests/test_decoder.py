@@ -55,7 +55,7 @@ def test_decoder_matches_hf_step_by_step(name):
         torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
 
 
-def test_fusing_keeps_the_model_and_its_memory():
+def test_fusing_keeps_the_model_and_its_memory(tmp_path):
     """After fusing, ``model(...)`` gives the same output, and q/k/v, gate/up live inside the fused tensors."""
     model = _model("qwen2-bias", layers=2)
     ids = prompts(3)[2][None]
@@ -74,6 +74,24 @@ def test_fusing_keeps_the_model_and_its_memory():
     model(ids).logits.sum().backward()  # the model still trains
     assert a.k_proj.weight.grad is not None and a.k_proj.weight.grad.shape == a.k_proj.weight.shape
     model.zero_grad()
+    model.save_pretrained(tmp_path)  # and saves and loads as before
+    from transformers import AutoModelForCausalLM
+
+    with torch.no_grad():
+        torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(tmp_path)(ids).logits, before)
+
+
+def test_fused_weights_follow_the_model_to_a_new_dtype():
+    """``model.to(...)`` replaces the modules' weights; the next decoder fuses the new ones."""
+    model = _model("llama-gqa3", layers=2)
+    ids = prompts(3)[2]
+    Target(model, 64).forward(ids, 0, last_logits_only=True)
+    model.to(torch.float64)
+    logits, _ = Target(model, 64).forward(ids, 0, last_logits_only=True)
+    with torch.no_grad():
+        ref = model(ids[None]).logits[0, -1:]
+    assert logits.dtype == torch.float32 and model.model.layers[0].self_attn.q_proj.weight.dtype == torch.float64
+    torch.testing.assert_close(logits, ref.float(), atol=1e-6, rtol=1e-6)
 
 
 def _reference_attention(q, k, v, allowed, scale):

@@ -209,3 +209,18 @@ def test_compiled_steps_are_lossless_on_cpu():
         hs = model(seq[None], output_hidden_states=True).hidden_states
     want = torch.cat([hs[i][0] for i in Recorder.hidden_layers], -1)[:-1]
     torch.testing.assert_close(torch.cat(rec.hidden), want, atol=1e-4, rtol=1e-4)
+
+
+def test_replay_drafter_drafts_what_the_target_accepts(target):
+    """Fed the target's own greedy continuation, every draft is accepted: (k + 1) tokens per pass."""
+    from hybridsd.drafters.replay import ReplayDrafter
+
+    ids = PROMPTS[1]
+    ref = hf_greedy(target, ids, 30)
+    res = generate(target, ids, drafter=ReplayDrafter(ref, 4), max_new_tokens=30, eos_token_id=[])
+    assert res.tokens == ref
+    trace = res.stats.trace
+    assert sum(s.accepted for s in trace) == sum(s.drafted for s in trace) == 30 - 1 - len(trace)
+    assert all(s.drafted == 4 for s in trace[:-1])
+    with pytest.raises(ValueError, match="k must be"):
+        ReplayDrafter(ref, 0)
