@@ -34,7 +34,7 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
     per KV head, so that the grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
-    block_r = max(16, triton_next_pow2(rows))
+    block_r = max(16, _next_pow2(rows))
     block_n = 64 if head_dim <= 128 else 32
     tiles = -(-keys // block_n)
     splits = max(1, min(tiles, 128 // max(1, kv_heads)))
@@ -42,13 +42,15 @@ def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int,
     return block_r, block_n, chunk, -(-keys // chunk)
 
 
-def triton_next_pow2(n: int) -> int:
+def _next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
     return 1 << max(0, (n - 1).bit_length())
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``); partial results in fp32, merged here."""
+    q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     h, rows, d = q.shape
     t, s = allowed.shape
     block_r, block_n, chunk, splits = split_plan(rows, s, h, d)
@@ -58,7 +60,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         q, keys, values, allowed, part, stats,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
-        SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=triton_next_pow2(max(d, 16)),
+        SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
         IEEE=q.dtype == torch.float32)
     m, l = stats[:, :, 0], stats[:, :, 1]  # [Hkv, C, R] each
     w = torch.exp(m - m.amax(1, keepdim=True))  # [Hkv, C, R]: chunks with no visible key get weight 0
