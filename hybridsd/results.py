@@ -1,5 +1,6 @@
 """Saved results as pandas tables: spec_bench JSONL rows, the trace simulation, the speed benchmark (step times,
-EAGLE draft cost, loop overhead, the zoo model end to end, HF generate).
+EAGLE draft cost, loop overhead, kernel profile, the zoo model end to end, HF generate) and the speed goals measured
+from it.
 
 Corpus-level aggregates sum counters over rows before dividing (``sum tokens / sum passes``), never average
 per-prompt ratios. pandas is an optional dependency (``pip install -e ".[plots]"``), imported inside functions.
@@ -341,27 +342,34 @@ def load_simulation(path: str | Path) -> dict:
 
 
 _SPEED_IMPL = {"hf_eager": "HF eager", "hf_static_compiled": "HF static cache + compile", "eager": "eager",
-               "graph": "CUDA graph", "graph_compiled": "CUDA graph + compile"}
-SPEED_COLUMNS = ("run", "context", "name", "impl", "layout", "block", "step", "ms", "x_floor", "floor_ms", "error",
-                 "device", "commit")
+               "graph": "CUDA graph", "graph_compiled": "CUDA graph + compile",
+               "graph_autotune": "CUDA graph + compile (max-autotune)",
+               "graph_compiled_sdpa": "CUDA graph + compile, SDPA attention",
+               "graph_compiled_hf": "CUDA graph + compiled HF model"}
+# our target's configurations (bench_speed --configs), as opposed to HF's baselines and the EAGLE head
+OUR_CONFIGS = ("eager", "graph", "graph_compiled", "graph_autotune", "graph_compiled_sdpa", "graph_compiled_hf")
+SPEED_COLUMNS = ("run", "context", "name", "config", "impl", "layout", "block", "step", "ms", "x_floor", "floor_ms",
+                 "error", "device", "commit")
 
 
-def _speed_name(name: str) -> tuple[str, str, int | None, str]:
-    """(impl, layout, block, step) of a bench_speed entry: "hf_eager_decode" -> ("HF eager", "decode", 1,
-    "decode q1"), "graph_chain_q4" -> ("CUDA graph", "chain", 4, "chain q4"), "hf_static_compiled_q8" -> (...,
-    "chain", 8, "chain q8"), "eagle1_graph_per_draft_token" -> ("EAGLE-1 head (graph)", "draft", None,
-    "per_draft_token"); an unknown name -> (name, "", None, name)."""
+def _speed_name(name: str) -> tuple[str, str, str, int | None, str]:
+    """(config, impl, layout, block, step) of a bench_speed entry: "hf_eager_decode" -> ("hf_eager", "HF eager",
+    "decode", 1, "decode q1"), "graph_chain_q4" -> ("graph", "CUDA graph", "chain", 4, "chain q4"),
+    "graph_autotune_tree_q9" -> ("graph_autotune", "CUDA graph + compile (max-autotune)", "tree", 9, "tree q9"),
+    "hf_static_compiled_q8" -> ("hf_static_compiled", ..., "chain", 8, "chain q8"), "eagle1_graph_per_draft_token"
+    -> ("eagle1_graph", "EAGLE-1 head (graph)", "draft", None, "per_draft_token"); an unknown name -> (name, name,
+    "", None, name)."""
     if name == "hf_eager_decode":
-        return "HF eager", "decode", 1, "decode q1"
+        return "hf_eager", "HF eager", "decode", 1, "decode q1"
     m = re.fullmatch(r"eagle(\d)_(graph|eager)_(.+)", name)
     if m:
-        return f"EAGLE-{m.group(1)} head ({m.group(2)})", "draft", None, m.group(3)
+        return f"eagle{m.group(1)}_{m.group(2)}", f"EAGLE-{m.group(1)} head ({m.group(2)})", "draft", None, m.group(3)
     m = re.fullmatch(r"(.+?)_(?:(chain|tree)_)?q(\d+)", name)
     if not m:
-        return name, "", None, name
-    impl, layout, q = m.groups()
+        return name, name, "", None, name
+    config, layout, q = m.groups()
     layout = layout or "chain"
-    return _SPEED_IMPL.get(impl, impl), layout, int(q), f"{layout} q{q}"
+    return config, _SPEED_IMPL.get(config, config), layout, int(q), f"{layout} q{q}"
 
 
 def _speed_docs(paths_or_globs) -> list[tuple[str, dict]]:
@@ -369,11 +377,13 @@ def _speed_docs(paths_or_globs) -> list[tuple[str, dict]]:
     return [(p.stem, json.loads(p.read_text())) for p in _paths(paths_or_globs)]
 
 
-def _frame(rows: list[dict], columns: Sequence[str]):
-    """A DataFrame of ``rows`` with ``columns`` in this order (the columns even when there are no rows)."""
+def _frame(rows: list[dict], columns: Sequence[str], ints: Sequence[str] = ()):
+    """A DataFrame of ``rows`` with ``columns`` in this order (the columns even when there are no rows); the
+    ``ints`` columns as nullable integers (<NA> where a value is missing)."""
     import pandas as pd
 
-    return pd.DataFrame(rows, columns=list(columns))
+    out = pd.DataFrame(rows, columns=list(columns))
+    return out.astype({c: "Int64" for c in ints})
 
 
 def _ms(value) -> float:
@@ -384,60 +394,199 @@ def _ms(value) -> float:
 def load_speed(paths_or_globs):
     """Per-context step times of one or more ``experiments/bench_speed.py`` JSON files, concatenated in long form.
 
-    One row per stored entry: ``run`` (file stem), ``context``, ``name`` (the stored key), ``impl`` ("HF eager",
-    "HF static cache + compile", "eager", "CUDA graph", "CUDA graph + compile", "EAGLE-1 head (graph)", "EAGLE-1
-    head (eager)"), ``layout`` ("decode", "chain", "tree"; "draft" for the EAGLE head), ``block`` (tokens per
-    target pass; missing (<NA>) for the head), ``step`` ("chain q4", ...; for the head "catchup4_k1", "catchup4_k3"
-    (catch-up over 4 committed tokens plus a k-token draft) or "per_draft_token" ((k=3 - k=1) / 2)), ``ms``,
-    ``x_floor`` (ms / that file's floor_ms), ``floor_ms``, ``error`` (the text stored instead of a time when a
-    variant failed, else missing), and the file's ``device`` and ``commit``."""
+    One row per stored entry: ``run`` (file stem), ``context``, ``name`` (the stored key), ``config`` (the key's
+    configuration prefix: our target's "graph", "graph_compiled", "graph_autotune", "graph_compiled_sdpa",
+    "graph_compiled_hf", "eager" (see :data:`OUR_CONFIGS`), HF's "hf_eager", "hf_static_compiled", the head's
+    "eagle1_graph", "eagle1_eager"), ``impl`` (its label: "CUDA graph", "CUDA graph + compile", "CUDA graph +
+    compile (max-autotune)", "CUDA graph + compile, SDPA attention", "CUDA graph + compiled HF model", "eager",
+    "HF eager", "HF static cache + compile", "EAGLE-1 head (graph)", "EAGLE-1 head (eager)"), ``layout``
+    ("decode", "chain", "tree"; "draft" for the EAGLE head), ``block`` (tokens per target pass; missing (<NA>) for
+    the head), ``step`` ("chain q4", ...; for the head "catchup4_k1", "catchup4_k3" (catch-up over 4 committed
+    tokens plus a k-token draft) or "per_draft_token" ((k=3 - k=1) / 2)), ``ms``, ``x_floor`` (ms / that file's
+    floor_ms), ``floor_ms``, ``error`` (the text stored instead of a time when a variant failed, else missing), and
+    the file's ``device`` and ``commit``. "graph_compiled" and its SDPA/HF variants use torch.compile's default
+    mode unless the run's ``args.compile_mode`` says otherwise (:func:`load_speed_runs`)."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
         floor, info = doc["floor_ms"], doc["run_info"]
         for ctx, times in doc["contexts"].items():
             for name, value in times.items():
-                impl, layout, q, step = _speed_name(name)
+                config, impl, layout, q, step = _speed_name(name)
                 ms = _ms(value)
-                rows.append({"run": run, "context": int(ctx), "name": name, "impl": impl, "layout": layout,
-                             "block": q, "step": step, "ms": ms, "x_floor": ms / floor, "floor_ms": floor,
-                             "error": None if ms == ms else str(value), "device": info.get("device"),
-                             "commit": info.get("commit")})
-    out = _frame(rows, SPEED_COLUMNS)
-    return out.assign(block=out["block"].astype("Int64"))
+                rows.append({"run": run, "context": int(ctx), "name": name, "config": config, "impl": impl,
+                             "layout": layout, "block": q, "step": step, "ms": ms, "x_floor": ms / floor,
+                             "floor_ms": floor, "error": None if ms == ms else str(value),
+                             "device": info.get("device"), "commit": info.get("commit")})
+    return _frame(rows, SPEED_COLUMNS, ints=["block"])
 
 
 def load_speed_runs(paths_or_globs):
-    """One row per bench_speed file: ``run``, ``device``, ``commit``, ``date``, ``torch``, ``floor_ms``,
-    ``copy_bandwidth_TBps``, ``weight_GB``, ``layers``, ``contexts`` (the contexts it holds, sorted),
-    ``conditions`` (the stored note on the host's state) and ``args`` (the command-line arguments, a dict, in files
-    that store them); missing when absent."""
+    """One row per bench_speed file: ``run``, ``device``, ``commit``, ``date``, ``torch``, ``transformers``,
+    ``floor_ms``, ``copy_bandwidth_TBps``, ``weight_GB``, ``layers``, ``contexts`` (the contexts it holds, sorted),
+    ``configs`` (our target configurations it timed, from ``args``), ``compile_mode`` (``args.compile_mode``:
+    torch.compile's mode for "graph_compiled" and its variants; None = the default mode), ``sections`` (the other
+    parts it holds, of "hf_generate_ms_per_token", "profile", "loop_overhead", "zoo"), ``conditions`` (the stored
+    note on the host's state) and ``args`` (the command-line arguments, a dict, in files that store them); missing
+    when absent."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
-        info = doc["run_info"]
+        info, args = doc["run_info"], doc.get("args")
         rows.append({"run": run, "device": info.get("device"), "commit": info.get("commit"),
-                     "date": info.get("date"), "torch": info.get("torch"), "floor_ms": doc["floor_ms"],
-                     "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"), "weight_GB": doc.get("weight_GB"),
-                     "layers": doc.get("layers"), "contexts": sorted(int(c) for c in doc["contexts"]),
-                     "conditions": doc.get("conditions"), "args": doc.get("args")})
-    return _frame(rows, ["run", "device", "commit", "date", "torch", "floor_ms", "copy_bandwidth_TBps", "weight_GB",
-                         "layers", "contexts", "conditions", "args"])
+                     "date": info.get("date"), "torch": info.get("torch"), "transformers": info.get("transformers"),
+                     "floor_ms": doc["floor_ms"], "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"),
+                     "weight_GB": doc.get("weight_GB"), "layers": doc.get("layers"),
+                     "contexts": sorted(int(c) for c in doc["contexts"]),
+                     "configs": args.get("configs") if args else None,
+                     "compile_mode": args.get("compile_mode") if args else None,
+                     "sections": [s for s in ("hf_generate_ms_per_token", "profile", "loop_overhead", "zoo")
+                                  if doc.get(s)],
+                     "conditions": doc.get("conditions"), "args": args})
+    return _frame(rows, ["run", "device", "commit", "date", "torch", "transformers", "floor_ms", "copy_bandwidth_TBps",
+                         "weight_GB", "layers", "contexts", "configs", "compile_mode", "sections", "conditions",
+                         "args"])
+
+
+def speed_vs_baselines(speed):
+    """``speed`` (:func:`load_speed`) with each row's HF baselines from the same run and context: ``hf_eager_ms``
+    (HF's eager 1-token decode), ``hf_static_ms`` (HF static cache + compile at the same block size; block 9 against
+    its block 8, the largest it times, which favours HF by a token), ``x_hf_eager`` and ``x_hf_static`` (ms / those);
+    missing where the run lacks the baseline or the row has no block (the EAGLE head)."""
+    import pandas as pd
+
+    key = ["run", "context"]
+    eager = speed[speed.config == "hf_eager"].groupby(key).ms.first()
+    static = speed[speed.config == "hf_static_compiled"]
+    static = static.assign(block=static.block.replace({8: 9})).groupby([*key, "block"]).ms.first()
+    idx = pd.MultiIndex.from_arrays([speed.run, speed.context])
+    blocks = speed.block.replace({8: 9}).astype("float").fillna(-1).astype(int)
+    out = speed.assign(hf_eager_ms=eager.reindex(idx).to_numpy(),
+                       hf_static_ms=static.reindex(pd.MultiIndex.from_arrays([speed.run, speed.context, blocks]))
+                       .to_numpy())
+    return out.assign(x_hf_eager=out.ms / out.hf_eager_ms, x_hf_static=out.ms / out.hf_static_ms)
+
+
+LOOP_COLUMNS = ("steps", "tokens", "drafted", "accepted", "wall_ms_per_step", "forward_ms_per_step",
+                "outside_ms_per_step", "outside_forward")
 
 
 def load_loop_overhead(paths_or_globs):
     """The ``loop_overhead`` sections (``generate()`` wall time per step against the forward time of the same
     block sizes): one row per file and drafter, ``run``, ``config`` (the target's configuration, "graph"),
-    ``context``, ``drafter`` ("plain", "ngram_k8"), ``steps``, ``tokens``, ``wall_ms_per_step``,
-    ``forward_ms_per_step``, ``outside_ms_per_step`` (wall - forward) and ``outside_forward`` (1 - forward /
-    wall, the share of a step spent outside the forward passes). Files without the section add no rows."""
-    cols = ["steps", "tokens", "wall_ms_per_step", "forward_ms_per_step", "outside_ms_per_step", "outside_forward"]
+    ``context``, ``drafter`` ("plain"; "replay_k8": 8 drafted tokens a step replayed from the engine's own output,
+    all accepted; "ngram_k8" in older files), ``steps``, ``tokens``, ``drafted`` and ``accepted`` (draft tokens
+    proposed and accepted over the run; <NA> in files that do not store them), ``wall_ms_per_step``,
+    ``forward_ms_per_step``, ``outside_ms_per_step`` (wall - forward) and ``outside_forward`` (1 - forward / wall,
+    the share of a step spent outside the forward passes). Files without the section add no rows. A file's
+    ``conditions`` may say its section is not valid (:func:`load_speed_runs`): this loader does not judge."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
         sec = doc.get("loop_overhead") or {}
         for drafter, r in sec.items():
             if isinstance(r, dict):
                 rows.append({"run": run, "config": sec.get("config"), "context": sec.get("ctx"), "drafter": drafter,
-                             **{c: r.get(c) for c in cols}})
-    return _frame(rows, ["run", "config", "context", "drafter", *cols])
+                             **{c: r.get(c) for c in LOOP_COLUMNS}})
+    return _frame(rows, ["run", "config", "context", "drafter", *LOOP_COLUMNS],
+                  ints=["steps", "tokens", "drafted", "accepted"])
+
+
+def load_speed_profile(paths_or_globs):
+    """The ``profile`` sections (``bench_speed --profile``: kernel time of un-graphed steps, by kind): one row per
+    file, profiled step and kind, ``run``, ``context``, ``block`` (tokens per pass), ``kind`` ("matmul",
+    "attention", "other", as bench_speed classified the kernels by name), ``ms_per_step`` (device time of that
+    kind's kernels per step), ``share`` (of the step's kernel time), ``kernel_ms`` (all kernels of the step), and
+    the run's ``profile_config`` as ``compile`` (torch.compile's mode, or True/False) and ``attention``."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        cfg = doc.get("profile_config") or {}
+        for p in doc.get("profile") or []:
+            kinds = p["ms_per_step_by_kind"]
+            total = sum(kinds.values())
+            rows += [{"run": run, "context": p["ctx"], "block": p["q"], "kind": kind, "ms_per_step": ms,
+                      "share": ms / total, "kernel_ms": total, "compile": cfg.get("compile"),
+                      "attention": cfg.get("attention")} for kind, ms in kinds.items()]
+    return _frame(rows, ["run", "context", "block", "kind", "ms_per_step", "share", "kernel_ms", "compile",
+                         "attention"], ints=["context", "block"])
+
+
+def load_speed_profile_top(paths_or_globs):
+    """The profiles' top kernels: one row per file, profiled step and kernel, ``run``, ``context``, ``block``,
+    ``rank`` (1 = the most device time), ``name`` (the kernel's name, cut at 120 characters by bench_speed),
+    ``ms_per_step``, ``calls_per_step``, ``share`` (of the step's kernel time, all kernels)."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        for p in doc.get("profile") or []:
+            total = sum(p["ms_per_step_by_kind"].values())
+            rows += [{"run": run, "context": p["ctx"], "block": p["q"], "rank": i + 1, "name": k["name"],
+                      "ms_per_step": k["ms_per_step"], "calls_per_step": k["calls_per_step"],
+                      "share": k["ms_per_step"] / total} for i, k in enumerate(p.get("top", []))]
+    return _frame(rows, ["run", "context", "block", "rank", "name", "ms_per_step", "calls_per_step", "share"],
+                  ints=["context", "block", "rank"])
+
+
+SPEED_GOALS = {"decode": 1.25, "verify": 1.35, "draft": 0.12, "tree": 1.05, "outside": 0.05}
+SPEED_GOAL_TEXT = {"decode": "decode step / floor", "verify": "verify step (k+1 <= 9) / floor",
+                   "draft": "EAGLE-1 draft token / decode step", "tree": "tree of 9 / chain of 9",
+                   "outside": "time outside the forward passes / step"}
+
+
+def speed_goals(speed, overhead=None, limits: dict | None = None):
+    """The speed goals, measured: one row per goal, run, context and configuration of ours (:data:`OUR_CONFIGS`)
+    that ``speed`` (:func:`load_speed`) holds, plus one per row of ``overhead`` (:func:`load_loop_overhead`).
+
+    Goals (``limits``, default :data:`SPEED_GOALS`): ``decode`` (the config's 1-token step / the run's floor),
+    ``verify`` (the config's largest chain step of 2-9 tokens measured / floor), ``draft`` (the run's graphed
+    EAGLE-1 ``per_draft_token`` / the config's 1-token step of the same run and context; only runs that timed the
+    head), ``tree`` (the config's 2-branch tree of 9 / its chain of 9; 1.05 is a tolerance for timing noise, the goal
+    being "no slower"), ``outside`` (``outside_forward`` of each loop-overhead row, its ``config``, ``drafter``).
+    Columns: ``goal``, ``run``, ``context``, ``config``, ``impl`` (its label), ``drafter`` (outside rows only),
+    ``measured``, ``limit``, ``met`` (measured <= limit), ``detail`` (the numbers it is made of, as text)."""
+    import pandas as pd
+
+    lim = {**SPEED_GOALS, **(limits or {})}
+    rows = []
+
+    def add(goal, run, ctx, config, measured, detail, drafter=None):
+        rows.append({"goal": goal, "run": run, "context": int(ctx), "config": config,
+                     "impl": _SPEED_IMPL.get(config, config), "drafter": drafter, "measured": float(measured),
+                     "limit": lim[goal], "met": bool(measured <= lim[goal]), "detail": detail})
+
+    ok = speed[speed.ms.notna()]
+    for (run, ctx), t in ok.groupby(["run", "context"], sort=False):
+        ms = t.set_index("name").ms
+        floor = float(t.floor_ms.iloc[0])
+        draft = ms.get("eagle1_graph_per_draft_token")
+        for config in [c for c in dict.fromkeys(t.config) if c in OUR_CONFIGS]:
+            one = ms.get(f"{config}_chain_q1")
+            if one is not None:
+                add("decode", run, ctx, config, one / floor, f"{one:.2f} ms / floor {floor:.2f} ms")
+            chain = t[(t.config == config) & (t.layout == "chain") & t.block.between(2, 9)]
+            if len(chain):
+                worst = chain.loc[chain.ms.idxmax()]
+                which = f"largest of q={chain.block.min()}-{chain.block.max()}: " if len(chain) > 1 else ""
+                add("verify", run, ctx, config, worst.ms / floor,
+                    f"{which}q={worst.block}, {worst.ms:.2f} ms / floor {floor:.2f} ms")
+            if draft is not None and one is not None:
+                add("draft", run, ctx, config, draft / one, f"{draft:.3f} ms / {one:.2f} ms")
+            tree, nine = ms.get(f"{config}_tree_q9"), ms.get(f"{config}_chain_q9")
+            if tree is not None and nine is not None:
+                add("tree", run, ctx, config, tree / nine, f"{tree:.2f} / {nine:.2f} ms")
+    if overhead is not None:
+        for r in overhead.itertuples():
+            add("outside", r.run, r.context, r.config, r.outside_forward,
+                f"wall {r.wall_ms_per_step:.2f} - forward {r.forward_ms_per_step:.2f} = "
+                f"{r.outside_ms_per_step:.2f} ms/step over {r.steps} steps", drafter=r.drafter)
+    cols = ["goal", "run", "context", "config", "impl", "drafter", "measured", "limit", "met", "detail"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def speed_goal_summary(goals, by: Sequence[str] = ("goal", "config", "drafter")):
+    """Per group of :func:`speed_goals` rows: ``n`` (runs x contexts measured), ``n_met``, ``lowest``,
+    ``highest`` (measured), ``limit`` and ``verdict`` ("met" everywhere, "partly met", "not met")."""
+    g = goals.groupby(list(by), sort=False, dropna=False)
+    out = g.agg(n=("met", "size"), n_met=("met", "sum"), lowest=("measured", "min"), highest=("measured", "max"),
+                limit=("limit", "first")).reset_index()
+    verdict = ["met" if m == n else "not met" if m == 0 else "partly met" for m, n in zip(out.n_met, out.n)]
+    return out.assign(verdict=verdict)
 
 
 ZOO_COLUMNS = ("tokens_per_s", "seq_normalized_al", "tokens", "step_ms", "forward_ms_per_step", "speedup",

@@ -7,8 +7,11 @@ Reads (nothing else; no number below is typed in by hand):
 - experiments/results/simulate_al.json             trace simulation of 3,724 real code edits + model fits
 - experiments/results/sweeps/gpu-one-call/*.jsonl  GPU sweep of tiny-coder (the primary AL measurement), sweep.json
 - experiments/results/zoo/session2/                EAGLE-3 gate (retrained head vs EAGLE-1) and the GPU test log
-- experiments/results/bench_speed_ctx512.json      8B-shape step times at context 512 (and a partial 2048)
-- experiments/results/bench_speed.json             the same at 2048, EAGLE-1 draft cost, loop overhead, zoo end to end
+- experiments/results/speed_session3/             8B-shape step times against the floor and HF's baselines
+  (steps_and_baselines.json, GPU 1), the same steps again with the EAGLE-1 draft cost and a kernel profile
+  (steps_eagle_profile.json, GPU 0; its loop_overhead section is not valid and not read), the loop overhead
+  (overhead.json), tiny-coder end to end (zoo.json), and the GPU test logs
+- experiments/results/bench_speed_ctx512.json, bench_speed.json   session 2's steps, for comparison
 - experiments/results/bench_ngram.json             n-gram kernel time per call (CPU)
 - experiments/results/sweeps/cpu-small/*.jsonl     the CPU sweep (secondary), if present
 - hybridsd/models/tiny-coder/                      training_config.json, heads_training_*.json, tokenizer.json,
@@ -307,8 +310,10 @@ def simulation() -> None:
 
 SWEEP_GPU = RESULTS / "sweeps" / "gpu-one-call"
 SWEEP_CPU = RESULTS / "sweeps" / "cpu-small"
-BENCH_A = RESULTS / "bench_speed_ctx512.json"  # full at context 512, partial at 2048; the other GPU was busy
-BENCH_B = RESULTS / "bench_speed.json"  # context 2048, the GPU alone; EAGLE head, loop overhead, HF generate, zoo
+S3 = RESULTS / "speed_session3"  # session 3: the speed measurements (bench_speed.py), see speed()
+OVERHEAD = S3 / "overhead.json"  # the loop overhead, one GPU alone
+ZOO_SPEED = S3 / "zoo.json"  # tiny-coder end to end
+SESSION2 = {512: RESULTS / "bench_speed_ctx512.json", 2048: RESULTS / "bench_speed.json"}  # history, per context
 GATE = RESULTS / "zoo" / "session2"
 DATASETS = ("code-edits", "editeval", "mt-bench")
 DATASET_TAG = {"code-edits": "Code", "editeval": "EditEval", "mt-bench": "MT"}
@@ -756,93 +761,88 @@ def eagle3_gate() -> None:
 
 # ----------------------------------------------------------------------------- GPU speed
 
-SPEED_ROWS = [  # (stored name, label)
-    ("hf_eager_decode", "HF eager decode (1 token)"),
+STEP_CONFIGS = [  # (config, label): our target's configurations in the tables, in this order
+    ("graph", "graph"), ("graph_compiled", "graph + compile"), ("graph_autotune", "graph + max-autotune"),
+    ("graph_compiled_sdpa", "graph + compile, SDPA")]
+SPEED_ROWS = [  # (stored name, label); a None name is a \midrule
+    ("hf_eager_decode", "HF eager decode, 1 token"),
     ("hf_static_compiled_q1", "HF static cache + compile, 1 token"),
     ("hf_static_compiled_q8", "HF static cache + compile, 8 tokens"),
-    ("eager_chain_q1", "ours, eager, 1 token"),
-    ("eager_chain_q9", "ours, eager, chain of 9"),
-    ("graph_chain_q1", "ours, CUDA graph, 1 token"),
-    ("graph_chain_q4", "ours, CUDA graph, chain of 4"),
-    ("graph_chain_q9", "ours, CUDA graph, chain of 9"),
-    ("graph_tree_q9", "ours, CUDA graph, tree 1+4+4"),
-    ("graph_compiled_chain_q1", "ours, graph + compile, 1 token"),
-    ("graph_compiled_chain_q9", "ours, graph + compile, chain of 9"),
-    ("graph_compiled_tree_q9", "ours, graph + compile, tree 1+4+4"),
+    *[row for config, label in STEP_CONFIGS
+      for row in [(None, None)] + [(f"{config}_{step}", f"{label}: {what}") for step, what in
+                                   (("chain_q1", "1 token"), ("chain_q9", "chain of 9"), ("tree_q9", "tree 1+4+4"))]],
+    (None, None),
     ("eagle1_graph_catchup4_k1", "EAGLE-1 head, graph: catch-up 4 + 1 token"),
     ("eagle1_graph_catchup4_k3", "EAGLE-1 head, graph: catch-up 4 + 3 tokens"),
     ("eagle1_graph_per_draft_token", "EAGLE-1 head, graph: per draft token"),
     ("eagle1_eager_per_draft_token", "EAGLE-1 head, eager: per draft token"),
 ]
-# (run, context, column heading): the primary run of each context first, then the partial cross-check
-SPEED_COLS = [("bench_speed_ctx512", 512, "512"), ("bench_speed", 2048, "2048"),
-              ("bench_speed_ctx512", 2048, "2048, partial$^*$")]
-GOALS = [("decode", 1.25), ("verify", 1.35), ("draft", 0.12), ("outside", 0.05), ("tree", 1.05)]
+# the two step runs, made at the same time on the two GPUs of one host: (run, label, macro tag)
+STEP_RUNS = [("steps_and_baselines", "GPU 1", "Main"), ("steps_eagle_profile", "GPU 0", "Rep")]
+CTX_TAG = {512: "A", 2048: "B"}
+GOAL_ORDER = ("decode", "verify", "draft", "tree")
 
 
 def speed_table(sp, runs) -> None:
-    cols = [c for c in SPEED_COLS if ((sp.run == c[0]) & (sp.context == c[1])).any()]
+    """Every step of both step runs at both contexts, ms and x floor of its own run."""
+    t = sp.set_index(["run", "context", "name"]).ms
+    cols = [(ctx, run) for ctx in CTX_TAG for run, _, _ in STEP_RUNS]
     lines = [r"\begin{tabular}{l" + "rr" * len(cols) + "}", r"\toprule",
-             "step & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{context {h}}}" for _, _, h in cols) + r" \\",
-             "".join(f"\\cmidrule(lr){{{2 + 2 * i}-{3 + 2 * i}}}" for i in range(len(cols))),
-             " & " + " & ".join("ms & $\\times$floor" for _ in cols) + r" \\", r"\midrule",
-             "memory-bandwidth floor & " + " & ".join(f"{runs.loc[r, 'floor_ms']:.2f} & 1.00" for r, _, _ in cols)
+             " & " + " & ".join(f"\\multicolumn{{4}}{{c}}{{context {c}}}" for c in CTX_TAG) + r" \\",
+             r"\cmidrule(lr){2-5}\cmidrule(lr){6-9}",
+             " & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{{gpu}}}" for _ in CTX_TAG for _, gpu, _ in STEP_RUNS)
+             + r" \\",
+             "step & " + " & ".join("ms & $\\times$floor" for _ in cols) + r" \\", r"\midrule",
+             "memory-bandwidth floor & " + " & ".join(f"{runs.loc[r, 'floor_ms']:.2f} & 1.00" for _, r in cols)
              + r" \\", r"\midrule"]
     for name, label in SPEED_ROWS:
-        cells = []
-        for run, ctx, _ in cols:
-            v = sp[(sp.run == run) & (sp.context == ctx) & (sp.name == name)]
-            ms = float(v.ms.iloc[0]) if len(v) else math.nan
-            cells += [fmt(ms), fmt(ms / runs.loc[run, "floor_ms"])]
-        if name in ("graph_chain_q1", "eagle1_graph_catchup4_k1", "hf_eager_decode") and lines[-1] != r"\midrule":
+        if name is None:
             lines.append(r"\midrule")
+            continue
+        cells = []
+        for ctx, run in cols:
+            ms = float(t.get((run, ctx, name), math.nan))
+            cells += [fmt(ms), "--" if name.startswith("eagle") else fmt(ms / runs.loc[run, "floor_ms"])]
         lines.append(f"{label} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     write(TAB / "speed.tex", "\n".join(lines) + "\n")
 
 
-def speed_goals(sp, overhead) -> dict:
-    """Measured value of each goal per (context, configuration) on the primary runs, as in notebooks/speed."""
-    primary = {512: "bench_speed_ctx512", 2048: "bench_speed"}
-    out = {}
-    for ctx, run in primary.items():
-        t = sp[(sp.run == run) & (sp.context == ctx)].set_index("name")
-        for tag in ("graph", "graph_compiled"):
-            one = t.ms[f"{tag}_chain_q1"]
-            verify = t[t.index.str.startswith(f"{tag}_chain_q") & t.block.between(2, 9)]
-            out[(ctx, tag, "decode")] = one / t.floor_ms.iloc[0]
-            out[(ctx, tag, "verify")] = float(verify.x_floor.max())
-            out[(ctx, tag, "draft")] = t.ms["eagle1_graph_per_draft_token"] / one
-            out[(ctx, tag, "tree")] = t.ms[f"{tag}_tree_q9"] / t.ms[f"{tag}_chain_q9"]
-    for _, r in overhead.iterrows():
-        out[(int(r.context), "graph", f"outside_{r.drafter}")] = float(r.outside_forward)
-    return out
+def goal_cell(r) -> str:
+    """A goal's measured value for the table, $^\times$ when it misses its limit."""
+    return "--" if r is None else f"{r.measured:.3f}" + ("" if r.met else r"$^\times$")
 
 
-def speed_goal_table(goals: dict) -> None:
-    lim = dict(GOALS)
-    labels = {"decode": f"decode step $\\le {lim['decode']:g}\\times$ floor",
-              "verify": f"verify step ($k{{+}}1\\le9$) $\\le {lim['verify']:g}\\times$ floor",
-              "draft": f"EAGLE-1 draft token $\\le {lim['draft']:g}\\times$ decode step",
-              "tree": f"tree of 9 / chain of 9 $\\le {lim['tree']:g}$",
-              "outside": f"time outside forward passes $\\le {100 * lim['outside']:g}\\%$ of a step"}
-    limit = dict(GOALS)
-    lines = [r"\begin{tabular}{lrrrr}", r"\toprule",
-             r"goal & \multicolumn{2}{c}{context 512} & \multicolumn{2}{c}{context 2048} \\",
-             r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}", r" & graph & + compile & graph & + compile \\", r"\midrule"]
-    cell = lambda v, lim: "--" if v is None else (f"{v:.3f}" if abs(v) < 0.2 else f"{v:.2f}") + (  # noqa: E731
-        "" if v <= lim else r"$^\times$")
-    for g in ("decode", "verify", "draft", "tree"):
-        lines.append(f"{labels[g]} & " + " & ".join(cell(goals.get((c, t, g)), limit[g])
-                                                   for c in (512, 2048) for t in ("graph", "graph_compiled")) + r" \\")
-    drafter = {"plain": "plain", "ngram_k8": "n-gram, $k{=}8$"}
-    outside = [(k, v) for k, v in goals.items() if k[2].startswith("outside_")]
-    for (c, t, g), v in sorted(outside, key=lambda kv: (kv[0][2] != "outside_plain", kv[0])):
-        name = g[len("outside_"):]
-        mark = "" if v <= limit["outside"] else r"$^\times$"
-        cells = ["--"] * 4
-        cells[(0 if c == 512 else 2) + (1 if t == "graph_compiled" else 0)] = f"${100 * v:.1f}$\\%{mark}"
-        lines.append(f"{labels['outside']} ({drafter.get(name, tex_escape(name))}) & " + " & ".join(cells) + r" \\")
+def speed_goal_table(goals) -> None:
+    """Each goal per configuration (rows) and context x GPU (columns); the loop overhead from its own run."""
+    lim = results.SPEED_GOALS
+    labels = {"decode": f"decode / floor $\\le {lim['decode']:g}$",
+              "verify": f"verify ($k{{+}}1\\le9$) / floor $\\le {lim['verify']:g}$",
+              "draft": f"EAGLE-1 draft token / decode $\\le {lim['draft']:g}$",
+              "tree": f"tree of 9 / chain of 9 $\\le {lim['tree']:g}$"}
+    cols = [(ctx, run) for ctx in CTX_TAG for run, _, _ in STEP_RUNS]
+    g = {(r.goal, r.config, r.context, r.run): r for r in goals.itertuples() if r.goal != "outside"}
+    lines = [r"\begin{tabular}{llrrrr}", r"\toprule",
+             r"goal & configuration & \multicolumn{2}{c}{context 512} & \multicolumn{2}{c}{context 2048} \\",
+             r"\cmidrule(lr){3-4}\cmidrule(lr){5-6}",
+             " & & " + " & ".join(gpu for _ in CTX_TAG for _, gpu, _ in STEP_RUNS) + r" \\"]
+    for goal in GOAL_ORDER:
+        lines.append(r"\midrule")
+        first = True
+        for config, label in STEP_CONFIGS:
+            cells = [g.get((goal, config, ctx, run)) for ctx, run in cols]
+            if config == "graph_compiled_sdpa" or not any(cells):
+                continue
+            lines.append(f"{labels[goal] if first else ''} & {label} & " + " & ".join(map(goal_cell, cells))
+                         + r" \\")
+            first = False
+    lines.append(r"\midrule")
+    out = goals[goals.goal == "outside"]
+    for i, r in enumerate(out.itertuples()):
+        head = f"outside forward / step $\\le {100 * lim['outside']:g}\\%$" if i == 0 else ""
+        mark = "" if r.met else r"$^\times$"
+        value = f"${100 * r.measured:.1f}$\\%{mark} (\\code{{{tex_escape(r.run)}.json}}, context {r.context})"
+        lines.append(f"{head} & graph, {tex_escape(r.drafter)} & \\multicolumn{{4}}{{c}}{{{value}}} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     write(TAB / "speed_goals.tex", "\n".join(lines) + "\n")
 
@@ -871,107 +871,202 @@ def zoo_speed_table(zoo) -> None:
     write(TAB / "zoo_speed.tex", "\n".join(lines) + "\n")
 
 
-def speed_figure(sp, runs) -> None:
-    names = ["hf_eager_decode", "hf_static_compiled_q1", "hf_static_compiled_q8", "graph_chain_q1", "graph_chain_q9",
-             "graph_tree_q9", "graph_compiled_chain_q1", "graph_compiled_chain_q9", "graph_compiled_tree_q9"]
-    label = dict(SPEED_ROWS)
-    fig, ax = plt.subplots(figsize=(3.3, 2.9))
-    h = 0.38
+def speed_figure(sp) -> None:
+    """The main steps as multiples of the floor, one panel per context: GPU 1's run as bars, GPU 0's as dots."""
+    names = ["hf_static_compiled_q1", "hf_static_compiled_q8"] + [
+        f"{c}_{s}" for c, _ in STEP_CONFIGS for s in ("chain_q1", "chain_q9")]
+    label = {n: lab for n, lab in SPEED_ROWS if n}
+    fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.7), sharey=True)
     ys = np.arange(len(names))[::-1]
-    for i, (run, ctx, _) in enumerate(SPEED_COLS[:2]):
-        t = sp[(sp.run == run) & (sp.context == ctx)].set_index("name").ms
-        ax.barh(ys + (0.5 - i) * h, [t.get(n, np.nan) for n in names], h, label=f"context {ctx}",
-                color=["#4c72b0", "#dd8452"][i])
-    floor = float(runs.floor_ms.max())
-    ax.axvline(floor, color="k", lw=0.9, label="floor")
-    for g, ls in (("decode", "--"), ("verify", ":")):
-        lim = dict(GOALS)[g]
-        ax.axvline(lim * floor, color="k", lw=0.8, ls=ls, label=f"{lim:g}$\\times$ floor ({g} goal)")
-    ax.set_xscale("log")
-    ticks = [t for t in (3, 5, 10, 20, 50, 100) if t <= 1.2 * np.nanmax(sp.ms[sp.name.isin(names)])]
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([str(t) for t in ticks])
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_yticks(ys)
-    ax.set_yticklabels([label[n].replace("ours, ", "") for n in names], fontsize=6.2)
-    ax.set_xlabel("ms per target pass (log scale)")
-    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.35, -0.16), ncol=2, fontsize=5.8)
-    fig.tight_layout()
+    for ax, ctx in zip(axes, CTX_TAG):
+        for (run, gpu, _), color in zip(STEP_RUNS, ("#4c72b0", "#dd8452")):
+            x = sp[(sp.run == run) & (sp.context == ctx)].set_index("name").x_floor
+            vals = [x.get(n, np.nan) for n in names]
+            if run == STEP_RUNS[0][0]:
+                ax.barh(ys, vals, 0.7, color=color, label=f"{gpu} (bars)")
+            else:
+                ax.plot(vals, ys, "o", color=color, ms=3.5, label=f"{gpu} (dots)")
+        ax.axvline(1.0, color="k", lw=0.9, label="floor")
+        for g, ls in (("decode", "--"), ("verify", ":")):
+            lim = results.SPEED_GOALS[g]
+            ax.axvline(lim, color="k", lw=0.8, ls=ls, label=f"{lim:g}$\\times$ floor ({g} goal)")
+        ax.set_xlim(0.9, 2.4)
+        ax.set_title(f"context {ctx}")
+        ax.set_xlabel("step time / floor")
+    axes[0].set_yticks(ys)
+    axes[0].set_yticklabels([label[n] for n in names], fontsize=6.2)
+    fig.legend(*axes[0].get_legend_handles_labels(), frameon=False, loc="lower center", ncol=5, fontsize=6)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     savefig(fig, "speed")
 
 
-def bench_args(run) -> str:
-    """A bench_speed run's non-default arguments: from its stored ``args``, else from its ``conditions`` note."""
-    if isinstance(run.args, dict):
-        a = run.args
-        return " ".join([f"--contexts {' '.join(map(str, a['contexts']))}"] +
-                        ([f"--skip {' '.join(a['skip'])}"] if a.get("skip") else []))
-    m = re.search(r"Run with (--[^;]*?)(?:;|$)", str(run.conditions))
-    return m.group(1).strip().rstrip(".") if m else ""
+def best_config(goals, goal: str) -> str:
+    """The configuration that meets ``goal`` in most (run, context) measurements; ties: the lower worst value."""
+    s = results.speed_goal_summary(goals[goals.goal == goal], by=["config"])
+    s = s[s.config.isin([c for c, _ in STEP_CONFIGS[:3]])]
+    return s.sort_values(["n_met", "highest"], ascending=[False, True]).config.iloc[0]
+
+
+def speed_goal_numbers(goals) -> None:
+    """The goals' measured values, ranges and verdicts for the text."""
+    for g, lim in results.SPEED_GOALS.items():
+        num(f"goalLimit{g.capitalize()}", 100 * lim if g == "outside" else lim, "{:g}")
+    steps = goals[goals.goal != "outside"]
+    for (goal, config, ctx, run), v in steps.set_index(["goal", "config", "context", "run"]).measured.items():
+        if config in ("graph_compiled", "graph_autotune"):
+            tag = dict((r, t) for r, _, t in STEP_RUNS)[run]
+            num(f"goal{goal.capitalize()}{'Auto' if config == 'graph_autotune' else 'Comp'}{tag}{CTX_TAG[ctx]}", v,
+                "{:.3f}" if goal in ("draft", "tree") else "{:.2f}")
+    summary = results.speed_goal_summary(goals, by=["goal", "config"]).set_index(["goal", "config"])
+    for goal in ("decode", "verify", "draft"):  # each goal's best configuration; the draft token against the best
+        config = best_config(goals, "decode" if goal == "draft" else goal)  # decode configuration's step
+        r, name = summary.loc[(goal, config)], goal.capitalize()
+        f = "{:.3f}" if goal == "draft" else "{:.2f}"
+        num(f"goalMet{name}", r.verdict, "{}")
+        num(f"goalNMet{name}", of_n(int(r.n_met), int(r.n)), "{}")
+        num(f"goalLow{name}", r.lowest, f)
+        num(f"goalHigh{name}", r.highest, f)
+    for goal in ("decode", "verify"):  # the ranges of both compile modes
+        for config, tag in (("graph_compiled", "Comp"), ("graph_autotune", "Auto")):
+            r = summary.loc[(goal, config)]
+            num(f"goalLow{goal.capitalize()}{tag}", r.lowest)
+            num(f"goalHigh{goal.capitalize()}{tag}", r.highest)
+    num("goalDraftMargin", 100 * (1 - summary.loc[("draft", best_config(goals, "decode")), "highest"]
+                                  / results.SPEED_GOALS["draft"]), "{:.1f}")
+    tree = goals[(goals.goal == "tree") & goals.config.isin([c for c, _ in STEP_CONFIGS])]
+    num("goalTreeAllLow", tree.measured.min(), "{:.3f}")
+    num("goalTreeAllHigh", tree.measured.max(), "{:.3f}")
+    num("goalTreeAllN", len(tree), "{:d}")
+    out = goals[goals.goal == "outside"].set_index("drafter")
+    num("goalOutsidePlain", 100 * out.measured["plain"], "{:.1f}")
+    num("goalOutsideReplay", 100 * out.measured["replay_k8"], "{:.1f}")
+    num("goalMetOutsidePlain", "met" if out.met["plain"] else "not met", "{}")
+    num("goalMetOutsideReplay", "met" if out.met["replay_k8"] else "not met", "{}")
+
+
+def run_provenance(r) -> str:
+    """``provenance`` of a :func:`results.load_speed_runs` row."""
+    return provenance({"commit": r.commit, "device": r.device, "torch": r.torch, "date": r.date})
+
+
+STEP_NUMBERS = (  # (stored name, macro part) of the steps quoted in the text, per run and context
+    ("hf_eager_decode", "HF"), ("hf_static_compiled_q1", "HFStatic"), ("graph_chain_q1", "GraphOne"),
+    ("graph_compiled_chain_q1", "CompOne"), ("graph_compiled_chain_q9", "CompNine"),
+    ("graph_autotune_chain_q1", "AutoOne"), ("graph_autotune_chain_q9", "AutoNine"),
+    ("graph_compiled_sdpa_chain_q1", "SdpaOne"), ("graph_compiled_sdpa_chain_q9", "SdpaNine"),
+    ("eagle1_graph_per_draft_token", "DraftTok"), ("eagle1_eager_per_draft_token", "DraftTokEager"))
+
+
+def speed_step_numbers(sp, runs) -> None:
+    """Each quoted step per run and context (ms, and x its run's floor), the main run's ratios, and session 2's
+    steps at the same contexts (its run per context; the step then ran HF's layer modules with SDPA)."""
+    ms = sp.set_index(["run", "context", "name"]).ms
+    for ctx, c in CTX_TAG.items():
+        num(f"speedCtx{c}", ctx, "{:d}")
+        for run, _, tag in STEP_RUNS:
+            for name, mt in STEP_NUMBERS:
+                v = ms.get((run, ctx, name))
+                if v is not None and math.isfinite(v):
+                    draft = name.startswith("eagle")
+                    num(f"speed{mt}{tag}{c}", v, "{:.3f}" if draft else "{:.2f}")
+                    if not draft:
+                        num(f"speed{mt}X{tag}{c}", v / runs.loc[run, "floor_ms"])
+        main = lambda name: ms[(STEP_RUNS[0][0], ctx, name)]  # noqa: E731
+        num(f"speedAutoVsHFStatic{c}", main("hf_static_compiled_q1") / main("graph_autotune_chain_q1"))
+        num(f"speedCompVerifyRatio{c}", main("graph_compiled_chain_q9") / main("graph_compiled_chain_q1"))
+        num(f"speedSdpaMoreOne{c}", main("graph_compiled_sdpa_chain_q1") - main("graph_compiled_chain_q1"))
+        num(f"speedSdpaMoreNine{c}", main("graph_compiled_sdpa_chain_q9") - main("graph_compiled_chain_q9"))
+        old = results.load_speed(SESSION2[ctx])
+        old = old[old.context == ctx].set_index("name").ms
+        for name, mt in (("graph_chain_q1", "GraphOne"), ("graph_compiled_chain_q1", "CompOne"),
+                         ("graph_compiled_chain_q9", "CompNine"), ("hf_static_compiled_q1", "HFStatic")):
+            if name in old.index:
+                num(f"sesTwo{mt}{c}", old[name])
+        num(f"sesTwoCommit{c}", commit_of({"commit": results.load_speed_runs(SESSION2[ctx]).commit.iloc[0]})[0],
+            "{}")
+    # the two GPUs on the same graphed step: the largest relative difference
+    both = sp[sp.config.isin([c for c, _ in STEP_CONFIGS])].pivot_table(index=["context", "name"], columns="run",
+                                                                        values="ms").dropna()
+    a, b = both[STEP_RUNS[0][0]], both[STEP_RUNS[1][0]]
+    num("speedGpuDiff", 100 * float(((a - b).abs() / np.minimum(a, b)).max()), "{:.1f}")
+    # the draft token (GPU 0's run) against GPU 1's faster max-autotune decode step at context 512
+    num("goalDraftCross", ms[(STEP_RUNS[1][0], 512, "eagle1_graph_per_draft_token")]
+        / ms[(STEP_RUNS[0][0], 512, "graph_autotune_chain_q1")], "{:.4f}")
+
+
+def speed_profile_numbers(files, sp, runs) -> None:
+    """The kernel profile's split by kind against the graphed step of the same configuration and the floor."""
+    prof = results.load_speed_profile(files)
+    run, ctx = prof.run.iloc[0], int(prof.context.iloc[0])
+    num("profCtx", ctx, "{:d}")
+    floor = runs.loc[run, "floor_ms"]
+    ms = sp.set_index(["run", "context", "name"]).ms
+    for q, tag in ((1, "One"), (9, "Nine")):
+        k = prof[prof.block == q].set_index("kind").ms_per_step
+        graphed, matmul = ms[(run, ctx, f"graph_autotune_chain_q{q}")], k.get("matmul", 0.0)
+        num(f"profKernel{tag}", k.sum())
+        num(f"profGraphed{tag}", graphed)
+        num(f"profGaps{tag}", graphed - k.sum())
+        num(f"profMatmul{tag}", matmul)
+        num(f"profMatmulShare{tag}", 100 * matmul / k.sum(), "{:.0f}")
+        num(f"profMatmulX{tag}", matmul / floor)
+        num(f"profMatmulOver{tag}", matmul - floor)
+        num(f"profAttn{tag}", k.get("attention", 0.0))
+        num(f"profOther{tag}", k.get("other", 0.0))
+        num(f"profGap{tag}", graphed - floor)
+
+
+def loop_overhead_numbers(overhead) -> None:
+    o = overhead.set_index("drafter")
+    num("overheadCtx", int(overhead.context.iloc[0]), "{:d}")
+    num("overheadTokens", int(o.tokens.max()), "{:d}")
+    for drafter, tag in (("plain", "Plain"), ("replay_k8", "Replay")):
+        r = o.loc[drafter]
+        num(f"overheadSteps{tag}", int(r.steps), "{:d}")
+        num(f"overheadWall{tag}", r.wall_ms_per_step)
+        num(f"overheadFwd{tag}", r.forward_ms_per_step)
+        num(f"overheadOutside{tag}", r.outside_ms_per_step)
+        num(f"overheadDrafted{tag}", int(r.drafted), "{:d}")
+        num(f"overheadAccepted{tag}", int(r.accepted), "{:d}")
 
 
 def speed() -> None:
-    """Step times (8B shape), the goals, EAGLE-1 draft cost, loop overhead, HF generate and the zoo end to end."""
-
-    files = [BENCH_A, BENCH_B]
-    sp, runs = results.load_speed(files), results.load_speed_runs(files).set_index("run")
-    overhead, zoo = results.load_loop_overhead(files), results.load_zoo_speed(files)
-    for run, tag in (("bench_speed_ctx512", "A"), ("bench_speed", "B")):
-        r = runs.loc[run]
-        num(f"speedProv{tag}", provenance({"commit": r.commit, "device": r.device, "torch": r.torch,
-                                           "date": r.date}), "{}")
-        num(f"speedFloor{tag}", r.floor_ms)
-        num(f"speedBW{tag}", r.copy_bandwidth_TBps)
+    """Session 3's step times (8B shape), the goals, the split-KV kernel against SDPA, the kernel profile, EAGLE-1
+    draft cost, loop overhead, HF generate, the zoo end to end, and session 2's steps for comparison."""
+    files = [S3 / f"{run}.json" for run, _, _ in STEP_RUNS]
+    sp = results.load_speed(files)
+    runs = results.load_speed_runs([*files, OVERHEAD, ZOO_SPEED]).set_index("run")
+    overhead = results.load_loop_overhead(OVERHEAD)  # never steps_eagle_profile's section: not valid
+    zoo = results.load_zoo_speed(ZOO_SPEED)
+    for run, tag in [(run, tag) for run, _, tag in STEP_RUNS] + [(OVERHEAD.stem, "Overhead"), (ZOO_SPEED.stem, "Zoo")]:
+        num(f"speedProv{tag}", run_provenance(runs.loc[run]), "{}")
+    for run, _, tag in STEP_RUNS:
+        num(f"speedFloor{tag}", runs.loc[run, "floor_ms"])
+        num(f"speedBW{tag}", runs.loc[run, "copy_bandwidth_TBps"])
     num("speedWeightGB", runs.weight_GB.iloc[0])
-    num("speedLayers", int(runs.layers.iloc[0]), "{:d}")
-    num("speedArgsB", tex_escape(bench_args(runs.loc["bench_speed"])), "{}")
+    num("overheadCommit", commit_of({"commit": runs.loc[OVERHEAD.stem, "commit"]})[0], "{}")
     catch = re.search(r"catchup(\d+)_", " ".join(sp.name))
     num("speedCatchup", int(catch.group(1)) if catch else 0, "{:d}")
-    for g, lim in GOALS:
-        num(f"goalLimit{g.capitalize()}", 100 * lim if g == "outside" else lim, "{:g}")
-    fwd = results.load_zoo_forward(files)
-    num("zooFwdOne", float(fwd[(fwd.layout == "chain") & (fwd.block == 1)].ms.iloc[0]))
-    for (run, ctx, _), tag in zip(SPEED_COLS, ("A", "B", "C")):
-        num(f"speedCtx{tag}", ctx, "{:d}")
-        t = sp[(sp.run == run) & (sp.context == ctx)].set_index("name")
-        floor = runs.loc[run, "floor_ms"]
-        for name, mt in (("hf_eager_decode", "HF"), ("hf_static_compiled_q1", "HFStatic"),
-                         ("hf_static_compiled_q8", "HFStaticEight"), ("graph_chain_q1", "GraphOne"),
-                         ("graph_chain_q9", "GraphNine"), ("graph_tree_q9", "GraphTree"),
-                         ("graph_compiled_chain_q1", "CompOne"), ("graph_compiled_chain_q9", "CompNine"),
-                         ("graph_compiled_tree_q9", "CompTree"), ("eagle1_graph_per_draft_token", "DraftTok"),
-                         ("eagle1_eager_per_draft_token", "DraftTokEager"),
-                         ("eagle1_graph_catchup4_k3", "CatchupThree")):
-            if name in t.index and math.isfinite(t.ms[name]):
-                num(f"speed{mt}{tag}", t.ms[name], "{:.3f}" if "Draft" in mt else "{:.2f}")
-                num(f"speed{mt}X{tag}", t.ms[name] / floor)
-        if {"graph_compiled_chain_q1", "hf_static_compiled_q1"} <= set(t.index):
-            num(f"speedCompVsHFStatic{tag}", t.ms["hf_static_compiled_q1"] / t.ms["graph_compiled_chain_q1"])
-        if {"graph_chain_q1", "hf_eager_decode"} <= set(t.index):
-            num(f"speedGraphGain{tag}", t.ms["hf_eager_decode"] / t.ms["graph_chain_q1"])
-        if "graph_compiled_chain_q1" in t.index:
-            num(f"speedCompVerifyRatio{tag}", t.ms["graph_compiled_chain_q9"] / t.ms["graph_compiled_chain_q1"])
-    goals = speed_goals(sp, overhead)
-    for (ctx, cfg, g), v in goals.items():
-        if g.startswith("outside_"):
-            num(f"goalOutside{'Ngram' if 'ngram' in g else 'Plain'}", 100 * v, "{:.1f}")
-        else:
-            num(f"goal{g.capitalize()}{'Comp' if cfg == 'graph_compiled' else 'Graph'}{'A' if ctx == 512 else 'B'}",
-                v, "{:.3f}" if g in ("draft", "tree") else "{:.2f}")
-    for g, lim in GOALS:
-        vals = [v for (_, _, gg), v in goals.items() if gg.split("_")[0] == g]
-        num(f"goalMet{g.capitalize()}", "met" if all(v <= lim for v in vals) else "not met", "{}")
-    o = overhead.set_index("drafter")
-    num("overheadCtx", int(overhead.context.iloc[0]), "{:d}")
-    num("overheadSteps", int(o.steps.iloc[0]), "{:d}")
+    log = (S3 / "gpu_tests.log").read_text()
+    num("speedTestsPassed", re.search(r"(\d+) passed", log).group(1), "{}")
+    fails = [line for line in (S3 / "gpu0_speed.log").read_text().splitlines() if line.startswith("!!")]
+    num("speedTestsFailedAtSteps", len(fails), "{:d}")
+
+    speed_step_numbers(sp, runs)
+    goals = results.speed_goals(sp, overhead)
+    speed_goal_numbers(goals)
+    speed_profile_numbers(files, sp, runs)
+    loop_overhead_numbers(overhead)
     hf = results.load_hf_generate(files).set_index("mode").ms_per_token
     num("hfGenGreedy", hf["greedy"], "{:.1f}")
     num("hfGenLookup", hf["prompt_lookup_10"], "{:.1f}")
     speed_table(sp, runs)
     speed_goal_table(goals)
     zoo_speed_table(zoo)
+    fwd = results.load_zoo_forward(ZOO_SPEED)
+    num("zooFwdOne", float(fwd[(fwd.layout == "chain") & (fwd.block == 1)].ms.iloc[0]))
     num("zooSpeedTokens", f"{int(zoo.tokens.max()):,}", "{}")
-    speed_figure(sp, runs)
+    speed_figure(sp)
 
     g = json.loads((RESULTS / "bench_ngram.json").read_text())
     num("ngramProv", provenance(g["run_info"]), "{}")
@@ -980,7 +1075,7 @@ def speed() -> None:
         r = res[("iid-random", ctx)]
         num(f"ngramUs{tg}", r["median_us"], "{:.1f}")
         num(f"ngramCtx{tg}", f"{ctx // 1024}k", "{}")
-    one = sp[(sp.run == "bench_speed_ctx512") & (sp.context == 512) & (sp.name == "graph_compiled_chain_q1")].ms.iloc[0]
+    one = sp[(sp.run == STEP_RUNS[0][0]) & (sp.context == 512) & (sp.name == "graph_autotune_chain_q1")].ms.iloc[0]
     num("ngramShareOfStep", 100 * res[("iid-random", 8192)]["median_us"] / 1e3 / one, "{:.2f}")
 
 

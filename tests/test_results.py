@@ -225,8 +225,9 @@ def test_load_speed_long_form(speed_files):
                                                                                        "decode q1"]
     assert sp.loc["graph_chain_q4", ["impl", "layout", "block", "x_floor"]].tolist() == ["CUDA graph", "chain", 4, 2.0]
     assert sp.loc["eager_tree_q9", "context"] == 512 and sp.loc["eager_tree_q9", "step"] == "tree q9"
-    compiled = sp.loc["graph_compiled_chain_q9", ["impl", "layout", "block"]].tolist()
-    assert compiled == ["CUDA graph + compile", "chain", 9]
+    compiled = sp.loc["graph_compiled_chain_q9", ["config", "impl", "layout", "block"]].tolist()
+    assert compiled == ["graph_compiled", "CUDA graph + compile", "chain", 9]
+    assert sp.loc["hf_eager_decode", "config"] == "hf_eager" and sp.loc["eager_tree_q9", "config"] == "eager"
     failed = sp.loc["hf_static_compiled_q8"]
     assert math.isnan(failed.ms) and failed.error == "RuntimeError: boom" and failed.block == 8
     assert sp.error.isna().sum() == 4
@@ -245,7 +246,8 @@ def test_load_speed_concatenates_files_with_their_provenance(speed_files, tmp_pa
 def test_load_speed_eagle_draft_entries(speed_files):
     sp = results.load_speed(speed_files[1]).set_index("name")
     per = sp.loc["eagle1_graph_per_draft_token"]
-    assert (per.impl, per.layout, per.step, per.ms) == ("EAGLE-1 head (graph)", "draft", "per_draft_token", 0.5)
+    assert (per.config, per.impl, per.layout, per.step, per.ms) == ("eagle1_graph", "EAGLE-1 head (graph)", "draft",
+                                                                     "per_draft_token", 0.5)
     assert pd.isna(per.block) and per.x_floor == 0.1
     assert sp.loc["eagle1_graph_catchup4_k3", "step"] == "catchup4_k3"
     eager = sp.loc["eagle1_eager_per_draft_token"]
@@ -265,8 +267,10 @@ def test_load_loop_overhead_rows_per_drafter(speed_files):
     assert lo.drafter.tolist() == ["plain", "ngram_k8"] and set(lo.run) == {"speed_b"}  # speed_a has no section
     plain = lo.iloc[0]
     assert (plain.config, plain.context, plain.steps, plain.outside_forward) == ("graph", 2048, 10, -0.0101)
+    assert pd.isna(plain.drafted) and pd.isna(plain.accepted)  # an older file without the counts
+    assert str(lo.steps.dtype) == "Int64"
     empty = results.load_loop_overhead(speed_files[0])
-    assert empty.empty and "outside_forward" in empty.columns
+    assert empty.empty and {"outside_forward", "drafted", "accepted"} <= set(empty.columns)
 
 
 def test_load_zoo_speed_and_forward(speed_files):
@@ -279,6 +283,129 @@ def test_load_zoo_speed_and_forward(speed_files):
     assert failed.error == "failed: RuntimeError: x" and math.isnan(failed.speedup)
     fwd = results.load_zoo_forward(speed_files)
     assert fwd[["layout", "block", "ms"]].values.tolist() == [["chain", 1, 1.0], ["chain", 9, 1.2], ["tree", 9, 1.25]]
+
+
+@pytest.fixture
+def session3_files(tmp_path):
+    """Three files shaped like session 3's: the step configurations with HF baselines, a run with the EAGLE head
+    and a kernel profile, and a loop-overhead run whose drafts were all accepted."""
+    steps = speed_doc("e59", 4.0, {"512": {"hf_static_compiled_q1": 6.0, "hf_static_compiled_q8": 10.0,
+                                           "graph_chain_q1": 7.0, "graph_chain_q2": 7.6,
+                                           "graph_chain_q9": 8.0, "graph_tree_q9": 7.8,
+                                           "graph_autotune_chain_q1": 4.8, "graph_autotune_chain_q9": 5.6,
+                                           "graph_autotune_tree_q9": 5.6,
+                                           "graph_compiled_sdpa_chain_q1": 5.2,
+                                           "graph_compiled_hf_chain_q9": "failed: RuntimeError: x"}},
+                      args={"configs": ["graph", "graph_autotune", "graph_compiled_sdpa", "graph_compiled_hf"],
+                            "compile_mode": None, "contexts": [512], "skip": []})
+    eagle = speed_doc("e59", 5.0, {"512": {"graph_compiled_chain_q1": 6.0, "graph_compiled_chain_q9": 6.5,
+                                           "graph_compiled_tree_q9": 6.6, "eagle1_graph_per_draft_token": 0.75}},
+                      profile_config={"compile": "max-autotune-no-cudagraphs", "attention": "split"},
+                      profile=[{"ctx": 512, "q": 1, "ms_per_step_by_kind": {"matmul": 3.0, "attention": 0.5,
+                                                                             "other": 0.5},
+                                "top": [{"name": "gemv", "ms_per_step": 2.0, "calls_per_step": 32.0},
+                                        {"name": "split_kv_kernel", "ms_per_step": 0.5, "calls_per_step": 32.0}]},
+                               {"ctx": 512, "q": 9, "ms_per_step_by_kind": {"matmul": 4.0, "other": 1.0},
+                                "top": [{"name": "gemm", "ms_per_step": 4.0, "calls_per_step": 64.0}]}])
+    overhead = speed_doc("c9d", 4.0, {"2048": {"graph_chain_q1": 7.0}},
+                         loop_overhead={"config": "graph", "ctx": 2048,
+                                        "plain": {"steps": 9, "tokens": 10, "drafted": 0, "accepted": 0,
+                                                  "wall_ms_per_step": 7.0, "forward_ms_per_step": 7.0,
+                                                  "outside_ms_per_step": 0.0, "outside_forward": 0.0},
+                                        "replay_k8": {"steps": 2, "tokens": 10, "drafted": 8, "accepted": 8,
+                                                      "wall_ms_per_step": 10.0, "forward_ms_per_step": 9.0,
+                                                      "outside_ms_per_step": 1.0, "outside_forward": 0.1}})
+    paths = []
+    for name, doc in (("steps", steps), ("eagle", eagle), ("overhead", overhead)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(doc))
+    return paths
+
+
+def test_load_speed_labels_new_configurations(session3_files):
+    sp = results.load_speed(session3_files[0]).set_index("name")
+    assert sp.loc["graph_autotune_tree_q9", ["config", "impl", "layout", "block"]].tolist() == [
+        "graph_autotune", "CUDA graph + compile (max-autotune)", "tree", 9]
+    assert sp.loc["graph_compiled_sdpa_chain_q1", ["config", "impl", "block", "x_floor"]].tolist() == [
+        "graph_compiled_sdpa", "CUDA graph + compile, SDPA attention", 1, 1.3]
+    hf = sp.loc["graph_compiled_hf_chain_q9"]
+    assert (hf.config, hf.impl, hf.error) == ("graph_compiled_hf", "CUDA graph + compiled HF model",
+                                              "failed: RuntimeError: x") and math.isnan(hf.ms)
+    assert sp.loc["hf_static_compiled_q1", ["config", "impl"]].tolist() == ["hf_static_compiled",
+                                                                           "HF static cache + compile"]
+    runs = results.load_speed_runs(session3_files).set_index("run")
+    assert runs.loc["steps", "configs"] == ["graph", "graph_autotune", "graph_compiled_sdpa", "graph_compiled_hf"]
+    assert runs.loc["eagle", "sections"] == ["profile"] and runs.loc["overhead", "sections"] == ["loop_overhead"]
+    assert pd.isna(runs.loc["steps", "compile_mode"]) and pd.isna(runs.loc["eagle", "configs"])
+
+
+def test_speed_vs_baselines_same_run_context_and_block(session3_files, speed_files):
+    sp = results.speed_vs_baselines(results.load_speed(session3_files[:2])).set_index(["run", "name"])
+    assert sp.loc[("steps", "graph_autotune_chain_q1"), "x_hf_static"] == pytest.approx(0.8)  # 4.8 / 6.0
+    assert sp.loc[("steps", "graph_chain_q1"), "hf_static_ms"] == 6.0
+    assert sp.loc[("steps", "graph_chain_q9"), "x_hf_static"] == 0.8  # block 9 against HF's largest, 8
+    assert pd.isna(sp.loc[("steps", "graph_chain_q2"), "x_hf_static"])  # HF has no block 2
+    assert pd.isna(sp.loc[("steps", "graph_chain_q1"), "hf_eager_ms"])
+    assert sp.loc["eagle"].hf_static_ms.isna().all()  # the other run's baselines are not borrowed
+    old = results.speed_vs_baselines(results.load_speed(speed_files)).set_index(["run", "name"])
+    assert old.loc[("speed_a", "graph_chain_q4"), "x_hf_eager"] == pytest.approx(0.4)  # 8.0 / 20.0
+    assert pd.isna(old.loc[("speed_b", "eagle1_graph_per_draft_token"), "x_hf_static"])
+
+
+def test_load_loop_overhead_drafted_and_accepted(session3_files):
+    lo = results.load_loop_overhead(session3_files).set_index("drafter")
+    assert set(lo.run) == {"overhead"}  # the other two files have no section
+    assert lo.loc["replay_k8", ["steps", "tokens", "drafted", "accepted"]].tolist() == [2, 10, 8, 8]
+    assert (lo.loc["plain", "drafted"], lo.loc["replay_k8", "outside_forward"]) == (0, 0.1)
+
+
+def test_load_speed_profile_kinds_and_top_kernels(session3_files):
+    prof = results.load_speed_profile(session3_files)
+    assert set(prof.run) == {"eagle"}
+    one = prof[prof.block == 1].set_index("kind")
+    assert one.ms_per_step.to_dict() == {"matmul": 3.0, "attention": 0.5, "other": 0.5}
+    assert one.share.to_dict() == {"matmul": 0.75, "attention": 0.125, "other": 0.125}
+    assert set(one.kernel_ms) == {4.0} and set(one.compile) == {"max-autotune-no-cudagraphs"}
+    assert prof[prof.block == 9].kind.tolist() == ["matmul", "other"]  # a kind the profile lacks adds no row
+    top = results.load_speed_profile_top(session3_files)
+    assert top[["block", "rank", "name", "ms_per_step", "share"]].values.tolist() == [
+        [1, 1, "gemv", 2.0, 0.5], [1, 2, "split_kv_kernel", 0.5, 0.125], [9, 1, "gemm", 4.0, 0.8]]
+    assert results.load_speed_profile(session3_files[0]).empty
+
+
+def test_speed_goals_per_run_context_and_config(session3_files):
+    sp = results.load_speed(session3_files)
+    goals = results.speed_goals(sp, results.load_loop_overhead(session3_files[2]))
+    g = goals.set_index(["goal", "run", "config"])
+    assert g.loc[("decode", "steps", "graph_autotune"), "measured"] == pytest.approx(1.2)  # 4.8 / 4.0
+    assert bool(g.loc[("decode", "steps", "graph_autotune"), "met"])
+    assert not g.loc[("decode", "steps", "graph_compiled_sdpa"), "met"]  # 1.3 > 1.25
+    verify = g.loc[("verify", "steps", "graph")]  # the largest chain step of q = 2..9: q = 9
+    assert verify.measured == pytest.approx(2.0) and verify.detail.startswith("largest of q=2-9: q=9")
+    assert g.loc[("verify", "steps", "graph_autotune"), "measured"] == pytest.approx(1.4)
+    assert ("verify", "steps", "graph_compiled_sdpa") not in g.index  # no chain step of 2-9 measured
+    assert ("verify", "steps", "graph_compiled_hf") not in g.index  # failed: no time
+    assert ("draft", "steps", "graph") not in g.index  # that run did not time the EAGLE head
+    draft = g.loc[("draft", "eagle", "graph_compiled")]
+    assert (draft.measured, draft.limit, draft.met) == (0.125, 0.12, False)  # 0.75 ms / 6.0 ms
+    assert g.loc[("tree", "steps", "graph"), "measured"] == pytest.approx(7.8 / 8.0)
+    assert g.loc[("tree", "eagle", "graph_compiled"), "measured"] == pytest.approx(6.6 / 6.5)
+    out = goals[goals.goal == "outside"].set_index("drafter")
+    assert out.measured.to_dict() == {"plain": 0.0, "replay_k8": 0.1} and out.met.tolist() == [True, False]
+    assert set(out.context) == {2048} and set(out.config) == {"graph"}
+    summary = results.speed_goal_summary(goals).set_index(["goal", "config"])
+    assert summary.loc[("decode", "graph_autotune"), ["n", "n_met", "verdict"]].tolist() == [1, 1, "met"]
+    assert summary.loc[("draft", "graph_compiled"), "verdict"] == "not met"
+    assert summary.loc[("outside", "graph"), "verdict"].tolist() == ["met", "not met"]  # one row per drafter
+    stricter = results.speed_goals(sp, limits={"tree": 1.0}).set_index(["goal", "run", "config"])
+    assert not stricter.loc[("tree", "eagle", "graph_compiled"), "met"]
+
+
+def test_speed_goal_summary_partly_met():
+    goals = pd.DataFrame({"goal": ["verify"] * 3, "config": ["c"] * 3, "drafter": [None] * 3,
+                          "measured": [1.3, 1.4, 1.34], "limit": [1.35] * 3, "met": [True, False, True]})
+    s = results.speed_goal_summary(goals).iloc[0]
+    assert (s.n, s.n_met, s.lowest, s.highest, s.verdict) == (3, 2, 1.3, 1.4, "partly met")
 
 
 def test_load_hf_generate(speed_files):
