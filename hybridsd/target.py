@@ -1,10 +1,10 @@
 """The target adapter: any HF causal LM run over a slot-addressed static KV cache.
 
-The model sees explicit position ids, a 4-D additive attention mask that we build
-(causal for chains, ancestor-only for draft trees) and a cache object whose
-``update`` writes keys/values at the slots we choose. Nothing depends on the
-transformers cache API beyond ``Cache.update(k, v, layer_idx, ...)``, which is the
-same in transformers 5.17 and 5.2x.
+Every step gets explicit position ids and an attention mask that we build (causal for
+chains, ancestor-only for draft trees), and writes keys/values at the slots we choose.
+``model(...)`` sees the mask as a 4-D additive one and a cache object whose ``update``
+writes at those slots; nothing depends on the transformers cache API beyond
+``Cache.update(k, v, layer_idx, ...)``, which is the same in transformers 5.17 and 5.2x.
 
 For the Llama family (``DECODER_TYPES``) the step is our own :class:`~hybridsd.decoder.Decoder`
 on the model's weights (fused projections, grouped attention, one compiled function per
@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
+from hybridsd.attention import KERNELS
 from hybridsd.cuda_graph import capture
 from hybridsd.decoder import Decoder
 from hybridsd.kv_cache import StaticKVCache
@@ -136,6 +137,8 @@ class Target:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.compiled = compile
         use_decoder = decoder if decoder is not None else _has_decoder_layout(model)
+        if attention is not None and attention not in KERNELS:
+            raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
         self.attention = attention or default_attention(self.device)
         self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
         self._cache_kwarg = _cache_kwarg(model)

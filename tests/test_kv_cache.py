@@ -93,6 +93,11 @@ def test_sliding_window_beyond_the_cache_is_refused():
         Target(model, 17)
 
 
+def test_unknown_attention_kernel_is_refused(target):
+    with pytest.raises(ValueError, match="attention must be one of"):
+        Target(target, 8, decoder=False, attention="flash")
+
+
 def test_compile_modes_with_their_own_graphs_are_refused(target):
     with pytest.raises(ValueError, match="no-cudagraphs"):
         Target(target, 8, compile="reduce-overhead")
