@@ -211,8 +211,9 @@ def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15
     from torch.profiler import ProfilerActivity, profile
 
     cuda = target.device.type == "cuda"
-    ids = torch.randint(0, 1000, (ctx,), device=target.device)
-    block = torch.randint(0, 1000, (q,), device=target.device)
+    vocab = min(1000, target.model.config.vocab_size)
+    ids = torch.randint(0, vocab, (ctx,), device=target.device)
+    block = torch.randint(0, vocab, (q,), device=target.device)
     target.kv.rewind(0)
     target.forward(ids, 0, last_logits_only=True)
     for _ in range(3):  # warm-up (and compilation)
@@ -241,6 +242,52 @@ def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15
     return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind,
             "top": [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
                     for e in ranked]}
+
+
+@torch.inference_mode()
+def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 15) -> dict:
+    """Where the time of ``generate()``'s drafting steps goes: ``torch.profiler`` over a run that drafts ``k``
+    tokens a step, all accepted (:func:`accepted_continuation`), after a warm-up run. ``device_ms_per_step``: all
+    device kernels and copies (the graph's included) per step; ``wall_ms_per_step``: the profiled run's wall time
+    per step (prefill included); ``top_device`` and ``top_host`` (operators and runtime calls by self time)."""
+    import time
+
+    import hybridsd as hsd
+    from torch.profiler import ProfilerActivity, profile
+
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    ids = torch.randint(0, min(1000, model.config.vocab_size), (ctx,))
+    cont = accepted_continuation(model, ids, new_tokens, k, False)
+
+    def run():
+        return hsd.generate(model, ids, drafter=ReplayDrafter(cont, k), max_new_tokens=new_tokens, eos_token_id=[])
+
+    run()  # warm-up: graph captures
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        sync()
+        t = time.perf_counter()
+        res = run()
+        sync()
+        wall = time.perf_counter() - t
+    steps = len(res.stats.trace) + 1  # the prefill is a pass too
+    events = prof.key_averages()
+    on_device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0
+                 and str(getattr(e, "device_type", "")).endswith("CUDA")]
+    host = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+
+    def rows(evs, attr):
+        return [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
+                for e in evs]
+
+    return {"ctx": ctx, "k": k, "steps": steps, "tokens": res.stats.num_tokens,
+            "accepted": sum(s.accepted for s in res.stats.trace), "drafted": sum(s.drafted for s in res.stats.trace),
+            "wall_ms_per_step": 1e3 * wall / steps,
+            "device_ms_per_step": sum(e.self_device_time_total for e in on_device) / 1e3 / steps,
+            "top_device": rows(sorted(on_device, key=lambda e: -e.self_device_time_total)[:top], "self_device_time_total"),
+            "top_host": rows(host, "self_cpu_time_total")}
 
 
 def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> dict:
@@ -344,7 +391,8 @@ def main() -> None:
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
                    '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
-    p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels")
+    p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels and "
+                   "generate()'s drafting steps")
     a = p.parse_args()
     a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
     bw = copy_bandwidth()
@@ -413,6 +461,10 @@ def main() -> None:
         res["loop_overhead"] = {"config": "graph", "ctx": ctx} | loop_overhead(model, ctx, fwd, False)
         print("loop overhead:", res["loop_overhead"])
         save()
+        if a.profile:  # the drafting steps' time outside the forward: which kernels and host calls
+            res["loop_profile"] = profile_loop(model, ctx)
+            print("loop profile:", json.dumps(res["loop_profile"], indent=1)[:3000])
+            save()
     if "hf-generate" not in a.skip:
         ids = torch.randint(0, 1000, (512,), device="cuda")
         res["hf_generate_ms_per_token"] = {
