@@ -123,7 +123,6 @@ class Target:
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         self.kv = StaticKVCache(cfg.num_hidden_layers, kv_heads, head_dim, capacity, dtype=self.dtype,
                                 device=self.device)
-        self._cache = _SlotCache(self.kv)
         if decoder and not _has_decoder_layout(model):
             raise ValueError(f"decoder=True needs a model of type {DECODER_TYPES} with model.model."
                              f"{{embed_tokens, rotary_emb, layers, norm}} and lm_head")
@@ -141,10 +140,11 @@ class Target:
             raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
         self.attention = attention or default_attention(self.device)
         self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
-        self._cache_kwarg = _cache_kwarg(model)
-        self._hf_step = self._hf_forward
-        if compile and self.decoder is None:
-            self._hf_step = torch.compile(self._hf_forward, mode=mode, dynamic=False)
+        if self.decoder is None:  # model(...) with an HF-facing view of our cache
+            self._cache, self._cache_kwarg = _SlotCache(self.kv), _cache_kwarg(model)
+            self._hf_step = self._hf_forward
+            if compile:
+                self._hf_step = torch.compile(self._hf_forward, mode=mode, dynamic=False)
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
