@@ -10,8 +10,10 @@ measured here. Times are medians of CUDA-event timings after warm-up.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -244,8 +246,42 @@ def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15
                     for e in ranked]}
 
 
+def device_gaps(trace: dict, steps: int, top: int = 12) -> dict:
+    """Where the device sits idle in a chrome trace (``torch.profiler``'s export): device busy time (the union of
+    kernels, copies and memsets), the idle time between the first and last device event, both per step, and the
+    longest idle gaps with the host calls that ran during each (by overlap)."""
+    evs = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    dev = sorted((e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    host = [e for e in evs if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver", "python_function")]
+    busy, gaps, end = 0.0, [], None
+    for e in dev:  # union of intervals, gaps between them
+        a, b = e["ts"], e["ts"] + e["dur"]
+        if end is None or a > end:
+            if end is not None:
+                gaps.append((a - end, end, a))
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    idle = sum(g[0] for g in gaps)
+
+    def during(a, b):
+        names: dict[str, float] = {}
+        for h in host:
+            o = min(b, h["ts"] + h["dur"]) - max(a, h["ts"])
+            if o > 0:
+                names[h["name"][:80]] = names.get(h["name"][:80], 0.0) + o
+        return [{"name": n, "overlap_us": v} for n, v in sorted(names.items(), key=lambda x: -x[1])[:6]]
+
+    longest = sorted(gaps, reverse=True)[:top]
+    return {"device_busy_ms_per_step": busy / 1e3 / max(steps, 1), "device_idle_ms_per_step": idle / 1e3 / max(steps, 1),
+            "gaps_over_50us": sum(g[0] > 50 for g in gaps),
+            "longest_gaps": [{"us": g, "host_calls": during(a, b)} for g, a, b in longest]}
+
+
 @torch.inference_mode()
-def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 15) -> dict:
+def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 15, trace_out: Path | None = None) -> dict:
     """Where the time of ``generate()``'s drafting steps goes: ``torch.profiler`` over a run that drafts ``k``
     tokens a step, all accepted (:func:`accepted_continuation`), after a warm-up run. ``device_ms_per_step``: all
     device kernels and copies (the graph's included) per step; ``wall_ms_per_step``: the profiled run's wall time
@@ -266,7 +302,7 @@ def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 1
 
     run()  # warm-up: graph captures
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
+    with profile(activities=acts, with_stack=False) as prof:
         sync()
         t = time.perf_counter()
         res = run()
@@ -282,7 +318,15 @@ def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 1
         return [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
                 for e in evs]
 
-    return {"ctx": ctx, "k": k, "steps": steps, "tokens": res.stats.num_tokens,
+    with tempfile.TemporaryDirectory() as tmp:  # the timeline: where the device waits for the host
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        timeline = device_gaps(json.loads(path.read_text()), steps)
+        if trace_out is not None:
+            trace_out.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(trace_out, "wb") as f:
+                f.write(path.read_bytes())
+    return {"ctx": ctx, "k": k, "steps": steps, "tokens": res.stats.num_tokens, "timeline": timeline,
             "accepted": sum(s.accepted for s in res.stats.trace), "drafted": sum(s.drafted for s in res.stats.trace),
             "wall_ms_per_step": 1e3 * wall / steps,
             "device_ms_per_step": sum(e.self_device_time_total for e in on_device) / 1e3 / steps,
@@ -462,7 +506,7 @@ def main() -> None:
         print("loop overhead:", res["loop_overhead"])
         save()
         if a.profile:  # the drafting steps' time outside the forward: which kernels and host calls
-            res["loop_profile"] = profile_loop(model, ctx)
+            res["loop_profile"] = profile_loop(model, ctx, trace_out=a.out.with_name(a.out.stem + "_loop_trace.json.gz"))
             print("loop profile:", json.dumps(res["loop_profile"], indent=1)[:3000])
             save()
     if "hf-generate" not in a.skip:

@@ -36,3 +36,22 @@ def test_profiles_run_on_the_cpu():
     assert loop["accepted"] == loop["drafted"] > 0
     assert loop["steps"] == 5  # the prefill (1 token) and 4 passes of up to 4 + 1 tokens: 1 + 5 + 5 + 5 + 4
     assert loop["wall_ms_per_step"] > 0 and loop["top_host"]
+    assert loop["timeline"]["device_busy_ms_per_step"] == 0  # no device on the CPU
+
+
+def test_device_gaps_on_a_synthetic_trace():
+    """Busy = union of overlapping device intervals; gaps are attributed to the host calls that overlap them."""
+    k = lambda ts, dur: {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur}  # noqa: E731
+    trace = {"traceEvents": [
+        k(0, 10), k(5, 10), k(115, 5), {"ph": "X", "cat": "gpu_memcpy", "name": "m", "ts": 120, "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::argmax", "ts": 20, "dur": 60},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 90, "dur": 40},
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 0},
+    ]}
+    g = bench_speed.device_gaps(trace, steps=2)
+    assert g["device_busy_ms_per_step"] == (15 + 35) / 1e3 / 2
+    assert g["device_idle_ms_per_step"] == 100 / 1e3 / 2
+    assert g["gaps_over_50us"] == 1
+    (gap,) = g["longest_gaps"]
+    assert gap["us"] == 100
+    assert gap["host_calls"] == [{"name": "aten::argmax", "overlap_us": 60}, {"name": "cudaMemcpyAsync", "overlap_us": 25}]
