@@ -170,39 +170,92 @@ def accepted_continuation(model, ids, n: int, k: int, compile, rounds: int = 12)
     return cont
 
 
+def in_loop(model, run) -> dict:
+    """``run()`` (one ``generate()`` on ``model``, its target already made by a previous run) with the target's
+    ``forward`` timed from inside: per step after the prefill, ``wall`` (host time from this pass's call to the
+    next's, or to the end of the run), ``forward`` (on CUDA, events around the call: its host work, the graph
+    launch and the device work; else host time) and ``host_forward`` (host time inside the call). Medians in ms,
+    and ``outside_forward`` = 1 - sum of forward / sum of wall."""
+    import time
+
+    from hybridsd.target import _TARGETS
+
+    cuda = next(model.parameters()).device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    target = _TARGETS[model]
+    recs = []
+    orig = target.forward
+
+    def timed_forward(*args, **kw):
+        ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
+        h0 = time.perf_counter()
+        if ev:
+            ev[0].record()
+        out = orig(*args, **kw)
+        if ev:
+            ev[1].record()
+        recs.append((h0, time.perf_counter(), ev))
+        return out
+
+    target.forward = timed_forward
+    try:
+        sync()
+        run()
+        sync()
+        end = time.perf_counter()
+    finally:
+        del target.forward
+    if _TARGETS[model] is not target or len(recs) < 2:
+        raise RuntimeError("generate() did not run on the instrumented target")
+    steps = recs[1:]  # after the prefill
+    wall = [1e3 * (nxt[0] - r[0]) for r, nxt in zip(steps, steps[1:] + [(end,)])]
+    host = [1e3 * (r[1] - r[0]) for r in steps]
+    fwd = [r[2][0].elapsed_time(r[2][1]) for r in steps] if cuda else host
+    return {"steps": len(steps), "wall_ms": statistics.median(wall), "forward_ms": statistics.median(fwd),
+            "host_forward_ms": statistics.median(host), "outside_ms": statistics.median(w - f for w, f in zip(wall, fwd)),
+            "outside_forward": 1 - sum(fwd) / sum(wall)}
+
+
 @torch.inference_mode()
-def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool, new_tokens: int = 96) -> dict:
-    """``generate()`` on the 8B shape: wall time per step against the forward time of the same block sizes.
+def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool | str = False, new_tokens: int = 96) -> dict:
+    """``generate()`` wall time per step against the forward time of the same block sizes (``fwd_ms``:
+    ``chain_q{q}`` medians measured apart, for the same target configuration; steps of a size it lacks leave
+    the forward fields None).
 
     ``plain``: one token per step; ``replay_k8``: 8 drafted tokens per step, all accepted. The steps' wall
     time is a run of ``new_tokens`` minus a run of 1 token (prefill and setup), medians of 3;
-    ``outside_forward`` = 1 - sum over steps of the block's measured forward median / that wall time."""
+    ``outside_forward`` = 1 - sum over steps of the block's measured forward median / that wall time.
+    ``in_loop``: one more run timed from inside (:func:`in_loop`)."""
     import time
 
     import hybridsd as hsd
 
-    ids = torch.randint(0, 1000, (ctx,))
+    sync = torch.cuda.synchronize if next(model.parameters()).device.type == "cuda" else (lambda: None)
+    vocab = min(1000, model.config.vocab_size)
+    ids = torch.randint(0, vocab, (ctx,))
     replay = accepted_continuation(model, ids, new_tokens, 8, compile)
     out = {}
     for name, make in {"plain": lambda: None, "replay_k8": lambda: ReplayDrafter(replay, 8)}.items():
         def timed(n):
-            torch.cuda.synchronize()
+            sync()
             t = time.perf_counter()
             res = hsd.generate(model, ids, drafter=make(), max_new_tokens=n, eos_token_id=[], compile=compile)
-            torch.cuda.synchronize()
+            sync()
             return time.perf_counter() - t, res
 
         timed(new_tokens)  # warm-up: graph captures (and compilation) of every block size
         walls = [timed(new_tokens)[0] - timed(1)[0] for _ in range(3)]
         res = timed(new_tokens)[1]
         trace = res.stats.trace
-        fwd = sum(fwd_ms[f"chain_q{min(s.tree_tokens + 1, 9)}"] for s in trace)
+        keys = [f"chain_q{min(s.tree_tokens + 1, 9)}" for s in trace]
+        fwd = sum(fwd_ms[k] for k in keys) if all(k in fwd_ms for k in keys) else None
         wall = 1e3 * statistics.median(walls)
-        drafted = sum(s.drafted for s in trace)
         out[name] = {"steps": len(trace), "tokens": res.stats.num_tokens, "wall_ms_per_step": wall / len(trace),
-                     "forward_ms_per_step": fwd / len(trace), "outside_ms_per_step": (wall - fwd) / len(trace),
-                     "outside_forward": 1 - fwd / wall, "drafted": drafted,
-                     "accepted": sum(s.accepted for s in trace)}
+                     "forward_ms_per_step": None if fwd is None else fwd / len(trace),
+                     "outside_ms_per_step": None if fwd is None else (wall - fwd) / len(trace),
+                     "outside_forward": None if fwd is None else 1 - fwd / wall,
+                     "drafted": sum(s.drafted for s in trace), "accepted": sum(s.accepted for s in trace),
+                     "in_loop": in_loop(model, lambda: timed(new_tokens))}
     return out
 
 
@@ -406,6 +459,10 @@ def zoo_method(model, tok, exs, eos, make, fwd: dict, max_new: int, sync) -> dic
             "step_ms": 1e3 * wall / passes, "forward_ms_per_step": fwd_sum / passes}
 
 
+COMPILE_OF = {"graph": lambda mode: False, "graph_compiled": lambda mode: mode,
+              "graph_autotune": lambda mode: "max-autotune-no-cudagraphs"}  # generate(compile=...) of a config
+
+
 def summary_table(res: dict) -> str:
     """The closing table: each step against the floor and the baselines measured in the same run."""
     floor = res["floor_ms"]
@@ -435,6 +492,8 @@ def main() -> None:
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
                    '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
+    p.add_argument("--overhead-configs", nargs="+", default=["graph"], choices=list(COMPILE_OF),
+                   help="target configurations whose generate() loop overhead is measured")
     p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels and "
                    "generate()'s drafting steps")
     a = p.parse_args()
@@ -499,12 +558,14 @@ def main() -> None:
         t.kv = None
     del configs
     torch.cuda.empty_cache()
-    if "overhead" not in a.skip:  # on the graphed (uncompiled) steps, whose times for q = 1..9 are known
+    if "overhead" not in a.skip:  # "graph": q = 1..9 timed apart; compiled configs: q = 1 and 9 (and in_loop)
         ctx = a.contexts[0]
-        fwd = {k[len("graph_"):]: v for k, v in res["contexts"][str(ctx)].items() if k.startswith("graph_chain")}
-        res["loop_overhead"] = {"config": "graph", "ctx": ctx} | loop_overhead(model, ctx, fwd, False)
-        print("loop overhead:", res["loop_overhead"])
-        save()
+        for i, cfg in enumerate(a.overhead_configs):
+            fwd = {k[len(cfg) + 1:]: v for k, v in res["contexts"][str(ctx)].items() if k.startswith(cfg + "_chain")}
+            section = "loop_overhead" if i == 0 else f"loop_overhead_{cfg}"
+            res[section] = {"config": cfg, "ctx": ctx} | loop_overhead(model, ctx, fwd, COMPILE_OF[cfg](mode))
+            print(section, json.dumps(res[section]))
+            save()
         if a.profile:  # the drafting steps' time outside the forward: which kernels and host calls
             res["loop_profile"] = profile_loop(model, ctx, trace_out=a.out.with_name(a.out.stem + "_loop_trace.json.gz"))
             print("loop profile:", json.dumps(res["loop_profile"], indent=1)[:3000])

@@ -55,3 +55,19 @@ def test_device_gaps_on_a_synthetic_trace():
     (gap,) = g["longest_gaps"]
     assert gap["us"] == 100
     assert gap["host_calls"] == [{"name": "aten::argmax", "overlap_us": 60}, {"name": "cudaMemcpyAsync", "overlap_us": 25}]
+
+
+def test_loop_overhead_times_steps_from_inside_on_the_cpu():
+    model = tiny_target("llama", vocab=300, seed=3, layers=2)
+    fwd = {f"chain_q{q}": 0.01 for q in range(1, 10)}
+    out = bench_speed.loop_overhead(model, 24, fwd, new_tokens=30)
+    plain, replay = out["plain"], out["replay_k8"]
+    assert plain["steps"] == 29 and plain["drafted"] == 0
+    assert replay["accepted"] == replay["drafted"] == 30 - 1 - replay["steps"]
+    for r in (plain, replay):
+        loop = r["in_loop"]
+        assert loop["steps"] == r["steps"]
+        assert 0 < loop["forward_ms"] <= loop["wall_ms"] and loop["outside_forward"] > 0
+        assert abs(r["forward_ms_per_step"] - 0.01) < 1e-12
+    partial = bench_speed.loop_overhead(model, 24, {"chain_q1": 0.01}, new_tokens=30)
+    assert abs(partial["plain"]["forward_ms_per_step"] - 0.01) < 1e-12 and partial["replay_k8"]["outside_forward"] is None
