@@ -1,16 +1,24 @@
-"""The split-K kernel (:mod:`hybridsd.linear`) against ``F.linear`` on the 8B shape's matrices, 1 and 9 rows.
+"""A split-K Triton kernel for few-row matmuls against ``F.linear`` on the 8B shape's matrices, 1 and 9 rows.
 
     python experiments/bench_linear.py --out experiments/results/bench_linear.json
 
 Each timing is a CUDA graph of ``calls`` back-to-back multiplications cycling over copies of the weight
 that together exceed the L2 cache several times (as 32 layers would), median of CUDA-event timings of
 its replays after warm-up, divided by ``calls``. Bandwidth counts the weight bytes. The sweep covers
-tile sizes, splits, warps and pipeline stages; ``plan`` rows use :func:`hybridsd.linear.splitk_plan`.
+tile sizes, splits, warps and pipeline stages; ``plan`` rows use :func:`splitk_plan`.
+
+Why: at batch 1 a verify step multiplies ``T <= 16`` rows by each weight; the o and down projections have
+only ``N = 4096`` outputs, so a GEMM that gives each program a whole row of ``K`` may run too few programs to
+keep the memory busy. The kernel here also splits ``K`` (programs ``(N tile, K chunk)`` write fp32 partials,
+summed in a fixed order). Result (``experiments/results/speed_session4/bench_linear.json``): cuBLAS's
+``F.linear`` in a CUDA graph is as fast at 9 rows as at 1 and faster than every configuration of this kernel
+on every matrix but the LM head, so the library keeps ``F.linear``; the kernel stays here as the record.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import statistics
@@ -20,7 +28,65 @@ import torch
 import torch.nn.functional as F
 
 from hybridsd import provenance
-from hybridsd.linear import splitk_linear, splitk_plan
+
+SPLITK_MAX_ROWS = 16  # rows one program holds (tl.dot needs at least 16)
+
+
+def splitk_plan(n: int, k: int, block_n: int = 64, block_k: int = 128, programs: int = 512) -> tuple[int, int, int]:
+    """``(BLOCK_N, BLOCK_K, splits)``: ``N`` tiles times ``K`` chunks close to ``programs`` (a few waves of
+    an H100/H200's 132 multiprocessors), each chunk a whole number of ``BLOCK_K`` tiles."""
+    tiles, k_tiles = -(-n // block_n), -(-k // block_k)
+    return block_n, block_k, max(1, min(k_tiles, programs // tiles))
+
+
+def splitk_linear(x: torch.Tensor, w: torch.Tensor, plan: tuple[int, int, int] | None = None, num_warps: int = 4,
+                  num_stages: int = 4) -> torch.Tensor:
+    """``x @ w.T`` (``[T, N]`` in ``x``'s dtype) by the split-K kernel; ``plan`` as :func:`splitk_plan` (its
+    default)."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    w = w if w.stride(-1) == 1 else w.contiguous()
+    t, k = x.shape
+    n = w.shape[0]
+    if t > SPLITK_MAX_ROWS:
+        raise ValueError(f"the split-K kernel takes at most {SPLITK_MAX_ROWS} rows, got {t}")
+    block_n, block_k, splits = plan or splitk_plan(n, k)
+    chunk = -(-(-(-k // block_k)) // splits) * block_k  # columns of K per program: whole BLOCK_K tiles
+    splits = -(-k // chunk)  # no empty chunk
+    part = torch.empty(splits, t, n, dtype=torch.float32, device=x.device)  # [C, T, N]
+    _kernel()[(-(-n // block_n), splits)](
+        x, w, part, t, n, k, x.stride(0), w.stride(0), chunk,
+        BLOCK_T=SPLITK_MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=x.dtype == torch.float32,
+        num_warps=num_warps, num_stages=num_stages)
+    return part.sum(0).to(x.dtype)  # [T, N], chunks summed in order
+
+
+@functools.cache
+def _kernel():
+    """The Triton kernel (compiled on first use)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def splitk_kernel(X, W, PART, T, N, K, sxt, swn, CHUNK,
+                      BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
+        j = tl.program_id(0)
+        c = tl.program_id(1)
+        t = tl.arange(0, BLOCK_T)
+        n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros([BLOCK_T, BLOCK_N], tl.float32)
+        for k0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_K):
+            kk = k0 + tl.arange(0, BLOCK_K)
+            k_ok = kk < K
+            x = tl.load(X + t[:, None] * sxt + kk[None, :], mask=(t[:, None] < T) & k_ok[None, :], other=0.0)
+            w = tl.load(W + n[:, None] * swn + kk[None, :], mask=(n[:, None] < N) & k_ok[None, :], other=0.0)
+            if IEEE:
+                acc += tl.dot(x, tl.trans(w), input_precision="ieee")
+            else:
+                acc += tl.dot(x, tl.trans(w))
+        tl.store(PART + (c * T + t[:, None]) * N + n[None, :], acc, mask=(t[:, None] < T) & (n[None, :] < N))
+
+    return splitk_kernel
+
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}  # (N, K) of Llama-3.1-8B

@@ -217,6 +217,63 @@ def in_loop(model, run) -> dict:
 
 
 @torch.inference_mode()
+def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, iters: int = 20) -> dict:
+    """The graphed ``q``-token forward (through ``target_for``, as ``generate()`` gets it) timed as
+    :func:`cuda_median_ms` does, under one condition of the loop at a time: ``fixed`` (same start slot each
+    call), ``advancing`` (start moves by ``q``), ``host_gap`` (0.5 ms of host work before each call),
+    ``fresh_tokens`` (the block made from a host list each call, as a drafter's tokens are) and ``verify_after``
+    (greedy verification and its host read after each call, outside the timed span). Medians in ms; on the
+    CPU the times are host times."""
+    import time
+
+    from hybridsd.target import target_for
+    from hybridsd.verify import greedy_chain
+
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    vocab = min(1000, model.config.vocab_size)
+    target = target_for(model, ctx + q * (iters + 6) + 1, cuda_graphs=cuda, compile=compile)
+    target.forward(torch.randint(0, vocab, (ctx,), device=device), 0, last_logits_only=True)
+    block = torch.randint(0, vocab, (q,), device=device)
+    host_block = block.tolist()
+
+    def busy_wait(s: float) -> None:
+        t = time.perf_counter()
+        while time.perf_counter() - t < s:
+            pass
+
+    def timed(start_of=lambda i: ctx, before=None, tokens=lambda: block, after=None) -> float:
+        times = []
+        for i in range(iters + 5):
+            if before:
+                before()
+            toks = tokens()
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+            h = time.perf_counter()
+            logits, _ = target.forward(toks, start_of(i))
+            if cuda:
+                b.record()
+                b.synchronize()  # host sync: the timing's end
+            ms = a.elapsed_time(b) if cuda else 1e3 * (time.perf_counter() - h)
+            if after:
+                after(toks, logits)
+            if i >= 5:  # warm-up excluded
+                times.append(ms)
+        return statistics.median(times)
+
+    def verify(toks, logits):
+        n, tok = greedy_chain(toks[1:], logits)
+        torch.cat([n.view(1), tok]).tolist()  # host sync: the step's read
+
+    return {"q": q, "compile": compile, "fixed": timed(), "advancing": timed(start_of=lambda i: ctx + q * i),
+            "host_gap": timed(before=lambda: busy_wait(5e-4)),
+            "fresh_tokens": timed(tokens=lambda: torch.tensor(host_block, device=device)),
+            "verify_after": timed(after=verify)}
+
+
+@torch.inference_mode()
 def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool | str = False, new_tokens: int = 96) -> dict:
     """``generate()`` wall time per step against the forward time of the same block sizes (``fwd_ms``:
     ``chain_q{q}`` medians measured apart, for the same target configuration; steps of a size it lacks leave
@@ -494,6 +551,8 @@ def main() -> None:
                    '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
     p.add_argument("--overhead-configs", nargs="+", default=["graph"], choices=list(COMPILE_OF),
                    help="target configurations whose generate() loop overhead is measured")
+    p.add_argument("--conditions", action="store_true", help="also time the graphed step under each condition of "
+                   "the loop (step_conditions), for each overhead configuration")
     p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels and "
                    "generate()'s drafting steps")
     a = p.parse_args()
@@ -561,6 +620,10 @@ def main() -> None:
     if "overhead" not in a.skip:  # "graph": q = 1..9 timed apart; compiled configs: q = 1 and 9 (and in_loop)
         ctx = a.contexts[0]
         for i, cfg in enumerate(a.overhead_configs):
+            if a.conditions:
+                res.setdefault("step_conditions", {})[cfg] = [step_conditions(model, ctx, COMPILE_OF[cfg](mode), q)
+                                                              for q in (1, 9)]
+                print("step conditions", cfg, json.dumps(res["step_conditions"][cfg]))
             fwd = {k[len(cfg) + 1:]: v for k, v in res["contexts"][str(ctx)].items() if k.startswith(cfg + "_chain")}
             section = "loop_overhead" if i == 0 else f"loop_overhead_{cfg}"
             res[section] = {"config": cfg, "ctx": ctx} | loop_overhead(model, ctx, fwd, COMPILE_OF[cfg](mode))

@@ -71,3 +71,10 @@ def test_loop_overhead_times_steps_from_inside_on_the_cpu():
         assert abs(r["forward_ms_per_step"] - 0.01) < 1e-12
     partial = bench_speed.loop_overhead(model, 24, {"chain_q1": 0.01}, new_tokens=30)
     assert abs(partial["plain"]["forward_ms_per_step"] - 0.01) < 1e-12 and partial["replay_k8"]["outside_forward"] is None
+
+
+def test_step_conditions_run_on_the_cpu():
+    model = tiny_target("llama", vocab=300, seed=4, layers=2)
+    out = bench_speed.step_conditions(model, 30, q=3, iters=4)
+    assert out["q"] == 3
+    assert all(out[k] > 0 for k in ("fixed", "advancing", "host_gap", "fresh_tokens", "verify_after"))
