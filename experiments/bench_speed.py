@@ -267,10 +267,52 @@ def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, it
         n, tok = greedy_chain(toks[1:], logits)
         torch.cat([n.view(1), tok]).tolist()  # host sync: the step's read
 
-    return {"q": q, "compile": compile, "fixed": timed(), "advancing": timed(start_of=lambda i: ctx + q * i),
-            "host_gap": timed(before=lambda: busy_wait(5e-4)),
-            "fresh_tokens": timed(tokens=lambda: torch.tensor(host_block, device=device)),
-            "verify_after": timed(after=verify)}
+    out = {"q": q, "compile": compile, "capacity": target.capacity, "fixed": timed(),
+           "advancing": timed(start_of=lambda i: ctx + q * i), "host_gap": timed(before=lambda: busy_wait(5e-4)),
+           "fresh_tokens": timed(tokens=lambda: torch.tensor(host_block, device=device)),
+           "verify_after": timed(after=verify)}
+    if cuda:
+        out |= graph_launch(target._graphs[(q, (), target.kv.span(ctx + q))].graph)
+    return out
+
+
+def graph_launch(graph, iters: int = 20) -> dict:
+    """A captured graph's launch: ``host_ms`` (host time of ``replay()``), ``replay_ms`` (CUDA events around one
+    replay, so the launch's host time counts where the device waits for it) and ``replay2_ms`` (two replays back
+    to back: the second launch overlaps the first's execution). Medians."""
+    import time
+
+    host, one, two = [], [], []
+    for i in range(iters + 3):
+        torch.cuda.synchronize()
+        a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        a.record()
+        t = time.perf_counter()
+        graph.replay()
+        h = time.perf_counter() - t
+        b.record()
+        graph.replay()
+        c.record()
+        c.synchronize()  # host sync: the timing's end
+        if i >= 3:
+            host.append(1e3 * h)
+            one.append(a.elapsed_time(b))
+            two.append(a.elapsed_time(c))
+    return {"host_ms": statistics.median(host), "replay_ms": statistics.median(one), "replay2_ms": statistics.median(two)}
+
+
+@torch.inference_mode()
+def capacity_check(model, ctx: int, compile: bool | str, capacities: tuple[int, ...], rounds: int = 2) -> list[dict]:
+    """The 1- and 9-token graphed steps (as :func:`ours_ms`) of targets that differ only in KV capacity, timed in
+    turn ``rounds`` times (A B A B: a drift over the run shows as a difference between rounds, not capacities)."""
+    rows = []
+    for r in range(rounds):
+        for cap in capacities:
+            t = Target(model, cap, cuda_graphs=True, compile=compile)
+            rows.append({"round": r, "capacity": cap, "kv_len": t.kv.span(ctx + 9), **ours_ms(t, ctx, [1, 9])})
+            t.kv = None
+            del t
+    return rows
 
 
 @torch.inference_mode()
@@ -624,6 +666,9 @@ def main() -> None:
                 res.setdefault("step_conditions", {})[cfg] = [step_conditions(model, ctx, COMPILE_OF[cfg](mode), q)
                                                               for q in (1, 9)]
                 print("step conditions", cfg, json.dumps(res["step_conditions"][cfg]))
+                res.setdefault("capacity_check", {})[cfg] = capacity_check(model, ctx, COMPILE_OF[cfg](mode),
+                                                                         (ctx + 64, ctx + 235))
+                print("capacity check", cfg, json.dumps(res["capacity_check"][cfg]))
             fwd = {k[len(cfg) + 1:]: v for k, v in res["contexts"][str(ctx)].items() if k.startswith(cfg + "_chain")}
             section = "loop_overhead" if i == 0 else f"loop_overhead_{cfg}"
             res[section] = {"config": cfg, "ctx": ctx} | loop_overhead(model, ctx, fwd, COMPILE_OF[cfg](mode))
