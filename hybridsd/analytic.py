@@ -195,8 +195,11 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     passes, free = _run_passes(flat, float(resync), float(novel_rate), k, float(copy_accept))
     novel = length - copied - np.bincount(owner, weights=free, minlength=length.size)
     body = np.bincount(owner, weights=passes, minlength=length.size) + novel / novel_rate
-    # the prefill emits the first token, which would otherwise take a pass at the novel rate
-    return 1.0 + np.maximum(body - np.minimum(length, 1.0) / novel_rate, 0.0)
+    # the prefill emits the first token, which would otherwise take a pass at the novel rate; a run's last pass
+    # is credited the next token even when that is the next run's first (adjacent runs), and a pass emits at
+    # most k + 1 tokens (novel_rate for new text), which bounds the passes from below
+    floor = np.maximum(length - 1.0, 0.0) / max(k + 1.0, float(novel_rate))
+    return 1.0 + np.maximum(body - np.minimum(length, 1.0) / novel_rate, floor)
 
 
 def _check_resync(k, resync, novel_rate, copy_accept) -> None:
@@ -248,7 +251,9 @@ def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, cop
         resync_tokens = mu * -np.expm1(d * log_p) if d > 0 else 0.0  # E[min(run, d)]
         per_run = resync_tokens / a + tail * synced
         per_token = run_rate * per_run + (e - edit_rate * tail) / a  # a run's last pass emits the next token
-        return (body + 1.0) / (1.0 + body * per_token)
+        # edits without new text (deletions) credit that token all the same; a pass emits at most k + 1 tokens
+        # (a at the novel rate), which caps what that over-credit can give for short, nearly unchanged outputs
+        return np.minimum((body + 1.0) / (1.0 + body * per_token), max(k + 1.0, a))
 
 
 def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:

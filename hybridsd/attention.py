@@ -4,7 +4,8 @@ At batch 1 a decode or verify step has few query rows (the ``g`` query heads of 
 the block's ``T`` tokens) against up to thousands of cached keys. ``"sdpa"`` hands the grouped
 rows to ``scaled_dot_product_attention`` (one program per KV head on CUDA: a long serial loop
 over the keys); ``"split"`` is a Triton kernel with one program per (KV head, chunk of keys)
-whose partial softmaxes are merged by their log-sum-exp (flash-decoding), CUDA only.
+whose partial softmaxes are merged by their log-sum-exp (flash-decoding) in a second kernel that
+writes the token-major output the o projection reads, CUDA only.
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ SPLIT_MAX_ROWS = 64  # query rows (g * T) one split-KV program holds
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
                       scale: float, kernel: str = "sdpa") -> torch.Tensor:
-    """Attention output ``[Hkv, g*T, D]`` of ``q`` ``[Hkv, g*T, D]`` (row ``j*T + t``: query head ``j`` of the
-    group, token ``t``) over ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which
-    keys token ``t`` sees; every token must see at least one key. ``"split"`` serves blocks of up to
-    ``SPLIT_MAX_ROWS`` rows (decode and verify steps); longer ones (prefill) go to SDPA."""
+    """Attention of ``q`` ``[Hkv, g*T, D]`` (row ``j*T + t``: query head ``j`` of the group, token ``t``) over
+    ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which keys token ``t`` sees;
+    every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
+    (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
+    rows (decode and verify steps); longer ones (prefill) go to SDPA."""
     if kernel == "split" and q.shape[1] <= SPLIT_MAX_ROWS:
         return _split_op()(q, keys, values, allowed, scale)
-    g = q.shape[1] // allowed.shape[0]
-    return F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=allowed.repeat(g, 1),
-                                          scale=scale)[0]
+    h, rows, d = q.shape
+    t = allowed.shape[0]
+    g = rows // t
+    o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=allowed.repeat(g, 1),
+                                       scale=scale)[0]  # [Hkv, g*T, D]
+    return o.view(h, g, t, d).permute(2, 0, 1, 3).reshape(t, h * g * d)
 
 
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
@@ -49,7 +54,7 @@ def _next_pow2(n: int) -> int:
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
-    traced by ``torch.compile``); partial results in fp32, merged here."""
+    traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     h, rows, d = q.shape
     t, s = allowed.shape
@@ -62,10 +67,11 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
         IEEE=q.dtype == torch.float32)
-    m, l = stats[:, :, 0], stats[:, :, 1]  # [Hkv, C, R] each
-    w = torch.exp(m - m.amax(1, keepdim=True))  # [Hkv, C, R]: chunks with no visible key get weight 0
-    out = (part * w[..., None]).sum(1) / (l * w).sum(1)[..., None]  # [Hkv, R, D]
-    return out.to(q.dtype)
+    out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
+    block_m = 16
+    wrap(_merge_kernel())[(h, -(-rows // block_m))](
+        part, stats, out, splits, rows, t, out.stride(0), BLOCK_R=block_m, D=d, D_PAD=_next_pow2(max(d, 16)))
+    return out
 
 
 @functools.cache
@@ -118,6 +124,39 @@ def _kernel():
         tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
 
     return split_kv_kernel
+
+
+@functools.cache
+def _merge_kernel():
+    """The kernel that merges the chunks' partial softmaxes (Triton imported on first use)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def split_kv_merge(PART, STATS, OUT, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
+        h = tl.program_id(0)
+        r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+        d = tl.arange(0, D_PAD)
+        row_ok = r < R
+        top = tl.full([BLOCK_R], -1e30, tl.float32)
+        for c in range(0, C):  # the largest chunk maximum of each row
+            top = tl.maximum(top, tl.load(STATS + ((h * C + c) * 2) * R + r, mask=row_ok, other=-1e30))
+        den = tl.zeros([BLOCK_R], tl.float32)
+        acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+        for c in range(0, C):  # chunks in order: sum of exp(m_c - top) * (l_c, unnormalized output_c)
+            base = (h * C + c) * R
+            w = tl.exp(tl.load(STATS + base * 2 + r, mask=row_ok, other=-1e30) - top)  # 0 for a chunk that saw nothing
+            den += w * tl.load(STATS + base * 2 + R + r, mask=row_ok, other=0.0)
+            part = tl.load(PART + (base + r[:, None]) * D + d[None, :], mask=row_ok[:, None] & (d[None, :] < D),
+                           other=0.0)
+            acc += w[:, None] * part
+        out = acc / den[:, None]
+        g = R // T
+        col = (h * g + r // T) * D  # row j*T + t of KV head h -> token t, query head h*g + j
+        tl.store(OUT + (r % T)[:, None] * sot + col[:, None] + d[None, :], out.to(OUT.dtype.element_ty),
+                 mask=row_ok[:, None] & (d[None, :] < D))
+
+    return split_kv_merge
 
 
 @functools.cache

@@ -133,8 +133,7 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
         # each KV head with its g query heads as g*T rows: [Hkv, g*T, D], row j*T + t
         qg = q.view(t, n_kv_heads, g, head_dim).permute(1, 2, 0, 3).reshape(n_kv_heads, g * t, head_dim)
         o = grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
-                              attention)  # [Hkv, gT, D]
-        o = o.view(n_kv_heads, g, t, head_dim).permute(2, 0, 1, 3).reshape(t, dq)  # [T, Hq D]
+                              attention)  # [T, Hq D]
         x = x + F.linear(o, w.wo, w.bo)
         gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
         return x + F.linear(act(gate) * up, w.w2, w.b2)  # [T, H]

@@ -12,7 +12,7 @@ import torch
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.metrics import SpecStats, StepRecord
 from hybridsd.target import Target, context_length, target_for
-from hybridsd.verify import sample_token, verify_branches
+from hybridsd.verify import sample_token, verify_branches, verify_chain
 
 
 @dataclass
@@ -197,11 +197,15 @@ def _verify_step(target: Target, last, start, branches, layers, temperature, gen
         positions, visible, offsets = _tree_layout(lengths, start)
     feed = torch.cat([last] + [b.tokens for b in branches])  # [1 + sum k]
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
-    j, n, toks = verify_branches(
-        [b.tokens for b in branches], [b.probs for b in branches], logits[0],
-        [logits[o : o + k] for o, k in zip(offsets, lengths)], temperature, generator,
-    )
-    packed = torch.cat([j.view(1), n.view(1), toks]).tolist()  # host sync: the step's one read
+    if len(branches) == 1:  # a chain: its rows are already [root, draft...]
+        n, toks = verify_chain(branches[0].tokens, branches[0].probs, logits, temperature, generator)
+        packed = [0] + torch.cat([n.view(1), toks]).tolist()  # host sync: the step's one read
+    else:
+        j, n, toks = verify_branches(
+            [b.tokens for b in branches], [b.probs for b in branches], logits[0],
+            [logits[o : o + k] for o, k in zip(offsets, lengths)], temperature, generator,
+        )
+        packed = torch.cat([j.view(1), n.view(1), toks]).tolist()  # host sync: the step's one read
     j, n = packed[0], packed[1]
     o = offsets[j]
     if n > 0 and o != 1:  # bring the accepted branch's cache entries next to the root

@@ -131,7 +131,7 @@ class Target:
             raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
         if compile:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
-        self._slot_ids = torch.arange(capacity, device=self.device)  # [S]
+        self._slot_ids = torch.arange(self.kv.capacity, device=self.device)  # [S]
         self._neg = torch.finfo(self.dtype).min
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.compiled = compile
@@ -236,28 +236,29 @@ class Target:
 class _GraphedStep:
     """A CUDA graph of ``Target._run`` for one block size; inputs go through static buffers.
 
-    The attention mask and slots are computed inside the graph from the start slot, so a replay
-    needs only three small host-to-device copies from pinned buffers (no host sync).
+    The attention mask and slots are computed inside the graph from the start slot, so a replay needs
+    the tokens' device-to-device copy and one host-to-device copy from a pinned buffer that packs the start
+    slot, the positions and the block's visibility (no host sync). The pinned buffer is rewritten by the next
+    call, so calls must be ordered by a host sync in between (``generate`` reads every step's result).
     """
 
     def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...], kv_len: int, siblings: dict) -> None:
         dev = target.device
         self.q = q
         self.tokens = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
-        self.pos = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
-        self.start = torch.zeros(1, dtype=torch.long, device=dev)  # [1]
-        self.block = torch.ones(q, q, dtype=torch.bool, device=dev).tril_()  # [q, q]
-        self.host_pos = torch.zeros(q, dtype=torch.long).pin_memory()
-        self.host_start = torch.zeros(1, dtype=torch.long).pin_memory()
-        self.host_block = torch.ones(q, q, dtype=torch.bool).tril_().pin_memory()
-        self.tril = np.tril(np.ones((q, q), dtype=bool))
+        self.host = torch.zeros(1 + q + q * q, dtype=torch.long).pin_memory()  # [start | positions | visible]
+        self.packed = torch.zeros(1 + q + q * q, dtype=torch.long, device=dev)
+        self.host_view = self.host.numpy()
+        self.tril = np.tril(np.ones((q, q), dtype=np.int64)).ravel()
         arange = torch.arange(q, device=dev)
 
         def step():
-            slots = self.start + arange  # [q]
-            allowed = (target._slot_ids[None, :kv_len] < self.start).expand(q, -1).clone()  # [q, kv_len]
-            allowed.scatter_(1, slots[None, :].expand(q, q), self.block)
-            return target._run(self.tokens, self.pos, slots, allowed, kv_len, hidden_layers)
+            start, pos = self.packed[:1], self.packed[1 : 1 + q]  # [1], [q]
+            block = self.packed[1 + q :].view(q, q) != 0  # [q, q]
+            slots = start + arange  # [q]
+            allowed = (target._slot_ids[None, :kv_len] < start).expand(q, -1).clone()  # [q, kv_len]
+            allowed.scatter_(1, slots[None, :].expand(q, q), block)
+            return target._run(self.tokens, pos, slots, allowed, kv_len, hidden_layers)
 
         self.step = step
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -265,16 +266,12 @@ class _GraphedStep:
 
     def __call__(self, tokens, start, positions, visible):
         """Replay with new inputs; the returned tensors are overwritten by the next replay."""
-        self.host_start[0] = start
-        if positions is None:
-            self.host_pos.numpy()[:] = np.arange(start, start + self.q)
-        else:
-            self.host_pos.numpy()[:] = positions
-        self.host_block.numpy()[:] = self.tril if visible is None else visible
+        q, h = self.q, self.host_view
+        h[0] = start
+        h[1 : 1 + q] = np.arange(start, start + q) if positions is None else positions
+        h[1 + q :] = self.tril if visible is None else np.asarray(visible).ravel()
         self.tokens.copy_(tokens)
-        self.start.copy_(self.host_start, non_blocking=True)
-        self.pos.copy_(self.host_pos, non_blocking=True)
-        self.block.copy_(self.host_block, non_blocking=True)
+        self.packed.copy_(self.host, non_blocking=True)
         if self.graph is None:
             share = next((g.graph for g in self.siblings.values() if g.graph is not None), None)
             self.graph, self.out = capture(self.step, self.tokens.device, share)

@@ -32,7 +32,7 @@ def greedy_chain(draft: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tenso
     """
     target = logits.argmax(-1)  # [k+1]
     k = draft.shape[0]
-    n = (draft == target[:k]).long().cumprod(0).sum()  # 0-d
+    n = (draft == target[:k]).cumprod(0).sum()  # 0-d (cumprod of bool is int64)
     return n, target
 
 
@@ -64,6 +64,20 @@ def sample_chain(
     return n, tokens
 
 
+def verify_chain(
+    draft: torch.Tensor,
+    q: torch.Tensor | None,
+    logits: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One branch: :func:`greedy_chain` at temperature 0, else :func:`sample_chain`; ``logits`` ``[k+1, V]``
+    are the target's at the root and at each draft token."""
+    if temperature == 0:
+        return greedy_chain(draft, logits)
+    return sample_chain(draft, q, logits, temperature, generator)
+
+
 def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     """One token (``[1]``) from ``logits`` (``[V]``): argmax at temperature 0, else a sample of softmax(logits/T)."""
     if temperature == 0:
@@ -90,10 +104,7 @@ def verify_branches(
     """
     if len(drafts) == 1:
         logits = torch.cat([root_logits[None], branch_logits[0]])  # [k+1, V]
-        if temperature == 0:
-            n, tok = greedy_chain(drafts[0], logits)
-        else:
-            n, tok = sample_chain(drafts[0], probs[0], logits, temperature, generator)
+        n, tok = verify_chain(drafts[0], probs[0], logits, temperature, generator)
         return torch.zeros_like(n), n, tok
     kmax = max(int(d.shape[0]) for d in drafts)
     results = []

@@ -146,6 +146,13 @@ def test_resync_bounds(e, length, k, lam, d, a, base):
     assert 1.0 - 1e-9 <= v <= max(k + 1.0, a) + 1e-9
 
 
+def test_resync_edits_without_new_text_stay_within_the_bound():
+    """No new text (e = 0) but edits (deletions): their runs' last passes have no new token to emit."""
+    assert resync_al(0.0, 8, k=1, segment_len=1.0, resync=0.0, novel_rate=1.0, base_edits=5.0) <= 2.0
+    passes = resync_passes([[3, 4]], [7], k=1, resync=0, novel_rate=1.0)  # two adjacent runs, nothing new
+    assert 7 / passes[0] <= 2.0
+
+
 @HYP
 @given(e1=unit, e2=unit, k=st.integers(1, 8), d=st.floats(0.0, 20.0), length=st.integers(50, 3000))
 def test_resync_ngram_alone_decreases_with_e(e1, e2, k, d, length):

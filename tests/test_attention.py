@@ -64,9 +64,11 @@ def test_sdpa_kernel_equals_per_head_reference():
     allowed = torch.rand(t, s) < 0.5
     allowed[:, 3] = True
     got = grouped_attention(q, k, v, allowed, 0.3)
+    assert got.shape == (t, hkv * g * d)
     for h in range(hkv):
         for j in range(g):
             for i in range(t):
                 row = j * t + i
                 w = torch.softmax((q[h, row] @ k[h].T * 0.3).masked_fill(~allowed[i], float("-inf")), -1)
-                torch.testing.assert_close(got[h, row], w @ v[h], atol=1e-6, rtol=1e-5)
+                col = (h * g + j) * d  # token-major output, query heads in order
+                torch.testing.assert_close(got[i, col : col + d], w @ v[h], atol=1e-6, rtol=1e-5)

@@ -8,16 +8,17 @@ import torch
 
 from conftest import prompts
 from hybridsd.generate import _tree_layout
-from hybridsd.kv_cache import StaticKVCache
+from hybridsd.kv_cache import SLOT_ALIGN, StaticKVCache
 from hybridsd.target import Target
 
 
 def test_write_rewind_move():
     kv = StaticKVCache(2, 3, 4, 10)
+    assert kv.capacity == SLOT_ALIGN  # rounded up
     k = torch.randn(1, 3, 5, 4)
     v = torch.randn(1, 3, 5, 4)
     keys, values = kv.write(1, torch.arange(2, 7), k, v)
-    assert keys.shape == (1, 3, 10, 4)
+    assert keys.shape == (1, 3, SLOT_ALIGN, 4)
     torch.testing.assert_close(keys[:, :, 2:7], k)
     kv.move(torch.tensor([5, 6]), torch.tensor([3, 4]))  # overlapping ranges are safe
     torch.testing.assert_close(kv.keys[1][:, :, 3:5], k[:, :, 3:5])
@@ -25,7 +26,7 @@ def test_write_rewind_move():
     kv.rewind(4)
     assert kv.length == 4
     with pytest.raises(ValueError, match="rewind"):
-        kv.rewind(11)
+        kv.rewind(SLOT_ALIGN + 1)
     with pytest.raises(ValueError, match="capacity"):
         StaticKVCache(1, 1, 1, 0)
 
@@ -48,8 +49,18 @@ def test_tree_pass_equals_separate_chains(target):
 
 def test_overflow_is_an_error(target):
     t = Target(target, 8)
+    assert t.capacity == SLOT_ALIGN
     with pytest.raises(ValueError, match="overflow"):
-        t.forward(torch.arange(9), 0)
+        t.forward(torch.arange(SLOT_ALIGN + 1) % 50, 0)
+
+
+@pytest.mark.parametrize("capacity", [1, 63, 64, 65, 1000, 2283, 5000])
+def test_spans_are_aligned_and_cover(capacity):
+    kv = StaticKVCache(1, 1, 1, capacity)
+    assert kv.capacity % SLOT_ALIGN == 0 and capacity <= kv.capacity < capacity + SLOT_ALIGN
+    for n in range(1, capacity + 1, 7):
+        s = kv.span(n)
+        assert n <= s <= kv.capacity and s % SLOT_ALIGN == 0
 
 
 @pytest.mark.parametrize("q", [1, 4, 9])
