@@ -559,7 +559,8 @@ def zoo_method(model, tok, exs, eos, make, fwd: dict, max_new: int, sync) -> dic
 
 
 COMPILE_OF = {"graph": lambda mode: False, "graph_compiled": lambda mode: mode,
-              "graph_autotune": lambda mode: "max-autotune-no-cudagraphs"}  # generate(compile=...) of a config
+              "graph_autotune": lambda mode: "max-autotune-no-cudagraphs",
+              "graph_auto": lambda mode: "auto"}  # generate(compile=...) of a config
 
 
 def summary_table(res: dict) -> str:
@@ -586,7 +587,8 @@ def main() -> None:
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
                    choices=["graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf",
-                            "graph_autotune"], help="our target configurations to time (graph always included)")
+                            "graph_autotune", "graph_auto"],
+                   help="our target configurations to time (graph always included)")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
@@ -621,6 +623,7 @@ def main() -> None:
         "graph_compiled_sdpa": lambda: Target(model, cap, cuda_graphs=True, compile=mode, attention="sdpa"),
         "graph_compiled_hf": lambda: Target(model, cap, cuda_graphs=True, compile=mode, decoder=False),
         "graph_autotune": lambda: Target(model, cap, cuda_graphs=True, compile="max-autotune-no-cudagraphs"),
+        "graph_auto": lambda: Target(model, cap, cuda_graphs=True, compile="auto"),
     }
     configs = {}
     for name in a.configs:

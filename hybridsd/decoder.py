@@ -25,6 +25,19 @@ from hybridsd.attention import KERNELS, grouped_attention
 
 
 
+AUTO_MODES = ("max-autotune-no-cudagraphs", None)  # compile="auto": (1-token steps, blocks); None = default mode
+
+
+def compile_modes(compile: bool | str) -> tuple[str | None, str | None]:
+    """``torch.compile`` modes of 1-token steps and of blocks: a mode name (or True: torch's default) for both,
+    or ``"auto"``: :data:`AUTO_MODES`, the fastest of each on an H200 (max-autotune's fused GEMVs for decoding,
+    cuBLAS for verify blocks: ``experiments/results/speed_session4/steps_and_baselines.json``)."""
+    if compile == "auto":
+        return AUTO_MODES
+    mode = compile if isinstance(compile, str) else None
+    return mode, mode
+
+
 class LayerWeights(NamedTuple):
     """One decoder layer's tensors (``H`` hidden, ``D`` head dim, ``I`` MLP width)."""
 
@@ -168,17 +181,18 @@ class Decoder:
         eps = base.norm.variance_epsilon if hasattr(base.norm, "variance_epsilon") else cfg.rms_norm_eps
         self.eager = (make_layer(n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads, head_dim, eps,
                                  base.layers[0].mlp.act_fn, attention), make_head(eps))
-        self.compiled = self.eager
+        self.compiled = {True: self.eager, False: self.eager}  # by "a 1-token step"
         if compile:
-            mode = compile if isinstance(compile, str) else None
-            self.compiled = tuple(torch.compile(f, mode=mode, dynamic=False) for f in self.eager)
+            one, block = compile_modes(compile)
+            fns = {m: tuple(torch.compile(f, mode=m, dynamic=False) for f in self.eager) for m in {one, block}}
+            self.compiled = {True: fns[one], False: fns[block]}
 
     def __call__(self, tokens, pos, slots, allowed, kv, kv_len: int, want: list[int], last_only: bool,
                  compiled: bool = True):
         """Logits ``[T or 1, V]`` fp32 and the ``want`` hidden states concatenated ``[T, len*H]`` (or None) for
         ``tokens`` ``[T]`` at ``pos`` ``[T]`` written at ``slots`` ``[T]``; ``allowed`` ``[T, kv_len]`` bool.
         ``compiled=False`` runs the uncompiled functions (prefill: its length varies)."""
-        layer, head = self.compiled if compiled else self.eager
+        layer, head = self.compiled[tokens.shape[0] == 1] if compiled else self.eager
         n = len(self.weights)
         x = self.base.embed_tokens(tokens)  # [T, H]
         cos, sin = self.base.rotary_emb(x[None], pos[None])  # [1, T, D] each

@@ -99,7 +99,8 @@ def generate(
     one token per target pass with the same engine (the baseline). ``cuda_graphs``
     (default: on for CUDA models) replays each verification block size as a CUDA graph;
     ``compile`` runs those steps through ``torch.compile`` (slow to start, for long runs; a string names
-    the mode, e.g. ``"max-autotune-no-cudagraphs"``). ``attention`` names the Llama-family decoder's
+    the mode, e.g. ``"max-autotune-no-cudagraphs"``, or ``"auto"``: that mode for 1-token steps, the default
+    mode for verify blocks). ``attention`` names the Llama-family decoder's
     attention kernel (``"split"`` or ``"sdpa"``, see :mod:`hybridsd.attention`; default: the fastest available).
     A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.

@@ -344,10 +344,12 @@ def load_simulation(path: str | Path) -> dict:
 _SPEED_IMPL = {"hf_eager": "HF eager", "hf_static_compiled": "HF static cache + compile", "eager": "eager",
                "graph": "CUDA graph", "graph_compiled": "CUDA graph + compile",
                "graph_autotune": "CUDA graph + compile (max-autotune)",
+               "graph_auto": "CUDA graph + compile (auto: max-autotune decode, default blocks)",
                "graph_compiled_sdpa": "CUDA graph + compile, SDPA attention",
                "graph_compiled_hf": "CUDA graph + compiled HF model"}
 # our target's configurations (bench_speed --configs), as opposed to HF's baselines and the EAGLE head
-OUR_CONFIGS = ("eager", "graph", "graph_compiled", "graph_autotune", "graph_compiled_sdpa", "graph_compiled_hf")
+OUR_CONFIGS = ("eager", "graph", "graph_compiled", "graph_autotune", "graph_auto", "graph_compiled_sdpa",
+               "graph_compiled_hf")
 SPEED_COLUMNS = ("run", "context", "name", "config", "impl", "layout", "block", "step", "ms", "x_floor", "floor_ms",
                  "error", "device", "commit")
 

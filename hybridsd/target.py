@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache
 
 from hybridsd.attention import KERNELS
 from hybridsd.cuda_graph import capture
-from hybridsd.decoder import Decoder
+from hybridsd.decoder import Decoder, compile_modes
 from hybridsd.kv_cache import StaticKVCache
 
 
@@ -100,8 +100,9 @@ class Target:
 
     With ``cuda_graphs`` (CUDA only), each block size after prefill is captured once as a
     CUDA graph and replayed: the step then costs one graph launch plus small input copies.
-    With ``compile`` (True, or a ``torch.compile`` mode such as ``"max-autotune-no-cudagraphs"``), the
-    forward for blocks after prefill goes through ``torch.compile`` (static shapes: per block size and KV
+    With ``compile`` (True, or a ``torch.compile`` mode such as ``"max-autotune-no-cudagraphs"``, or ``"auto"``:
+    that mode for 1-token steps and the default mode for blocks, see :func:`~hybridsd.decoder.compile_modes`),
+    the forward for blocks after prefill goes through ``torch.compile`` (static shapes: per block size and KV
     bucket; default mode unless named; never a mode with CUDA graphs: the CUDA graphs are ours).
     ``decoder`` (default: when the family allows) runs our :class:`~hybridsd.decoder.Decoder` instead of
     ``model(...)``; it makes the model's q/k/v and gate/up weights views of fused tensors.
@@ -126,9 +127,10 @@ class Target:
         if decoder and not _has_decoder_layout(model):
             raise ValueError(f"decoder=True needs a model of type {DECODER_TYPES} with model.model."
                              f"{{embed_tokens, rotary_emb, layers, norm}} and lm_head")
-        mode = compile if isinstance(compile, str) else None
-        if mode in ("reduce-overhead", "max-autotune"):  # the modes that capture CUDA graphs themselves
-            raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
+        modes = compile_modes(compile)
+        for mode in modes:
+            if mode in ("reduce-overhead", "max-autotune"):  # the modes that capture CUDA graphs themselves
+                raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
         if compile:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
         self._slot_ids = torch.arange(self.kv.capacity, device=self.device)  # [S]
@@ -142,9 +144,10 @@ class Target:
         self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
         if self.decoder is None:  # model(...) with an HF-facing view of our cache
             self._cache, self._cache_kwarg = _SlotCache(self.kv), _cache_kwarg(model)
-            self._hf_step = self._hf_forward
+            self._hf_steps = {True: self._hf_forward, False: self._hf_forward}  # by "a 1-token step"
             if compile:
-                self._hf_step = torch.compile(self._hf_forward, mode=mode, dynamic=False)
+                fns = {m: torch.compile(self._hf_forward, mode=m, dynamic=False) for m in set(modes)}
+                self._hf_steps = {True: fns[modes[0]], False: fns[modes[1]]}
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property
@@ -199,7 +202,7 @@ class Target:
             return self.decoder(tokens, pos, slots, allowed, self.kv, kv_len, want, last_logits_only, compiled=step)
         self._cache.slots = slots
         self._cache.kv_len = kv_len
-        fwd = self._hf_step if step else self._hf_forward
+        fwd = self._hf_steps[tokens.shape[0] == 1] if step else self._hf_forward
         return fwd(tokens, pos, allowed, hidden_layers, last_logits_only)
 
     def _hf_forward(self, tokens, pos, allowed, hidden_layers, last_logits_only):
