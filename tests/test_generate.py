@@ -224,3 +224,23 @@ def test_replay_drafter_drafts_what_the_target_accepts(target):
     assert all(s.drafted == 4 for s in trace[:-1])
     with pytest.raises(ValueError, match="k must be"):
         ReplayDrafter(ref, 0)
+
+
+def test_compile_auto_is_lossless_on_cpu():
+    """``compile="auto"``: 1-token steps and verify blocks compiled in their own modes, same tokens as plain."""
+    from hybridsd.decoder import AUTO_MODES, compile_modes
+    from hybridsd.target import target_for
+
+    assert compile_modes("auto") == AUTO_MODES and AUTO_MODES[0] != AUTO_MODES[1]
+    assert compile_modes(True) == (None, None) and compile_modes("default") == ("default", "default")
+    torch._dynamo.reset()
+    model = tiny_target("llama", seed=3, layers=2)
+    ids = prompts(4)[3]
+    ref = hf_greedy(model, ids, 12)
+    plain = generate(model, ids, max_new_tokens=12, eos_token_id=[], compile="auto")  # 1-token steps
+    res = generate(model, ids, drafter=OracleDrafter(ref, 3, err=0.3), max_new_tokens=12, eos_token_id=[],
+                   compile="auto")  # blocks
+    assert plain.tokens == res.tokens == ref
+    assert all(s.tree_tokens > 0 for s in res.stats.trace)
+    decoder = target_for(model, 64, compile="auto").decoder
+    assert decoder.compiled[True] is not decoder.compiled[False]
