@@ -1,6 +1,6 @@
 """Saved results as pandas tables: spec_bench JSONL rows, the trace simulation, the speed benchmark (step times,
-EAGLE draft cost, loop overhead, kernel profile, the zoo model end to end, HF generate) and the speed goals measured
-from it.
+EAGLE draft cost, loop overhead, kernel profile, the zoo model end to end, HF generate, and the diagnostics: KV
+capacity check, step conditions, the split-K matmul sweep) and the speed goals measured from it.
 
 Corpus-level aggregates sum counters over rows before dividing (``sum tokens / sum passes``), never average
 per-prompt ratios. pandas is an optional dependency (``pip install -e ".[plots]"``), imported inside functions.
@@ -375,8 +375,13 @@ def _speed_name(name: str) -> tuple[str, str, str, int | None, str]:
 
 
 def _speed_docs(paths_or_globs) -> list[tuple[str, dict]]:
-    """(run, document) of each bench_speed JSON file named (paths or glob patterns); run = the file's stem."""
-    return [(p.stem, json.loads(p.read_text())) for p in _paths(paths_or_globs)]
+    """(run, document) of each bench_speed JSON file named (paths or glob patterns); run = the file's stem, or
+    "folder/stem" for files whose stems the call names more than once (``speed_session3/steps_and_baselines`` and
+    ``speed_session4/steps_and_baselines`` loaded together), so no two files share a run."""
+    paths = _paths(paths_or_globs)
+    stems = [p.stem for p in paths]
+    return [(f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem, json.loads(p.read_text()))
+            for p in paths]
 
 
 def _frame(rows: list[dict], columns: Sequence[str], ints: Sequence[str] = ()):
@@ -397,7 +402,7 @@ def load_speed(paths_or_globs):
     """Per-context step times of one or more ``experiments/bench_speed.py`` JSON files, concatenated in long form.
 
     One row per stored entry: ``run`` (file stem), ``context``, ``name`` (the stored key), ``config`` (the key's
-    configuration prefix: our target's "graph", "graph_compiled", "graph_autotune", "graph_compiled_sdpa",
+    configuration prefix: our target's "graph", "graph_compiled", "graph_autotune", "graph_auto", "graph_compiled_sdpa",
     "graph_compiled_hf", "eager" (see :data:`OUR_CONFIGS`), HF's "hf_eager", "hf_static_compiled", the head's
     "eagle1_graph", "eagle1_eager"), ``impl`` (its label: "CUDA graph", "CUDA graph + compile", "CUDA graph +
     compile (max-autotune)", "CUDA graph + compile, SDPA attention", "CUDA graph + compiled HF model", "eager",
@@ -422,27 +427,40 @@ def load_speed(paths_or_globs):
     return _frame(rows, SPEED_COLUMNS, ints=["block"])
 
 
+SPEED_SECTIONS = ("hf_generate_ms_per_token", "profile", "loop_overhead", "zoo", "step_conditions", "capacity_check",
+                  "loop_profile", "rows")
+
+
+def _sections(doc: dict) -> list[str]:
+    """The parts of a results file besides its step times, in :data:`SPEED_SECTIONS` order, each
+    ``loop_overhead_<config>`` section after ``loop_overhead``; empty ones left out."""
+    out = []
+    for s in SPEED_SECTIONS:
+        out += [k for k in ([s] + (sorted(k for k in doc if k.startswith("loop_overhead_"))
+                                   if s == "loop_overhead" else [])) if doc.get(k)]
+    return out
+
+
 def load_speed_runs(paths_or_globs):
-    """One row per bench_speed file: ``run``, ``device``, ``commit``, ``date``, ``torch``, ``transformers``,
+    """One row per results file: ``run``, ``device``, ``commit``, ``date``, ``torch``, ``transformers``,
     ``floor_ms``, ``copy_bandwidth_TBps``, ``weight_GB``, ``layers``, ``contexts`` (the contexts it holds, sorted),
     ``configs`` (our target configurations it timed, from ``args``), ``compile_mode`` (``args.compile_mode``:
     torch.compile's mode for "graph_compiled" and its variants; None = the default mode), ``sections`` (the other
-    parts it holds, of "hf_generate_ms_per_token", "profile", "loop_overhead", "zoo"), ``conditions`` (the stored
-    note on the host's state) and ``args`` (the command-line arguments, a dict, in files that store them); missing
-    when absent."""
+    parts it holds, of :data:`SPEED_SECTIONS` and the ``loop_overhead_<config>`` sections; "rows" is
+    ``bench_linear.py``'s table), ``conditions`` (the stored note on the host's state) and ``args`` (the
+    command-line arguments, a dict, in files that store them); missing when absent (``bench_linear.py``'s files have
+    no floor and no contexts)."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
         info, args = doc["run_info"], doc.get("args")
         rows.append({"run": run, "device": info.get("device"), "commit": info.get("commit"),
                      "date": info.get("date"), "torch": info.get("torch"), "transformers": info.get("transformers"),
-                     "floor_ms": doc["floor_ms"], "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"),
+                     "floor_ms": doc.get("floor_ms"), "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"),
                      "weight_GB": doc.get("weight_GB"), "layers": doc.get("layers"),
-                     "contexts": sorted(int(c) for c in doc["contexts"]),
+                     "contexts": sorted(int(c) for c in doc.get("contexts") or {}),
                      "configs": args.get("configs") if args else None,
                      "compile_mode": args.get("compile_mode") if args else None,
-                     "sections": [s for s in ("hf_generate_ms_per_token", "profile", "loop_overhead", "zoo")
-                                  if doc.get(s)],
-                     "conditions": doc.get("conditions"), "args": args})
+                     "sections": _sections(doc), "conditions": doc.get("conditions"), "args": args})
     return _frame(rows, ["run", "device", "commit", "date", "torch", "transformers", "floor_ms", "copy_bandwidth_TBps",
                          "weight_GB", "layers", "contexts", "configs", "compile_mode", "sections", "conditions",
                          "args"])
@@ -469,26 +487,49 @@ def speed_vs_baselines(speed):
 
 LOOP_COLUMNS = ("steps", "tokens", "drafted", "accepted", "wall_ms_per_step", "forward_ms_per_step",
                 "outside_ms_per_step", "outside_forward")
+IN_LOOP_COLUMNS = ("steps", "wall_ms", "forward_ms", "host_forward_ms", "outside_ms", "outside_forward")
+
+
+def _num(value) -> float:
+    """A stored number as a float, NaN for None (a field the run did not measure)."""
+    return math.nan if value is None else float(value)
 
 
 def load_loop_overhead(paths_or_globs):
-    """The ``loop_overhead`` sections (``generate()`` wall time per step against the forward time of the same
-    block sizes): one row per file and drafter, ``run``, ``config`` (the target's configuration, "graph"),
-    ``context``, ``drafter`` ("plain"; "replay_k8": 8 drafted tokens a step replayed from the engine's own output,
-    all accepted; "ngram_k8" in older files), ``steps``, ``tokens``, ``drafted`` and ``accepted`` (draft tokens
-    proposed and accepted over the run; <NA> in files that do not store them), ``wall_ms_per_step``,
-    ``forward_ms_per_step``, ``outside_ms_per_step`` (wall - forward) and ``outside_forward`` (1 - forward / wall,
-    the share of a step spent outside the forward passes). Files without the section add no rows. A file's
-    ``conditions`` may say its section is not valid (:func:`load_speed_runs`): this loader does not judge."""
+    """The loop-overhead sections (``loop_overhead``, and ``loop_overhead_<config>`` in newer files): one row per
+    file, section and drafter, ``run``, ``section`` (the key), ``config`` (the target's configuration the section
+    names: "graph", "graph_compiled", ...), ``context``, ``drafter`` ("plain"; "replay_k8": 8 drafted tokens a step
+    replayed from the engine's own output, all accepted; "ngram_k8" in older files), ``steps``, ``tokens``,
+    ``drafted`` and ``accepted`` (draft tokens proposed and accepted over the run; <NA> in files that do not store
+    them), then two measures of the share of a step spent outside the forward passes:
+
+    - against forwards timed apart: ``wall_ms_per_step`` (a ``generate()`` run's wall time per step),
+      ``forward_ms_per_step`` (the same block sizes' forward medians, timed apart), ``outside_ms_per_step``
+      (wall - forward) and ``outside_forward`` (1 - forward / wall); NaN where the run did not time every block
+      size apart (the compiled configurations' drafting steps);
+    - from inside the run (the ``in_loop`` dict, newer files; NaN/<NA> elsewhere): ``in_loop_steps`` (steps after
+      the prefill), ``in_loop_wall_ms`` (median host time from one target pass's call to the next's),
+      ``in_loop_forward_ms`` (median of CUDA events around each pass: host work, launch and device work),
+      ``in_loop_host_forward_ms`` (median host time inside the call), ``in_loop_outside_ms`` (median of wall -
+      forward) and ``in_loop_outside_forward`` (1 - sum of forward / sum of wall over the steps).
+
+    Files without a section add no rows. A file's ``conditions`` may say a section is not valid
+    (:func:`load_speed_runs`): this loader does not judge."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
-        sec = doc.get("loop_overhead") or {}
-        for drafter, r in sec.items():
-            if isinstance(r, dict):
-                rows.append({"run": run, "config": sec.get("config"), "context": sec.get("ctx"), "drafter": drafter,
-                             **{c: r.get(c) for c in LOOP_COLUMNS}})
-    return _frame(rows, ["run", "config", "context", "drafter", *LOOP_COLUMNS],
-                  ints=["steps", "tokens", "drafted", "accepted"])
+        for key in [k for k in doc if k.startswith("loop_overhead")]:
+            sec = doc.get(key) or {}
+            for drafter, r in sec.items():
+                if isinstance(r, dict):
+                    inner = r.get("in_loop") or {}
+                    rows.append({"run": run, "section": key, "config": sec.get("config"), "context": sec.get("ctx"),
+                                 "drafter": drafter, **{c: r.get(c) for c in LOOP_COLUMNS[:4]},
+                                 **{c: _num(r.get(c)) for c in LOOP_COLUMNS[4:]},
+                                 "in_loop_steps": inner.get("steps"),
+                                 **{f"in_loop_{c}": _num(inner.get(c)) for c in IN_LOOP_COLUMNS[1:]}})
+    return _frame(rows, ["run", "section", "config", "context", "drafter", *LOOP_COLUMNS,
+                         *(f"in_loop_{c}" for c in IN_LOOP_COLUMNS)],
+                  ints=["steps", "tokens", "drafted", "accepted", "in_loop_steps"])
 
 
 def load_speed_profile(paths_or_globs):
@@ -525,6 +566,85 @@ def load_speed_profile_top(paths_or_globs):
                   ints=["context", "block", "rank"])
 
 
+def load_capacity_check(paths_or_globs):
+    """The ``capacity_check`` sections (``bench_speed --conditions``: the graphed steps of targets that differ only
+    in KV capacity, timed in turn A B A B): one row per file, configuration, round, capacity and step, ``run``,
+    ``config``, ``round``, ``capacity`` (the cache's slots), ``kv_len`` (the span a step attends over), ``step``
+    ("chain_q1", "chain_q9", "tree_q9"), ``layout``, ``block``, ``ms``."""
+    rows = []
+    for run, doc in _speed_docs(paths_or_globs):
+        for config, recs in (doc.get("capacity_check") or {}).items():
+            for r in recs:
+                for step, ms in r.items():
+                    m = re.fullmatch(r"(chain|tree)_q(\d+)", step)
+                    if m:
+                        rows.append({"run": run, "config": config, "round": r.get("round"),
+                                     "capacity": r.get("capacity"), "kv_len": r.get("kv_len"), "step": step,
+                                     "layout": m.group(1), "block": int(m.group(2)), "ms": _ms(ms)})
+    return _frame(rows, ["run", "config", "round", "capacity", "kv_len", "step", "layout", "block", "ms"],
+                  ints=["round", "capacity", "kv_len", "block"])
+
+
+STEP_CONDITIONS = ("fixed", "advancing", "host_gap", "fresh_tokens", "verify_after", "host_ms", "replay_ms",
+                   "replay2_ms")
+
+
+def load_step_conditions(paths_or_globs):
+    """The ``step_conditions`` sections (``bench_speed --conditions``: the graphed step as ``generate()`` gets it,
+    under one condition of the loop at a time): one row per file, configuration and block, ``run``, ``config``,
+    ``block``, ``compile``, ``capacity`` (<NA> in files that do not store it), the medians in ms ``fixed`` (same
+    start slot each call), ``advancing`` (start moves by the block), ``host_gap`` (host work before each call),
+    ``fresh_tokens`` (the block made from a host list each call), ``verify_after`` (verification and its host read
+    after each call), and, in newer files, the graph launch: ``host_ms`` (host time of one replay call),
+    ``replay_ms`` and ``replay2_ms`` (device time of one and of two back-to-back replays); NaN when absent."""
+    rows = [{"run": run, "config": config, "block": r.get("q"), "compile": r.get("compile"),
+             "capacity": r.get("capacity"), **{c: _num(r.get(c)) for c in STEP_CONDITIONS}}
+            for run, doc in _speed_docs(paths_or_globs)
+            for config, recs in (doc.get("step_conditions") or {}).items() for r in recs]
+    return _frame(rows, ["run", "config", "block", "compile", "capacity", *STEP_CONDITIONS],
+                  ints=["block", "capacity"])
+
+
+LINEAR_COLUMNS = ("shape", "n", "k", "rows", "kind", "us", "TBps", "rel_err", "block_n", "block_k", "splits",
+                  "num_warps", "num_stages")
+
+
+def load_bench_linear(paths_or_globs):
+    """``experiments/bench_linear.py`` files (a split-K Triton matmul against ``F.linear`` per weight matrix of the
+    8B shape): one row per stored row, ``run``, ``shape`` ("qkv", "o", "gate_up", "down", "lm_head"), ``n``, ``k``
+    (the weight's out and in features), ``rows`` (tokens), ``kind`` ("F.linear"; "splitk": one kernel
+    configuration of the sweep; "splitk_plan": the configuration the kernel's own plan picks), ``us`` (median
+    time), ``TBps`` (weight bytes / time), ``rel_err`` (against F.linear; missing for F.linear), and the split-K
+    configuration ``block_n``, ``block_k``, ``splits``, ``num_warps``, ``num_stages`` (missing where not stored)."""
+    rows = [{"run": run, **{c: r.get(c) for c in LINEAR_COLUMNS}}
+            for run, doc in _speed_docs(paths_or_globs) for r in doc.get("rows") or []]
+    return _frame(rows, ["run", *LINEAR_COLUMNS],
+                  ints=["n", "k", "rows", "block_n", "block_k", "splits", "num_warps", "num_stages"])
+
+
+def linear_vs_splitk(linear):
+    """Per run, weight matrix and row count of :func:`load_bench_linear`: ``flinear_us``, ``plan_us`` (the split-K
+    kernel's own plan), ``best_us`` (the fastest split-K configuration timed) and its ``best_config``
+    ("block_n x block_k, splits s"), ``best_over_flinear`` and ``plan_over_flinear`` (< 1: split-K faster), and
+    ``flinear_TBps``."""
+    import pandas as pd
+
+    recs = []
+    for (run, shape, nrows), g in linear.groupby(["run", "shape", "rows"], sort=False):
+        fl, plan, sk = (g[g.kind == k] for k in ("F.linear", "splitk_plan", "splitk"))
+        best = sk.loc[sk.us.idxmin()] if len(sk) else None
+        f_us = float(fl.us.iloc[0]) if len(fl) else math.nan
+        p_us = float(plan.us.iloc[0]) if len(plan) else math.nan
+        b_us = float(best.us) if best is not None else math.nan
+        recs.append({"run": run, "shape": shape, "rows": int(nrows), "flinear_us": f_us, "plan_us": p_us,
+                     "best_us": b_us, "best_config": None if best is None else
+                     f"{best.block_n} x {best.block_k}, splits {best.splits}",
+                     "best_over_flinear": b_us / f_us, "plan_over_flinear": p_us / f_us,
+                     "flinear_TBps": float(fl.TBps.iloc[0]) if len(fl) else math.nan})
+    return pd.DataFrame(recs, columns=["run", "shape", "rows", "flinear_us", "plan_us", "best_us", "best_config",
+                                       "best_over_flinear", "plan_over_flinear", "flinear_TBps"])
+
+
 SPEED_GOALS = {"decode": 1.25, "verify": 1.35, "draft": 0.12, "tree": 1.05, "outside": 0.05}
 SPEED_GOAL_TEXT = {"decode": "decode step / floor", "verify": "verify step (k+1 <= 9) / floor",
                    "draft": "EAGLE-1 draft token / decode step", "tree": "tree of 9 / chain of 9",
@@ -539,7 +659,9 @@ def speed_goals(speed, overhead=None, limits: dict | None = None):
     ``verify`` (the config's largest chain step of 2-9 tokens measured / floor), ``draft`` (the run's graphed
     EAGLE-1 ``per_draft_token`` / the config's 1-token step of the same run and context; only runs that timed the
     head), ``tree`` (the config's 2-branch tree of 9 / its chain of 9; 1.05 is a tolerance for timing noise, the goal
-    being "no slower"), ``outside`` (``outside_forward`` of each loop-overhead row, its ``config``, ``drafter``).
+    being "no slower"), ``outside`` (per loop-overhead row, its ``config`` and ``drafter``: the share of a step
+    outside the forward passes, ``in_loop_outside_forward`` (timed inside the run) where the row has it, else
+    ``outside_forward`` (against forwards timed apart); ``detail`` says which; a row with neither is skipped).
     Columns: ``goal``, ``run``, ``context``, ``config``, ``impl`` (its label), ``drafter`` (outside rows only),
     ``measured``, ``limit``, ``met`` (measured <= limit), ``detail`` (the numbers it is made of, as text)."""
     import pandas as pd
@@ -574,9 +696,15 @@ def speed_goals(speed, overhead=None, limits: dict | None = None):
                 add("tree", run, ctx, config, tree / nine, f"{tree:.2f} / {nine:.2f} ms")
     if overhead is not None:
         for r in overhead.itertuples():
-            add("outside", r.run, r.context, r.config, r.outside_forward,
-                f"wall {r.wall_ms_per_step:.2f} - forward {r.forward_ms_per_step:.2f} = "
-                f"{r.outside_ms_per_step:.2f} ms/step over {r.steps} steps", drafter=r.drafter)
+            if pd.notna(getattr(r, "in_loop_outside_forward", math.nan)):
+                add("outside", r.run, r.context, r.config, r.in_loop_outside_forward,
+                    f"in_loop (timed inside generate()): medians wall {r.in_loop_wall_ms:.2f}, forward "
+                    f"{r.in_loop_forward_ms:.2f}, outside {r.in_loop_outside_ms:.2f} ms/step over {r.in_loop_steps} "
+                    f"steps", drafter=r.drafter)
+            elif pd.notna(r.outside_forward):
+                add("outside", r.run, r.context, r.config, r.outside_forward,
+                    f"forward timed apart: wall {r.wall_ms_per_step:.2f} - forward {r.forward_ms_per_step:.2f} = "
+                    f"{r.outside_ms_per_step:.2f} ms/step over {r.steps} steps", drafter=r.drafter)
     cols = ["goal", "run", "context", "config", "impl", "drafter", "measured", "limit", "met", "detail"]
     return pd.DataFrame(rows, columns=cols)
 

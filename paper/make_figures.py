@@ -7,11 +7,11 @@ Reads (nothing else; no number below is typed in by hand):
 - experiments/results/simulate_al.json             trace simulation of 3,724 real code edits + model fits
 - experiments/results/sweeps/gpu-one-call/*.jsonl  GPU sweep of tiny-coder (the primary AL measurement), sweep.json
 - experiments/results/zoo/session2/                EAGLE-3 gate (retrained head vs EAGLE-1) and the GPU test log
-- experiments/results/speed_session3/             8B-shape step times against the floor and HF's baselines
-  (steps_and_baselines.json, GPU 1), the same steps again with the EAGLE-1 draft cost and a kernel profile
-  (steps_eagle_profile.json, GPU 0; its loop_overhead section is not valid and not read), the loop overhead
-  (overhead.json), tiny-coder end to end (zoo.json), and the GPU test logs
-- experiments/results/bench_speed_ctx512.json, bench_speed.json   session 2's steps, for comparison
+- experiments/results/speed_session4/             8B-shape step times against the floor, HF's baselines and the
+  EAGLE-1 draft cost (steps_and_baselines.json), compile="auto" (steps_auto.json), the loop overhead timed inside
+  the run and tiny-coder end to end (overhead_zoo.json), the GPU test log, and the diagnostic runs before the
+  session's fixes (launch.json, bench_linear.json, conditions.json, overhead.json)
+- experiments/results/speed_session3/             session 3's steps, loop overhead and zoo, for comparison
 - experiments/results/bench_ngram.json             n-gram kernel time per call (CPU)
 - experiments/results/sweeps/cpu-small/*.jsonl     the CPU sweep (secondary), if present
 - hybridsd/models/tiny-coder/                      training_config.json, heads_training_*.json, tokenizer.json,
@@ -310,10 +310,13 @@ def simulation() -> None:
 
 SWEEP_GPU = RESULTS / "sweeps" / "gpu-one-call"
 SWEEP_CPU = RESULTS / "sweeps" / "cpu-small"
-S3 = RESULTS / "speed_session3"  # session 3: the speed measurements (bench_speed.py), see speed()
-OVERHEAD = S3 / "overhead.json"  # the loop overhead, one GPU alone
-ZOO_SPEED = S3 / "zoo.json"  # tiny-coder end to end
-SESSION2 = {512: RESULTS / "bench_speed_ctx512.json", 2048: RESULTS / "bench_speed.json"}  # history, per context
+S4 = RESULTS / "speed_session4"  # session 4: the speed measurements (bench_speed.py, bench_linear.py), see speed()
+STEPS, STEPS_AUTO = S4 / "steps_and_baselines.json", S4 / "steps_auto.json"  # the main table; compile="auto"
+LOOP = S4 / "overhead_zoo.json"  # the loop overhead (timed inside the run) and tiny-coder end to end
+LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST = (S4 / f"{n}.json" for n in ("launch", "bench_linear", "conditions",
+                                                                         "overhead"))  # diagnostics before the fixes
+S3 = RESULTS / "speed_session3"  # session 3: history
+S3_OVERHEAD, S3_ZOO = S3 / "overhead.json", S3 / "zoo.json"
 GATE = RESULTS / "zoo" / "session2"
 DATASETS = ("code-edits", "editeval", "mt-bench")
 DATASET_TAG = {"code-edits": "Code", "editeval": "EditEval", "mt-bench": "MT"}
@@ -761,48 +764,52 @@ def eagle3_gate() -> None:
 
 # ----------------------------------------------------------------------------- GPU speed
 
-STEP_CONFIGS = [  # (config, label): our target's configurations in the tables, in this order
-    ("graph", "graph"), ("graph_compiled", "graph + compile"), ("graph_autotune", "graph + max-autotune"),
-    ("graph_compiled_sdpa", "graph + compile, SDPA")]
-SPEED_ROWS = [  # (stored name, label); a None name is a \midrule
-    ("hf_eager_decode", "HF eager decode, 1 token"),
-    ("hf_static_compiled_q1", "HF static cache + compile, 1 token"),
-    ("hf_static_compiled_q8", "HF static cache + compile, 8 tokens"),
-    *[row for config, label in STEP_CONFIGS
-      for row in [(None, None)] + [(f"{config}_{step}", f"{label}: {what}") for step, what in
-                                   (("chain_q1", "1 token"), ("chain_q9", "chain of 9"), ("tree_q9", "tree 1+4+4"))]],
-    (None, None),
-    ("eagle1_graph_catchup4_k1", "EAGLE-1 head, graph: catch-up 4 + 1 token"),
-    ("eagle1_graph_catchup4_k3", "EAGLE-1 head, graph: catch-up 4 + 3 tokens"),
-    ("eagle1_graph_per_draft_token", "EAGLE-1 head, graph: per draft token"),
-    ("eagle1_eager_per_draft_token", "EAGLE-1 head, eager: per draft token"),
+STEP_CONFIGS = [  # (config, label, run): our target's configurations in the tables, in this order
+    ("graph", "graph", "steps_and_baselines"), ("graph_compiled", "graph + compile", "steps_and_baselines"),
+    ("graph_autotune", "graph + max-autotune", "steps_and_baselines"),
+    ("graph_auto", "graph + compile auto$^\\dagger$", "steps_auto")]
+STEP_LAYOUTS = (("chain_q1", "1 token"), ("chain_q9", "chain of 9"), ("tree_q9", "tree 1+4+4"))
+SPEED_ROWS = [  # (run, stored name, label); a None name is a \midrule
+    ("steps_and_baselines", "hf_eager_decode", "HF eager decode, 1 token"),
+    ("steps_and_baselines", "hf_static_compiled_q1", "HF static cache + compile, 1 token"),
+    ("steps_and_baselines", "hf_static_compiled_q8", "HF static cache + compile, 8 tokens"),
+    *[row for config, label, run in STEP_CONFIGS
+      for row in [(None, None, None)] + [(run, f"{config}_{step}", f"{label}: {what}") for step, what in STEP_LAYOUTS]],
+    (None, None, None),
+    ("steps_and_baselines", "eagle1_graph_catchup4_k1", "EAGLE-1 head, graph: catch-up 4 + 1 token"),
+    ("steps_and_baselines", "eagle1_graph_catchup4_k3", "EAGLE-1 head, graph: catch-up 4 + 3 tokens"),
+    ("steps_and_baselines", "eagle1_graph_per_draft_token", "EAGLE-1 head, graph: per draft token"),
+    ("steps_and_baselines", "eagle1_eager_per_draft_token", "EAGLE-1 head, eager: per draft token"),
 ]
-# the two step runs, made at the same time on the two GPUs of one host: (run, label, macro tag)
-STEP_RUNS = [("steps_and_baselines", "GPU 1", "Main"), ("steps_eagle_profile", "GPU 0", "Rep")]
-CTX_TAG = {512: "A", 2048: "B"}
+CTX_TAG = {2048: "A", 512: "B"}  # the contexts in table order, and their macro letters
+CONFIG_TAG = {"graph": "Graph", "graph_compiled": "Comp", "graph_autotune": "Autotune", "graph_auto": "Auto"}
 GOAL_ORDER = ("decode", "verify", "draft", "tree")
+S3_MAIN, S3_HEAD = "steps_and_baselines", "steps_eagle_profile"  # session 3's main run (GPU 1) and its head's run
 
 
-def speed_table(sp, runs) -> None:
-    """Every step of both step runs at both contexts, ms and x floor of its own run."""
-    t = sp.set_index(["run", "context", "name"]).ms
-    cols = [(ctx, run) for ctx in CTX_TAG for run, _, _ in STEP_RUNS]
-    lines = [r"\begin{tabular}{l" + "rr" * len(cols) + "}", r"\toprule",
-             " & " + " & ".join(f"\\multicolumn{{4}}{{c}}{{context {c}}}" for c in CTX_TAG) + r" \\",
-             r"\cmidrule(lr){2-5}\cmidrule(lr){6-9}",
-             " & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{{gpu}}}" for _ in CTX_TAG for _, gpu, _ in STEP_RUNS)
-             + r" \\",
-             "step & " + " & ".join("ms & $\\times$floor" for _ in cols) + r" \\", r"\midrule",
-             "memory-bandwidth floor & " + " & ".join(f"{runs.loc[r, 'floor_ms']:.2f} & 1.00" for _, r in cols)
-             + r" \\", r"\midrule"]
-    for name, label in SPEED_ROWS:
+def speed_table(sp, s3, runs, runs3) -> None:
+    """Every step of session 4's runs at both contexts (ms and x its own run's floor) beside session 3's ms."""
+    t, t3 = sp.set_index(["run", "context", "name"]).ms, s3.set_index(["run", "context", "name"]).ms
+    lines = [r"\begin{tabular}{l" + "rrr" * len(CTX_TAG) + "}", r"\toprule",
+             " & " + " & ".join(f"\\multicolumn{{3}}{{c}}{{context {c}}}" for c in CTX_TAG) + r" \\",
+             r"\cmidrule(lr){2-4}\cmidrule(lr){5-7}",
+             "step & " + " & ".join(r"ms & $\times$floor & session 3" for _ in CTX_TAG) + r" \\", r"\midrule"]
+    for run, label in (("steps_and_baselines", "memory-bandwidth floor"),
+                       ("steps_auto", "floor of the compile-auto run$^\\dagger$")):
+        s3_floor = fmt(runs3.loc[S3_MAIN, "floor_ms"]) if run == "steps_and_baselines" else "--"
+        lines.append(f"{label} & " + " & ".join(f"{runs.loc[run, 'floor_ms']:.2f} & 1.00 & {s3_floor}"
+                                                 for _ in CTX_TAG) + r" \\")
+    for run, name, label in SPEED_ROWS:
         if name is None:
             lines.append(r"\midrule")
             continue
         cells = []
-        for ctx, run in cols:
+        for ctx in CTX_TAG:
             ms = float(t.get((run, ctx, name), math.nan))
-            cells += [fmt(ms), "--" if name.startswith("eagle") else fmt(ms / runs.loc[run, "floor_ms"])]
+            old = t3.get((S3_HEAD if name.startswith("eagle") else S3_MAIN, ctx, name), math.nan)
+            old = float(old) if run == "steps_and_baselines" else math.nan
+            nd = 3 if name.startswith("eagle") else 2
+            cells += [fmt(ms, nd), "--" if nd == 3 else fmt(ms / runs.loc[run, "floor_ms"]), fmt(old, nd)]
         lines.append(f"{label} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     write(TAB / "speed.tex", "\n".join(lines) + "\n")
@@ -814,51 +821,68 @@ def goal_cell(r) -> str:
 
 
 def speed_goal_table(goals) -> None:
-    """Each goal per configuration (rows) and context x GPU (columns); the loop overhead from its own run."""
+    """Each goal per configuration (rows, naming the file) and context (columns); the loop overhead per
+    configuration and drafter, measured inside the run."""
     lim = results.SPEED_GOALS
     labels = {"decode": f"decode / floor $\\le {lim['decode']:g}$",
               "verify": f"verify ($k{{+}}1\\le9$) / floor $\\le {lim['verify']:g}$",
               "draft": f"EAGLE-1 draft token / decode $\\le {lim['draft']:g}$",
-              "tree": f"tree of 9 / chain of 9 $\\le {lim['tree']:g}$"}
-    cols = [(ctx, run) for ctx in CTX_TAG for run, _, _ in STEP_RUNS]
+              "tree": f"tree of 9 / chain of 9 $\\le {lim['tree']:g}$",
+              "outside": f"outside forward / step $\\le {100 * lim['outside']:g}\\%$"}
     g = {(r.goal, r.config, r.context, r.run): r for r in goals.itertuples() if r.goal != "outside"}
-    lines = [r"\begin{tabular}{llrrrr}", r"\toprule",
-             r"goal & configuration & \multicolumn{2}{c}{context 512} & \multicolumn{2}{c}{context 2048} \\",
-             r"\cmidrule(lr){3-4}\cmidrule(lr){5-6}",
-             " & & " + " & ".join(gpu for _ in CTX_TAG for _, gpu, _ in STEP_RUNS) + r" \\"]
+    lines = [r"\begin{tabular}{lllrr}", r"\toprule",
+             "goal & configuration & file & " + " & ".join(f"context {c}" for c in CTX_TAG) + r" \\"]
     for goal in GOAL_ORDER:
         lines.append(r"\midrule")
         first = True
-        for config, label in STEP_CONFIGS:
-            cells = [g.get((goal, config, ctx, run)) for ctx, run in cols]
-            if config == "graph_compiled_sdpa" or not any(cells):
+        for config, label, run in STEP_CONFIGS:
+            cells = [g.get((goal, config, ctx, run)) for ctx in CTX_TAG]
+            if not any(cells):
                 continue
-            lines.append(f"{labels[goal] if first else ''} & {label} & " + " & ".join(map(goal_cell, cells))
-                         + r" \\")
+            lines.append(f"{labels[goal] if first else ''} & {label} & \\code{{{tex_escape(run)}}} & "
+                         + " & ".join(map(goal_cell, cells)) + r" \\")
             first = False
     lines.append(r"\midrule")
     out = goals[goals.goal == "outside"]
     for i, r in enumerate(out.itertuples()):
-        head = f"outside forward / step $\\le {100 * lim['outside']:g}\\%$" if i == 0 else ""
-        mark = "" if r.met else r"$^\times$"
-        value = f"${100 * r.measured:.1f}$\\%{mark} (\\code{{{tex_escape(r.run)}.json}}, context {r.context})"
-        lines.append(f"{head} & graph, {tex_escape(r.drafter)} & \\multicolumn{{4}}{{c}}{{{value}}} \\\\")
+        label = dict((c, lab) for c, lab, _ in STEP_CONFIGS)[r.config]
+        cells = [f"${100 * r.measured:.1f}$\\%" + ("" if r.met else r"$^\times$") if ctx == r.context else "--"
+                 for ctx in CTX_TAG]
+        lines.append(f"{labels['outside'] if i == 0 else ''} & {label}, {tex_escape(r.drafter)} & "
+                     f"\\code{{{tex_escape(r.run)}}} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     write(TAB / "speed_goals.tex", "\n".join(lines) + "\n")
 
 
-def zoo_speed_table(zoo) -> None:
+def loop_table(loop) -> None:
+    """The loop overhead per configuration and drafter: the in-run measure (the goal's) beside the older one."""
+    label = {c: lab for c, lab, _ in STEP_CONFIGS}
+    lines = [r"\begin{tabular}{llrrrrrrr}", r"\toprule",
+             r" & & & \multicolumn{5}{c}{timed inside the run} & apart \\", r"\cmidrule(lr){4-8}\cmidrule(lr){9-9}",
+             r"configuration & drafter & steps & wall & forward & host in forward & outside & outside share "
+             r"& outside share \\", r"\midrule"]
+    for r in loop.itertuples():
+        apart = "--" if not math.isfinite(r.outside_forward) else f"{100 * r.outside_forward:.1f}\\%"
+        lines.append(f"{label[r.config]} & {tex_escape(r.drafter)} & {r.in_loop_steps} & {fmt(r.in_loop_wall_ms)} & "
+                     f"{fmt(r.in_loop_forward_ms)} & {fmt(r.in_loop_host_forward_ms, 3)} & "
+                     f"{fmt(r.in_loop_outside_ms, 3)} & {100 * r.in_loop_outside_forward:.1f}\\% & {apart} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    write(TAB / "loop_overhead.tex", "\n".join(lines) + "\n")
+
+
+def zoo_speed_table(zoo, zoo3) -> None:
     order = ["plain", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle-tree"]
     label = {"plain": "plain", "ngram": "n-gram", "eagle": "EAGLE-1", "eagle3": "EAGLE-3",
              "ngram-eagle": "n-gram + EAGLE-1", "ngram-eagle-tree": "n-gram + EAGLE-1, tree"}
-    z = zoo.set_index("method")
-    lines = [r"\begin{tabular}{lrrrrrr}", r"\toprule",
-             r"method & AL & tokens/s & ms/pass & forward ms/pass & speedup & forward-only \\", r"\midrule"]
+    z, old = zoo.set_index("method"), zoo3.set_index("method").speedup
+    lines = [r"\begin{tabular}{lrrrrrrr}", r"\toprule",
+             r"method & AL & tokens/s & ms/pass & forward ms/pass & speedup & forward-only & session 3 \\",
+             r"\midrule"]
     for m in [m for m in order if m in z.index] + [m for m in z.index if m not in order]:
         r = z.loc[m]
         lines.append(f"{label.get(m, tex_escape(m))} & {fmt(r.seq_normalized_al)} & {r.tokens_per_s:.0f} & "
                      f"{fmt(r.step_ms)} & {fmt(r.forward_ms_per_step)} & {fmt(r.speedup)} & "
-                     f"{fmt(r.forward_only_speedup)} \\\\")
+                     f"{fmt(r.forward_only_speedup)} & {fmt(old.get(m, math.nan))} \\\\")
         tag = {"plain": "Plain", "ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eagle": "Hyb",
                "ngram-eagle-tree": "Tree"}.get(m)
         if tag:
@@ -867,25 +891,28 @@ def zoo_speed_table(zoo) -> None:
             num(f"zooStep{tag}", r.step_ms)
             num(f"zooTokS{tag}", r.tokens_per_s, "{:.0f}")
             num(f"zooOtherShare{tag}", 100 * r.other_ms_per_step / r.step_ms, "{:.0f}")
+            if m in old.index:
+                num(f"zooSesThreeSpeedup{tag}", old[m])
     lines += [r"\bottomrule", r"\end{tabular}"]
     write(TAB / "zoo_speed.tex", "\n".join(lines) + "\n")
 
 
-def speed_figure(sp) -> None:
-    """The main steps as multiples of the floor, one panel per context: GPU 1's run as bars, GPU 0's as dots."""
-    names = ["hf_static_compiled_q1", "hf_static_compiled_q8"] + [
-        f"{c}_{s}" for c, _ in STEP_CONFIGS for s in ("chain_q1", "chain_q9")]
-    label = {n: lab for n, lab in SPEED_ROWS if n}
-    fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.7), sharey=True)
-    ys = np.arange(len(names))[::-1]
+def speed_figure(sp, s3) -> None:
+    """The main steps as multiples of their run's floor, one panel per context: session 4 as bars (the compile-auto
+    run hatched), session 3's main run as dots."""
+    rows = [("steps_and_baselines", n) for n in ("hf_static_compiled_q1", "hf_static_compiled_q8")] + [
+        (run, f"{c}_{s}") for c, _, run in STEP_CONFIGS for s in ("chain_q1", "chain_q9")]
+    label = {(run, n): lab.replace("$^\\dagger$", "") for run, n, lab in SPEED_ROWS if n}
+    fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.9), sharey=True)
+    ys = np.arange(len(rows))[::-1]
     for ax, ctx in zip(axes, CTX_TAG):
-        for (run, gpu, _), color in zip(STEP_RUNS, ("#4c72b0", "#dd8452")):
-            x = sp[(sp.run == run) & (sp.context == ctx)].set_index("name").x_floor
-            vals = [x.get(n, np.nan) for n in names]
-            if run == STEP_RUNS[0][0]:
-                ax.barh(ys, vals, 0.7, color=color, label=f"{gpu} (bars)")
-            else:
-                ax.plot(vals, ys, "o", color=color, ms=3.5, label=f"{gpu} (dots)")
+        x = sp[sp.context == ctx].set_index(["run", "name"]).x_floor
+        old = s3[(s3.run == S3_MAIN) & (s3.context == ctx)].set_index("name").x_floor
+        vals = [x.get(r, np.nan) for r in rows]
+        auto = [r[0] == "steps_auto" for r in rows]
+        ax.barh(ys, vals, 0.7, color=["#55a868" if a else "#4c72b0" for a in auto], label="session 4 (bars)")
+        ax.plot([old.get(n, np.nan) if run == "steps_and_baselines" else np.nan for run, n in rows], ys, "o",
+                color="#dd8452", ms=3.5, label="session 3 (dots)")
         ax.axvline(1.0, color="k", lw=0.9, label="floor")
         for g, ls in (("decode", "--"), ("verify", ":")):
             lim = results.SPEED_GOALS[g]
@@ -894,179 +921,220 @@ def speed_figure(sp) -> None:
         ax.set_title(f"context {ctx}")
         ax.set_xlabel("step time / floor")
     axes[0].set_yticks(ys)
-    axes[0].set_yticklabels([label[n] for n in names], fontsize=6.2)
+    axes[0].set_yticklabels([label[r] for r in rows], fontsize=6.2)
     fig.legend(*axes[0].get_legend_handles_labels(), frameon=False, loc="lower center", ncol=5, fontsize=6)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     savefig(fig, "speed")
 
 
-def best_config(goals, goal: str) -> str:
-    """The configuration that meets ``goal`` in most (run, context) measurements; ties: the lower worst value."""
-    s = results.speed_goal_summary(goals[goals.goal == goal], by=["config"])
-    s = s[s.config.isin([c for c, _ in STEP_CONFIGS[:3]])]
-    return s.sort_values(["n_met", "highest"], ascending=[False, True]).config.iloc[0]
+def speed_step_numbers(sp, s3, runs) -> None:
+    """Each quoted step per context (ms, and x its run's floor), ratios to HF's baselines, and session 3's."""
+    ms, ms3 = sp.set_index(["run", "context", "name"]).ms, s3.set_index(["run", "context", "name"]).ms
+    quoted = [("steps_and_baselines", "hf_eager_decode", "HF"),
+              ("steps_and_baselines", "hf_static_compiled_q1", "HFStatic"),
+              ("steps_and_baselines", "hf_static_compiled_q8", "HFStaticEight"),
+              ("steps_and_baselines", "eagle1_graph_per_draft_token", "DraftTok"),
+              ("steps_and_baselines", "eagle1_eager_per_draft_token", "DraftTokEager")] + [
+        (run, f"{c}_chain_q{q}", f"{CONFIG_TAG[c]}{'One' if q == 1 else 'Nine'}")
+        for c, _, run in STEP_CONFIGS for q in (1, 9)]
+    for ctx, c in CTX_TAG.items():
+        num(f"speedCtx{c}", ctx, "{:d}")
+        for run, name, mt in quoted:
+            v = float(ms[(run, ctx, name)])
+            draft = name.startswith("eagle")
+            num(f"speed{mt}{c}", v, "{:.3f}" if draft else "{:.2f}")
+            if not draft:
+                num(f"speed{mt}X{c}", v / runs.loc[run, "floor_ms"])
+        main = lambda name: ms[("steps_and_baselines", ctx, name)]  # noqa: E731
+        num(f"speedAutotuneVsHFStatic{c}", main("hf_static_compiled_q1") / main("graph_autotune_chain_q1"))
+        num(f"speedCompVsHFStaticEight{c}", main("hf_static_compiled_q8") / main("graph_compiled_chain_q9"))
+        num(f"speedCompVerifyRatio{c}", main("graph_compiled_chain_q9") / main("graph_compiled_chain_q1"))
+        auto = lambda name: ms[("steps_auto", ctx, name)]  # noqa: E731
+        num(f"speedAutoVerifyRatio{c}", auto("graph_auto_chain_q9") / auto("graph_auto_chain_q1"))
+        num(f"speedAutoGraphOne{c}", auto("graph_chain_q1"))  # the compile-auto run's own uncompiled reference
+        # session 3's main run (GPU 1 of a shared host), and its head on GPU 0
+        for name, mt in (("graph_chain_q1", "GraphOne"), ("graph_chain_q9", "GraphNine"),
+                         ("graph_compiled_chain_q1", "CompOne"), ("graph_compiled_chain_q9", "CompNine"),
+                         ("graph_autotune_chain_q1", "AutotuneOne"), ("graph_autotune_chain_q9", "AutotuneNine"),
+                         ("graph_compiled_sdpa_chain_q1", "SdpaOne")):
+            num(f"sesThree{mt}{c}", float(ms3[(S3_MAIN, ctx, name)]))
+        num(f"sesThreeDraftTok{c}", float(ms3[(S3_HEAD, ctx, "eagle1_graph_per_draft_token")]), "{:.3f}")
+        num(f"sesThreeSdpaMoreOne{c}", float(ms3[(S3_MAIN, ctx, "graph_compiled_sdpa_chain_q1")]
+                                             - ms3[(S3_MAIN, ctx, "graph_compiled_chain_q1")]))
+        num(f"sesGraphNineGain{c}", 100 * (1 - main("graph_chain_q9") / ms3[(S3_MAIN, ctx, "graph_chain_q9")]),
+            "{:.0f}")
+    hfx = [ms[("steps_and_baselines", c, "hf_eager_decode")] / runs.loc["steps_and_baselines", "floor_ms"]
+           for c in CTX_TAG]
+    num("speedHFXLow", math.floor(min(hfx)), "{:d}")
+    num("speedHFXHigh", math.ceil(max(hfx)), "{:d}")
+    # the graphed steps of the two runs of the session that both time the uncompiled graph
+    both = sp[sp.config == "graph"].pivot_table(index=["context", "name"], columns="run", values="ms").dropna()
+    a, b = both["steps_and_baselines"], both["steps_auto"]
+    num("speedRunDiff", 100 * float(((a - b).abs() / np.minimum(a, b)).max()), "{:.1f}")
+    num("speedFloorDiff", 100 * abs(runs.loc["steps_auto", "floor_ms"] / runs.loc["steps_and_baselines", "floor_ms"]
+                                    - 1), "{:.1f}")
 
 
-def speed_goal_numbers(goals) -> None:
+def speed_goal_numbers(goals, sp) -> None:
     """The goals' measured values, ranges and verdicts for the text."""
     for g, lim in results.SPEED_GOALS.items():
         num(f"goalLimit{g.capitalize()}", 100 * lim if g == "outside" else lim, "{:g}")
     steps = goals[goals.goal != "outside"]
-    for (goal, config, ctx, run), v in steps.set_index(["goal", "config", "context", "run"]).measured.items():
-        if config in ("graph_compiled", "graph_autotune"):
-            tag = dict((r, t) for r, _, t in STEP_RUNS)[run]
-            num(f"goal{goal.capitalize()}{'Auto' if config == 'graph_autotune' else 'Comp'}{tag}{CTX_TAG[ctx]}", v,
-                "{:.3f}" if goal in ("draft", "tree") else "{:.2f}")
-    summary = results.speed_goal_summary(goals, by=["goal", "config"]).set_index(["goal", "config"])
-    for goal in ("decode", "verify", "draft"):  # each goal's best configuration; the draft token against the best
-        config = best_config(goals, "decode" if goal == "draft" else goal)  # decode configuration's step
-        r, name = summary.loc[(goal, config)], goal.capitalize()
+    runs_of = {c: run for c, _, run in STEP_CONFIGS}
+    for r in steps.itertuples():
+        if runs_of.get(r.config) == r.run:
+            num(f"goal{r.goal.capitalize()}{CONFIG_TAG[r.config]}{CTX_TAG[r.context]}", r.measured,
+                "{:.3f}" if r.goal in ("draft", "tree") else "{:.2f}")
+    summary = results.speed_goal_summary(goals, by=["goal", "config", "run"]).set_index(["goal", "config", "run"])
+    for goal, config in (("decode", "graph_auto"), ("verify", "graph_auto"), ("draft", "graph_autotune"),
+                         ("decode", "graph_autotune"), ("verify", "graph_autotune"), ("decode", "graph_compiled"),
+                         ("verify", "graph_compiled")):
+        r = summary.loc[(goal, config, runs_of[config])]
+        name = goal.capitalize() + ("" if config == "graph_auto" or goal == "draft" else CONFIG_TAG[config])
         f = "{:.3f}" if goal == "draft" else "{:.2f}"
         num(f"goalMet{name}", r.verdict, "{}")
         num(f"goalNMet{name}", of_n(int(r.n_met), int(r.n)), "{}")
         num(f"goalLow{name}", r.lowest, f)
         num(f"goalHigh{name}", r.highest, f)
-    for goal in ("decode", "verify"):  # the ranges of both compile modes
-        for config, tag in (("graph_compiled", "Comp"), ("graph_autotune", "Auto")):
-            r = summary.loc[(goal, config)]
-            num(f"goalLow{goal.capitalize()}{tag}", r.lowest)
-            num(f"goalHigh{goal.capitalize()}{tag}", r.highest)
-    num("goalDraftMargin", 100 * (1 - summary.loc[("draft", best_config(goals, "decode")), "highest"]
-                                  / results.SPEED_GOALS["draft"]), "{:.1f}")
-    tree = goals[(goals.goal == "tree") & goals.config.isin([c for c, _ in STEP_CONFIGS])]
+        if r.verdict == "met":
+            num(f"goalMargin{name}", 100 * (1 - r.highest / results.SPEED_GOALS[goal]), "{:.1f}")
+    # the draft token against the compile-auto decode step of the other run (not a same-run ratio)
+    ms = sp.set_index(["run", "context", "name"]).ms
+    cross = [ms[("steps_and_baselines", c, "eagle1_graph_per_draft_token")]
+             / ms[("steps_auto", c, "graph_auto_chain_q1")] for c in CTX_TAG]
+    num("goalDraftCrossLow", min(cross), "{:.3f}")
+    num("goalDraftCrossHigh", max(cross), "{:.3f}")
+    ours = [c for c, _, _ in STEP_CONFIGS]
+    tree = goals[(goals.goal == "tree") & goals.config.isin(ours)]
     num("goalTreeAllLow", tree.measured.min(), "{:.3f}")
     num("goalTreeAllHigh", tree.measured.max(), "{:.3f}")
     num("goalTreeAllN", len(tree), "{:d}")
-    out = goals[goals.goal == "outside"].set_index("drafter")
-    num("goalOutsidePlain", 100 * out.measured["plain"], "{:.1f}")
-    num("goalOutsideReplay", 100 * out.measured["replay_k8"], "{:.1f}")
-    num("goalMetOutsidePlain", "met" if out.met["plain"] else "not met", "{}")
-    num("goalMetOutsideReplay", "met" if out.met["replay_k8"] else "not met", "{}")
+    num("goalMetTree", "met" if tree.met.all() else "not met everywhere", "{}")
+    out = goals[goals.goal == "outside"]
+    num("goalOutsideLow", 100 * out.measured.min(), "{:.1f}")
+    num("goalOutsideHigh", 100 * out.measured.max(), "{:.1f}")
+    num("goalMetOutside", "met" if out.met.all() else f"met in {of_n(int(out.met.sum()), len(out))}", "{}")
+    for r in out.itertuples():
+        num(f"goalOutside{CONFIG_TAG[r.config]}{'Plain' if r.drafter == 'plain' else 'Replay'}", 100 * r.measured,
+            "{:.1f}")
 
 
-def run_provenance(r) -> str:
-    """``provenance`` of a :func:`results.load_speed_runs` row."""
-    return provenance({"commit": r.commit, "device": r.device, "torch": r.torch, "date": r.date})
+def loop_overhead_numbers(loop, loop3, before) -> None:
+    """The loop overhead: session 4's run, the older measure beside it, the first in-run measurement before the
+    fixes, and session 3's."""
+    o = loop.set_index(["config", "drafter"])
+    num("overheadCtx", int(loop.context.iloc[0]), "{:d}")
+    num("overheadTokens", int(loop.tokens.max()), "{:d}")
+    num("overheadStepsPlain", int(o.loc[("graph", "plain"), "in_loop_steps"]), "{:d}")
+    num("overheadStepsReplay", int(o.loc[("graph", "replay_k8"), "in_loop_steps"]), "{:d}")
+    num("overheadAcceptedReplay", int(o.loc[("graph", "replay_k8"), "accepted"]), "{:d}")
+    num("overheadDraftedReplay", int(o.loc[("graph", "replay_k8"), "drafted"]), "{:d}")
+    for (config, drafter), r in o.iterrows():
+        tag = CONFIG_TAG[config] + ("Plain" if drafter == "plain" else "Replay")
+        num(f"overheadHost{tag}", r.in_loop_host_forward_ms, "{:.3f}")
+        num(f"overheadOutsideMs{tag}", r.in_loop_outside_ms, "{:.2f}")
+        if math.isfinite(r.outside_forward):
+            num(f"overheadApart{tag}", 100 * r.outside_forward, "{:.1f}")
+    num("overheadHostLow", loop.in_loop_host_forward_ms.min(), "{:.3f}")
+    num("overheadHostHigh", loop.in_loop_host_forward_ms.max(), "{:.3f}")
+    first = before.set_index(["config", "drafter"])
+    num("overheadFirstCompReplay", 100 * first.loc[("graph_compiled", "replay_k8"), "in_loop_outside_forward"],
+        "{:.1f}")
+    num("overheadFirstHostGraphPlain", first.loc[("graph", "plain"), "in_loop_host_forward_ms"], "{:.2f}")
+    num("overheadFirstCommit", commit_of({"commit": before.commit.iloc[0]})[0], "{}")
+    old = loop3.set_index("drafter")
+    num("sesThreeOutsidePlain", 100 * old.loc["plain", "outside_forward"], "{:.1f}")
+    num("sesThreeOutsideReplay", 100 * old.loc["replay_k8", "outside_forward"], "{:.1f}")
 
 
-STEP_NUMBERS = (  # (stored name, macro part) of the steps quoted in the text, per run and context
-    ("hf_eager_decode", "HF"), ("hf_static_compiled_q1", "HFStatic"), ("graph_chain_q1", "GraphOne"),
-    ("graph_compiled_chain_q1", "CompOne"), ("graph_compiled_chain_q9", "CompNine"),
-    ("graph_autotune_chain_q1", "AutoOne"), ("graph_autotune_chain_q9", "AutoNine"),
-    ("graph_compiled_sdpa_chain_q1", "SdpaOne"), ("graph_compiled_sdpa_chain_q9", "SdpaNine"),
-    ("eagle1_graph_per_draft_token", "DraftTok"), ("eagle1_eager_per_draft_token", "DraftTokEager"))
-
-
-def speed_step_numbers(sp, runs) -> None:
-    """Each quoted step per run and context (ms, and x its run's floor), the main run's ratios, and session 2's
-    steps at the same contexts (its run per context; the step then ran HF's layer modules with SDPA)."""
-    ms = sp.set_index(["run", "context", "name"]).ms
-    for ctx, c in CTX_TAG.items():
-        num(f"speedCtx{c}", ctx, "{:d}")
-        for run, _, tag in STEP_RUNS:
-            for name, mt in STEP_NUMBERS:
-                v = ms.get((run, ctx, name))
-                if v is not None and math.isfinite(v):
-                    draft = name.startswith("eagle")
-                    num(f"speed{mt}{tag}{c}", v, "{:.3f}" if draft else "{:.2f}")
-                    if not draft:
-                        num(f"speed{mt}X{tag}{c}", v / runs.loc[run, "floor_ms"])
-        main = lambda name: ms[(STEP_RUNS[0][0], ctx, name)]  # noqa: E731
-        num(f"speedAutoVsHFStatic{c}", main("hf_static_compiled_q1") / main("graph_autotune_chain_q1"))
-        num(f"speedCompVerifyRatio{c}", main("graph_compiled_chain_q9") / main("graph_compiled_chain_q1"))
-        num(f"speedSdpaMoreOne{c}", main("graph_compiled_sdpa_chain_q1") - main("graph_compiled_chain_q1"))
-        num(f"speedSdpaMoreNine{c}", main("graph_compiled_sdpa_chain_q9") - main("graph_compiled_chain_q9"))
-        old = results.load_speed(SESSION2[ctx])
-        old = old[old.context == ctx].set_index("name").ms
-        for name, mt in (("graph_chain_q1", "GraphOne"), ("graph_compiled_chain_q1", "CompOne"),
-                         ("graph_compiled_chain_q9", "CompNine"), ("hf_static_compiled_q1", "HFStatic")):
-            if name in old.index:
-                num(f"sesTwo{mt}{c}", old[name])
-        num(f"sesTwoCommit{c}", commit_of({"commit": results.load_speed_runs(SESSION2[ctx]).commit.iloc[0]})[0],
-            "{}")
-    # the two GPUs on the same graphed step: the largest relative difference
-    both = sp[sp.config.isin([c for c, _ in STEP_CONFIGS])].pivot_table(index=["context", "name"], columns="run",
-                                                                        values="ms").dropna()
-    a, b = both[STEP_RUNS[0][0]], both[STEP_RUNS[1][0]]
-    num("speedGpuDiff", 100 * float(((a - b).abs() / np.minimum(a, b)).max()), "{:.1f}")
-    # the draft token (GPU 0's run) against GPU 1's faster max-autotune decode step at context 512
-    num("goalDraftCross", ms[(STEP_RUNS[1][0], 512, "eagle1_graph_per_draft_token")]
-        / ms[(STEP_RUNS[0][0], 512, "graph_autotune_chain_q1")], "{:.4f}")
-
-
-def speed_profile_numbers(files, sp, runs) -> None:
-    """The kernel profile's split by kind against the graphed step of the same configuration and the floor."""
-    prof = results.load_speed_profile(files)
-    run, ctx = prof.run.iloc[0], int(prof.context.iloc[0])
-    num("profCtx", ctx, "{:d}")
-    floor = runs.loc[run, "floor_ms"]
-    ms = sp.set_index(["run", "context", "name"]).ms
+def speed_diagnostic_numbers(runs) -> None:
+    """The diagnostic runs of the session, briefly: KV capacity, graph launch, split-K, the kernel profile."""
+    cap = results.load_capacity_check(LAUNCH)
+    mean = cap.pivot_table(index="step", columns="capacity", values="ms")  # mean over the A B A B rounds
+    (aligned, unaligned) = sorted(mean.columns)
+    num("capAligned", int(aligned), "{:d}")
+    num("capUnaligned", int(unaligned), "{:d}")
+    num("capCostNine", mean.loc["chain_q9", unaligned] - mean.loc["chain_q9", aligned])
+    num("capCostOne", mean.loc["chain_q1", unaligned] - mean.loc["chain_q1", aligned])
+    num("capCommit", commit_of({"commit": runs.loc[LAUNCH.stem, "commit"]})[0], "{}")
+    sc = results.load_step_conditions(LAUNCH).dropna(subset=["host_ms"])
+    num("launchHostLow", sc.host_ms.min(), "{:.2f}")
+    num("launchHostHigh", sc.host_ms.max(), "{:.2f}")
+    lin = results.linear_vs_splitk(results.load_bench_linear(LINEAR))
+    num("linCommit", commit_of({"commit": runs.loc[LINEAR.stem, "commit"]})[0], "{}")
+    wide = lin.pivot_table(index="shape", columns="rows", values="flinear_us")
+    num("linNineOverOneMax", 100 * float((wide[9] / wide[1] - 1).abs().max()), "{:.1f}")
+    body = lin[lin["shape"] != "lm_head"]
+    num("linBestOverLow", 100 * (body.best_over_flinear.min() - 1), "{:.0f}")
+    num("linBestOverHigh", 100 * (body.best_over_flinear.max() - 1), "{:.0f}")
+    head = lin[lin["shape"] == "lm_head"]
+    num("linHeadBest", 100 * (1 - head.best_over_flinear.min()), "{:.0f}")
+    prof = results.load_speed_profile(CONDITIONS)
+    cond = results.load_speed(CONDITIONS).set_index(["context", "name"]).ms
+    num("profCommit", commit_of({"commit": runs.loc[CONDITIONS.stem, "commit"]})[0], "{}")
+    num("profCtx", int(prof.context.iloc[0]), "{:d}")
+    floor = runs.loc[CONDITIONS.stem, "floor_ms"]
     for q, tag in ((1, "One"), (9, "Nine")):
         k = prof[prof.block == q].set_index("kind").ms_per_step
-        graphed, matmul = ms[(run, ctx, f"graph_autotune_chain_q{q}")], k.get("matmul", 0.0)
+        graphed = cond[(int(prof.context.iloc[0]), f"graph_compiled_chain_q{q}")]
         num(f"profKernel{tag}", k.sum())
         num(f"profGraphed{tag}", graphed)
         num(f"profGaps{tag}", graphed - k.sum())
-        num(f"profMatmul{tag}", matmul)
-        num(f"profMatmulShare{tag}", 100 * matmul / k.sum(), "{:.0f}")
-        num(f"profMatmulX{tag}", matmul / floor)
-        num(f"profMatmulOver{tag}", matmul - floor)
+        num(f"profAbove{tag}", graphed - floor)
+        num(f"profMatmul{tag}", k.get("matmul", 0.0))
+        num(f"profMatmulX{tag}", k.get("matmul", 0.0) / floor)
         num(f"profAttn{tag}", k.get("attention", 0.0))
         num(f"profOther{tag}", k.get("other", 0.0))
-        num(f"profGap{tag}", graphed - floor)
-
-
-def loop_overhead_numbers(overhead) -> None:
-    o = overhead.set_index("drafter")
-    num("overheadCtx", int(overhead.context.iloc[0]), "{:d}")
-    num("overheadTokens", int(o.tokens.max()), "{:d}")
-    for drafter, tag in (("plain", "Plain"), ("replay_k8", "Replay")):
-        r = o.loc[drafter]
-        num(f"overheadSteps{tag}", int(r.steps), "{:d}")
-        num(f"overheadWall{tag}", r.wall_ms_per_step)
-        num(f"overheadFwd{tag}", r.forward_ms_per_step)
-        num(f"overheadOutside{tag}", r.outside_ms_per_step)
-        num(f"overheadDrafted{tag}", int(r.drafted), "{:d}")
-        num(f"overheadAccepted{tag}", int(r.accepted), "{:d}")
 
 
 def speed() -> None:
-    """Session 3's step times (8B shape), the goals, the split-KV kernel against SDPA, the kernel profile, EAGLE-1
-    draft cost, loop overhead, HF generate, the zoo end to end, and session 2's steps for comparison."""
-    files = [S3 / f"{run}.json" for run, _, _ in STEP_RUNS]
-    sp = results.load_speed(files)
-    runs = results.load_speed_runs([*files, OVERHEAD, ZOO_SPEED]).set_index("run")
-    overhead = results.load_loop_overhead(OVERHEAD)  # never steps_eagle_profile's section: not valid
-    zoo = results.load_zoo_speed(ZOO_SPEED)
-    for run, tag in [(run, tag) for run, _, tag in STEP_RUNS] + [(OVERHEAD.stem, "Overhead"), (ZOO_SPEED.stem, "Zoo")]:
-        num(f"speedProv{tag}", run_provenance(runs.loc[run]), "{}")
-    for run, _, tag in STEP_RUNS:
-        num(f"speedFloor{tag}", runs.loc[run, "floor_ms"])
-        num(f"speedBW{tag}", runs.loc[run, "copy_bandwidth_TBps"])
-    num("speedWeightGB", runs.weight_GB.iloc[0])
-    num("overheadCommit", commit_of({"commit": runs.loc[OVERHEAD.stem, "commit"]})[0], "{}")
+    """Session 4's step times (8B shape) with HF's baselines and the EAGLE-1 draft cost, compile="auto", the goals,
+    the loop overhead, the zoo end to end, the session's diagnostic runs, and session 3's numbers as history."""
+    sp = results.load_speed([STEPS, STEPS_AUTO])
+    s3 = results.load_speed([S3 / f"{S3_MAIN}.json", S3 / f"{S3_HEAD}.json"])
+    runs = results.load_speed_runs([STEPS, STEPS_AUTO, LOOP, LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST]).set_index(
+        "run")
+    runs3 = results.load_speed_runs([S3 / f"{S3_MAIN}.json", S3_OVERHEAD]).set_index("run")
+    loop = results.load_loop_overhead(LOOP)
+    zoo = results.load_zoo_speed(LOOP)
+    for path, tag in ((STEPS, "Steps"), (STEPS_AUTO, "Auto"), (LOOP, "Loop")):
+        num(f"speedProv{tag}", run_provenance(runs.loc[path.stem]), "{}")
+        num(f"speedCommit{tag}", commit_of({"commit": runs.loc[path.stem, "commit"]})[0], "{}")
+    for path, tag in ((STEPS, "Steps"), (STEPS_AUTO, "Auto")):
+        num(f"speedFloor{tag}", runs.loc[path.stem, "floor_ms"])
+        num(f"speedBW{tag}", runs.loc[path.stem, "copy_bandwidth_TBps"])
+    num("speedWeightGB", runs.loc[STEPS.stem, "weight_GB"])
+    num("sesThreeCommit", commit_of({"commit": runs3.loc[S3_MAIN, "commit"]})[0], "{}")
     catch = re.search(r"catchup(\d+)_", " ".join(sp.name))
     num("speedCatchup", int(catch.group(1)) if catch else 0, "{:d}")
-    log = (S3 / "gpu_tests.log").read_text()
+    log = (S4 / "gpu_tests.log").read_text()
     num("speedTestsPassed", re.search(r"(\d+) passed", log).group(1), "{}")
-    fails = [line for line in (S3 / "gpu0_speed.log").read_text().splitlines() if line.startswith("!!")]
-    num("speedTestsFailedAtSteps", len(fails), "{:d}")
+    num("speedTestsCommit", re.search(r" at ([0-9a-f]{7,40})", log.splitlines()[0]).group(1)[:7], "{}")
 
-    speed_step_numbers(sp, runs)
-    goals = results.speed_goals(sp, overhead)
-    speed_goal_numbers(goals)
-    speed_profile_numbers(files, sp, runs)
-    loop_overhead_numbers(overhead)
-    hf = results.load_hf_generate(files).set_index("mode").ms_per_token
+    speed_step_numbers(sp, s3, runs)
+    goals = results.speed_goals(sp, loop)
+    speed_goal_numbers(goals, sp)
+    goals3 = results.speed_goals(s3, results.load_loop_overhead(S3_OVERHEAD))
+    v3 = results.speed_goal_summary(goals3[goals3.goal.isin(["decode", "verify"])], by=["goal", "config"])
+    best = v3[(v3.goal == "verify")].sort_values("n_met").iloc[-1]
+    num("sesThreeNMetVerify", of_n(int(best.n_met), int(best.n)), "{}")
+    both = v3.pivot_table(index="config", columns="goal", values="verdict", aggfunc="first")
+    num("sesThreeBothMet", "one configuration" if ((both == "met").all(axis=1)).any() else "no configuration", "{}")
+    loop_overhead_numbers(loop, results.load_loop_overhead(S3_OVERHEAD),
+                          results.load_loop_overhead(OVERHEAD_FIRST).assign(commit=runs.loc[OVERHEAD_FIRST.stem,
+                                                                                            "commit"]))
+    speed_diagnostic_numbers(runs)
+    hf = results.load_hf_generate(STEPS).set_index("mode").ms_per_token
     num("hfGenGreedy", hf["greedy"], "{:.1f}")
     num("hfGenLookup", hf["prompt_lookup_10"], "{:.1f}")
-    speed_table(sp, runs)
+    speed_table(sp, s3, runs, runs3)
     speed_goal_table(goals)
-    zoo_speed_table(zoo)
-    fwd = results.load_zoo_forward(ZOO_SPEED)
+    loop_table(loop)
+    zoo_speed_table(zoo, results.load_zoo_speed(S3_ZOO))
+    fwd = results.load_zoo_forward(LOOP)
     num("zooFwdOne", float(fwd[(fwd.layout == "chain") & (fwd.block == 1)].ms.iloc[0]))
     num("zooSpeedTokens", f"{int(zoo.tokens.max()):,}", "{}")
-    speed_figure(sp)
+    speed_figure(sp, s3)
 
     g = json.loads((RESULTS / "bench_ngram.json").read_text())
     num("ngramProv", provenance(g["run_info"]), "{}")
@@ -1075,8 +1143,14 @@ def speed() -> None:
         r = res[("iid-random", ctx)]
         num(f"ngramUs{tg}", r["median_us"], "{:.1f}")
         num(f"ngramCtx{tg}", f"{ctx // 1024}k", "{}")
-    one = sp[(sp.run == STEP_RUNS[0][0]) & (sp.context == 512) & (sp.name == "graph_autotune_chain_q1")].ms.iloc[0]
+    one = sp[(sp.run == "steps_auto") & (sp.context == 512) & (sp.name == "graph_auto_chain_q1")].ms.iloc[0]
     num("ngramShareOfStep", 100 * res[("iid-random", 8192)]["median_us"] / 1e3 / one, "{:.2f}")
+
+
+def run_provenance(r) -> str:
+    """``provenance`` of a :func:`results.load_speed_runs` row."""
+    return provenance({"commit": r.commit, "device": r.device, "torch": r.torch, "date": r.date})
+
 
 
 # ----------------------------------------------------------------------------- the CPU sweep (secondary)

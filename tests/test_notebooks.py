@@ -21,9 +21,12 @@ NEEDS = {
                               DATA / "code_edits_dev.jsonl"],
     "hybrid_al": [RESULTS / "sweeps" / "gpu-one-call", RESULTS / "sweeps" / "gpu-one-call" / "sweep.json"],
     "bos_sensitivity": [RESULTS / "sweeps" / "gpu-one-call", SWEEP],
-    "speed": [*(RESULTS / "speed_session3" / f for f in ("steps_and_baselines.json", "steps_eagle_profile.json",
-                                                          "overhead.json", "zoo.json", "gpu_tests.log",
-                                                          "gpu0_speed.log")),
+    "speed": [*(RESULTS / "speed_session4" / f for f in ("steps_and_baselines.json", "steps_auto.json",
+                                                          "overhead_zoo.json", "launch.json", "bench_linear.json",
+                                                          "conditions.json", "overhead.json",
+                                                          "loop_profile_graph.json", "gpu_tests.log")),
+              *(RESULTS / "speed_session3" / f for f in ("steps_and_baselines.json", "steps_eagle_profile.json",
+                                                          "overhead.json", "zoo.json")),
               RESULTS / "bench_speed.json", RESULTS / "bench_speed_ctx512.json", RESULTS / "sweeps" / "gpu-one-call"],
 }
 

@@ -408,6 +408,153 @@ def test_speed_goal_summary_partly_met():
     assert (s.n, s.n_met, s.lowest, s.highest, s.verdict) == (3, 2, 1.3, 1.4, "partly met")
 
 
+@pytest.fixture
+def session4_files(tmp_path):
+    """Files shaped like session 4's: a loop-overhead run with a section per configuration and in-loop timings
+    (the compiled drafting steps not timed apart), a compile="auto" step run, and the diagnostics (capacity check,
+    step conditions, the split-K sweep)."""
+    def in_loop(wall, fwd, share):
+        return {"steps": 9, "wall_ms": wall, "forward_ms": fwd, "host_forward_ms": 0.05, "outside_ms": wall - fwd,
+                "outside_forward": share}
+
+    overhead = speed_doc("3f3", 4.0, {"2048": {"graph_chain_q1": 6.0}},
+                         loop_overhead={"config": "graph", "ctx": 2048,
+                                        "plain": {"steps": 9, "tokens": 10, "drafted": 0, "accepted": 0,
+                                                  "wall_ms_per_step": 6.2, "forward_ms_per_step": 6.0,
+                                                  "outside_ms_per_step": 0.2, "outside_forward": 0.032,
+                                                  "in_loop": in_loop(6.1, 6.0, 0.015)}},
+                         loop_overhead_graph_compiled={"config": "graph_compiled", "ctx": 2048,
+                                                       "replay_k8": {"steps": 2, "tokens": 10, "drafted": 8,
+                                                                     "accepted": 8, "wall_ms_per_step": 5.5,
+                                                                     "forward_ms_per_step": None,
+                                                                     "outside_ms_per_step": None,
+                                                                     "outside_forward": None,
+                                                                     "in_loop": in_loop(5.4, 5.1, 0.06)},
+                                                       "plain": {"steps": 9, "tokens": 10, "wall_ms_per_step": 5.0,
+                                                                 "forward_ms_per_step": None,
+                                                                 "outside_ms_per_step": None,
+                                                                 "outside_forward": None}})
+    auto = speed_doc("41b", 4.0, {"512": {"graph_chain_q1": 6.4, "graph_chain_q9": 7.4, "graph_auto_chain_q1": 4.8,
+                                          "graph_auto_chain_q9": 5.2, "graph_auto_tree_q9": 5.2}},
+                     args={"configs": ["graph", "graph_auto"], "compile_mode": None})
+    launch = speed_doc("249", 4.0, {"2048": {}},
+                       step_conditions={"graph_compiled": [
+                           {"q": 9, "compile": True, "capacity": 2283, "fixed": 5.5, "advancing": 5.6,
+                            "host_gap": 5.6, "fresh_tokens": 5.6, "verify_after": 5.7, "host_ms": 0.01,
+                            "replay_ms": 5.4, "replay2_ms": 10.9}]},
+                       capacity_check={"graph_compiled": [
+                           {"round": r, "capacity": c, "kv_len": c, "chain_q1": 5.0, "chain_q9": ms9, "tree_q9": ms9}
+                           for r in (0, 1) for c, ms9 in ((2112, 5.1), (2283, 5.5))]})
+    old_conditions = speed_doc("1b3", 4.0, {"2048": {}}, step_conditions={"graph": [
+        {"q": 1, "compile": False, "fixed": 8.0, "advancing": 7.8, "host_gap": 7.9, "fresh_tokens": 8.1,
+         "verify_after": 8.1}]})
+    linear = {"run_info": {"device": "GPU", "commit": "a33"}, "conditions": "alone", "rows": [
+        {"shape": "o", "n": 8, "k": 8, "rows": 1, "kind": "F.linear", "us": 10.0, "TBps": 2.0, "rel_err": None},
+        {"shape": "o", "n": 8, "k": 8, "rows": 1, "kind": "splitk_plan", "us": 12.0, "TBps": 1.6, "rel_err": 0.002,
+         "block_n": 64, "block_k": 128, "splits": 8},
+        {"shape": "o", "n": 8, "k": 8, "rows": 1, "kind": "splitk", "us": 11.0, "TBps": 1.8, "rel_err": 0.002,
+         "block_n": 64, "block_k": 128, "splits": 4, "num_warps": 4, "num_stages": 3},
+        {"shape": "o", "n": 8, "k": 8, "rows": 1, "kind": "splitk", "us": 15.0, "TBps": 1.3, "rel_err": 0.002,
+         "block_n": 32, "block_k": 128, "splits": 2, "num_warps": 4, "num_stages": 4},
+        {"shape": "lm_head", "n": 8, "k": 8, "rows": 9, "kind": "F.linear", "us": 250.0, "TBps": 4.2,
+         "rel_err": None},
+        {"shape": "lm_head", "n": 8, "k": 8, "rows": 9, "kind": "splitk", "us": 240.0, "TBps": 4.3, "rel_err": 0.003,
+         "block_n": 64, "block_k": 256, "splits": 1, "num_warps": 4, "num_stages": 3}]}
+    paths = []
+    for name, doc in (("overhead_zoo", overhead), ("steps_auto", auto), ("launch", launch),
+                      ("conditions", old_conditions), ("bench_linear", linear)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(doc))
+    return paths
+
+
+def test_load_loop_overhead_every_section_with_in_loop_columns(session4_files, session3_files):
+    lo = results.load_loop_overhead(session4_files[0])
+    assert lo[["section", "config", "drafter"]].values.tolist() == [
+        ["loop_overhead", "graph", "plain"], ["loop_overhead_graph_compiled", "graph_compiled", "replay_k8"],
+        ["loop_overhead_graph_compiled", "graph_compiled", "plain"]]
+    graph = lo.iloc[0]
+    assert (graph.in_loop_steps, graph.in_loop_wall_ms, graph.in_loop_forward_ms) == (9, 6.1, 6.0)
+    assert (graph.in_loop_host_forward_ms, graph.in_loop_outside_forward) == (0.05, 0.015)
+    assert graph.outside_forward == 0.032  # the older measure stays beside it
+    replay = lo.iloc[1]
+    assert math.isnan(replay.forward_ms_per_step) and math.isnan(replay.outside_forward)  # not timed apart: NaN
+    assert replay.in_loop_outside_ms == pytest.approx(0.3) and replay.drafted == 8
+    no_inner = lo.iloc[2]
+    assert pd.isna(no_inner.in_loop_steps) and math.isnan(no_inner.in_loop_outside_forward)
+    assert str(lo.in_loop_steps.dtype) == "Int64" and lo.outside_forward.dtype == float
+    old = results.load_loop_overhead(session3_files[2])  # a file without in_loop still loads
+    assert old.section.tolist() == ["loop_overhead"] * 2 and old.in_loop_outside_forward.isna().all()
+
+
+def test_speed_goals_outside_prefers_in_loop(session4_files, session3_files):
+    lo = results.load_loop_overhead([session4_files[0], session3_files[2]])
+    out = results.speed_goals(results.load_speed(session4_files[1]), lo)
+    out = out[out.goal == "outside"].set_index(["run", "config", "drafter"])
+    assert len(out) == 4  # compiled plain has neither measure: skipped
+    assert out.loc[("overhead_zoo", "graph", "plain"), "measured"] == 0.015  # in_loop, not the older 0.032
+    assert out.loc[("overhead_zoo", "graph", "plain"), "detail"].startswith("in_loop")
+    replay = out.loc[("overhead_zoo", "graph_compiled", "replay_k8")]
+    assert (replay.measured, replay.met, replay.context) == (0.06, False, 2048)
+    older = out.loc[("overhead", "graph", "replay_k8")]  # session 3's file: the measure against forwards timed apart
+    assert older.measured == 0.1 and older.detail.startswith("forward timed apart")
+
+
+def test_speed_goals_for_compile_auto(session4_files):
+    goals = results.speed_goals(results.load_speed(session4_files[1])).set_index(["goal", "config"])
+    auto = goals.xs("graph_auto", level="config")
+    assert auto.measured.to_dict() == pytest.approx({"decode": 1.2, "verify": 1.3, "tree": 1.0})
+    assert auto.met.all() and set(auto.impl) == {results._SPEED_IMPL["graph_auto"]}
+    assert not goals.loc[("decode", "graph"), "met"] and ("draft", "graph_auto") not in goals.index  # no head timed
+
+
+def test_speed_runs_with_shared_stems_stay_apart(tmp_path, speed_files):
+    for folder in ("s3", "s4"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "steps.json").write_text(speed_files[0].read_text())
+    sp = results.load_speed([tmp_path / "s3" / "steps.json", tmp_path / "s4" / "steps.json", speed_files[1]])
+    assert list(dict.fromkeys(sp.run)) == ["s3/steps", "s4/steps", "speed_b"]
+    assert results.load_speed(tmp_path / "s4" / "steps.json").run.iloc[0] == "steps"  # alone: the stem
+
+
+def test_load_speed_runs_sections_and_files_without_steps(session4_files):
+    runs = results.load_speed_runs(session4_files).set_index("run")
+    assert runs.loc["overhead_zoo", "sections"] == ["loop_overhead", "loop_overhead_graph_compiled"]
+    assert runs.loc["launch", "sections"] == ["step_conditions", "capacity_check"]
+    assert runs.loc["steps_auto", "configs"] == ["graph", "graph_auto"]
+    lin = runs.loc["bench_linear"]  # bench_linear.py's file: no floor, no contexts
+    assert math.isnan(lin.floor_ms) and lin.contexts == [] and lin.sections == ["rows"] and lin.conditions == "alone"
+
+
+def test_load_capacity_check_long_form(session4_files):
+    cap = results.load_capacity_check(session4_files)
+    assert set(cap.run) == {"launch"} and len(cap) == 12  # 2 rounds x 2 capacities x 3 steps
+    nine = cap[cap.step == "chain_q9"].pivot_table(index="round", columns="capacity", values="ms")
+    assert (nine[2283] - nine[2112]).tolist() == pytest.approx([0.4, 0.4])
+    assert cap[["layout", "block"]].drop_duplicates().values.tolist() == [["chain", 1], ["chain", 9], ["tree", 9]]
+
+
+def test_load_step_conditions_old_and_new_fields(session4_files):
+    sc = results.load_step_conditions(session4_files).set_index("run")
+    new, old = sc.loc["launch"], sc.loc["conditions"]
+    assert (new.config, new.block, new.capacity, new.host_ms, new.replay2_ms) == ("graph_compiled", 9, 2283, 0.01,
+                                                                                 10.9)
+    assert (old.config, old.block, old.fixed) == ("graph", 1, 8.0)
+    assert pd.isna(old.capacity) and math.isnan(old.host_ms)
+
+
+def test_bench_linear_against_splitk(session4_files):
+    lin = results.load_bench_linear(session4_files)
+    assert set(lin.run) == {"bench_linear"} and len(lin) == 6
+    assert pd.isna(lin.splits.iloc[0]) and lin.splits.iloc[1] == 8 and pd.isna(lin.num_warps.iloc[1])
+    vs = results.linear_vs_splitk(lin).set_index("shape")
+    o = vs.loc["o"]
+    assert (o.rows, o.flinear_us, o.plan_us, o.best_us, o.best_config) == (1, 10.0, 12.0, 11.0, "64 x 128, splits 4")
+    assert (o.best_over_flinear, o.plan_over_flinear) == (1.1, 1.2)
+    head = vs.loc["lm_head"]
+    assert head.best_over_flinear == pytest.approx(0.96) and math.isnan(head.plan_us)
+
+
 def test_load_hf_generate(speed_files):
     hf = results.load_hf_generate(speed_files)
     assert hf[["run", "mode", "ms_per_token"]].values.tolist() == [["speed_b", "greedy", 50.0],
