@@ -78,12 +78,15 @@ def test_bf16_match_rate_is_reported(gpu_target):
     assert 0.0 <= np.mean(same) <= 1.0
 
 
-def test_compiled_graphs_are_lossless(gpu_target):
+@pytest.mark.parametrize("compile", [True, "auto"])
+def test_compiled_graphs_are_lossless(gpu_target, compile):
     ids = PROMPTS[3].cuda()
     ref = hf_greedy(gpu_target, ids, 24)
     drafter = HybridDrafter(NgramDrafter(k=3, min_n=1, max_n=3), OracleDrafter(ref, 3, 0.4), "tree")
-    res = generate(gpu_target, ids, drafter=drafter, max_new_tokens=24, eos_token_id=[], compile=True)
+    res = generate(gpu_target, ids, drafter=drafter, max_new_tokens=24, eos_token_id=[], compile=compile)
     assert res.tokens == ref
+    plain = generate(gpu_target, ids, max_new_tokens=24, eos_token_id=[], compile=compile)  # 1-token steps
+    assert plain.tokens == ref
 
 
 def test_observed_hidden_states_survive_graph_replays(gpu_target):
