@@ -38,6 +38,16 @@ def compile_modes(compile: bool | str) -> tuple[str | None, str | None]:
     return mode, mode
 
 
+def compile_by_block(fns: tuple, compile: bool | str) -> dict[bool, tuple]:
+    """``fns`` for 1-token steps (key True) and for blocks (key False): compiled in their
+    :func:`compile_modes` (one compilation per distinct mode), or as they are when ``compile`` is false."""
+    if not compile:
+        return {True: fns, False: fns}
+    one, block = compile_modes(compile)
+    by_mode = {m: tuple(torch.compile(f, mode=m, dynamic=False) for f in fns) for m in {one, block}}
+    return {True: by_mode[one], False: by_mode[block]}
+
+
 class LayerWeights(NamedTuple):
     """One decoder layer's tensors (``H`` hidden, ``D`` head dim, ``I`` MLP width)."""
 
@@ -181,11 +191,7 @@ class Decoder:
         eps = base.norm.variance_epsilon if hasattr(base.norm, "variance_epsilon") else cfg.rms_norm_eps
         self.eager = (make_layer(n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads, head_dim, eps,
                                  base.layers[0].mlp.act_fn, attention), make_head(eps))
-        self.compiled = {True: self.eager, False: self.eager}  # by "a 1-token step"
-        if compile:
-            one, block = compile_modes(compile)
-            fns = {m: tuple(torch.compile(f, mode=m, dynamic=False) for f in self.eager) for m in {one, block}}
-            self.compiled = {True: fns[one], False: fns[block]}
+        self.compiled = compile_by_block(self.eager, compile)  # by "a 1-token step"
 
     def __call__(self, tokens, pos, slots, allowed, kv, kv_len: int, want: list[int], last_only: bool,
                  compiled: bool = True):

@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache
 
 from hybridsd.attention import KERNELS
 from hybridsd.cuda_graph import capture
-from hybridsd.decoder import Decoder, compile_modes
+from hybridsd.decoder import Decoder, compile_by_block, compile_modes
 from hybridsd.kv_cache import StaticKVCache
 
 
@@ -144,10 +144,7 @@ class Target:
         self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
         if self.decoder is None:  # model(...) with an HF-facing view of our cache
             self._cache, self._cache_kwarg = _SlotCache(self.kv), _cache_kwarg(model)
-            self._hf_steps = {True: self._hf_forward, False: self._hf_forward}  # by "a 1-token step"
-            if compile:
-                fns = {m: torch.compile(self._hf_forward, mode=m, dynamic=False) for m in set(modes)}
-                self._hf_steps = {True: fns[modes[0]], False: fns[modes[1]]}
+            self._hf_steps = {one: f for one, (f,) in compile_by_block((self._hf_forward,), compile).items()}
         self._graphs: dict[tuple, _GraphedStep] = {}
 
     @property

@@ -76,5 +76,6 @@ def test_loop_overhead_times_steps_from_inside_on_the_cpu():
 def test_step_conditions_run_on_the_cpu():
     model = tiny_target("llama", vocab=300, seed=4, layers=2)
     out = bench_speed.step_conditions(model, 30, q=3, iters=4)
-    assert out["q"] == 3
+    assert out["q"] == 3 and out["compile"] is False
+    assert out["capacity"] >= 30 + 3 * (4 + 6) + 1 and out["capacity"] % 64 == 0  # the advancing starts fit
     assert all(out[k] > 0 for k in ("fixed", "advancing", "host_gap", "fresh_tokens", "verify_after"))

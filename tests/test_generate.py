@@ -244,3 +244,21 @@ def test_compile_auto_is_lossless_on_cpu():
     assert all(s.tree_tokens > 0 for s in res.stats.trace)
     decoder = target_for(model, 64, compile="auto").decoder
     assert decoder.compiled[True] is not decoder.compiled[False]
+
+
+def test_compile_auto_on_the_hf_path_equals_eager():
+    """``model(...)`` (no fused decoder) compiled per block kind gives the uncompiled logits, 1 token and blocks."""
+    from hybridsd.target import Target
+
+    torch._dynamo.reset()
+    model = tiny_target("llama", seed=4, layers=1)
+    ids = prompts(3)[2]
+    n = ids.numel()
+    eager, compiled = Target(model, 64, decoder=False), Target(model, 64, decoder=False, compile="auto")
+    assert compiled._hf_steps[True] is not compiled._hf_steps[False]
+    for t in (eager, compiled):
+        t.forward(ids, 0, last_logits_only=True)
+    for block, start in ((torch.tensor([5]), n), (torch.tensor([6, 7, 8]), n + 1)):
+        a, _ = eager.forward(block, start)
+        b, _ = compiled.forward(block, start)
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
