@@ -1,0 +1,155 @@
+"""Located change requests: what a real edit changed, said as where and how much, for a model to carry out.
+
+A commit subject alone ("Some performance improvements") does not tell a model which lines to change, so
+a small model cannot make the edit and copies its input. :func:`located_request` turns an edit
+(``before``, ``after``, subject) into a request that names each changed place of ``before`` by its line
+numbers, its enclosing function or class and its first and last lines quoted, says whether the place is
+replaced, removed or added to, and how many new lines go there; the subject follows as the purpose.
+Outside the named places the file stays as it is, so the edit's size and position are given, and only
+the new text inside each place is left to the model. Pure Python (``difflib``, ``ast``), deterministic.
+
+    >>> print(located_request("a = 1\\nb = 2\\nc = 3\\n", "a = 1\\nb = 20\\nc = 3\\n", "Raise b"))
+    Raise b
+    Where (line numbers of the original file):
+    - line 2 (`b = 2`): replace it with about 1 new line.
+    Keep every other line as it is.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass
+
+KINDS = ("replace", "remove", "add")
+QUOTE_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Place:
+    """One changed region: lines ``[start, end)`` of ``before`` (0-based) become lines ``[new_start, new_end)``
+    of ``after``; ``kind`` is ``"replace"``, ``"remove"`` (no new lines) or ``"add"`` (no old lines, inserted
+    before line ``start``); ``scope`` is the innermost enclosing ``def``/``class`` (dotted), or ``""``."""
+
+    kind: str
+    start: int
+    end: int
+    new_start: int
+    new_end: int
+    scope: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Place.kind must be one of {KINDS}, got {self.kind!r}")
+        if not (0 <= self.start <= self.end and 0 <= self.new_start <= self.new_end):
+            raise ValueError(f"Place ranges must be ordered and non-negative, got {self}")
+        expected = "add" if self.start == self.end else "remove" if self.new_start == self.new_end else "replace"
+        if self.kind != expected:
+            raise ValueError(f"Place.kind {self.kind!r} does not match its ranges (expected {expected!r})")
+
+
+def _scopes(before: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, dotted name) of every def/class of ``before`` (1-based), outer before inner;
+    empty when ``before`` does not parse."""
+    try:
+        tree = ast.parse(before)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    out: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                out.append((first, child.end_lineno or child.lineno, name))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def _scope_of(scopes: list[tuple[int, int, str]], line: int) -> str:
+    """The innermost scope holding 1-based ``line`` (the last match: inner scopes come after outer ones)."""
+    name = ""
+    for first, last, n in scopes:
+        if first <= line <= last:
+            name = n
+    return name
+
+
+def change_places(before: str, after: str, max_places: int = 6) -> list[Place]:
+    """The changed regions of ``before`` (line diff), at most ``max_places``: when there are more, the two
+    neighbouring regions with the fewest unchanged lines between them are merged (leftmost first) until
+    they fit, the unchanged lines between them joining the merged region. Sorted, non-overlapping."""
+    if not isinstance(before, str) or not isinstance(after, str):
+        raise TypeError("before and after must be str")
+    if max_places < 1:
+        raise ValueError(f"max_places must be >= 1, got {max_places}")
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    regions = [[i1, i2, j1, j2] for _, i1, i2, j1, j2 in ops]
+    while len(regions) > max_places:
+        gaps = [regions[k + 1][0] - regions[k][1] for k in range(len(regions) - 1)]
+        k = gaps.index(min(gaps))
+        regions[k:k + 2] = [[regions[k][0], regions[k + 1][1], regions[k][2], regions[k + 1][3]]]
+    scopes = _scopes(before)
+    places = []
+    for i1, i2, j1, j2 in regions:
+        kind = "add" if i1 == i2 else "remove" if j1 == j2 else "replace"
+        anchor = i1 + 1 if kind != "add" else max(i1, 1)  # an insertion belongs to the line above it
+        places.append(Place(kind, i1, i2, j1, j2, _scope_of(scopes, anchor)))
+    return places
+
+
+def _quote(line: str) -> str:
+    text = line.strip()
+    if not text:
+        return "a blank line"
+    if len(text) > QUOTE_CHARS:
+        text = text[:QUOTE_CHARS].rstrip() + "..."
+    return f"`{text.replace('`', chr(39))}`"
+
+
+def _lines(n: int, adjective: str = "") -> str:
+    return f"{n} {adjective}line" if n == 1 else f"{n} {adjective}lines"
+
+
+def describe_place(place: Place, before_lines: list[str]) -> str:
+    """One line of a request naming ``place`` in ``before`` (given as its lines)."""
+    scope = f" in `{place.scope}`" if place.scope else ""
+    new = place.new_end - place.new_start
+    if place.kind == "add":
+        if place.start == 0:
+            where = "at the top of the file"
+        else:
+            where = f"after line {place.start} ({_quote(before_lines[place.start - 1])})"
+        return f"- {where}{scope}: add about {_lines(new, 'new ')}."
+    old = place.end - place.start
+    if old == 1:
+        where = f"line {place.start + 1} ({_quote(before_lines[place.start])})"
+    else:
+        where = (f"lines {place.start + 1}-{place.end} ({_lines(old)}, from {_quote(before_lines[place.start])} "
+                 f"to {_quote(before_lines[place.end - 1])})")
+    if place.kind == "remove":
+        return f"- {where}{scope}: remove {'it' if old == 1 else 'them'}."
+    return f"- {where}{scope}: replace {'it' if old == 1 else 'them'} with about {_lines(new, 'new ')}."
+
+
+def located_request(before: str, after: str, subject: str, max_places: int = 6) -> str:
+    """A change request for turning ``before`` into ``after``: ``subject`` (e.g. the commit subject), then one
+    line per changed place (see :func:`change_places`), then that every other line stays.
+
+    Deterministic; raises ValueError when ``before == after`` (there is nothing to request).
+    """
+    if not isinstance(subject, str):
+        raise TypeError("subject must be str")
+    places = change_places(before, after, max_places)
+    if not places:
+        raise ValueError("before and after have the same lines: there is no change to request")
+    lines = before.splitlines(keepends=True)
+    body = "\n".join(describe_place(p, lines) for p in places)
+    head = subject.strip() or "Edit the file."
+    return f"{head}\nWhere (line numbers of the original file):\n{body}\nKeep every other line as it is."
