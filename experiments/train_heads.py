@@ -1,8 +1,12 @@
 """Train the zoo target's EAGLE-1 and EAGLE-3 heads on text the target itself generates (one GPU).
 
     python experiments/train_heads.py --data ../shared/data --out hybridsd/models/tiny-coder
+    python experiments/train_heads.py --target /tmp/new/tiny-coder --out /tmp/new/tiny-coder \
+        --init-heads hybridsd/models/tiny-coder      # a retrained target; heads start from the old ones
 
-1. Prompts: the Blazedit prompts of the code-edit rows outside the held-out split.
+1. Prompts: the Blazedit prompts of the code-edit rows outside the held-out split, with the change
+   request the target was tuned on (``--change-request``: located, see ``hybridsd.edit_requests``, or
+   the commit subject).
 2. Data: the target's own greedy answers to as many prompts as ``--gen-seconds`` allows (batched HF
    ``generate``), plus prompt + reference answer for every training row (teacher-forced text).
 3. Each head trains for ``--seconds-per-head`` (steps fixed from a timed probe), fixed seeds; the loss
@@ -13,15 +17,41 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 import hybridsd as hsd
 from hybridsd import data, prompts, provenance
+from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
-                                  init_eagle3_output, train_head)
+                                  init_eagle3_output, init_from_head, train_head)
+from hybridsd.edit_requests import located_request
+
+
+def edit_examples(path: Path | None, held_out: set[str], max_before_chars: int, change_request: str) -> list:
+    """The code-edit examples outside ``held_out`` with short inputs, as Blazedit prompts (file order)."""
+    out = []
+    for e in data.load_code_edits(path):
+        if e.id in held_out or len(e.input_text) > max_before_chars:
+            continue
+        if change_request == "located":
+            request = located_request(e.input_text, e.reference, e.meta["instruction"])
+            e = replace(e, prompt=data.blazedit_prompt(e.input_text, request))
+        out.append(e)
+    return out
+
+
+def load_target(folder: Path, device: str):
+    """(model, tokenizer) of a model folder: bf16 on CUDA, fp32 otherwise, eval mode, no network."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
 def training_sequences(model, tok, examples, gen_seconds: float, max_new: int, batch: int, log) -> tuple[list, dict]:
@@ -61,7 +91,11 @@ def timed_steps(head, model, seqs, seconds: float, probe_steps: int = 8, **kw) -
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="tiny-coder")
+    p.add_argument("--model", default="tiny-coder", help="zoo model name (see --target)")
+    p.add_argument("--target", type=Path, default=None, help="target model folder (default: the zoo's --model)")
+    p.add_argument("--init-heads", type=Path, default=None,
+                   help="folder with eagle1/ and eagle3/ to start the heads from (matching tensors are copied)")
+    p.add_argument("--change-request", choices=("located", "subject"), default="located")
     p.add_argument("--data", type=Path, default=None, help="folder with code_edits_dev.jsonl")
     p.add_argument("--out", type=Path, required=True, help="model folder to write eagle1/ and eagle3/ into")
     p.add_argument("--gen-seconds", type=float, default=60)
@@ -84,14 +118,15 @@ def main() -> None:
     t_start = time.perf_counter()
     torch.manual_seed(0)
     log = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)  # noqa: E731
-    model, tok, _ = hsd.zoo.load(a.model, device=a.device)
-    held_out = set(json.loads((hsd.zoo.path(a.model) / "eval_split.json").read_text())["ids"])
-    rows = data.load_code_edits(a.data / "code_edits_dev.jsonl" if a.data else None)
-    train = [e for e in rows if e.id not in held_out and len(e.input_text) <= a.max_before_chars][: a.limit]
+    folder = a.target or hsd.zoo.path(a.model)
+    model, tok = load_target(folder, a.device)
+    held_out = set(json.loads((folder / "eval_split.json").read_text())["ids"])
+    path = a.data / "code_edits_dev.jsonl" if a.data else None
+    train = edit_examples(path, held_out, a.max_before_chars, a.change_request)[: a.limit]
     generated, forced, info = training_sequences(model, tok, train, a.gen_seconds, a.max_new, a.gen_batch, log)
     seqs = generated * 2 + forced  # the target's own text weighs double
     holdout = [s for s in generated[-64:]] or forced[-64:]
-    report = {"data": info, "config": vars(a) | {"data": str(a.data), "out": str(a.out)},
+    report = {"data": info, "config": vars(a) | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
               "run_info": provenance.run_info(), "heads": {}}
     kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
     for kind in a.kinds:
@@ -104,6 +139,9 @@ def main() -> None:
             if a.init_from_target:
                 init_eagle3_output(head, model)
             extra = {"ttt_steps": a.ttt_steps}
+        if a.init_heads is not None:
+            copied = init_from_head(head, read_state_dict(a.init_heads / kind))
+            log(f"{kind}: started from {a.init_heads / kind} ({len(copied)} tensors)")
         steps = a.steps or timed_steps(head, model, seqs, a.seconds_per_head, **kw, **extra)
         log(f"{kind}: training {steps} steps")
         t = time.perf_counter()
@@ -115,7 +153,13 @@ def main() -> None:
         report["heads"][kind] = {"steps": steps, "train_s": time.perf_counter() - t, "curve": curve,
                                  "holdout_agreement": acc}
     report["wall_s"] = time.perf_counter() - t_start
-    (a.out / f"heads_training_{'_'.join(a.kinds)}.json").write_text(json.dumps(report, indent=1))
+    dest = a.out / f"heads_training_{'_'.join(a.kinds)}.json"
+    tmp = dest.with_name(dest.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(report, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
     log("done")
 
 

@@ -1,21 +1,29 @@
-"""Train the models of the zoo (``hybridsd/models/``) from scratch; no model hub is needed.
+"""Train the models of the zoo (``hybridsd/models/``); no model hub is needed.
 
 Subcommands:
 
-``target``  the ``tiny-coder`` target, a ~16M-parameter ``LlamaForCausalLM``, on one GPU in under 9 minutes:
+``target``  the ``tiny-coder`` target, a ~16M-parameter ``LlamaForCausalLM``, on one GPU:
             (a) pretraining on ~100 MB of varied Python code seen about once (this machine's installed Python
             sources, without the evaluation repositories' packages), packed into 2048-token sequences;
-            (b) tuning on instruction -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
+            skipped with ``--init MODEL_DIR``, which fine-tunes that model instead;
+            (b) tuning on change request -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
             template, loss on the answer (the ``after`` file + ``<|eot_id|>``) only: the TRAIN split of
-            code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files;
-            then a quality gate: greedy answers to ~32 evaluation-split prompts, edit norm against the input.
+            code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files. The change request is a
+            located one (``hybridsd.edit_requests``: each changed place by line numbers, enclosing def/class,
+            quoted first and last lines, kind and number of new lines, then the commit subject), or with
+            ``--change-request subject`` the commit subject / transform instruction alone;
+            then a quality gate: greedy answers (the project's own decoding loop with an n-gram drafter) to
+            ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
+            the cap (1.5x the reference's tokens), Spearman correlation between the reference's edit norm
+            and the output's (both against the input), and each output's n-gram sequence-normalized AL.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
 
 Each phase stops at its step count or at its time budget, whichever comes first; the cosine learning-rate
 schedule follows the larger of the two progress fractions, so it always completes.
 
     python experiments/train_zoo.py target --smoke          # tiny model and data, CPU, seconds
-    python experiments/train_zoo.py target --out /tmp/tc    # the real run (GPU)
+    python experiments/train_zoo.py target --out /tmp/tc    # from scratch (GPU, under 9 minutes)
+    python experiments/train_zoo.py target --init hybridsd/models/tiny-coder --out /tmp/tc   # fine-tune (GPU)
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ import gzip
 import hashlib
 import json
 import math
+import os
 import random
 import re
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -39,6 +49,7 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from train_tokenizer import EOT, EXCLUDED_PACKAGES, read_text, python_files, source_roots  # noqa: E402
+from hybridsd.edit_requests import located_request  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
@@ -100,14 +111,32 @@ class TargetConfig:
     # quality gate
     gate_prompts: int = 32
     gate_max_before_chars: int = 2500
-    gate_max_new_frac: float = 1.3
+    gate_max_new_frac: float = 1.5
+    gate_time_s: float = 90.0           # no new gate prompt is started after this
+    gate_bins: int = 8                  # gate prompts are spread evenly over this many bins of [0, 0.6]
+    change_request: str = "located"     # or "subject": the commit subject / transform instruction alone
+    max_places: int = 6                 # changed places named in a located request
     workers: int = 16
 
+    def __post_init__(self) -> None:
+        if self.change_request not in CHANGE_REQUESTS:
+            raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
 
+
+CHANGE_REQUESTS = ("located", "subject")
+# Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
+FINETUNE = dict(pretrain_chars=0, synthetic_examples=30_000, synthetic_sources=12_000, real_epochs=3,
+                sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=210.0, deadline_s=300.0, reserve_s=70.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
              pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20, deadline_s=150, reserve_s=30,
              val_sequences=4, synthetic_examples=60, sft_max_len=2048, sft_batch_tokens=4096, sft_time_s=20,
-             gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2, synthetic_sources=50)
+             gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2, synthetic_sources=50,
+             gate_time_s=20)
+# Smoke test of fine-tuning: the real model, tiny data and budgets.
+SMOKE_FINETUNE = dict(synthetic_examples=24, synthetic_sources=24, real_epochs=1, sft_max_len=1024,
+                      sft_batch_tokens=2048, sft_time_s=8, deadline_s=150, reserve_s=30, gate_prompts=2,
+                      gate_max_before_chars=400, gate_max_new_frac=1.0, gate_time_s=30, log_every=1, workers=2)
+SMOKE_REAL_ROWS = 16
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -499,9 +528,17 @@ def line_edit_norm(a: str, b: str) -> float:
     return changed / max(len(a), len(b), 1)
 
 
-def synthetic_edit(args: tuple[int, str]) -> dict | None:
-    """One synthetic edit of a Python file, or None: 1-3 transforms, instruction, before, after, kinds."""
-    seed, text = args
+def change_request(before: str, after: str, subject: str, mode: str, max_places: int) -> str:
+    """The change request of an edit: located (see ``hybridsd.edit_requests``) or the subject alone."""
+    return located_request(before, after, subject, max_places) if mode == "located" else subject
+
+
+def synthetic_edit(args: tuple[int, str, str, int]) -> dict | None:
+    """One synthetic edit of a Python file, or None: 1-3 transforms, instruction, before, after, kinds.
+
+    ``args``: (seed, file text, change-request mode, max places); the instruction is the change request
+    built from the transforms' own instructions."""
+    seed, text, mode, max_places = args
     rng = random.Random(seed)
     funcs, weights = zip(*TRANSFORMS)
     before, after, instructions, kinds = text, text, [], []
@@ -531,8 +568,14 @@ def synthetic_edit(args: tuple[int, str]) -> dict | None:
     norm = line_edit_norm(before, after)
     if not 0 < norm <= 0.6:
         return None
-    return {"instruction": " ".join(instructions), "before": before, "after": after, "kinds": kinds,
-            "line_edit_norm": norm}
+    return {"instruction": change_request(before, after, " ".join(instructions), mode, max_places),
+            "before": before, "after": after, "kinds": kinds, "line_edit_norm": norm}
+
+
+def real_request(args: tuple[dict, str, int]) -> str:
+    """The change request of a code_edits row (pool worker)."""
+    row, mode, max_places = args
+    return change_request(row["before"], row["after"], row["instruction"], mode, max_places)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -663,77 +706,112 @@ def sft_batches(examples: list[tuple[list[int], int]], batch_tokens: int, pad: i
 
 
 # ------------------------------------------------------------------------------------------ quality gate
-def levenshtein(a: str, b: str) -> int:
-    """Character-level Levenshtein distance (numpy, one vectorised row per character of ``a``)."""
-    if not a or not b:
-        return max(len(a), len(b))
-    bv = np.frombuffer(b.encode("utf-32-le"), dtype=np.uint32)
-    ramp = np.arange(len(b) + 1, dtype=np.int64)
-    prev = ramp.copy()
-    for i, ch in enumerate(np.frombuffer(a.encode("utf-32-le"), dtype=np.uint32), 1):
-        cur = np.empty_like(prev)
-        cur[0] = i
-        cur[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (bv != ch))
-        cur = np.minimum.accumulate(cur - ramp) + ramp  # insertions: cur[j] = min_k (cur[k] + j - k)
-        prev = cur
-    return int(prev[-1])
+def spearman(x, y) -> float:
+    """Spearman rank correlation (ties get their average rank); NaN when either side is constant."""
+    def ranks(v):
+        v = np.asarray(v, dtype=float)
+        order = np.argsort(v, kind="stable")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v), dtype=float)
+        for value in np.unique(v):
+            tied = v == value
+            r[tied] = r[tied].mean()
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def edit_norm(a: str, b: str) -> float:
-    """Levenshtein distance / max length (rapidfuzz's normalized_distance)."""
-    return levenshtein(a, b) / max(len(a), len(b), 1)
+def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> list[dict]:
+    """Up to ``n`` rows with short inputs, spread evenly over ``bins`` equal bins of reference edit norm in
+    [0, 0.6]: taken in turn from each bin, each bin in a fixed hash order."""
+    by_bin: list[list[dict]] = [[] for _ in range(bins)]
+    for r in sorted(rows, key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest()):
+        if len(r["before"]) <= max_before_chars and r["char_edit_norm"] <= 0.6:
+            by_bin[min(int(r["char_edit_norm"] / 0.6 * bins), bins - 1)].append(r)
+    chosen: list[dict] = []
+    while len(chosen) < n and any(by_bin):
+        for members in by_bin:
+            if members and len(chosen) < n:
+                chosen.append(members.pop(0))
+    return chosen
 
 
-def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, device, stop_ids: list[int]) -> dict:
-    """Greedy answers to short evaluation prompts; edit norm of each output against its input file."""
-    import torch
+def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids: list[int]) -> dict:
+    """Greedy answers to held-out prompts (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
+    gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
+    correlation of the output's edit norm with the reference's. Passes when >= 90% stop and rho >= 0.6."""
+    import hybridsd as hsd
+    from hybridsd.edit_distance import edit_norm
 
-    short = [r for r in rows if len(r["before"]) <= cfg.gate_max_before_chars]
-    short.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
-    chosen = short[: cfg.gate_prompts]
-    prompts = [tokenizer.apply_chat_template(blazedit_messages(r["before"], r["instruction"]), tokenize=False,
-                                             add_generation_prompt=True) for r in chosen]
-    caps = [max(8, int(cfg.gate_max_new_frac * len(tokenizer.encode(r["after"], add_special_tokens=False))))
-            for r in chosen]
-    tokenizer.padding_side = "left"
-    enc = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
-    start = time.time()
-    model.eval()
-    with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=max(caps), do_sample=False, eos_token_id=stop_ids,
-                             pad_token_id=tokenizer.pad_token_id)
-    gen_s = time.time() - start
-    samples = []
-    for r, cap, ids in zip(chosen, caps, out[:, enc["input_ids"].shape[1]:].tolist()):
-        ids = ids[:cap]
-        stopped = next((k for k, t in enumerate(ids) if t in stop_ids), None)
-        text = tokenizer.decode(ids[:stopped] if stopped is not None else ids, skip_special_tokens=True)
-        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_vs_before": round(edit_norm(r["before"], text), 6),
-                        "out_vs_after": round(edit_norm(r["after"], text), 6), "stopped": stopped is not None,
-                        "exact_after": text == r["after"], "output_head": text[:300]})
-    med = lambda xs: float(np.median(xs))  # noqa: E731
-    result = {"n": len(samples), "median_ref_norm": med([s["ref_norm"] for s in samples]),
-              "median_out_vs_before": med([s["out_vs_before"] for s in samples]),
+    chosen = gate_rows(rows, cfg.gate_prompts, cfg.gate_bins, cfg.gate_max_before_chars)
+    samples, start = [], time.time()
+    for r in chosen:
+        if time.time() - start > cfg.gate_time_s:
+            break
+        request = change_request(r["before"], r["after"], r["instruction"], cfg.change_request, cfg.max_places)
+        text = tokenizer.apply_chat_template(blazedit_messages(r["before"], request), tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        cap = max(8, math.ceil(cfg.gate_max_new_frac * len(tokenizer.encode(r["after"], add_special_tokens=False))))
+        cap = min(cap, cfg.max_position_embeddings - len(ids) - 16)
+        res = hsd.generate(model, ids, drafter=hsd.NgramDrafter(k=5, min_n=2, max_n=5), max_new_tokens=cap,
+                           eos_token_id=stop_ids)
+        stopped = bool(res.tokens) and res.tokens[-1] in stop_ids
+        out = tokenizer.decode(res.tokens[:-1] if stopped else res.tokens, skip_special_tokens=True)
+        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_norm": round(edit_norm(r["before"], out), 6),
+                        "out_vs_after": round(edit_norm(r["after"], out), 6), "stopped": stopped, "cap": cap,
+                        "tokens": len(res.tokens), "ngram_seq_al": round(res.stats.seq_normalized_al, 4),
+                        "exact_after": out == r["after"], "request": request, "output_head": out[:300]})
+    med = lambda xs: float(np.median(xs)) if xs else float("nan")  # noqa: E731
+    n = len(samples)
+    result = {"n": n, "planned": len(chosen), "generate_s": round(time.time() - start, 1),
+              "eos_share": sum(s["stopped"] for s in samples) / max(n, 1),
+              "spearman_ref_out": spearman([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples]),
+              "median_ref_norm": med([s["ref_norm"] for s in samples]),
+              "median_out_norm": med([s["out_norm"] for s in samples]),
               "median_out_vs_after": med([s["out_vs_after"] for s in samples]),
-              "stopped_at_eot": sum(s["stopped"] for s in samples), "exact_after": sum(s["exact_after"] for s in samples),
-              "generate_s": round(gen_s, 1), "samples": samples}
-    result["passed"] = abs(result["median_out_vs_before"] - result["median_ref_norm"]) <= 0.15
+              "exact_after": sum(s["exact_after"] for s in samples), "samples": samples}
+    for name, lo, hi in (("low", 0.0, 0.1), ("high", 0.3, 0.6)):
+        als = [s["ngram_seq_al"] for s in samples if lo <= s["ref_norm"] <= hi]
+        result[f"ngram_seq_al_ref_{name}"] = float(np.mean(als)) if als else float("nan")
+    result["passed"] = result["eos_share"] >= 0.9 and result["spearman_ref_out"] >= 0.6
     return result
 
 
 # ------------------------------------------------------------------------------------------------ main
+def load_target(cfg: TargetConfig, init: Path | None, n_vocab: int, special: dict):
+    """The model to train: ``init``'s weights in fp32, or a fresh one of ``cfg``'s shape."""
+    if init is None:
+        return build_model(cfg, n_vocab, special)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32, local_files_only=True)
+    if model.config.vocab_size != n_vocab:
+        raise ValueError(f"--init model's vocabulary ({model.config.vocab_size}) != the tokenizer's ({n_vocab})")
+    return model
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer_training.json")
+
+
 def cmd_target(args) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    cfg = replace(TargetConfig(), **SMOKE) if args.smoke else TargetConfig()
+    overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
+    cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
     t0 = time.time()
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = args.out or (Path("/tmp/tiny-coder-smoke") if args.smoke else MODEL_DIR)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+    tok_dir = args.tokenizer or args.init or MODEL_DIR
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
     special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id,
                "eot": tokenizer.convert_tokens_to_ids(EOT)}
     fast = tokenizer.backend_tokenizer
@@ -742,26 +820,35 @@ def cmd_target(args) -> None:
     rows = load_edits()
     train_rows, eval_rows = split_edits(rows)
     split = eval_split_record(rows)
+    if args.smoke:
+        train_rows = [r for r in train_rows if len(r["before"]) <= 1500][:SMOKE_REAL_ROWS]
     (out / "eval_split.json").write_text(json.dumps(split, indent=1) + "\n")
     pre_texts, edit_sources, data_stats = pretraining_texts(cfg)
     t_read = time.time() - t0
     with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
-        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % len(edit_sources)])
+        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % len(edit_sources)], cfg.change_request, cfg.max_places)
                 for i in range(int(1.25 * cfg.synthetic_examples))]
         synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
+        requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
+                            chunksize=16)
+        eval_sub = eval_rows[:: max(1, len(eval_rows) // 64)]
+        eval_requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in eval_sub])
     synth = synth[: cfg.synthetic_examples]
-    pre_ids = [e.ids for e in fast.encode_batch(pre_texts, add_special_tokens=False)]
-    seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
-    perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
-    val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
-    data_stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
-                      val_sequences=len(val_seqs))
-    del pre_ids, pre_texts, seqs
-    sft_rows = [(r["before"], r["instruction"], r["after"]) for r in train_rows] * cfg.real_epochs
+    val_seqs = None
+    if pre_texts:
+        pre_ids = [e.ids for e in fast.encode_batch(pre_texts, add_special_tokens=False)]
+        seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
+        perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
+        val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
+        data_stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
+                          val_sequences=len(val_seqs))
+        del pre_ids, seqs
+    del pre_texts
+    sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
     examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"]) if len(e[0]) <= cfg.sft_max_len]
-    eval_examples = sft_examples(tokenizer, [(r["before"], r["instruction"], r["after"])
-                                             for r in eval_rows[:: max(1, len(eval_rows) // 64)]], special["eot"])
+    eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
+                                 special["eot"])
     eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
     kinds: dict[str, int] = {}
     for s in synth:
@@ -772,16 +859,18 @@ def cmd_target(args) -> None:
                       eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), synthetic_examples=len(synth),
                       synthetic_kinds=kinds, synthetic_median_line_edit_norm=float(np.median([s["line_edit_norm"] for s in synth])),
                       sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
-                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
+                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)),
+                      example_real_request=requests[0] if requests else None)
     t_data = time.time() - t0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # after the worker pool has forked
     print(f"data ready in {t_data:.0f}s (reading {t_read:.0f}s): " + json.dumps(
-        {k: v for k, v in data_stats.items() if k != "sft_real_repos"}), flush=True)
+        {k: v for k, v in data_stats.items() if k not in ("sft_real_repos", "example_real_request")}), flush=True)
 
     # model and optimiser
-    model = build_model(cfg, len(tokenizer), special).to(device)
+    model = load_target(cfg, args.init, len(tokenizer), special).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {n_params / 1e6:.2f}M parameters on {device}", flush=True)
+    print(f"model: {n_params / 1e6:.2f}M parameters on {device}" + (f", from {args.init}" if args.init else ""),
+          flush=True)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
 
@@ -802,32 +891,34 @@ def cmd_target(args) -> None:
                 for x, y in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
                     losses.append(masked_loss(model, x.to(device), y.to(device)).item())
         model.train()
-        return round(float(np.mean(losses)), 4)
+        return round(float(np.mean(losses)), 4) if losses else float("nan")
 
     log = {"pretrain": [], "sft": [], "val": []}
 
     def record_val(phase: str, step: int) -> None:
-        entry = {"phase": phase, "step": step, "code_val_loss": val_loss(seq_rows=val_seqs),
-                 "eval_edit_answer_loss": val_loss(sft=eval_examples)}
+        entry = {"phase": phase, "step": step, "eval_edit_answer_loss": val_loss(sft=eval_examples)}
+        if val_seqs is not None:
+            entry["code_val_loss"] = val_loss(seq_rows=val_seqs)
         log["val"].append(entry)
         print("[val] " + json.dumps(entry), flush=True)
 
     record_val("init", 0)
-    # (a) pretraining
-    bs = max(1, cfg.pretrain_batch_tokens // cfg.pretrain_seq_len)
-    order = np.random.default_rng(cfg.seed + 1).permutation(len(train_seqs))
+    pre_info = {"skipped": f"fine-tuned from {args.init}"} if args.init else None
+    if pre_info is None:  # (a) pretraining
+        bs = max(1, cfg.pretrain_batch_tokens // cfg.pretrain_seq_len)
+        order = np.random.default_rng(cfg.seed + 1).permutation(len(train_seqs))
 
-    def pre_batches():
-        for i in range(0, len(order) - bs + 1, bs):
-            x = torch.from_numpy(train_seqs[np.sort(order[i:i + bs])]).long()
-            yield x[:, :-1], x[:, 1:]
+        def pre_batches():
+            for i in range(0, len(order) - bs + 1, bs):
+                x = torch.from_numpy(train_seqs[np.sort(order[i:i + bs])]).long()
+                yield x[:, :-1], x[:, 1:]
 
-    left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
-    phase = Phase("pretrain", len(order) // bs, max(5.0, min(cfg.pretrain_time_s, 0.55 * left)), cfg.pretrain_lr,
-                  cfg.pretrain_warmup_steps, cfg.min_lr_frac)
-    pre_info = train_phase(model, optimizer(cfg.pretrain_lr), pre_batches(), phase, cfg, device, log["pretrain"],
-                           on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
-    record_val("pretrain_end", pre_info["steps"])
+        left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
+        phase = Phase("pretrain", len(order) // bs, max(5.0, min(cfg.pretrain_time_s, 0.55 * left)), cfg.pretrain_lr,
+                      cfg.pretrain_warmup_steps, cfg.min_lr_frac)
+        pre_info = train_phase(model, optimizer(cfg.pretrain_lr), pre_batches(), phase, cfg, device, log["pretrain"],
+                               on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
+        record_val("pretrain_end", pre_info["steps"])
     # (b) edit tuning
     batches = list(sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
     left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
@@ -843,31 +934,47 @@ def cmd_target(args) -> None:
     model.generation_config.pad_token_id = special["pad"]
     model.generation_config.do_sample = False
     model.save_pretrained(out, max_shard_size="14MB")
+    if device.type != "cuda":
+        model.float()  # the CPU gate runs in fp32
+    for name in TOKENIZER_FILES:
+        if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
+            shutil.copyfile(Path(tok_dir) / name, out / name)
     from hybridsd.provenance import run_info
 
     def write_record(gate: dict) -> dict:
-        record = {"config": asdict(cfg), "smoke": args.smoke, "parameters": n_params,
+        record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init) if args.init else None,
+                  "parameters": n_params,
                   "safetensors_bytes": sum(p.stat().st_size for p in out.glob("*.safetensors")),
                   "data": data_stats, "pretrain": pre_info, "sft": sft_info, "data_prep_s": round(t_data, 1),
                   "wall_s": round(time.time() - t0, 1), "special_token_ids": special,
                   "blazedit_prompt": BLAZEDIT_PROMPT, "run_info": run_info(),
                   "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
-        (out / "training_config.json").write_text(json.dumps(record, indent=1) + "\n")
-        (out / "train_log.json").write_text(json.dumps({**log, "quality_gate_samples": gate.get("samples", [])},
-                                                       indent=0) + "\n")
+        atomic_write(out / "training_config.json", json.dumps(record, indent=1) + "\n")
+        atomic_write(out / "train_log.json", json.dumps({**log, "quality_gate_samples": gate.get("samples", [])},
+                                                        indent=0) + "\n")
         return record
 
     write_record({"error": "not run yet"})  # kept if the gate fails
-    gate = quality_gate(model, tokenizer, eval_rows, cfg, device, [special["eot"], special["eos"]])
-    print(f"quality gate: n={gate['n']} median ref norm {gate['median_ref_norm']:.4f}, median output-vs-input "
-          f"{gate['median_out_vs_before']:.4f}, output-vs-after {gate['median_out_vs_after']:.4f}, "
-          f"stopped {gate['stopped_at_eot']}, exact {gate['exact_after']}, passed={gate['passed']}", flush=True)
-    for s in gate["samples"][:4]:
-        print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_vs_before", "out_vs_after")}), "\n",
-              s["output_head"], "\n-----", flush=True)
+    gate = quality_gate(model, tokenizer, eval_rows, cfg, [special["eot"], special["eos"]])
+    print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
+          f"Spearman(ref, out) {gate['spearman_ref_out']:.3f}, median ref norm {gate['median_ref_norm']:.4f}, "
+          f"median out norm {gate['median_out_norm']:.4f}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']:.2f} "
+          f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']:.2f}, passed={gate['passed']}", flush=True)
+    for s in gate["samples"][:3]:
+        print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_norm", "stopped", "ngram_seq_al")}), "\n",
+              s["request"], "\n--- output head:\n", s["output_head"], "\n-----", flush=True)
     record = write_record(gate)
-    print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt")}, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt", "data")}, indent=1))
 
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder (fsync, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 def cmd_split(args) -> None:
     record = eval_split_record(load_edits())
@@ -881,8 +988,12 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("target", help="pretrain + edit-tune the tiny-coder target, then run the quality gate")
     p.add_argument("--out", type=Path, default=None, help="model folder (default hybridsd/models/tiny-coder)")
-    p.add_argument("--tokenizer", type=Path, default=MODEL_DIR)
-    p.add_argument("--smoke", action="store_true", help="tiny model and data, for testing the script on a CPU")
+    p.add_argument("--init", type=Path, default=None,
+                   help="fine-tune this model folder (no pretraining) instead of training from scratch")
+    p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: --init, else tiny-coder)")
+    p.add_argument("--change-request", choices=CHANGE_REQUESTS, default="located",
+                   help="located: where and how much changes (hybridsd.edit_requests); subject: the subject alone")
+    p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     args = parser.parse_args(argv)

@@ -92,6 +92,35 @@ def init_eagle3_output(head: EagleHead, target) -> None:
         head.norm.weight.copy_(norm.weight)
 
 
+@torch.no_grad()
+def init_from_head(head: EagleHead, state_dict: dict[str, torch.Tensor]) -> list[str]:
+    """Start ``head`` from another head's tensors (e.g. one trained for an earlier version of the target).
+
+    Tensors whose name and shape match are copied. An EAGLE-3 ``lm_head`` over a different draft
+    vocabulary is copied row by row for the target tokens both vocabularies hold (``d2t`` of both
+    heads says which); the other rows and the head's own ``d2t``/``t2d`` stay. Returns the names
+    copied (in part, for ``lm_head``).
+    """
+    own = head.state_dict()
+    copied = []
+    for name, value in state_dict.items():
+        if name in ("d2t", "t2d", "lm_head.weight") or name not in own or own[name].shape != value.shape:
+            continue
+        own[name].copy_(value)
+        copied.append(name)
+    if head.config.kind == "eagle3" and "lm_head.weight" in state_dict and "d2t" in state_dict:
+        old_w, old_d2t = state_dict["lm_head.weight"], state_dict["d2t"].to(torch.int64).cpu()
+        old_ids = torch.arange(len(old_d2t)) + old_d2t  # [Vd_old] target ids of the old draft rows
+        row_of = torch.full((head.config.vocab_size,), -1, dtype=torch.int64)
+        row_of[old_ids] = torch.arange(len(old_ids))
+        rows = row_of[head.draft_ids().cpu()]  # [Vd] old row of each new draft token, -1 if none
+        keep = (rows >= 0).nonzero().flatten()
+        w = head.lm_head.weight
+        w[keep.to(w.device)] = old_w[rows[keep]].to(device=w.device, dtype=w.dtype)
+        copied.append("lm_head.weight")
+    return copied
+
+
 def window_batches(sequences: Sequence[torch.Tensor], batch_size: int, seq_len: int,
                    generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless batches ``(ids [B, T], valid [B, T] bool)`` of random windows, right-padded with 0.
