@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Retrain the zoo in one call on one GPU (about 8.5 minutes on one H200): the tiny-coder target fine-tuned on
+# located change requests (train_zoo.py target --init, with its quality gate on held-out prompts), then its
+# EAGLE-1 and EAGLE-3 heads (train_heads.py, started from the current heads), then an archive of the new folder.
+#
+#   bash experiments/train_zoo_gpu.sh OUT_DIR [--smoke]     # --smoke: CPU, tiny budgets, about 2 minutes
+#
+# The model folder is built in $WORK (default /tmp/zoo_work)/tiny-coder; OUT_DIR receives only
+# train_zoo_gpu.log and tiny-coder.tar.part-* (pieces of at most 15 MB; unpack with
+# `cat tiny-coder.tar.part-* | tar -x -C DEST`). Expects, as device_run.sh: .whl/ (rapidfuzz wheels) and
+# .cache/code_edits_dev.jsonl.gz carried along on the GPU machine; without .cache/ it reads ../shared/data.
+set -uo pipefail
+OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
+SMOKE=${2:-}
+WORK=${WORK:-/tmp/zoo_work}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT" "$WORK" /tmp/d
+rm -rf "$WORK/tiny-coder"
+log="$OUT/train_zoo_gpu.log"
+start=$(date +%s)
+stamp() { echo "== $1 $(date +%T) (+$(( $(date +%s) - start ))s)" | tee -a "$log"; }
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    >> "$log" 2>&1 || { echo "wheel install failed" | tee -a "$log"; exit 1; }
+fi
+if [ -f .cache/code_edits_dev.jsonl.gz ]; then
+  gunzip -c .cache/code_edits_dev.jsonl.gz > /tmp/d/code_edits_dev.jsonl
+  DATA=/tmp/d
+else
+  DATA=$(cd .. && pwd)/shared/data
+  [ -f "$DATA/code_edits_dev.jsonl" ] || DATA=/work/shared/data
+fi
+export PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=$DATA
+
+if [ "$SMOKE" = "--smoke" ]; then
+  TARGET_ARGS="--smoke"; TARGET_S=300; HEADS_S=300
+  HEAD_ARGS="--device cpu --limit 4 --gen-seconds 1 --gen-batch 2 --max-new 16 --steps 2 --seq-len 128 --batch-size 2 --max-before-chars 1200"
+else
+  TARGET_ARGS=""; TARGET_S=${TARGET_S:-330}; HEADS_S=${HEADS_S:-210}
+  HEAD_ARGS="--gen-seconds ${GEN_S:-20} --gen-batch 64 --max-new 768 --seconds-per-head ${HEAD_S:-60} --ttt-steps 3 ${HEAD_ARGS:-}"
+fi
+
+stamp "target"
+timeout "$TARGET_S" python3 experiments/train_zoo.py target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
+  $TARGET_ARGS 2>&1 | grep -v "Loading weights" | tee -a "$log"
+[ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
+
+stamp "heads"
+timeout "$HEADS_S" python3 experiments/train_heads.py --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
+  --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 4096 $HEAD_ARGS 2>&1 \
+  | grep -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
+
+stamp "archive"
+du -ab "$WORK/tiny-coder" | tee -a "$log"
+tar -C "$WORK" -cf - tiny-coder | split -b 15M - "$OUT/tiny-coder.tar.part-"
+ls -la "$OUT" | tee -a "$log"
+stamp "done"
