@@ -778,8 +778,8 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids
     for name, lo, hi in (("low", 0.0, 0.1), ("high", 0.3, 0.6)):
         als = [s["ngram_seq_al"] for s in samples if lo <= s["ref_norm"] <= hi]
         result[f"ngram_seq_al_ref_{name}"] = float(np.mean(als)) if als else float("nan")
-    result["passed"] = result["eos_share"] >= 0.9 and result["spearman_ref_out"] >= 0.6
-    return result
+    result["passed"] = bool(result["eos_share"] >= 0.9 and result["spearman_ref_out"] >= 0.6)
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}  # strict JSON
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -958,9 +958,9 @@ def cmd_target(args) -> None:
     write_record({"error": "not run yet"})  # kept if the gate fails
     gate = quality_gate(model, tokenizer, eval_rows, cfg, [special["eot"], special["eos"]])
     print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
-          f"Spearman(ref, out) {gate['spearman_ref_out']:.3f}, median ref norm {gate['median_ref_norm']:.4f}, "
-          f"median out norm {gate['median_out_norm']:.4f}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']:.2f} "
-          f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']:.2f}, passed={gate['passed']}", flush=True)
+          f"Spearman(ref, out) {gate['spearman_ref_out']}, median ref norm {gate['median_ref_norm']}, "
+          f"median out norm {gate['median_out_norm']}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']} "
+          f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']}, passed={gate['passed']}", flush=True)
     for s in gate["samples"][:3]:
         print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_norm", "stopped", "ngram_seq_al")}), "\n",
               s["request"], "\n--- output head:\n", s["output_head"], "\n-----", flush=True)

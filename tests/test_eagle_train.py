@@ -170,3 +170,28 @@ def test_train_head_accepts_a_batch_iterator(target, data):
     assert [r["step"] for r in rows] == [2, 4] and all(r["loss"] == r["loss"] for r in rows)  # finite, not NaN
     rows = tr.train_head(head, target, [ids] * 3, steps=3, log_every=5)  # a list of [B, T] batches
     assert [r["step"] for r in rows] == [3]
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_init_from_head_copies_matching_tensors_and_maps_lm_head_rows(target, kind):
+    torch.manual_seed(3)
+    old = EagleHead.from_target(target, kind=kind, **({"draft_vocab_size": 40} if kind == "eagle3" else {}))
+    new = EagleHead.from_target(target, kind=kind, **({"draft_vocab_size": 24} if kind == "eagle3" else {}))
+    if kind == "eagle3":
+        g = torch.Generator().manual_seed(0)
+        old.set_draft_vocab(*tr.build_draft_vocab(torch.randint(0, 50, (V,), generator=g), 40))
+        new.set_draft_vocab(*tr.build_draft_vocab(torch.randint(0, 50, (V,), generator=g), 24))
+    before = {k: v.clone() for k, v in new.state_dict().items()}
+    copied = tr.init_from_head(new, old.state_dict())
+    sd_new, sd_old = new.state_dict(), old.state_dict()
+    for name in sd_new:
+        if name in ("d2t", "t2d"):
+            assert torch.equal(sd_new[name], before[name])  # the new draft vocabulary stays
+        elif name != "lm_head.weight":
+            assert name in copied and torch.equal(sd_new[name], sd_old[name])
+    if kind == "eagle3":
+        old_ids, new_ids = old.draft_ids().tolist(), new.draft_ids().tolist()
+        for row, t in enumerate(new_ids):  # slow reference: row by row through the target ids
+            want = sd_old["lm_head.weight"][old_ids.index(t)] if t in old_ids else before["lm_head.weight"][row]
+            assert torch.equal(sd_new["lm_head.weight"][row], want)
+        assert len(set(old_ids) & set(new_ids)) > 0

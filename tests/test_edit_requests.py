@@ -1,0 +1,159 @@
+"""Located change requests: the places cover exactly the changed lines, the text names them, and it is stable."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridsd.edit_requests import Place, change_places, describe_place, located_request
+
+FILE = '''import os
+
+
+class Client:
+    """A client."""
+
+    def __init__(self, url):
+        self.url = url
+        self.retries = 3
+
+    def send(self, data):
+        for _ in range(self.retries):
+            pass
+        return data
+
+
+def parse_url(url):
+    host = url.split(":")[0]
+    return host
+'''
+
+LINES = st.lists(st.sampled_from(["a = 1\n", "b = 2\n", "\n", "def f():\n", "    return x\n", "# c\n", "x"]),
+                 max_size=25)
+
+
+def splice(before: str, after: str, places: list[Place]) -> str:
+    """``before`` with each place's lines replaced by its lines of ``after``: the reference for coverage."""
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    out, pos = [], 0
+    for p in places:
+        out += a[pos:p.start] + b[p.new_start:p.new_end]
+        pos = p.end
+    return "".join(out + a[pos:])
+
+
+@settings(max_examples=300, deadline=None)
+@given(LINES, LINES, st.integers(1, 6))
+def test_places_reconstruct_after_and_are_ordered(a, b, max_places):
+    before, after = "".join(a), "".join(b)
+    places = change_places(before, after, max_places)
+    assert splice(before, after, places) == after  # outside the places, before's lines are kept
+    assert len(places) <= max_places
+    assert (not places) == (before.splitlines(keepends=True) == after.splitlines(keepends=True))
+    for p, q in zip(places, places[1:]):
+        assert p.end <= q.start and p.new_end <= q.new_start
+        assert (p.end, p.new_end) != (q.start, q.new_start)  # separated by at least one kept line
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINES, LINES)
+def test_merging_keeps_every_changed_line(a, b):
+    before, after = "".join(a), "".join(b)
+    fine = change_places(before, after, 10 ** 6)
+    coarse = change_places(before, after, 2)
+    covered = {i for p in coarse for i in range(p.start, p.end)}
+    assert {i for p in fine for i in range(p.start, p.end)} <= covered
+    inserted = {(p.start, p.new_start) for p in fine if p.kind == "add"}
+    for start, new_start in inserted:  # every insertion point lies in (or at the edge of) a coarse place
+        assert any(q.start <= start <= q.end and q.new_start <= new_start <= q.new_end for q in coarse)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINES, LINES, st.text(max_size=30))
+def test_request_names_each_place_with_true_line_numbers(a, b, subject):
+    before, after = "".join(a), "".join(b)
+    places = change_places(before, after)
+    if not places:
+        with pytest.raises(ValueError, match="no change"):
+            located_request(before, after, subject)
+        return
+    text = located_request(before, after, subject)
+    assert text == located_request(before, after, subject)  # deterministic
+    items = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    assert len(items) == len(places)
+    for p, item in zip(places, items):
+        if p.kind == "add":
+            assert item.endswith(f"add about {p.new_end - p.new_start} new line" + ("" if p.new_end - p.new_start == 1 else "s") + ".")
+            assert (p.start == 0) == item.startswith("- at the top of the file")
+        else:
+            nums = [int(x) for x in re.findall(r"lines? (\d+)(?:-(\d+))?", item)[0] if x]
+            assert nums[0] == p.start + 1 and nums[-1] == p.end
+            assert ("remove" in item) == (p.kind == "remove")
+
+
+def test_located_request_on_a_real_looking_edit():
+    after = FILE.replace("        self.retries = 3\n", "").replace(
+        "        for _ in range(self.retries):\n            pass\n", "        self.log(data)\n        self.flush()\n"
+        "        self.count += 1\n").replace('    host = url.split(":")[0]\n',
+                                           '    if not url:\n        raise ValueError("empty url")\n'
+                                           '    host = url.split(":")[0]\n')
+    text = located_request(FILE, after, "Drop retries")
+    assert text.splitlines()[0] == "Drop retries"
+    assert "- line 9 (`self.retries = 3`) in `Client.__init__`: remove it." in text
+    assert ("- lines 12-13 (2 lines, from `for _ in range(self.retries):` to `pass`) in `Client.send`: "
+            "replace them with about 3 new lines.") in text
+    assert "- after line 17 (`def parse_url(url):`) in `parse_url`: add about 2 new lines." in text
+    assert text.endswith("Keep every other line as it is.")
+
+
+def test_merging_joins_the_closest_places_first():
+    before = "".join(f"v{i} = {i}\n" for i in range(30))
+    lines = before.splitlines(keepends=True)
+    for i in (2, 4, 20):  # gaps: 1 line between 2 and 4, 15 lines between 4 and 20
+        lines[i] = lines[i].replace("=", "==")
+    places = change_places(before, "".join(lines), max_places=2)
+    assert [(p.start, p.end) for p in places] == [(2, 5), (20, 21)]
+
+
+def test_scope_falls_back_when_the_file_does_not_parse():
+    before, after = "def f(:\n    x = 1\n", "def f(:\n    x = 2\n"
+    assert change_places(before, after)[0].scope == ""
+    assert "line 2 (`x = 1`): replace it with about 1 new line." in located_request(before, after, "s")
+
+
+def test_quotes_are_cut_and_blank_lines_named():
+    long = "x = '" + "y" * 100 + "'\n"
+    place = Place("replace", 0, 2, 0, 1)
+    item = describe_place(place, [long, "\n"])
+    assert "..." in item and "to a blank line" in item and len(item) < 200
+
+
+@pytest.mark.parametrize("args, err", [
+    ((1, "a"), TypeError), (("a", None), TypeError)])
+def test_bad_texts_are_rejected(args, err):
+    with pytest.raises(err, match="before and after"):
+        change_places(*args)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="max_places"):
+        change_places("a\n", "b\n", 0)
+    with pytest.raises(TypeError, match="subject"):
+        located_request("a\n", "b\n", None)
+    with pytest.raises(ValueError, match="kind"):
+        Place("add", 0, 1, 0, 1)
+
+
+def test_module_imports_only_the_standard_library():
+    import ast
+
+    import hybridsd.edit_requests as mod
+
+    tree = ast.parse(open(mod.__file__, encoding="utf-8").read())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names

@@ -1,0 +1,101 @@
+"""The zoo trainer's data and gate helpers (experiments/train_zoo.py): located requests on synthetic and real
+edits, the gate's prompt spread and its rank correlation. No training here: the GPU script is smoke-tested by
+``bash experiments/train_zoo_gpu.sh /tmp/out --smoke``."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import train_zoo as tz  # noqa: E402
+
+from hybridsd.edit_requests import change_places, located_request  # noqa: E402
+
+SOURCE = '''"""Helpers."""
+import os
+import re
+import sys
+
+LIMIT = 10
+
+
+def parse(text):
+    return text.split()
+
+
+class Store:
+    def get(self, key):
+        return key
+
+    def put(self, key, value):
+        self.key = value
+
+
+def join(parts):
+    """Join the parts."""
+    return os.sep.join(parts)
+'''
+
+
+def _slow_spearman(x, y):
+    """Pearson correlation of average ranks, ranks by counting (the textbook definition)."""
+    def ranks(v):
+        return [sum(w < a for w in v) + (sum(w == a for w in v) + 1) / 2 for a in v]
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=3, max_size=20))
+def test_spearman_matches_the_textbook_definition(pairs):
+    x, y = [float(a) for a, _ in pairs], [float(b) for _, b in pairs]
+    got = tz.spearman(x, y)
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        assert np.isnan(got)
+    else:
+        assert got == pytest.approx(_slow_spearman(x, y), abs=1e-12)
+
+
+def test_gate_rows_spread_over_bins_and_respect_the_size_limit():
+    rows = [{"id": f"r{i}", "before": "x" * (100 if i % 7 else 5000), "char_edit_norm": (i % 60) / 100}
+            for i in range(600)]
+    chosen = tz.gate_rows(rows, 16, 8, 1000)
+    assert len(chosen) == 16 and len({r["id"] for r in chosen}) == 16
+    assert all(len(r["before"]) <= 1000 for r in chosen)
+    bins = [min(int(r["char_edit_norm"] / 0.6 * 8), 7) for r in chosen]
+    assert sorted(bins) == sorted(list(range(8)) * 2)  # two from each bin
+    assert tz.gate_rows(rows, 16, 8, 1000) == chosen  # deterministic
+    few = tz.gate_rows(rows[:3], 16, 8, 1000)  # fewer rows than asked: all that qualify
+    assert {r["id"] for r in few} == {"r1", "r2"}  # r0 is too long
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_synthetic_edits_carry_a_located_request(seed):
+    got = tz.synthetic_edit((seed, SOURCE, "located", 6))
+    if got is None:
+        pytest.skip("this seed's transforms did not apply")
+    ast.parse(got["after"])
+    assert got["instruction"] == located_request(got["before"], got["after"],
+                                                 got["instruction"].splitlines()[0], 6)
+    assert len([ln for ln in got["instruction"].splitlines() if ln.startswith("- ")]) == \
+        len(change_places(got["before"], got["after"], 6))
+    plain = tz.synthetic_edit((seed, SOURCE, "subject", 6))
+    assert plain["after"] == got["after"] and plain["instruction"] == got["instruction"].splitlines()[0]
+
+
+def test_real_request_modes():
+    row = {"before": SOURCE, "after": SOURCE.replace("LIMIT = 10", "LIMIT = 20"), "instruction": "Raise the limit"}
+    assert tz.real_request((row, "subject", 6)) == "Raise the limit"
+    located = tz.real_request((row, "located", 6))
+    assert located.startswith("Raise the limit\n") and "line 6 (`LIMIT = 10`): replace it" in located
+
+
+def test_config_rejects_an_unknown_request_mode():
+    with pytest.raises(ValueError, match="change_request"):
+        tz.TargetConfig(change_request="free")
