@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridsd.analytic import (al_from_rates, fit_edit_structure, fit_harmonic, fit_resync, fit_resync_runs,
-                               model_error)
+from hybridsd.analytic import (al_from_rates, fit_edit_structure, fit_harmonic, fit_new_share, fit_resync,
+                               fit_resync_runs, harmonic_calibrate_ngram, model_error)
 from hybridsd.data import bin_index, default_data_dir, load_code_edits
 from hybridsd.edit_distance import copied_runs, token_edit_norm
 from hybridsd.provenance import run_info
@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results"
 POLICIES = ("ngram", "eagle", "prefer-ngram", "tree")
 MODELED = ("ngram", "prefer-ngram", "tree")
-MODELS = ("harmonic_pr", "harmonic_fit", "harmonic_free", "resync", "resync_runs")
+MODELS = ("harmonic_pr", "harmonic_pr_literal", "harmonic_fit", "harmonic_free", "resync", "resync_eagle",
+          "resync_runs")
 DEFAULT_RATES = (0.65, 0.42, 0.25)
 RATES_SOURCE = (
     "default: assumed per-position rates (0.65, 0.42, 0.25), AL 2.32 at k=3, chosen to match vLLM's "
@@ -171,10 +172,15 @@ def main(argv=None) -> int:
     ok_fit, ok_test = table_fit["n"] > 0, table_test["n"] > 0
     lowest = int(np.flatnonzero(ok_fit)[0])
     al_ngram_lowest = float(table_fit["ngram_al"][lowest])
+    # the PR's calibration: the copy rate that reproduces the lowest bin's n-gram AL at that bin's edit norm
+    # (using the measured AL itself as the copy rate would discount the bin's new text a second time)
+    al_ngram_copy = float(harmonic_calibrate_ngram(al_ngram_lowest, table_fit["mean_e"][lowest], 1.0, k=args.k_ngram))
     # edit structure of the references (no decoding involved): copied runs over tokens, edits between them
     runs = [copied_runs(b, r) for b, r in zip(befores, refs)]
     n_edits = np.array([max(len(r) - 1, 0) for r in runs])
-    structure = fit_edit_structure(e[fit_half], length[fit_half], n_edits[fit_half])
+    share = np.array([1.0 - min(sum(r), n) / n if n else 0.0 for r, n in zip(runs, length)])  # new-token share
+    share_consts = fit_new_share(e[fit_half], share[fit_half])
+    structure = fit_edit_structure(share[fit_half], length[fit_half], n_edits[fit_half])
     fit_groups = np.full(len(examples), -1)
     fit_groups[fit_half] = np.searchsorted(np.flatnonzero(ok_fit), idx[fit_half])  # bin -> index among non-empty
     test_groups = np.full(len(examples), -1)
@@ -185,11 +191,16 @@ def main(argv=None) -> int:
         y = table_fit[f"{p}_al"][ok_fit]
         x, ln = table_fit["mean_e"][ok_fit], table_fit["mean_tokens"][ok_fit]
         boot = boot_bins(idx, n_bins, fit_half, res[p], args.n_boot, np.random.default_rng([args.seed, 1]))[:, ok_fit]
+        ks = {"k_ngram": args.k_ngram, "k_eagle": args.k_eagle}
         fits[p] = {
-            "harmonic_pr": fit_harmonic(x, y, al_eagle=ae, al_ngram=al_ngram_lowest),
-            "harmonic_fit": fit_harmonic(x, y, al_eagle=ae, boot=boot),
-            "harmonic_free": fit_harmonic(x, y, boot=boot),
-            "resync": fit_resync(x, y, ln, k=args.k_ngram, boot=boot, **structure),
+            "harmonic_pr": fit_harmonic(x, y, al_eagle=ae, al_ngram=al_ngram_copy, **ks),
+            "harmonic_pr_literal": fit_harmonic(x, y, al_eagle=ae, al_ngram=min(al_ngram_lowest, args.k_ngram + 1),
+                                                **ks),
+            "harmonic_fit": fit_harmonic(x, y, al_eagle=ae, boot=boot, **ks),
+            "harmonic_free": fit_harmonic(x, y, boot=boot, **ks),
+            "resync": fit_resync(x, y, ln, k=args.k_ngram, boot=boot, share=share_consts, **structure),
+            "resync_eagle": fit_resync(x, y, ln, k=args.k_ngram, boot=boot, share=share_consts, novel_rate=ae,
+                                       **structure),
             "resync_runs": fit_resync_runs(runs, length, fit_groups, y, k=args.k_ngram, boot=boot),
         }
         preds[p], errors[p] = {}, {}
@@ -205,7 +216,8 @@ def main(argv=None) -> int:
 
     ctx = dict(args=args, tok_desc=tok_desc, edges=edges, tables={"all": table_all, "fit": table_fit,
                "test": table_test}, fits=fits, preds=preds, errors=errors, al_eagle=al_eagle,
-               al_ngram_lowest=al_ngram_lowest, lowest=lowest, structure=structure,
+               al_ngram_lowest=al_ngram_lowest, al_ngram_copy=al_ngram_copy, lowest=lowest, structure=structure,
+               share_consts=share_consts,
                e_char=e_char[everyone], e_tok=e_tok[everyone], idx=idx[everyone], seconds=time.time() - t0)
     _write(ctx)
     _print(ctx)
@@ -239,22 +251,36 @@ def _write(c: dict) -> None:
         "prompt": "Blazedit prompt (hybridsd.data.blazedit_prompt) as raw text, no chat template; reference = after",
         "al": "sequence-normalized: tokens / target passes, prefill included; corpus = sum tokens / sum passes",
         "models": {
-            "harmonic_pr": (f"PR model; AL_eagle = al_from_rates(eagle_rates[:k_eagle]) = {c['al_eagle']:.4f} "
-                            f"(1 for n-gram alone), AL_ngram = n-gram-alone corpus AL in the lowest non-empty bin "
-                            f"of the fit half (bin {c['lowest']}: {c['al_ngram_lowest']:.4f})"),
-            "harmonic_fit": "PR model; AL_eagle as harmonic_pr, AL_ngram fitted to the fit half's per-bin ALs",
-            "harmonic_free": "PR model with both ALs fitted (a curve fit, not a prediction from parts)",
-            "resync": ("hybridsd.analytic.resync_al; base_edits and segment_len measured from the fit half's "
-                       "reference diffs (fit_edit_structure on copied runs over tokens), resync and novel_rate "
-                       "fitted to the fit half's per-bin ALs with each bin's mean output length; copy_accept "
-                       "fixed at 1 (per-bin ALs cannot separate it from resync, which then also absorbs misdirected "
-                       "n-gram drafts inside runs)"),
-            "resync_runs": ("hybridsd.analytic.resync_passes on each example's measured copied runs (token-level "
-                            "Levenshtein alignment of before vs after); resync and novel_rate fitted, copy_accept 1"),
+            "harmonic_pr": (f"PR model (predictive); AL_eagle = al_from_rates(eagle_rates[:k_eagle]) = "
+                            f"{c['al_eagle']:.4f} (1 for n-gram alone); AL_ngram calibrated on the lowest non-empty "
+                            f"bin of the fit half (bin {c['lowest']}, n-gram-alone corpus AL {c['al_ngram_lowest']:.4f}): "
+                            f"the copy rate that reproduces that AL at the bin's mean edit norm, "
+                            f"hybridsd.analytic.harmonic_calibrate_ngram = {c['al_ngram_copy']:.4f} (capped at k+1)"),
+            "harmonic_pr_literal": ("PR model as the PR calibrated it: the lowest bin's measured n-gram AL used as "
+                                    f"AL_ngram itself ({c['al_ngram_lowest']:.4f}, capped at k+1), which discounts that "
+                                    "bin's new text a second time, so the n-gram curve passes below its own "
+                                    "calibration point"),
+            "harmonic_fit": ("PR model (predictive); AL_eagle as harmonic_pr, AL_ngram fitted to the fit half's "
+                             "per-bin ALs, bounded by k_ngram + 1"),
+            "harmonic_free": ("PR model with both ALs fitted, each bounded by its k + 1 (a curve fit, not a "
+                              "prediction from parts)"),
+            "resync": ("hybridsd.analytic.resync_al (predictive), fed the new-token share: the bin's mean edit norm "
+                       f"converted by new_share with constants fitted on the fit half's references "
+                       f"({c['share_consts']}); base_edits and segment_len measured from the fit half's reference "
+                       "diffs (fit_edit_structure on copied runs over tokens, against the new-token share); resync "
+                       "and novel_rate fitted to the fit half's per-bin ALs with each bin's mean output length "
+                       "(novel_rate free: an effective rate, a curve parameter); copy_accept fixed at 1 (per-bin ALs "
+                       "cannot separate it from resync, which then also absorbs misdirected n-gram drafts inside runs)"),
+            "resync_eagle": ("as resync, with novel_rate held at its meaning: 1 for n-gram alone, AL_eagle for the "
+                             "hybrids; resync alone fitted"),
+            "resync_runs": ("hybridsd.analytic.resync_passes (diagnostic: needs each reference's copied runs, "
+                            "token-level Levenshtein alignment of before vs after); resync and novel_rate fitted, "
+                            "copy_accept 1"),
             "split": "seeded random half of the binned examples for fitting, the other half for scoring",
             "ci": f"95% percentile intervals over {args.n_boot} refits to fit-half examples resampled within bins",
         },
         "edit_structure": c["structure"],
+        "new_share_constants": c["share_consts"],
         "bins": [[float(a), float(b)] for a, b in zip(edges[:-1], edges[1:])],
         "mean_char_edit_norm_by_bin": by_bin(c["e_char"]),
         "mean_token_edit_norm_by_bin": by_bin(c["e_tok"]),

@@ -37,18 +37,18 @@ if [ "$SMOKE" = "--smoke" ]; then
   HEAD_ARGS="--device cpu --limit 4 --gen-seconds 1 --gen-batch 2 --max-new 16 --steps 2 --seq-len 128 --batch-size 2 --max-before-chars 1200"
 else
   TARGET_ARGS=""; TARGET_S=${TARGET_S:-330}; HEADS_S=${HEADS_S:-210}
-  HEAD_ARGS="--gen-seconds ${GEN_S:-20} --gen-batch 64 --max-new 768 --seconds-per-head ${HEAD_S:-60} --ttt-steps 3 ${HEAD_ARGS:-}"
+  HEAD_ARGS="--gen-seconds ${GEN_S:-15} --gen-batch 64 --max-new 512 --seconds-per-head ${HEAD_S:-60} --ttt-steps 3 ${HEAD_ARGS:-}"
 fi
 
 stamp "target"
 timeout "$TARGET_S" python3 experiments/train_zoo.py target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
-  $TARGET_ARGS 2>&1 | grep -v "Loading weights" | tee -a "$log"
+  $TARGET_ARGS 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
 stamp "heads"
 timeout "$HEADS_S" python3 experiments/train_heads.py --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
   --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 4096 $HEAD_ARGS 2>&1 \
-  | grep -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
+  | grep --line-buffered -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
 
 stamp "archive"
 du -ab "$WORK/tiny-coder" | tee -a "$log"

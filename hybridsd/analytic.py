@@ -12,14 +12,26 @@ Functions broadcast over numpy arrays and use numpy/scipy only.
   :class:`ModelFit` / :class:`RunsFit` with ``predict``; :func:`fit_edit_structure` measures the edit
   structure :func:`resync_al` needs from reference diffs.
 - :func:`model_error`: MAE, RMSE, max abs and mean relative error of predictions.
+- :func:`harmonic_calibrate_ngram`: the AL_ngram that puts the harmonic model through a measured point.
+- :func:`fit_new_share`, :func:`new_share`: the dataset constants that turn the character edit norm into the
+  share of output tokens not copied from the input, which :func:`resync_al` takes.
+
+Predictive or diagnostic. A *predictive* model needs only the edit norm of a prompt's change (and its output
+length) plus constants measured once per dataset or method; it can say what AL to expect before decoding:
+:func:`harmonic_al`, :func:`resync_al` (with :func:`new_share` for a character edit norm) and their fits
+:func:`fit_harmonic`, :func:`fit_resync`. A *diagnostic* model needs the reference output itself (its copied
+runs): :func:`resync_passes` and :func:`fit_resync_runs` explain a measured AL, they cannot forecast one.
 
 The re-sync model assumes:
 
 - the output alternates between runs copied from the input and new text;
 - after every edit (and at the start) the first ``resync`` tokens of a run are produced without the n-gram
   drafter (it needs ``min_n`` matching tokens, and more when its first match points to the wrong place), as
-  is all new text: ``novel_rate`` tokens per pass (1 for n-gram alone, about AL_eagle for a hybrid; n-gram
-  hits inside new text, e.g. moved code, push it up; spurious n-gram drafts that block EAGLE pull it down);
+  is all new text: ``novel_rate`` tokens per pass. ``novel_rate`` is an *effective* rate over everything
+  outside synced copying, not EAGLE's AL: held at 1 for n-gram alone and at AL_eagle for a hybrid it has
+  that meaning (one parameter less); fitted freely it is a curve parameter that also absorbs n-gram hits
+  inside new text (moved or repeated code), which raise it above AL_eagle, and spurious n-gram drafts that
+  block EAGLE, which lower it;
 - the rest of a run, ``R`` tokens, takes ``floor(R / (k+1)) + 1`` passes: n-gram drafts of ``k`` tokens are
   accepted until the run ends, and the last, partial pass also emits the token after the run (new text, or
   the next run's first token after a deletion), which therefore costs nothing more;
@@ -43,7 +55,10 @@ def harmonic_al(edit_norm, al_eagle, al_ngram):
 
     Assumes a share ``e`` of the output is new text, produced at ``al_eagle`` tokens per step, and the
     rest is copied at ``al_ngram`` tokens per step, with no cost to switch between them. For n-gram
-    alone pass ``al_eagle=1``. Broadcasts; ``e`` in [0, 1], ALs >= 1.
+    alone pass ``al_eagle=1``. ``al_ngram`` is the rate on copied text (``e = 0``), at most ``k + 1`` for
+    drafts of ``k`` tokens; a measured n-gram AL at ``e > 0`` is not it (see
+    :func:`harmonic_calibrate_ngram`). Predictive: the edit norm and two constants. Broadcasts; ``e`` in
+    [0, 1], ALs >= 1.
     """
     e, ae, an = (np.asarray(x, dtype=float) for x in (edit_norm, al_eagle, al_ngram))
     if np.any((e < 0) | (e > 1)):
@@ -51,6 +66,30 @@ def harmonic_al(edit_norm, al_eagle, al_ngram):
     if np.any(ae < 1) or np.any(an < 1):
         raise ValueError("al_eagle and al_ngram must be >= 1")
     return 1.0 / (e / ae + (1.0 - e) / an)
+
+
+def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
+    """The ``al_ngram`` for which :func:`harmonic_al` ``(edit_norm, al_eagle, al_ngram)`` equals ``al``:
+    ``(1 - e) / (1 / al - e / al_eagle)``.
+
+    The PR calibrates AL_ngram on its lowest edit-norm data; using that measured AL directly as the rate on
+    copied text discounts the calibration data's own new text a second time, so the model then misses the
+    point it was calibrated on. This inverts the model instead. With ``k`` (the n-gram draft length) the
+    result is capped at ``k + 1``, the most one pass can emit. Without ``k``, ValueError when no rate
+    reproduces ``al`` (``al`` at or above what infinitely fast copying would give). Broadcasts.
+    """
+    a, e, ae = (np.asarray(x, dtype=float) for x in (al, edit_norm, al_eagle))
+    if np.any((e < 0) | (e >= 1)):
+        raise ValueError("edit_norm must lie in [0, 1)")
+    if np.any(a < 1) or np.any(ae < 1):
+        raise ValueError("al and al_eagle must be >= 1")
+    slack = 1.0 / a - e / ae
+    if k is not None:
+        with np.errstate(divide="ignore"):
+            return np.where(slack > 0, np.minimum((1.0 - e) / np.where(slack > 0, slack, 1.0), k + 1.0), k + 1.0)
+    if np.any(slack <= 0):
+        raise ValueError("al is too high for this edit norm and al_eagle: no copy rate reproduces it")
+    return (1.0 - e) / slack
 
 
 def chain_al(alpha, k):
@@ -180,7 +219,7 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     :func:`hybridsd.edit_distance.copied_runs` over tokens); ``length``: per output, its tokens. The tokens
     outside runs are new text. Assumptions: the module docstring's; besides, the prefill's token saves one
     pass at the novel rate, and every run is followed by a token (a run that ends the output is off by up
-    to a pass).
+    to a pass). Diagnostic: it needs each output's copied runs, i.e. the output itself.
     """
     _check_resync(k, resync, novel_rate, copy_accept)
     length = np.asarray(length, dtype=float).ravel()
@@ -212,7 +251,12 @@ def _check_resync(k, resync, novel_rate, copy_accept) -> None:
 
 def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, copy_accept=1.0, base_edits=0.0):
     """Expected sequence-normalized AL (prefill included) of n-gram or hybrid decoding under the re-sync
-    model, from the edit norm ``e`` and the output ``length`` in tokens (``None``: the long-output limit).
+    model, from the new-token share ``e`` and the output ``length`` in tokens (``None``: the long-output limit).
+
+    ``e`` (the ``edit_norm`` argument) is the share of output tokens that are not copied from the input, not
+    the character edit norm of the data sets: convert that with :func:`new_share` (constants from
+    :func:`fit_new_share`). Predictive: ``e``, the length and dataset constants (``segment_len``,
+    ``base_edits``, see :func:`fit_edit_structure`; ``resync``, ``novel_rate``, ``copy_accept``).
 
     Assumptions, besides the module docstring's: an output of ``L`` tokens has
     ``base_edits + e L / segment_len`` edits (a commit touches a few places however small it is), holding
@@ -258,7 +302,8 @@ def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, cop
 
 def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:
     """``base_edits`` and ``segment_len`` of :func:`resync_al` from the edits counted in reference outputs
-    (e.g. copied runs minus one), by non-negative least squares of ``n_edits ~ base_edits + e L / segment_len``."""
+    (e.g. copied runs minus one), by non-negative least squares of ``n_edits ~ base_edits + e L / segment_len``;
+    ``e`` is the new-token share, as :func:`resync_al` takes it."""
     e, ln, n = (np.asarray(x, dtype=float).ravel() for x in (edit_norm, length, n_edits))
     if not e.size == ln.size == n.size or e.size < 2:
         raise ValueError("edit_norm, length and n_edits need one value per output, at least two outputs")
@@ -266,6 +311,30 @@ def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:
     if coef[1] <= 0:
         raise ValueError("edit counts do not grow with e * length: no segment length to fit")
     return {"base_edits": float(coef[0]), "segment_len": float(1.0 / coef[1])}
+
+
+def fit_new_share(edit_norm, new_share) -> dict[str, float]:
+    """Dataset constants ``{"share_intercept", "share_slope"}`` of :func:`new_share`: non-negative least
+    squares of each reference's new-token share (e.g. ``1 - sum(copied runs) / tokens``) on its character
+    edit norm."""
+    e, y = (np.asarray(x, dtype=float).ravel() for x in (edit_norm, new_share))
+    if e.size != y.size or e.size < 2:
+        raise ValueError("edit_norm and new_share need one value per output, at least two outputs")
+    if np.any((e < 0) | (e > 1)) or np.any((y < 0) | (y > 1)):
+        raise ValueError("edit_norm and new_share must lie in [0, 1]")
+    coef, _ = nnls(np.column_stack([np.ones_like(e), e]), y)
+    return {"share_intercept": float(coef[0]), "share_slope": float(coef[1])}
+
+
+def new_share(edit_norm, *, share_intercept, share_slope):
+    """The new-token share :func:`resync_al` takes, from a character edit norm: ``intercept + slope * e``
+    clipped to [0, 1] (constants from :func:`fit_new_share`). Broadcasts."""
+    e = np.asarray(edit_norm, dtype=float)
+    if np.any((e < 0) | (e > 1)):
+        raise ValueError("edit_norm must lie in [0, 1]")
+    if share_intercept < 0 or share_slope < 0:
+        raise ValueError(f"share_intercept and share_slope must be >= 0, got {share_intercept}, {share_slope}")
+    return np.clip(share_intercept + share_slope * e, 0.0, 1.0)
 
 
 # ----------------------------------------------------------------------------- fitting
@@ -334,7 +403,8 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
 @dataclass(frozen=True)
 class ModelFit:
     """An AL model of the edit norm, fitted: ``params`` (fitted and fixed), bootstrap ``ci`` of the fitted
-    ones (``fitted``), ``settings`` that are not parameters (``k``), and :meth:`predict`."""
+    ones (``fitted``), ``settings`` that are not parameters (draft lengths, edit-norm conversion), and
+    :meth:`predict`. Predictive: it needs only the edit norm (and output length)."""
 
     model: str  # "harmonic" or "resync"
     params: dict[str, float]
@@ -360,7 +430,8 @@ class ModelFit:
 
 @dataclass(frozen=True)
 class RunsFit:
-    """The re-sync model over measured copied runs (:func:`resync_passes`), fitted; see :class:`ModelFit`."""
+    """The re-sync model over measured copied runs (:func:`resync_passes`), fitted; see :class:`ModelFit`.
+    Diagnostic: it needs each output's copied runs."""
 
     params: dict[str, float]
     ci: dict[str, tuple[float, float]]
@@ -404,6 +475,8 @@ def _harmonic(e, length, params, settings):
 
 
 def _resync(e, length, params, settings):
+    if "share_slope" in settings:  # a character edit norm: the model takes the new-token share
+        e = new_share(e, share_intercept=settings["share_intercept"], share_slope=settings["share_slope"])
     return resync_al(e, length, k=int(settings["k"]), **params)
 
 
@@ -427,8 +500,14 @@ def _points(edit_norm, al, length):
     return e, y, ln
 
 
-def _fit_e_model(model, edit_norm, al, length, fixed, settings, weights, boot, n_boot, ci, seed) -> ModelFit:
-    fn, names, bounds, start = _MODELS[model]
+def _fit_e_model(model, edit_norm, al, length, fixed, settings, weights, boot, n_boot, ci, seed,
+                 bounds=None) -> ModelFit:
+    fn, names, default_bounds, start = _MODELS[model]
+    bounds = {**default_bounds, **(bounds or {})}
+    for p, v in fixed.items():
+        if p in bounds and not bounds[p][0] <= v <= bounds[p][1]:
+            raise ValueError(f"{p}={v} lies outside its range [{bounds[p][0]}, {bounds[p][1]}]")
+    start = {p: min(max(v, bounds[p][0]), bounds[p][1]) for p, v in start.items()}
     e, y, ln = _points(edit_norm, al, length)
     predict = lambda params, idx: fn(e[idx], None if ln is None else ln[idx], params, settings)  # noqa: E731
     params, intervals, free, rmse, used = _fit_params(names, bounds, start, fixed, predict, y, weights, boot,
@@ -437,30 +516,45 @@ def _fit_e_model(model, edit_norm, al, length, fixed, settings, weights, boot, n
                     n_points=int(e.size), rmse=rmse, n_boot=used)
 
 
-def fit_harmonic(edit_norm, al, *, al_eagle=None, al_ngram=None, weights=None, boot=None, n_boot=200,
-                 ci=0.95, seed=0) -> ModelFit:
+def fit_harmonic(edit_norm, al, *, al_eagle=None, al_ngram=None, k_ngram=None, k_eagle=None, weights=None,
+                 boot=None, n_boot=200, ci=0.95, seed=0) -> ModelFit:
     """Fit :func:`harmonic_al` to measured ALs at ``edit_norm`` (e.g. per bin); parameters given are held
     fixed, the others fitted by weighted least squares (``scipy.optimize.least_squares``).
+
+    ``k_ngram`` / ``k_eagle``: the draft lengths; each AL is then bounded by its ``k + 1`` (one pass emits
+    at most ``k + 1`` tokens), fixed values included (ValueError beyond it). Without them the bound is 64.
 
     ``boot``: optional ``[n_boot, n_points]`` bootstrap replicates of ``al`` (e.g. examples resampled within
     bins) to refit for the intervals; without it the points themselves are resampled ``n_boot`` times
     (0: no intervals). ``ci``: the intervals' coverage.
     """
     fixed = {k: v for k, v in {"al_eagle": al_eagle, "al_ngram": al_ngram}.items() if v is not None}
-    return _fit_e_model("harmonic", edit_norm, al, None, fixed, {}, weights, boot, n_boot, ci, seed)
+    bounds = {name: (1.0, kk + 1.0) for name, kk in (("al_ngram", k_ngram), ("al_eagle", k_eagle)) if kk is not None}
+    if any(kk < 1 for kk in (k_ngram, k_eagle) if kk is not None):
+        raise ValueError(f"k_ngram and k_eagle must be >= 1, got {k_ngram} and {k_eagle}")
+    settings = {name: float(kk) for name, kk in (("k_ngram", k_ngram), ("k_eagle", k_eagle)) if kk is not None}
+    return _fit_e_model("harmonic", edit_norm, al, None, fixed, settings, weights, boot, n_boot, ci, seed, bounds)
 
 
 def fit_resync(edit_norm, al, length=None, *, k, segment_len=None, resync=None, novel_rate=None, copy_accept=1.0,
-               base_edits=0.0, weights=None, boot=None, n_boot=200, ci=0.95, seed=0) -> ModelFit:
+               base_edits=0.0, share=None, weights=None, boot=None, n_boot=200, ci=0.95, seed=0) -> ModelFit:
     """Fit :func:`resync_al` (n-gram draft length ``k``) to measured ALs at ``edit_norm`` with output
     ``length`` per point. Parameters given are held fixed: by default ``copy_accept`` at 1 and ``base_edits``
     at 0 (``None`` fits them; per-bin ALs hardly tell ``copy_accept`` from ``resync``, which then also
     absorbs misdirected drafts inside runs). The edit structure (``segment_len``, ``base_edits``) is best
-    measured from the reference diffs with :func:`fit_edit_structure`. Bootstrap as in :func:`fit_harmonic`."""
+    measured from the reference diffs with :func:`fit_edit_structure`. ``edit_norm`` is the new-token share,
+    or with ``share`` (the constants of :func:`fit_new_share`) a character edit norm, converted by
+    :func:`new_share` here and in ``predict``. Bootstrap as in :func:`fit_harmonic`."""
     given = {"segment_len": segment_len, "resync": resync, "novel_rate": novel_rate, "copy_accept": copy_accept,
              "base_edits": base_edits}
     fixed = {n: v for n, v in given.items() if v is not None}
-    return _fit_e_model("resync", edit_norm, al, length, fixed, {"k": int(k)}, weights, boot, n_boot, ci, seed)
+    settings = {"k": int(k)}
+    if share is not None:
+        if set(share) != {"share_intercept", "share_slope"}:
+            raise ValueError(f"share must hold share_intercept and share_slope, got {sorted(share)}")
+        new_share(0.0, **share)  # validates the constants
+        settings.update({n: float(v) for n, v in share.items()})
+    return _fit_e_model("resync", edit_norm, al, length, fixed, settings, weights, boot, n_boot, ci, seed)
 
 
 def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None, copy_accept=1.0, weights=None,
@@ -470,7 +564,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     ``runs``/``length``: per output, its copied runs and tokens; ``groups``: per output, the index of its
     group in ``al`` (-1: unused); ``al``: the measured AL (total tokens / total passes) of each group.
     Parameters given are held fixed (``copy_accept`` at 1 by default; ``None`` fits it). Bootstrap as in
-    :func:`fit_harmonic`, over groups.
+    :func:`fit_harmonic`, over groups. Diagnostic: it needs each output's copied runs.
     """
     y = np.asarray(al, dtype=float).ravel()
     groups = np.asarray(groups).ravel()

@@ -14,8 +14,11 @@ from hybridsd.analytic import (
     fit_harmonic,
     fit_resync,
     fit_resync_runs,
+    fit_new_share,
     harmonic_al,
+    harmonic_calibrate_ngram,
     model_error,
+    new_share,
     normalized_al_exact,
     normalized_al_from_precision,
     precision_al_exact,
@@ -290,3 +293,71 @@ def test_model_error():
 def test_model_error_of_exact_predictions_is_zero(x):
     err = model_error(x, x)
     assert err["mae"] == err["rmse"] == err["max_abs"] == err["mean_rel"] == 0.0
+
+
+# ---- review fixes: bounds, calibration point, new-token share ------------------------------------------
+
+
+def test_harmonic_fit_keeps_each_al_within_k_plus_one():
+    e = np.linspace(0.0, 0.3, 8)
+    y = 1.0 / (e + (1 - e) / 9.0)  # n-gram alone with a copy rate no k=5 pass can reach
+    unbounded = fit_harmonic(e, y, al_eagle=1.0, n_boot=0)
+    assert unbounded.params["al_ngram"] > 6.0  # what the bare fit does
+    bounded = fit_harmonic(e, y, al_eagle=1.0, k_ngram=5, n_boot=20)
+    assert bounded.params["al_ngram"] <= 6.0 + 1e-9 and bounded.ci["al_ngram"][1] <= 6.0 + 1e-9
+    both = fit_harmonic(e, 1.0 / (e / 5.0 + (1 - e) / 9.0), k_ngram=5, k_eagle=3, n_boot=0)
+    assert both.params["al_ngram"] <= 6.0 + 1e-9 and both.params["al_eagle"] <= 4.0 + 1e-9
+    assert both.settings == {"k_ngram": 5.0, "k_eagle": 3.0}
+    with pytest.raises(ValueError, match="al_ngram=7.0 lies outside"):
+        fit_harmonic(e, y, al_eagle=1.0, al_ngram=7.0, k_ngram=5)
+    with pytest.raises(ValueError, match="k_ngram"):
+        fit_harmonic(e, y, k_ngram=0)
+
+
+@HYP
+@given(e=st.floats(0.0, 0.9), ae=al, an=al)
+def test_harmonic_calibration_reproduces_its_point(e, ae, an):
+    measured = float(harmonic_al(e, ae, an))
+    rate = harmonic_calibrate_ngram(measured, e, ae)
+    assert rate == pytest.approx(an, rel=1e-6)
+    assert harmonic_al(e, ae, rate) == pytest.approx(measured, rel=1e-9)  # through the calibration point
+    if e > 0.01 and ae < an * 0.99:  # the measured AL discounts new text: using it directly misses the point
+        assert harmonic_al(e, ae, measured) < measured
+
+
+def test_harmonic_calibration_cap_and_errors():
+    assert harmonic_calibrate_ngram(4.0, 0.2, 1.0, k=5) == pytest.approx(6.0)  # uncapped: 0.8 / 0.05 = 16
+    assert harmonic_calibrate_ngram(4.0, 0.2, 1.0) == pytest.approx(16.0)
+    with pytest.raises(ValueError, match="too high"):
+        harmonic_calibrate_ngram(5.0, 0.2, 1.0)  # 1/5 - 0.2 = 0: infinitely fast copying
+    assert harmonic_calibrate_ngram(5.0, 0.2, 1.0, k=5) == 6.0  # with k: the cap
+    with pytest.raises(ValueError, match="edit_norm"):
+        harmonic_calibrate_ngram(2.0, 1.0)
+
+
+def test_new_share_constants_are_recovered_and_clipped():
+    rng = np.random.default_rng(0)
+    e = rng.uniform(0, 0.6, 300)
+    y = np.clip(0.02 + 1.7 * e + rng.normal(0, 0.01, e.size), 0, 1)
+    c = fit_new_share(e, y)
+    assert c["share_intercept"] == pytest.approx(0.02, abs=0.01) and c["share_slope"] == pytest.approx(1.7, abs=0.05)
+    assert new_share(np.array([0.0, 0.9]), **c) == pytest.approx([c["share_intercept"], 1.0])
+    with pytest.raises(ValueError, match="new_share"):
+        fit_new_share(e, y + 1)
+    with pytest.raises(ValueError, match="share_slope"):
+        new_share(0.1, share_intercept=0.0, share_slope=-1.0)
+
+
+def test_fit_resync_converts_a_character_edit_norm_to_the_new_token_share():
+    share = {"share_intercept": 0.01, "share_slope": 1.6}
+    structure = {"segment_len": 25.0, "base_edits": 1.5}
+    e_char = np.linspace(0.02, 0.35, 10)
+    length = np.full(e_char.size, 600.0)
+    y = resync_al(new_share(e_char, **share), length, k=5, resync=6.0, novel_rate=1.0, **structure)
+    fit = fit_resync(e_char, y, length, k=5, novel_rate=1.0, share=share, n_boot=0, **structure)
+    assert fit.params["resync"] == pytest.approx(6.0, abs=0.05)
+    assert fit.predict(e_char, length) == pytest.approx(y, rel=1e-4)
+    naive = fit_resync(e_char, y, length, k=5, resync=6.0, novel_rate=1.0, n_boot=0, **structure)
+    assert np.max(np.abs(naive.predict(e_char, length) - y)) > 0.1  # feeding the char norm as the share misleads
+    with pytest.raises(ValueError, match="share must hold"):
+        fit_resync(e_char, y, length, k=5, share={"slope": 1.0}, **structure)
