@@ -9,6 +9,9 @@
 # train_zoo_gpu.log and tiny-coder.tar.part-* (pieces of at most 15 MB; unpack with
 # `cat tiny-coder.tar.part-* | tar -x -C DEST`). Expects, as device_run.sh: .whl/ (rapidfuzz wheels) and
 # .cache/code_edits_dev.jsonl.gz carried along on the GPU machine; without .cache/ it reads ../shared/data.
+# On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
+# (the stages stop themselves: target <= 340 s, heads <= 200 s). Install the result in place with
+# `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
@@ -36,7 +39,7 @@ if [ "$SMOKE" = "--smoke" ]; then
   TARGET_ARGS="--smoke"; TARGET_S=300; HEADS_S=300
   HEAD_ARGS="--device cpu --limit 4 --gen-seconds 1 --gen-batch 2 --max-new 16 --steps 2 --seq-len 128 --batch-size 2 --max-before-chars 1200"
 else
-  TARGET_ARGS=""; TARGET_S=${TARGET_S:-330}; HEADS_S=${HEADS_S:-210}
+  TARGET_ARGS=""; TARGET_S=${TARGET_S:-340}; HEADS_S=${HEADS_S:-200}
   HEAD_ARGS="--gen-seconds ${GEN_S:-15} --gen-batch 64 --max-new 512 --seconds-per-head ${HEAD_S:-60} --ttt-steps 3 ${HEAD_ARGS:-}"
 fi
 
