@@ -1,0 +1,94 @@
+"""The AL-by-edit-norm analysis (experiments/al_by_edit_norm.py) on hand-made spec_bench rows: per-bin corpus
+ALs and CIs against a loop over the rows, the harmonic model's calibration, errors, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pandas")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import al_by_edit_norm as ab  # noqa: E402
+
+from hybridsd import results  # noqa: E402
+
+
+def _row(method, i, ref_e, out_e, tokens, passes, drafts, accepted, per_pos):
+    k = {"ngram": 5, "eagle": 3}
+    return {"config_key": method, "example_id": f"ex{i}", "dataset": "code-edits", "ref_edit_norm": ref_e,
+            "prompt_tokens": 10, "output_edit_norm": out_e,
+            "stats": {"num_tokens": tokens, "num_target_steps": passes, "num_drafts": drafts,
+                      "num_draft_tokens": 3 * drafts, "num_accepted": accepted, "accepted_per_position": per_pos,
+                      "steps_by_drafter": {}},
+            "tokens": list(range(tokens)), "config": {"method": method, "k": k, "model": "tiny-coder",
+                                                      "device": "cpu", "output_len": 64}, "run_info": {}}
+
+
+@pytest.fixture()
+def runs(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for method in ("ngram", "eagle", "ngram-eagle"):
+        rows = []
+        for i in range(40):
+            e = float(rng.uniform(0, 0.6))
+            tokens = int(rng.integers(20, 200))
+            drafts = int(rng.integers(1, 20))
+            pos = sorted(rng.integers(0, drafts + 1, size=3).tolist(), reverse=True)
+            passes = max(1, tokens - sum(pos))
+            rows.append(_row(method, i, e, min(1.0, e * 1.1), tokens, passes, drafts, sum(pos), pos))
+        p = tmp_path / f"{method}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        paths.append(str(p))
+    return paths
+
+
+def test_bin_table_matches_a_loop_over_rows(runs):
+    df = results.load_runs(runs)
+    edges = np.linspace(0, 0.6, 9)
+    table = ab.bin_table(df, edges, "ref_edit_norm", n_boot=200)
+    rows = [json.loads(line) for p in runs for line in open(p)]
+    for t in table:
+        mine = [r for r in rows if r["config"]["method"] == t["variant"]
+                and t["bin_lo"] <= r["ref_edit_norm"] < t["bin_hi"] + (1e-12 if t["bin_hi"] == 0.6 else 0)]
+        assert t["n"] == len(mine)
+        tok = sum(r["stats"]["num_tokens"] for r in mine)
+        assert t["seq_al"] == pytest.approx(tok / sum(r["stats"]["num_target_steps"] for r in mine))
+        assert t["precision_al"] == pytest.approx(1 + sum(r["stats"]["num_accepted"] for r in mine)
+                                                  / sum(r["stats"]["num_drafts"] for r in mine))
+        lo, hi = t["seq_al_ci"]
+        assert lo <= t["seq_al"] <= hi or t["n"] == 1
+    assert sum(t["n"] for t in table) == len(rows)
+
+
+def test_rates_and_harmonic_predictions_pass_through_the_calibration_bin(runs):
+    df = results.load_runs(runs)
+    rates = ab.eagle_rates(df)
+    assert len(rates) == 3 and all(a >= b for a, b in zip(rates, rates[1:]))
+    table = ab.bin_table(df, np.linspace(0, 0.6, 9), "ref_edit_norm", n_boot=0)
+    preds = ab.model_predictions(table, None, 2.0, {"ngram": 5, "eagle": 3})
+    ngram = preds[("ref_edit_norm", "ngram")]["predictions"]["harmonic_pr"]
+    lowest = min((t for t in table if t["variant"] == "ngram"), key=lambda t: t["bin_lo"])
+    if lowest["seq_al"] < 6:  # not capped at k + 1
+        assert ngram[0] == pytest.approx(lowest["seq_al"])
+    hybrid = preds[("ref_edit_norm", "ngram-eagle")]
+    assert len(hybrid["predictions"]["harmonic_pr"]) == len(hybrid["bins"])
+    errs = ab.errors(preds, table)
+    assert {e["model"] for e in errs} == {"harmonic_pr"} and all(e["n"] > 0 for e in errs)
+
+
+def test_cli_writes_the_tables(runs, tmp_path):
+    out = tmp_path / "fig.json"
+    assert ab.main([*runs, "--no-sim", "--n-boot", "20", "--bins", "8", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert {t["binning"] for t in doc["measured"]} == {"ref_edit_norm", "output_edit_norm"}
+    eagle = [json.loads(line) for line in open(runs[1])]
+    assert doc["al_eagle"] == pytest.approx(sum(r["stats"]["num_tokens"] for r in eagle)
+                                            / sum(r["stats"]["num_target_steps"] for r in eagle))
+    assert len(doc["bins"]) == 9 and doc["errors_vs_measured"]
+    with pytest.raises(SystemExit):
+        ab.main([*runs, "--bins", "4", "--out", str(out)])
