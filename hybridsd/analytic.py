@@ -75,8 +75,8 @@ def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
     The PR calibrates AL_ngram on its lowest edit-norm data; using that measured AL directly as the rate on
     copied text discounts the calibration data's own new text a second time, so the model then misses the
     point it was calibrated on. This inverts the model instead. With ``k`` (the n-gram draft length) the
-    result is capped at ``k + 1``, the most one pass can emit. Without ``k``, ValueError when no rate
-    reproduces ``al`` (``al`` at or above what infinitely fast copying would give). Broadcasts.
+    result is capped at ``k + 1``, the most one pass can emit; it is at least 1. Without ``k``, ValueError
+    when no rate reproduces ``al`` (``al`` at or above what infinitely fast copying would give). Broadcasts.
     """
     a, e, ae = (np.asarray(x, dtype=float) for x in (al, edit_norm, al_eagle))
     if np.any((e < 0) | (e >= 1)):
@@ -85,11 +85,11 @@ def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
         raise ValueError("al and al_eagle must be >= 1")
     slack = 1.0 / a - e / ae
     if k is not None:
-        with np.errstate(divide="ignore"):
-            return np.where(slack > 0, np.minimum((1.0 - e) / np.where(slack > 0, slack, 1.0), k + 1.0), k + 1.0)
+        rate = np.where(slack > 0, (1.0 - e) / np.where(slack > 0, slack, 1.0), k + 1.0)
+        return np.clip(rate, 1.0, k + 1.0)
     if np.any(slack <= 0):
         raise ValueError("al is too high for this edit norm and al_eagle: no copy rate reproduces it")
-    return (1.0 - e) / slack
+    return np.maximum((1.0 - e) / slack, 1.0)  # below 1 only by rounding (or for an al no rate >= 1 gives)
 
 
 def chain_al(alpha, k):
