@@ -158,7 +158,7 @@ def generate(
     _check_number("max_new_tokens", max_new_tokens, integer=True, low=1)
     _check_number("temperature", temperature)
     if seed is not None:
-        _check_number("seed", seed, integer=True)
+        _check_number("seed", seed, integer=True, low=-math.inf)
     if drafter is not None:
         if not isinstance(drafter, Drafter):
             raise TypeError(f"drafter must be a hybridsd Drafter or None, got {type(drafter).__name__}")
