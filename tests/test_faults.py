@@ -171,7 +171,7 @@ def test_kills_lose_nothing_and_resume_to_an_uninterrupted_run(tmp_path):
     assert _good(out) == want and len(out.read_bytes().splitlines()) == N_ROWS
     copy = (h.work / "x.jsonl.damaged").read_bytes() if dropped else b""
     assert all(d in copy for d in dropped), "a damaged line was dropped without a copy"
-    assert sum(h.kills.values()) >= 30 and min(h.kills.get("repair", 0), h.kills.get("append", 0)) >= 5, h.kills
+    assert sum(h.kills.values()) >= 30 and min(h.kills.get("repair", 0), h.kills.get("append", 0)) >= 3, h.kills
     print(f"\nbench: {sum(h.kills.values())} kills {h.kills}, {damages} damaged files")
 
 
