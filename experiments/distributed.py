@@ -6,6 +6,10 @@ Each rank appends its rows to its own shard ``<out>.rank{r}.part`` beside the ou
 merges the shards into the output in the examples' order and deletes them. The ranks read each other's files,
 so they must share a filesystem (one host). Outside torchrun (``WORLD_SIZE`` unset or 1) the collective helpers
 do nothing: the process is rank 0 of a world of 1.
+
+Results files are written so that a kill at any moment loses at most the row being made: rows are appended as
+whole lines and flushed, a resume repairs the file first (:func:`repair_tail`), and whole files (the merged
+output, state such as a sweep's ``sweep.json``) are replaced atomically (:func:`write_atomic`).
 """
 
 from __future__ import annotations
@@ -13,12 +17,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
 
 # A barrier waits for the slowest rank's whole shard (and its model load), far longer than torch's default.
 TIMEOUT = timedelta(hours=6)
@@ -35,6 +37,9 @@ def init(device: str = "cpu") -> tuple[int, int]:
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1
+    import torch  # here, not at the top: the file helpers below work without torch
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         if device == "cuda" and torch.cuda.is_available():
             torch.cuda.set_device(local_rank())
@@ -44,17 +49,23 @@ def init(device: str = "cpu") -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def _group():
+    """torch.distributed when a process group is up, else None (without torch imported there is none)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+
+
 def rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return g.get_rank() if (g := _group()) else 0
 
 
 def world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return g.get_world_size() if (g := _group()) else 1
 
 
 def barrier() -> None:
     if world() > 1:
-        dist.barrier()
+        _group().barrier()
 
 
 def broadcast(obj, src: int = 0):
@@ -62,19 +73,21 @@ def broadcast(obj, src: int = 0):
     if world() == 1:
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src)
+    _group().broadcast_object_list(box, src=src)
     return box[0]
 
 
 def finish() -> None:
     """Leave the process group (at the end of a script)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if g := _group():
+        g.destroy_process_group()
 
 
 def local_device(device: str) -> str:
     """The device this rank decodes on: ``cuda:{LOCAL_RANK}`` for "cuda" under torchrun, else ``device``."""
     if device == "cuda" and world() > 1:
+        import torch
+
         torch.cuda.set_device(local_rank())
         return f"cuda:{local_rank()}"
     return device
@@ -93,39 +106,105 @@ def shard_paths(out: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace ``path`` by ``data`` all at once: a kill at any point leaves the old file or the new, never a mix.
+
+    Written to ``<path>.tmp`` in the same folder, flushed to disk (fsync), then renamed over ``path``.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself reaches the disk
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path, default):
+    """The JSON document in ``path``; ``default`` if there is none. A damaged one (a torn write of an older
+    version) is reported on stderr, kept as ``<path>.damaged`` and replaced by ``default``."""
+    if not path.exists():
+        return default
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        keep = path.with_name(path.name + ".damaged")
+        os.replace(path, keep)
+        print(f"{path}: damaged ({e}); kept as {keep.name}, starting a new one", file=sys.stderr)
+        return default
+
+
+def row_key(line: str | bytes) -> tuple[str, str] | None:
+    """(config key, example id) of one results line; None if the line is not a complete row (torn, not JSON,
+    not an object, or without a string ``config_key`` and ``example_id``)."""
+    try:
+        row = json.loads(line.decode() if isinstance(line, bytes) else line)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return None
+    if not isinstance(row, dict):
+        return None
+    key, eid = row.get("config_key"), row.get("example_id")
+    return (key, eid) if isinstance(key, str) and isinstance(eid, str) else None
+
+
 def keyed_rows(path: Path) -> list[tuple[tuple[str, str], str]]:
-    """((config key, example id), line) of each complete row of ``path``; torn or blank lines are skipped."""
+    """((config key, example id), line) of each complete row of ``path``, in file order; damaged and blank
+    lines are skipped (:func:`repair_tail` reports and removes them)."""
     out = []
     if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out.append(((row["config_key"], row["example_id"]), line))
+        for raw in path.read_bytes().split(b"\n"):
+            if (key := row_key(raw)) is not None:
+                out.append((key, raw.decode()))
     return out
 
 
-def _whole(text: str) -> str:
-    """``text`` up to its last complete line: an unterminated tail (a write torn by a crash) is dropped, or
-    terminated where it parses as a row."""
-    head, sep, tail = text.rpartition("\n")
-    if not tail:
-        return text
-    try:
-        json.loads(tail)
-    except json.JSONDecodeError:
-        return head + sep
-    return text + "\n"
+def repair_tail(path: Path) -> int:
+    """Make ``path`` hold only complete rows, ending at a line boundary, before appending to it; returns the
+    lines dropped.
 
-
-def repair_tail(path: Path) -> None:
-    """Make ``path`` end at a line boundary before appending to it (see :func:`_whole`)."""
-    if path.exists() and path.stat().st_size:
-        text = path.read_text()
-        fixed = _whole(text)
-        if fixed != text:
-            path.write_text(fixed)
+    Each damaged line (see :func:`row_key`; a torn last line is the usual one) is named on stderr by file and
+    line number, appended to ``<path>.damaged``, and removed, so a resume makes its row again. A torn tail goes
+    by truncation, damage elsewhere by :func:`write_atomic`: a kill at any point leaves the old file or the
+    repaired one (and the copy). A last row missing only its newline gets the newline.
+    """
+    if not path.exists() or not path.stat().st_size:
+        return 0
+    data = path.read_bytes()
+    *lines, tail = data.split(b"\n")  # tail: what follows the last newline, b"" when the file ends with one
+    bad = [(i, line) for i, line in enumerate(lines) if line.strip() and row_key(line) is None]
+    torn = bool(tail.strip()) and row_key(tail) is None
+    if tail and not torn:
+        with path.open("ab") as f:  # a whole row whose newline was lost: terminate it
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tail = b""
+    if not bad and not tail:
+        return 0
+    dropped = bad + ([(len(lines), tail)] if tail.strip() else [])
+    keep = path.with_name(path.name + ".damaged")
+    for i, line in dropped:
+        print(f"{path}:{i + 1}: damaged row dropped and to be made again (copy in {keep.name}): "
+              f"{line[:60]!r}", file=sys.stderr)
+    if dropped:
+        with keep.open("ab") as f:  # the copy first: a kill before the removal only repeats it
+            f.write(b"".join(line + b"\n" for _, line in dropped))
+            f.flush()
+            os.fsync(f.fileno())
+    if bad:
+        gone = {i for i, _ in bad}
+        write_atomic(path, b"".join(line + b"\n" for i, line in enumerate(lines) if i not in gone))
+    else:
+        os.truncate(path, len(data) - len(tail))  # one system call: the old length or the new
+    return len(dropped)
 
 
 def merge(out: Path, order: Sequence[str]) -> int:
@@ -133,12 +212,14 @@ def merge(out: Path, order: Sequence[str]) -> int:
     ids after them, in shard order), then delete the shards. Returns the rows added; rank 0 alone calls it.
 
     Rows are keyed by (config key, example id): a key already in ``out`` or seen earlier is skipped. ``out`` is
-    replaced atomically (its old rows, then the new) before any shard is deleted, so a crash at any point leaves
-    every row in ``out`` or a shard, and the rerun's merge adds only what ``out`` lacks.
+    repaired (:func:`repair_tail`) and then replaced atomically (its old rows, then the new) before any shard is
+    deleted, so a crash at any point leaves every row in ``out`` or a shard, and the rerun's merge adds only what
+    ``out`` lacks. Damaged shard lines are skipped (their rows were redone, or are missing and a rerun makes them).
     """
     shards = shard_paths(out)
     if not shards:
         return 0
+    repair_tail(out)
     have = {k for k, _ in keyed_rows(out)}
     pos = {eid: i for i, eid in enumerate(order)}
     rows = sorted((r for p in shards for r in keyed_rows(p)), key=lambda r: pos.get(r[0][1], len(pos)))  # stable
@@ -148,13 +229,7 @@ def merge(out: Path, order: Sequence[str]) -> int:
             have.add(k)
             new.append(line + "\n")
     if new:
-        old = _whole(out.read_text()) if out.exists() else ""
-        tmp = out.with_name(out.name + ".merging")
-        with tmp.open("w") as f:
-            f.write(old + "".join(new))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
+        write_atomic(out, (out.read_bytes() if out.exists() else b"") + "".join(new).encode())
     for p in shards:
         p.unlink()
     return len(new)

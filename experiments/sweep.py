@@ -18,7 +18,7 @@ covers its categories):
 
 Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos-doubled].jsonl``; spec_bench
 skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
-records each call (command, run_info, seconds and rows per config). Under torchrun every config's prompts are
+records each call (command, run_info, seconds and rows per config), replaced atomically after each config. Under torchrun every config's prompts are
 split over the ranks (see spec_bench) and only rank 0 prints and writes ``sweep.json``.
 """
 
@@ -108,10 +108,21 @@ def select_examples(cfg: sb.BenchConfig, preset: Preset, data_dir: str) -> list:
     return [exs[i * len(exs) // n] for i in range(n)]
 
 
-def _manifest(path: Path, call: dict) -> None:
-    doc = json.loads(path.read_text()) if path.exists() else {"calls": []}
-    doc["calls"] = [c for c in doc["calls"] if c.get("started") != call["started"]] + [call]
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+def record_call(path: Path, call: dict) -> None:
+    """Put ``call`` into the sweep's manifest ``path`` (replacing its earlier record), atomically.
+
+    A manifest torn by an older version's crash is reported, kept as ``<path>.damaged`` and started afresh: the
+    rows themselves are in the JSONL files, so only the records of earlier calls are lost from it.
+    """
+    doc = dp.read_json(path, {"calls": []})
+    if not isinstance(doc, dict) or not isinstance(doc.get("calls"), list):
+        keep = path.with_name(path.name + ".damaged")
+        os.replace(path, keep)
+        print(f"{path}: not a sweep manifest; kept as {keep.name}, starting a new one", file=sys.stderr)
+        doc = {"calls": []}
+    doc["calls"] = [c for c in doc["calls"] if not isinstance(c, dict) or c.get("started") != call["started"]]
+    doc["calls"].append(call)
+    dp.write_atomic(path, json.dumps(doc, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -160,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         call["configs"].append({"file": path.name, "config_key": cfg.key(), "prompts": len(examples[cfg.dataset_name]),
                                 "rows_written": n, "seconds": round(time.perf_counter() - t, 2)})
         call["seconds"] = round(time.perf_counter() - t_all, 1)
-        _manifest(out_dir / "sweep.json", call)
+        record_call(out_dir / "sweep.json", call)
     if lead:
         size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
         print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,18 +24,44 @@ class GenerateResult:
     tokens: list[int]
     stats: SpecStats
 
+    def __repr__(self) -> str:
+        head = ", ".join(map(str, self.tokens[:8])) + (", ..." if len(self.tokens) > 8 else "")
+        return f"GenerateResult(tokens=[{head}] ({len(self.tokens)} tokens), stats={self.stats!r})"
 
-def _prompt_ids(input_ids) -> torch.Tensor:
-    """The prompt as a 1-D int64 CPU tensor; rejects batches and empty prompts."""
-    ids = torch.as_tensor(input_ids, dtype=torch.long).cpu()
+
+def _vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the model's input embedding: the token ids it can take."""
+    return int(model.get_input_embeddings().weight.shape[0])
+
+
+def _prompt_ids(input_ids, vocab: int) -> torch.Tensor:
+    """The prompt as a 1-D int64 CPU tensor; rejects batches, empty prompts, non-integer and out-of-vocabulary ids.
+
+    ``input_ids`` may also be what a tokenizer returns (a ``BatchEncoding`` or dict with ``"input_ids"``).
+    """
+    if isinstance(input_ids, Mapping):  # BatchEncoding is a Mapping (UserDict)
+        if "input_ids" not in input_ids:
+            raise ValueError(f"input_ids is a mapping without an 'input_ids' entry (keys: {sorted(input_ids)})")
+        input_ids = input_ids["input_ids"]
+    try:
+        ids = torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"input_ids must be token ids (a tensor, array or list of ints), got "
+                        f"{type(input_ids).__name__}: {e}") from None
+    if ids.numel() == 0:
+        raise ValueError("empty prompt: input_ids has no tokens")
+    if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise TypeError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
+    ids = ids.to("cpu", torch.long)  # host copy: checked here, moved to the model's device by the caller
     if ids.ndim == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"generate runs one sequence at a time; got a batch of {ids.shape[0]}")
         ids = ids[0]
     if ids.ndim != 1:
         raise ValueError(f"input_ids must be 1-D or [1, T], got shape {tuple(ids.shape)}")
-    if ids.numel() == 0:
-        raise ValueError("empty prompt: input_ids has no tokens")
+    bad = ids[(ids < 0) | (ids >= vocab)]
+    if bad.numel():
+        raise ValueError(f"input_ids holds token id {int(bad[0])}, outside the model's vocabulary [0, {vocab})")
     return ids
 
 
@@ -50,15 +78,29 @@ def _check_bos(model: torch.nn.Module, ids: torch.Tensor, on_double_bos: str) ->
     warnings.warn(msg, stacklevel=3)
 
 
-def _eos_set(model: torch.nn.Module, eos_token_id) -> frozenset[int]:
+def _eos_set(model: torch.nn.Module, eos_token_id, vocab: int) -> frozenset[int]:
     if eos_token_id is None:
         gen_cfg = getattr(model, "generation_config", None)
         eos_token_id = getattr(gen_cfg, "eos_token_id", None)
     if eos_token_id is None:
         return frozenset()
-    if isinstance(eos_token_id, int):
-        return frozenset([eos_token_id])
-    return frozenset(int(e) for e in eos_token_id)
+    ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else eos_token_id
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | torch.Tensor | np.ndarray) or any(
+            isinstance(e, bool) or not isinstance(e, numbers.Integral | torch.Tensor | np.integer) for e in ids):
+        raise TypeError(f"eos_token_id must be a token id or a sequence of them, got {eos_token_id!r}")
+    for e in ids:
+        if not 0 <= int(e) < vocab:
+            raise ValueError(f"eos_token_id {int(e)} is outside the model's vocabulary [0, {vocab})")
+    return frozenset(int(e) for e in ids)
+
+
+def _check_number(name: str, value, *, integer: bool = False, low: float = 0.0) -> None:
+    """``value`` must be a finite real (an int with ``integer``) >= ``low``: TypeError / ValueError naming it."""
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value) or value < low:
+        raise ValueError(f"{name} must be a finite number >= {low:g}, got {value!r}")
 
 
 def _tree_layout(lengths: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -104,12 +146,23 @@ def generate(
     attention kernel (``"split"`` or ``"sdpa"``, see :mod:`hybridsd.attention`; default: the fastest available).
     A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
+
+    ``input_ids`` is a 1-D or ``[1, T]`` integer tensor, array or list, or what a tokenizer returns (a
+    ``BatchEncoding`` or dict with ``"input_ids"``, e.g. from ``apply_chat_template(..., return_tensors="pt")``);
+    on any device: it is copied to the model's device. Every argument is checked before any work: a wrong type
+    raises ``TypeError``, a wrong value (a token id outside the vocabulary, a negative or non-finite
+    temperature, a drafter made for another model) ``ValueError``, each naming the argument.
     """
-    ids = _prompt_ids(input_ids)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    vocab = _vocab_size(model)
+    ids = _prompt_ids(input_ids, vocab)
+    _check_number("max_new_tokens", max_new_tokens, integer=True, low=1)
+    _check_number("temperature", temperature)
+    if seed is not None:
+        _check_number("seed", seed, integer=True, low=-math.inf)
+    if drafter is not None:
+        if not isinstance(drafter, Drafter):
+            raise TypeError(f"drafter must be a hybridsd Drafter or None, got {type(drafter).__name__}")
+        drafter.check_target(model)
     limit = context_length(model)
     if limit is not None and ids.numel() + max_new_tokens > limit:
         raise ValueError(
@@ -117,7 +170,7 @@ def generate(
             f"context length ({limit})"
         )
     _check_bos(model, ids, on_double_bos)
-    eos = _eos_set(model, eos_token_id)
+    eos = _eos_set(model, eos_token_id, vocab)
     layers = drafter.hidden_layers if drafter is not None else ()
     headroom = drafter.max_tokens if drafter is not None else 0
     device = next(model.parameters()).device

@@ -58,6 +58,11 @@ class SpecStats:
     prefill_tokens: int = 0
     num_sequences: int = 0  # prefill passes (one per generated sequence)
 
+    def __repr__(self) -> str:
+        return (f"SpecStats(num_tokens={self.num_tokens}, num_target_steps={self.num_target_steps}, "
+                f"seq_normalized_al={self.seq_normalized_al:.3f}, precision_al={self.precision_al:.3f}, "
+                f"num_drafts={self.num_drafts}, num_accepted={self.num_accepted}, trace=<{len(self.trace)} steps>)")
+
     def record_prefill(self, emitted: int) -> None:
         """Count the prefill pass and the token(s) it produced (0 or 1)."""
         self.num_sequences += 1

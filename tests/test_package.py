@@ -45,3 +45,16 @@ def test_transformers_stays_in_its_modules():
         src = f.read_text()
         if "import transformers" in src or "from transformers" in src:
             assert f.name in allowed, f
+
+
+def test_import_is_lazy_and_names_resolve_cold():
+    """``import hybridsd`` loads neither torch nor scipy; the names resolve on first use in a fresh process, and
+    importing the submodule first still leaves ``hsd.generate`` the function."""
+    import subprocess
+
+    code = ("import sys, hybridsd as hsd; heavy = {'torch', 'scipy', 'transformers', 'numba'} & set(sys.modules); "
+            "assert not heavy, heavy; import hybridsd.generate; assert callable(hsd.generate); "
+            "assert hsd.EagleHead.__name__ == 'EagleHead' and hsd.zoo.__name__ == 'hybridsd.zoo'; "
+            "from hybridsd import SpecStats, analytic; assert 'scipy' in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

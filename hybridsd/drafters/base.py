@@ -75,6 +75,10 @@ class Drafter(ABC):
     def max_tokens(self) -> int:
         """Most tokens all branches of one proposal can hold together (sizes the KV cache headroom)."""
 
+    def check_target(self, model: torch.nn.Module) -> None:
+        """Raise ``ValueError`` if this drafter cannot draft for ``model`` (e.g. a head made for another
+        vocabulary); ``generate`` calls it before any work."""
+
     def reset(self, prompt_len: int) -> None:
         """Forget the previous sequence."""
 

@@ -50,6 +50,24 @@ class EagleDrafter(Drafter):
         """Pairs whose keys/values sit in the head's cache (slots ``[0, committed)``)."""
         return self.cache.length if self.cache is not None else 0
 
+    def check_target(self, model: torch.nn.Module) -> None:
+        """The head must draft over ``model``'s vocabulary and embedding and read its hidden size and layers."""
+        from hybridsd.eagle.loader import EMBEDDING_TOLERANCE, embedding_difference
+
+        cfg, emb = self.head.config, model.get_input_embeddings().weight
+        layers = getattr(model.config, "num_hidden_layers", None)
+        if (cfg.vocab_size, cfg.hidden_size) != tuple(emb.shape):
+            raise ValueError(f"the EAGLE head is made for a vocabulary of {cfg.vocab_size} tokens and hidden size "
+                             f"{cfg.hidden_size}; the target's embedding is {list(emb.shape)}")
+        if layers is not None and max(cfg.target_layers) > layers:
+            raise ValueError(f"the EAGLE head reads target layers {cfg.target_layers}; the target has {layers}")
+        borrowed = self.head._target[0].weight
+        if self.head.embed_tokens is None and borrowed is not emb and not (borrowed.is_meta or emb.is_meta):
+            diff = embedding_difference(borrowed, emb)
+            if diff > EMBEDDING_TOLERANCE:
+                raise ValueError(f"the EAGLE head was built on another model's embedding (relative difference "
+                                 f"{diff:.3f}); load it for this target: EagleHead.from_pretrained(path, target=model)")
+
     def reset(self, prompt_len: int) -> None:
         self._pending = []
         self._last = None

@@ -39,6 +39,10 @@ class HybridDrafter(Drafter):
             return self.ngram.max_tokens + self.eagle.max_tokens
         return max(self.ngram.max_tokens, self.eagle.max_tokens)
 
+    def check_target(self, model: torch.nn.Module) -> None:
+        self.ngram.check_target(model)
+        self.eagle.check_target(model)
+
     def reset(self, prompt_len: int) -> None:
         self.ngram.reset(prompt_len)
         self.eagle.reset(prompt_len)

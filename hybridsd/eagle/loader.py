@@ -14,6 +14,7 @@ Both come with a Llama-style ``config.json`` (``num_hidden_layers`` 1; EAGLE-3 a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -26,6 +27,8 @@ IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some old c
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
+REQUIRED_KEYS = ("num_attention_heads", "intermediate_size")  # config.json keys with no default
+EMBEDDING_TOLERANCE = 0.05  # relative difference above which a shipped embedding is another model's
 
 
 def resolve(path_or_hub_id: str | Path, revision: str | None = None) -> Path:
@@ -54,8 +57,7 @@ def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
         if not f.exists():
             continue
         if name.endswith(".index.json"):
-            shards = sorted(set(json.loads(f.read_text())["weight_map"].values()))
-            files = [folder / s for s in shards]
+            files = [_inside(folder, s, f) for s in sorted(set(_read_json(f, "weight_map")["weight_map"].values()))]
         else:
             files = [f]
         sd: dict[str, torch.Tensor] = {}
@@ -65,12 +67,55 @@ def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(WEIGHT_FILES)})")
 
 
-def _read_file(file: Path) -> dict[str, torch.Tensor]:
-    if file.suffix == ".safetensors":
-        from safetensors.torch import load_file
+def _read_json(path: Path, *required: str) -> dict:
+    """The JSON object in ``path``; ``ValueError`` naming the file if it is not one or lacks a ``required`` key."""
+    try:
+        raw = json.loads(path.read_bytes())
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(raw).__name__}")
+    for key in required:
+        if key not in raw:
+            raise ValueError(f"{path} has no {key!r}")
+    return raw
 
-        return load_file(str(file), device="cpu")
-    return torch.load(file, map_location="cpu", weights_only=True)
+
+def _inside(folder: Path, name: str, index: Path) -> Path:
+    """``folder / name`` for a shard named in ``index``, refused if the name leads outside ``folder``.
+
+    Checked on the path as written (normalised, not resolved): a Hub snapshot's files are links into its blob
+    store, which is fine; a name like ``../other/model.safetensors`` or an absolute path is not.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{index}: a shard name must be a non-empty string, got {name!r}")
+    path = Path(os.path.normpath(folder / name))
+    if Path(name).is_absolute() or not path.is_relative_to(os.path.normpath(folder)):
+        raise ValueError(f"{index} names the shard {name!r}, outside the checkpoint folder {folder}; refusing to "
+                         "read it")
+    return path
+
+
+def _read_file(file: Path) -> dict[str, torch.Tensor]:
+    if not file.is_file():
+        raise FileNotFoundError(f"no weights file {file}")
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(file), device="cpu")
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated, corrupt or unsafe files raise many types; all name the file
+        raise ValueError(f"cannot read the weights file {file} ({type(e).__name__}: {e}); is it truncated or "
+                         "corrupt?") from e
+
+
+def embedding_difference(a: torch.Tensor, b: torch.Tensor, rows: int = 4096) -> float:
+    """Relative difference ``|a - b| / |b|`` of two ``[V, h]`` embeddings over up to ``rows`` evenly spaced
+    rows (fp32 on the host): about 0 for copies of one embedding in any dtype, about 1 or more for two models'."""
+    step = max(1, a.shape[0] // rows)
+    x, y = a[::step].detach().float().cpu(), b[::step].detach().float().cpu()  # host copies of the sampled rows
+    return float((x - y).norm() / y.norm().clamp_min(1e-12))
 
 
 def detect_kind(keys) -> str:
@@ -145,13 +190,16 @@ def load_head(path_or_hub_id: str | Path, target: nn.Module, *, device=None, dty
     The kind is detected from the keys. The head lands on the target embedding's
     device and dtype unless ``device``/``dtype`` say otherwise. An ``embed_tokens.weight``
     in the checkpoint is shape-checked and, with ``use_checkpoint_embeddings``, used
-    (and kept) instead of the target's embedding.
+    (and kept) instead of the target's embedding; without it, it must equal the target's (up to dtype
+    rounding), or the head was made for another model and loading fails. Every error names the file or key:
+    a non-JSON ``config.json`` or one without a required key, a shard index entry outside the folder, a
+    truncated weights file, a tensor of the wrong shape.
     """
     folder = resolve(path_or_hub_id, revision)
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"no config.json in {folder}")
-    raw = json.loads(cfg_file.read_text())
+    raw = _read_json(cfg_file, *REQUIRED_KEYS)
     sd = {k: v for k, v in read_state_dict(folder).items() if not k.endswith(IGNORED_SUFFIXES)}
     kind = detect_kind(sd)
     emb = target.get_input_embeddings()
@@ -173,6 +221,12 @@ def load_head(path_or_hub_id: str | Path, target: nn.Module, *, device=None, dty
         if ids.min() < 0 or ids.max() >= V:  # host check at load time only
             raise ValueError(f"'d2t' maps draft ids outside the target vocabulary [0, {V})")
     emb_w = sd.pop("embed_tokens.weight", None)
+    if emb_w is not None and not use_checkpoint_embeddings and not emb.weight.is_meta:
+        diff = embedding_difference(emb_w, emb.weight)
+        if diff > EMBEDDING_TOLERANCE:
+            raise ValueError(f"'embed_tokens.weight' in {folder} is not the target's input embedding (relative "
+                             f"difference {diff:.3f}): the head was trained for another model; pass "
+                             "use_checkpoint_embeddings=True to draft with the checkpoint's copy anyway")
     head.load_state_dict(sd, strict=True, assign=True)
     if use_checkpoint_embeddings and emb_w is not None:
         head.own_embeddings(emb_w)

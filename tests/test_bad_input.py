@@ -1,0 +1,272 @@
+"""Bad input gets one clear error naming the problem, before any work: ``generate``'s arguments, drafters made
+for another model, and EAGLE checkpoints (bad config, shards outside the folder, truncated weights, another
+model's embedding). The accepted forms (tokenizer output, lists, arrays) give the same tokens as a tensor."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import BatchEncoding
+
+from conftest import VOCAB, tiny_target
+from hybridsd.drafters.eagle import EagleDrafter
+from hybridsd.drafters.hybrid import HybridDrafter
+from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.eagle.loader import load_head
+from hybridsd.eagle.model import EagleHead
+from hybridsd.generate import generate
+
+GEN = sys.modules["hybridsd.generate"]  # the module (``hybridsd.generate`` is the function)
+IDS = torch.tensor([5, 9, 12, 7, 30, 5, 9])
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_target("llama")
+
+
+@pytest.fixture(scope="module")
+def other():
+    """A model of the same shapes with other weights, and one with another vocabulary."""
+    return {"weights": tiny_target("llama", seed=1), "vocab": tiny_target("llama", vocab=VOCAB + 5, seed=2)}
+
+
+@pytest.fixture
+def no_work(model, monkeypatch):
+    """Counts what would be work: target construction, the model's forward, the embedding, drafter calls."""
+    calls = []
+
+    def refuse(*a, **k):
+        calls.append("target_for")
+        raise AssertionError("work began before the input was checked")
+
+    monkeypatch.setattr(GEN, "target_for", refuse)
+    hook = model.get_input_embeddings().register_forward_hook(lambda *a: calls.append("embedding"))
+    fwd = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append("forward") or fwd(*a, **k))
+    for cls in (NgramDrafter, EagleDrafter, HybridDrafter):
+        for name in ("reset", "observe", "propose"):
+            monkeypatch.setattr(cls, name, lambda *a, _n=name, **k: calls.append(_n))
+    yield calls
+    hook.remove()
+
+
+def _eagle(target, kind="eagle1", k=3):
+    torch.manual_seed(0)
+    return EagleDrafter(EagleHead.from_target(target, kind), k=k)
+
+
+# (case, generate kwargs beyond the model, exception, words the message must hold)
+GENERATE_CASES = [
+    ("temperature nan", dict(temperature=math.nan), ValueError, ["temperature", "nan"]),
+    ("temperature inf", dict(temperature=math.inf), ValueError, ["temperature", "inf"]),
+    ("temperature negative", dict(temperature=-1.0), ValueError, ["temperature", "-1"]),
+    ("temperature string", dict(temperature="0.5"), TypeError, ["temperature"]),
+    ("temperature numpy nan", dict(temperature=np.float32("nan")), ValueError, ["temperature", "nan"]),
+    ("float input_ids", dict(input_ids=IDS.float()), TypeError, ["input_ids", "integer", "float"]),
+    ("bool input_ids", dict(input_ids=IDS > 8), TypeError, ["input_ids", "integer", "bool"]),
+    ("list of floats", dict(input_ids=[1.0, 2.5]), TypeError, ["input_ids", "integer"]),
+    ("string input_ids", dict(input_ids="hello"), TypeError, ["input_ids"]),
+    ("id = vocab", dict(input_ids=[5, VOCAB, 6]), ValueError, ["input_ids", str(VOCAB), f"[0, {VOCAB})"]),
+    ("negative id", dict(input_ids=[5, -3]), ValueError, ["input_ids", "-3", f"[0, {VOCAB})"]),
+    ("huge id", dict(input_ids=np.array([2**40])), ValueError, ["input_ids", str(2**40)]),
+    ("eos = vocab", dict(eos_token_id=VOCAB), ValueError, ["eos_token_id", str(VOCAB)]),
+    ("eos list with -1", dict(eos_token_id=[2, -1]), ValueError, ["eos_token_id", "-1"]),
+    ("eos string", dict(eos_token_id="</s>"), TypeError, ["eos_token_id"]),
+    ("eos float", dict(eos_token_id=2.0), TypeError, ["eos_token_id"]),
+    ("max_new_tokens 0", dict(max_new_tokens=0), ValueError, ["max_new_tokens"]),
+    ("max_new_tokens negative", dict(max_new_tokens=-5), ValueError, ["max_new_tokens"]),
+    ("max_new_tokens float", dict(max_new_tokens=2.5), TypeError, ["max_new_tokens"]),
+    ("max_new_tokens bool", dict(max_new_tokens=True), TypeError, ["max_new_tokens"]),
+    ("max_new_tokens over context", dict(max_new_tokens=10_000), ValueError, ["context length"]),
+    ("seed float", dict(seed=1.5, temperature=1.0), TypeError, ["seed"]),
+    ("drafter string", dict(drafter="ngram"), TypeError, ["drafter", "str"]),
+    ("empty prompt", dict(input_ids=[]), ValueError, ["empty prompt"]),
+    ("batch of two", dict(input_ids=torch.stack([IDS, IDS])), ValueError, ["batch of 2"]),
+    ("3-D ids", dict(input_ids=IDS[None, None]), ValueError, ["input_ids", "shape"]),
+    ("dict without input_ids", dict(input_ids={"ids": IDS}), ValueError, ["input_ids", "'ids'"]),
+    ("on_double_bos", dict(on_double_bos="maybe"), ValueError, ["on_double_bos"]),
+]
+
+
+@pytest.mark.parametrize("case,kw,exc,words", GENERATE_CASES, ids=[c[0] for c in GENERATE_CASES])
+def test_generate_rejects_before_any_work(model, no_work, case, kw, exc, words):
+    kw = {"input_ids": IDS, "max_new_tokens": 8, **kw}
+    with pytest.raises(exc) as e:
+        generate(model, **kw)
+    msg = str(e.value)
+    assert all(w in msg for w in words), msg
+    assert no_work == []
+
+
+DRAFTER_CASES = [  # (case, drafter builder from the fixtures, words)
+    ("eagle1 head of another vocabulary", lambda o: _eagle(o["vocab"]), ["vocabulary", str(VOCAB + 5)]),
+    ("eagle3 head of another vocabulary", lambda o: _eagle(o["vocab"], "eagle3"), ["vocabulary"]),
+    ("hybrid with another vocabulary's head",
+     lambda o: HybridDrafter(NgramDrafter(k=3), _eagle(o["vocab"])), ["vocabulary"]),
+    ("head on another model's embedding", lambda o: _eagle(o["weights"]), ["another model's embedding"]),
+    ("eagle3 head reading layers the target lacks",
+     lambda o: EagleDrafter(EagleHead.from_target(o["weights"], "eagle3", target_layers=(1, 2, 9))),
+     ["target layers"]),
+]
+
+
+@pytest.mark.parametrize("case,build,words", DRAFTER_CASES, ids=[c[0] for c in DRAFTER_CASES])
+def test_drafter_for_another_model_is_rejected_before_any_work(model, other, no_work, case, build, words):
+    drafter = build(other)
+    with pytest.raises(ValueError) as e:
+        generate(model, IDS, drafter=drafter, max_new_tokens=8)
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert no_work == []
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_draft_length_must_be_positive(model, k):
+    for build in (lambda: NgramDrafter(k=k), lambda: _eagle(model, k=k)):
+        with pytest.raises(ValueError, match="k must be"):
+            build()
+
+
+def test_accepted_forms_give_the_same_tokens(model):
+    """A tokenizer's BatchEncoding, a dict, a list, a NumPy array, int32 and [1, T] all decode like the tensor;
+    ids on another device than the model are copied to it (CPU here; the CUDA test does cross-device)."""
+    want = generate(model, IDS, max_new_tokens=6).tokens
+    forms = [BatchEncoding({"input_ids": IDS[None], "attention_mask": torch.ones(1, len(IDS))}),
+             {"input_ids": IDS.tolist()}, IDS.tolist(), IDS.numpy(), IDS.to(torch.int32), IDS[None]]
+    for ids in forms:
+        assert generate(model, ids, max_new_tokens=6).tokens == want, type(ids)
+    assert generate(model, IDS, max_new_tokens=6, eos_token_id=np.int64(want[2])).tokens == want[:3]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_ids_on_another_device_are_moved_to_the_model():
+    model = tiny_target("llama")
+    want = generate(model, IDS, max_new_tokens=6).tokens
+    gpu = tiny_target("llama").cuda()
+    assert generate(gpu, IDS, max_new_tokens=6, cuda_graphs=False).tokens == want
+    assert generate(gpu, IDS.cuda(), max_new_tokens=6, cuda_graphs=False).tokens == want
+    assert generate(model, IDS.cuda(), max_new_tokens=6).tokens == want
+
+
+def test_result_repr_is_short(model):
+    res = generate(model, IDS, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=200)
+    r = repr(res)
+    assert len(r) < 300 and "AL" not in r and "seq_normalized_al=" in r and "StepRecord" not in r, r
+
+
+# ---- EAGLE checkpoints ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ckpt(tmp_path, model):
+    """A valid EAGLE-1 checkpoint folder for ``model``."""
+    torch.manual_seed(0)
+    folder = tmp_path / "head"
+    EagleHead.from_target(model, "eagle1").save_pretrained(folder)
+    return folder
+
+
+def _edit_config(folder, fn):
+    cfg = json.loads((folder / "config.json").read_text())
+    fn(cfg)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def _shard(folder, names):
+    """Split the weights over the named shard files with an index pointing at them."""
+    sd = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    weight_map = {}
+    keys = sorted(sd)
+    for i, name in enumerate(names):
+        part = {k: sd[k] for k in keys[i::len(names)]}
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(part, str(path))
+        weight_map |= {k: name for k in part}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def _truncate(path, keep=0.6):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _to_bin(folder, cut: bool):
+    sd = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    torch.save(sd, folder / "pytorch_model.bin")
+    if cut:
+        _truncate(folder / "pytorch_model.bin")
+
+
+def _with_embedding(folder, weight):
+    sd = load_file(str(folder / "model.safetensors"))
+    save_file(sd | {"embed_tokens.weight": weight.detach().clone().contiguous()}, str(folder / "model.safetensors"))
+
+
+LOADER_CASES = [  # (case, damage(folder, model), words the message must hold)
+    ("config without num_attention_heads", lambda f, m: _edit_config(f, lambda c: c.pop("num_attention_heads")),
+     ["num_attention_heads", "config.json"]),
+    ("config without intermediate_size", lambda f, m: _edit_config(f, lambda c: c.pop("intermediate_size")),
+     ["intermediate_size", "config.json"]),
+    ("config not JSON", lambda f, m: (f / "config.json").write_text('{"hidden_size": 64,'),
+     ["config.json", "not valid JSON"]),
+    ("config not UTF-8", lambda f, m: (f / "config.json").write_bytes(b"\xff\xfe{"), ["config.json"]),
+    ("config a list", lambda f, m: (f / "config.json").write_text("[1, 2]"), ["config.json", "JSON object"]),
+    ("config of another vocabulary", lambda f, m: _edit_config(f, lambda c: c.update(vocab_size=VOCAB + 1)),
+     ["vocab_size", str(VOCAB + 1)]),
+    ("shard outside the folder", lambda f, m: _shard(f, ["model-1.safetensors", "../other/model.safetensors"]),
+     ["../other/model.safetensors", "outside"]),
+    ("shard by absolute path", lambda f, m: _shard(f, ["model-1.safetensors", str(f.parent / "abs.safetensors")]),
+     ["abs.safetensors", "outside"]),
+    ("shard index not JSON", lambda f, m: (_shard(f, ["a.safetensors"]),
+                                           (f / "model.safetensors.index.json").write_text("{")),
+     ["model.safetensors.index.json", "JSON"]),
+    ("shard index without weight_map", lambda f, m: (_shard(f, ["a.safetensors"]),
+                                                     (f / "model.safetensors.index.json").write_text("{}")),
+     ["model.safetensors.index.json", "weight_map"]),
+    ("missing shard", lambda f, m: (_shard(f, ["a.safetensors", "b.safetensors"]), (f / "b.safetensors").unlink()),
+     ["b.safetensors"]),
+    ("truncated safetensors", lambda f, m: _truncate(f / "model.safetensors"), ["model.safetensors", "truncated"]),
+    ("truncated shard", lambda f, m: (_shard(f, ["a.safetensors", "b.safetensors"]), _truncate(f / "b.safetensors")),
+     ["b.safetensors"]),
+    ("truncated pytorch_model.bin", lambda f, m: _to_bin(f, cut=True), ["pytorch_model.bin"]),
+    ("embedding of another model", lambda f, m: _with_embedding(f, torch.randn_like(m.get_input_embeddings().weight)),
+     ["embed_tokens.weight", "another model", "use_checkpoint_embeddings"]),
+]
+
+
+@pytest.mark.parametrize("case,damage,words", LOADER_CASES, ids=[c[0] for c in LOADER_CASES])
+def test_loader_names_the_problem(ckpt, model, case, damage, words):
+    damage(ckpt, model)
+    with pytest.raises((ValueError, FileNotFoundError)) as e:
+        load_head(ckpt, model)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_loader_never_reads_outside_the_folder(ckpt, model, monkeypatch):
+    _shard(ckpt, ["model-1.safetensors", "../other/model.safetensors"])
+    read = []
+    loader = sys.modules["hybridsd.eagle.loader"]
+    real = loader._read_file
+    monkeypatch.setattr(loader, "_read_file", lambda f: read.append(f) or real(f))
+    with pytest.raises(ValueError, match="outside"):
+        load_head(ckpt, model)
+    assert read == []
+
+
+def test_loader_accepts_the_targets_embedding_and_an_explicit_own_one(ckpt, model):
+    _with_embedding(ckpt, model.get_input_embeddings().weight.to(torch.bfloat16).float())  # a rounded copy
+    assert load_head(ckpt, model).embed_tokens is None
+    _with_embedding(ckpt, torch.randn_like(model.get_input_embeddings().weight))
+    assert load_head(ckpt, model, use_checkpoint_embeddings=True).embed_tokens is not None
+    _to_bin(ckpt, cut=False)
+    assert load_head(ckpt, model, use_checkpoint_embeddings=True).embed_tokens is not None
+
