@@ -1,0 +1,102 @@
+"""The PR's vLLM command lines run through spec_bench on tiny on-disk targets (Llama, Qwen3), public-layout EAGLE
+heads and local copies of the Hub datasets, changing only --model-dir/--eagle-dir/--dataset-path (and sizes):
+greedy outputs equal plain decoding. Plus the loader's BOS, EOS and dtype choices, and the PR-style table."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridsd import checkpoint, prompts, zoo
+from tiny_checkpoints import BOS, END_OF_TEXT, EOT, datasets_on_disk, target_folder
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))
+import spec_bench  # noqa: E402
+import summarize_runs  # noqa: E402
+
+# vLLM PR #24344's command lines, verbatim (background.md), then two EAGLE-3 ones in the same spelling
+PR_LINES = [
+    """--method ngram-eagle --num-speculative-tokens-per-method '{"ngram": 5, "eagle": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 --tp 1 --dataset-name hf --dataset-path vdaita/edit_5k_char --num-prompts 90 --hf-output-len 2048 --blazedit-min-distance 0.01 --blazedit-max-distance 0.25 --no-oversample --print-output""",  # noqa: E501
+    """--method eagle --num_spec_tokens 3 --tp 1 --dataset-name hf --dataset-path vdaita/edit_5k_char --num-prompts 90 --hf-output-len 2048 --blazedit-min-distance 0.01 --blazedit-max-distance 0.25 --no-oversample --print-output""",  # noqa: E501
+    """--method ngram --num_spec_tokens 5 --prompt_lookup_max 5 --prompt_lookup_min 2 --tp 1 --dataset-name hf --dataset-path vdaita/edit_5k_char --num-prompts 90 --hf-output-len 2048 --blazedit-min-distance 0.01 --blazedit-max-distance 0.25 --no-oversample --print-output""",  # noqa: E501
+    """--method ngram-eagle --num-speculative-tokens-per-method '{"ngram": 5, "eagle": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 --tp 1 --dataset-name hf --dataset-path philschmid/mt-bench --num-prompts 80 --print-output""",  # noqa: E501
+    """--method eagle --num_spec_tokens 3 --tp 1 --dataset-name hf --dataset-path likaixin/InstructCoder --num-prompts 1000 --print-output""",  # noqa: E501
+    """--method ngram-eagle3 --num-speculative-tokens-per-method '{"ngram": 5, "eagle3": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 --tp 1 --dataset-name hf --dataset-path philschmid/mt-bench --num-prompts 80 --print-output""",  # noqa: E501
+    """--method eagle3 --num_spec_tokens 3 --tp 1 --dataset-name hf --dataset-path likaixin/InstructCoder --num-prompts 1000 --print-output""",  # noqa: E501
+]
+HUB_TO_LOCAL = {"vdaita/edit_5k_char": "blazedit", "philschmid/mt-bench": "mt-bench", "likaixin/InstructCoder": "instructcoder"}
+SIZES = {"--num-prompts": {"80": "4", "1000": "3"}, "--hf-output-len": {"2048": "12"}}  # 90 stays: --no-oversample
+OUT_LEN = 12
+EXPECTED_ROWS = {"blazedit": 3, "mt-bench": 4, "instructcoder": 3}  # 3 Blazedit rows in 0.01-0.25; MT-Bench 3 -> 4
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    return {"llama": target_folder(root, "llama"), "qwen3": target_folder(root, "qwen3", seed=1),
+            "data": datasets_on_disk(root), "root": root}
+
+
+def local_argv(line: str, study: dict, family: str, out: Path) -> list[str]:
+    """The PR's line with --dataset-path pointing at the local copy, smaller sizes, and --model-dir/--eagle-dir."""
+    argv = shlex.split(line)
+    for i, tok in enumerate(argv[:-1]):
+        if tok == "--dataset-path":
+            argv[i + 1] = str(study["data"][HUB_TO_LOCAL[argv[i + 1]]])
+        elif tok in SIZES:
+            argv[i + 1] = SIZES[tok].get(argv[i + 1], argv[i + 1])
+    method = argv[argv.index("--method") + 1]
+    kind = "eagle3" if method.endswith("eagle3") else "eagle1"
+    return [*argv, "--model-dir", str(study[family]), "--eagle-dir", str(study["root"] / f"{family}-{kind}"),
+            "--output-len", str(OUT_LEN), "--device", "cpu", "--dtype", "fp32", "--check-lossless",
+            "--output", str(out)]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_pr_command_lines_are_lossless(study, family, capsys):
+    runs = study["root"] / f"runs-{family}"
+    for n, line in enumerate(PR_LINES):
+        out = runs / f"{n}.jsonl"
+        spec_bench.main(local_argv(line, study, family, out))
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        kind = HUB_TO_LOCAL[shlex.split(line)[shlex.split(line).index("--dataset-path") + 1]]
+        assert len(rows) == EXPECTED_ROWS[kind], line
+        assert {r["dataset"] for r in rows} == {kind}
+        assert all(r["lossless"] for r in rows), [r["example_id"] for r in rows if not r["lossless"]]
+        assert all(1 <= r["stats"]["num_tokens"] <= OUT_LEN for r in rows)
+        assert all(r["run_info"]["load_s"] > 0 and r["run_info"]["peak_mem_gb"] > 0 for r in rows)
+        cfg = rows[0]["config"]
+        assert cfg["model"] == str(study[family]) and cfg["dtype"] == "fp32" and cfg["output_len"] == OUT_LEN
+        if "ngram-eagle" in line:
+            assert cfg["k"]["ngram"] == 5 and cfg["k"]["eagle3" if "eagle3" in line else "eagle"] == 3
+    err = capsys.readouterr()
+    assert "--num-prompts 90 but the dataset has 3 prompts" in err.err  # --no-oversample says so, once a line
+    assert "--- " in err.out  # --print-output
+    ids = [json.loads(x)["example_id"] for x in (runs / "3.jsonl").read_text().splitlines()]
+    assert ids == ["81", "82", "83", "81#2"]  # MT-Bench oversampled to --num-prompts 4, as vLLM does
+    study[f"runs-{family}"] = runs
+
+
+def test_loader_one_bos_eos_from_generation_config_dtype(study):
+    t = checkpoint.load_target(study["llama"], dtype="auto")
+    assert t.eos_ids == sorted([EOT, END_OF_TEXT])  # both, from generation_config.json
+    assert t.dtype == "fp32" and next(t.model.parameters()).dtype == torch.float32  # auto on CPU
+    ids = prompts.build_prompt_ids(t.tokenizer, "Write a haiku about rain.")
+    assert ids[0] == BOS and ids.count(BOS) == 1
+    assert checkpoint.torch_dtype("auto", zoo.path("tiny-coder"), "cuda") == torch.bfloat16  # the checkpoint's
+    assert checkpoint.resolve("tiny-coder") == zoo.path("tiny-coder")
+
+
+def test_pr_table(study, capsys):
+    if "runs-llama" not in study:
+        pytest.skip("needs test_pr_command_lines_are_lossless[llama]")
+    summarize_runs.main([str(study["runs-llama"] / "*.jsonl"), "--table", "pr"])
+    out = capsys.readouterr().out
+    for word in ("seq_al", "precision_al", "r1", "tpot_ms", "blazedit", "mt-bench", "instructcoder", "ngram-eagle"):
+        assert word in out
