@@ -212,6 +212,15 @@ def preflight(cfg: BenchConfig) -> None:
         if key in head and key in text and head[key] != text[key]:
             raise ValueError(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {key} "
                              f"{head[key]} vs the target's {text[key]}")
+    load_heads(cfg, shell_target(cfg.model))  # the head's weights against a weightless target: the loader's checks
+
+
+def shell_target(model: str) -> torch.nn.Module:
+    """The target built from its config on the meta device: its shapes, no weights (for the head's checks)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint.resolve(model)))
 
 
 class HeadMismatch(ValueError):
@@ -490,7 +499,11 @@ def main(argv: list[str] | None = None) -> None:
     if a.print_vllm_config:
         print(json.dumps(vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")))
         return
-    try:  # mistakes in the model, head or data: one line, before any weights are read
+    if a.dataset_name == "hf":
+        import datasets
+
+        datasets.disable_progress_bars()  # small local reads; a user mistake stays one line
+    try:  # mistakes in the model, head or data: one line, before the target's weights are read
         preflight(cfg)
         examples = load_examples(cfg, None if a.dataset_name == "hf" else a.dataset_path, a.num_prompts,
                                  a.per_bin, oversample=not a.no_oversample)
