@@ -298,6 +298,25 @@ def replay_continuation(model, ids, kw: dict, k: int) -> list[int]:
     return cont
 
 
+def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> dict:
+    """For a replay row on CUDA: the graphed forward of 1 token (``decode_ms``) and of a verify block of k+1
+    (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
+    (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate) against
+    the measured ``tokens_per_s`` (prefill included)."""
+    from bench_speed import ours_ms  # experiments/bench_speed.py, the same step timing
+
+    from hybridsd.target import target_for
+
+    k = cfg.k.get("replay", DEFAULT_K["eagle"])
+    ctx = len(ids) + len(res.tokens) // 2
+    target = target_for(model, ctx + k + 2, cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile])  # generate's
+    fwd = ours_ms(target, ctx, [1, k + 1])
+    al = res.stats.seq_normalized_al
+    return {"k": k, "context": ctx, "decode_ms": fwd["chain_q1"], "verify_ms": fwd[f"chain_q{k + 1}"],
+            "seq_normalized_al": al, "predicted_tokens_per_s": 1e3 * al / fwd[f"chain_q{k + 1}"],
+            "decode_tokens_per_s": 1e3 / fwd["chain_q1"], "tokens_per_s": len(res.tokens) / wall}
+
+
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True,
         print_output: bool = False) -> int:
     """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written.
@@ -371,6 +390,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 "wall_s": wall, "tpot_ms": 1e3 * wall / len(res.tokens),
                 "config": asdict(cfg), "run_info": {**info, "peak_mem_gb": peak_memory_gb(device)},
             }
+            if cfg.method == "replay" and cuda:
+                row["replay"] = replay_timing(model, ids, res, wall, cfg)
             if cfg.check_lossless and drafter is not None:
                 plain = hsd.generate(model, ids, **kw)
                 row["lossless"] = plain.tokens == res.tokens

@@ -100,3 +100,15 @@ def test_pr_table(study, capsys):
     out = capsys.readouterr().out
     for word in ("seq_al", "precision_al", "r1", "tpot_ms", "blazedit", "mt-bench", "instructcoder", "ngram-eagle"):
         assert word in out
+
+
+def test_replay_drafts_the_plain_output(study, tmp_path):
+    out = tmp_path / "replay.jsonl"
+    spec_bench.main(["--model-dir", str(study["llama"]), "--method", "replay", "--num-spec-tokens", "4",
+                     "--dataset-name", "hf", "--dataset-path", str(study["data"]["instructcoder"]), "--output-len",
+                     "16", "--device", "cpu", "--check-lossless", "--output", str(out)])
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["lossless"] for r in rows)
+    for r in rows:  # every drafted token accepted (fp32: the replayed plain output is what the verifier picks)
+        st = r["stats"]
+        assert st["num_accepted"] == st["num_draft_tokens"] and st["num_drafts"] >= 1
