@@ -112,3 +112,23 @@ def test_replay_drafts_the_plain_output(study, tmp_path):
     for r in rows:  # every drafted token accepted (fp32: the replayed plain output is what the verifier picks)
         st = r["stats"]
         assert st["num_accepted"] == st["num_draft_tokens"] and st["num_drafts"] >= 1
+
+
+def test_make_checkpoint_folder_runs(tmp_path):
+    """make_checkpoint's code path at a tiny shape (the GPU run makes the 8B one): spec_bench reads it from disk."""
+    import make_checkpoint
+
+    small = dict(vocab_size=10240, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=1024)
+    info = make_checkpoint.build(tmp_path, 4, "cpu", shape=small)
+    cfg = json.loads((tmp_path / "target" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 4 and cfg["rope_parameters"]["rope_type"] == "llama3"
+    assert info["params"] > 0 and json.loads((tmp_path / "eagle3" / "config.json").read_text())["draft_vocab_size"] \
+        == 10240  # min(vocab, 32000)
+    out = tmp_path / "rows.jsonl"
+    (tmp_path / "mt_bench.jsonl").write_text('{"question_id": 1, "turns": ["Hi there."]}\n')
+    spec_bench.main(["--model-dir", str(tmp_path / "target"), "--eagle-dir", str(tmp_path / "eagle3"),
+                     "--method", "ngram-eagle3", "--dataset-name", "mt-bench", "--dataset-path", str(tmp_path),
+                     "--output-len", "8", "--device", "cpu", "--check-lossless", "--output", str(out)])
+    (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert row["lossless"] and row["run_info"]["model_dtype"] == "fp32"
