@@ -280,7 +280,7 @@ def done_keys(path: Path) -> set[tuple[str, str]]:
 def peak_memory_gb(device: str) -> float:
     """Peak memory of this process: allocated on the GPU, else the host's resident set."""
     if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated() / 2**30
+        return torch.cuda.max_memory_allocated(device) / 2**30
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
@@ -332,8 +332,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     sharded = world > 1 or bool(shards)
     device = dp.local_device(cfg.device)
     if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(device)
     loaded = checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
     model, tok = loaded.model, loaded.tokenizer
     heads = load_heads(cfg, model)

@@ -132,3 +132,33 @@ def test_make_checkpoint_folder_runs(tmp_path):
                      "--output-len", "8", "--device", "cpu", "--check-lossless", "--output", str(out)])
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert row["lossless"] and row["run_info"]["model_dtype"] == "fp32"
+
+
+def test_hybrid_al_notebook_renders_on_the_runs(study, monkeypatch):
+    """The analysis notebook, pointed at this output folder (plus plain and tree runs) by RESULTS_DIR/MODEL."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("seaborn")
+    if "runs-llama" not in study:
+        pytest.skip("needs test_pr_command_lines_are_lossless[llama]")
+    runs = study["runs-llama"]
+    extra = {"vanilla": ["--method", "vanilla"],
+             "tree": ["--method", "ngram-eagle", "--hybrid-policy", "tree", "--num-speculative-tokens-per-method",
+                      '{"ngram": 5, "eagle": 3}', "--eagle-dir", str(study["root"] / "llama-eagle1")]}
+    for kind, path in study["data"].items():
+        for name, argv in extra.items():
+            spec_bench.main([*argv, "--model-dir", str(study["llama"]), "--dataset-name", "hf", "--dataset-path",
+                             str(path), "--num-prompts", "3", "--output-len", str(OUT_LEN), "--device", "cpu",
+                             "--output", str(runs / f"{kind}__{name}.jsonl")])
+    monkeypatch.setenv("RESULTS_DIR", str(runs))
+    monkeypatch.setenv("MODEL", str(study["llama"]))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the kernel imports this checkout's hybridsd
+    path = REPO / "notebooks" / "hybrid_al.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any(o.output_type == "display_data" and "image/png" in o.get("data", {}) for o in outputs)
+    shown = " ".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    assert all(d in shown for d in ("blazedit", "mt-bench", "instructcoder"))  # the run's own datasets
