@@ -336,6 +336,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     loaded = checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
     model, tok = loaded.model, loaded.tokenizer
     heads = load_heads(cfg, model)
+    if rank == 0:
+        print(f"spec_bench: loaded {cfg.model} ({loaded.dtype}, {device}) in {loaded.load_s:.1f} s", file=sys.stderr)
     drafter = make_drafter(cfg, heads)
     eos = loaded.eos_ids
     info = {**provenance.run_info(), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
@@ -397,6 +399,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
             f.write(json.dumps(row) + "\n")
             f.flush()  # row by row: a crash loses at most the row being made
             written += 1
+    if rank == 0:
+        print(f"spec_bench: peak memory {peak_memory_gb(device):.2f} GiB", file=sys.stderr)
     if not sharded:
         return written
     dp.barrier()  # every shard is complete

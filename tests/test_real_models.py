@@ -162,3 +162,19 @@ def test_hybrid_al_notebook_renders_on_the_runs(study, monkeypatch):
     assert any(o.output_type == "display_data" and "image/png" in o.get("data", {}) for o in outputs)
     shown = " ".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     assert all(d in shown for d in ("blazedit", "mt-bench", "instructcoder"))  # the run's own datasets
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bf16_graphs_from_disk(study, tmp_path):
+    """On the GPU: the saved folders in bf16 with CUDA graphs, every method, and the replay row's step timing."""
+    for method in ("none", "ngram", "eagle3", "ngram-eagle3", "replay"):
+        out = tmp_path / f"{method}.jsonl"
+        spec_bench.main(["--model-dir", str(study["llama"]), "--eagle-dir", str(study["root"] / "llama-eagle3"),
+                         "--method", method, "--dataset-name", "hf", "--dataset-path",
+                         str(study["data"]["mt-bench"]), "--num-prompts", "2", "--output-len", "32",
+                         "--device", "cuda", "--dtype", "bf16", "--output", str(out)])
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert len(rows) == 2 and all(r["run_info"]["model_dtype"] == "bf16" for r in rows)
+        assert all(r["run_info"]["peak_mem_gb"] > 0 for r in rows)
+        if method == "replay":
+            assert all(r["replay"]["verify_ms"] > 0 and r["replay"]["predicted_tokens_per_s"] > 0 for r in rows)
