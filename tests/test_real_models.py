@@ -18,7 +18,6 @@ from tiny_checkpoints import BOS, END_OF_TEXT, EOT, datasets_on_disk, target_fol
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
 import spec_bench  # noqa: E402
-import summarize_runs  # noqa: E402
 
 # vLLM PR #24344's command lines, verbatim (background.md), then two EAGLE-3 ones in the same spelling
 PR_LINES = [
@@ -96,6 +95,9 @@ def test_loader_one_bos_eos_from_generation_config_dtype(study):
 def test_pr_table(study, capsys):
     if "runs-llama" not in study:
         pytest.skip("needs test_pr_command_lines_are_lossless[llama]")
+    pytest.importorskip("pandas")
+    import summarize_runs
+
     summarize_runs.main([str(study["runs-llama"] / "*.jsonl"), "--table", "pr"])
     out = capsys.readouterr().out
     for word in ("seq_al", "precision_al", "r1", "tpot_ms", "blazedit", "mt-bench", "instructcoder", "ngram-eagle"):
@@ -165,13 +167,16 @@ def test_hybrid_al_notebook_renders_on_the_runs(study, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_bf16_graphs_from_disk(study, tmp_path):
-    """On the GPU: the saved folders in bf16 with CUDA graphs, every method, and the replay row's step timing."""
+def test_cuda_bf16_graphs_from_disk(tmp_path):
+    """On the GPU: a saved folder in bf16 with CUDA graphs, every method, and the replay row's step timing (the
+    project's MT-Bench JSONL layout: no `datasets` needed on the GPU machine)."""
+    model = target_folder(tmp_path, "llama")
+    (tmp_path / "mt_bench.jsonl").write_text("".join(json.dumps({"question_id": i, "turns": [t]}) + "\n" for i, t in
+                                                     enumerate(["Write a haiku about rain.", "What is 2 + 2?"])))
     for method in ("none", "ngram", "eagle3", "ngram-eagle3", "replay"):
         out = tmp_path / f"{method}.jsonl"
-        spec_bench.main(["--model-dir", str(study["llama"]), "--eagle-dir", str(study["root"] / "llama-eagle3"),
-                         "--method", method, "--dataset-name", "hf", "--dataset-path",
-                         str(study["data"]["mt-bench"]), "--num-prompts", "2", "--output-len", "32",
+        spec_bench.main(["--model-dir", str(model), "--eagle-dir", str(tmp_path / "llama-eagle3"), "--method", method,
+                         "--dataset-name", "mt-bench", "--dataset-path", str(tmp_path), "--output-len", "32",
                          "--device", "cuda", "--dtype", "bf16", "--output", str(out)])
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         assert len(rows) == 2 and all(r["run_info"]["model_dtype"] == "bf16" for r in rows)
