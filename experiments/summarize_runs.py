@@ -5,7 +5,7 @@ edit-norm bin, and output match rates.
     python experiments/summarize_runs.py experiments/results/zoo/gate_call2.jsonl [--by output|reference]
     python experiments/summarize_runs.py 'experiments/results/sweeps/cpu-small/*.jsonl' --bins fine
 
-The PR-style table (``--table pr``, also first in ``all``): per dataset, method (and k) the prompts ``n``,
+The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,
 ``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR
 #24344 reports them. A line of a results file that is not a spec_bench row is reported (file and line) and
 skipped.
@@ -56,13 +56,14 @@ def main(argv: list[str] | None = None) -> None:
     if df.empty:
         print("summarize_runs: error: no spec_bench rows in " + " ".join(a.paths), file=sys.stderr)
         raise SystemExit(2)
-    print(f"PR-style table (seq-normalized AL, precision AL, median TPOT, per-position acceptance):\n{pr_table(df)}")
+    pr = f"PR-style table (seq-normalized AL, precision AL, median TPOT, per-position acceptance):\n{pr_table(df)}"
     if a.table == "pr":
+        print(pr)
         return
     al = results.corpus_al(df, CONFIG)
     rates = [c for c in al.columns if c[0] == "r" and c[1:].isdigit()]
     cols = CONFIG + ["n", "seq_al", "precision_al", "tpot_ms"] + rates
-    print("\ncorpus AL per config (tpot_ms: median):")
+    print("corpus AL per config (tpot_ms: median):")
     print(al[cols].round(3).to_string(index=False))
     binned = results.bin_edit_norm(df, results.COARSE_BINS if a.bins == "coarse" else results.EDIT_BINS,
                                    "output_edit_norm" if a.by == "output" else "ref_edit_norm")
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(mr):
         print("\nshare of prompts whose output equals plain decoding's (match rate):")
         print(mr.round(3).to_string(index=False))
+    print(f"\n{pr}")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ def resolve(name_or_path: str | Path, *, weights: bool = False) -> Path:
             raise ValueError(f"--model-dir {s!r} is not a model folder (no config.json)")
         return p
     if not _is_hub_id(s):
-        raise ValueError(f"--model-dir {s!r}: no such folder, zoo model ({', '.join(zoo.names())}) or Hub id owner/name")
+        raise ValueError(f"--model-dir {s!r}: no such folder, zoo model ({', '.join(zoo.names())}) "
+                         "or Hub id owner/name")
     from huggingface_hub import hf_hub_download, snapshot_download
 
     try:

@@ -330,7 +330,8 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
                                reference=row.get("new_code") or "", edit_norm=e, input_text=row["code"],
                                meta={"change_request": row["change_request"]}))
         else:
-            out.append(Example(id=rid, source="instructcoder", prompt=instructcoder_prompt(row["input"], row["instruction"]),
+            out.append(Example(id=rid, source="instructcoder",
+                               prompt=instructcoder_prompt(row["input"], row["instruction"]),
                                reference=row.get("output") or "", edit_norm=math.nan, input_text=row["input"],
                                meta={"instruction": row["instruction"]}))
     if kind != "blazedit":

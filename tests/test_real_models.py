@@ -29,7 +29,8 @@ PR_LINES = [
     """--method ngram-eagle3 --num-speculative-tokens-per-method '{"ngram": 5, "eagle3": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 --tp 1 --dataset-name hf --dataset-path philschmid/mt-bench --num-prompts 80 --print-output""",  # noqa: E501
     """--method eagle3 --num_spec_tokens 3 --tp 1 --dataset-name hf --dataset-path likaixin/InstructCoder --num-prompts 1000 --print-output""",  # noqa: E501
 ]
-HUB_TO_LOCAL = {"vdaita/edit_5k_char": "blazedit", "philschmid/mt-bench": "mt-bench", "likaixin/InstructCoder": "instructcoder"}
+HUB_TO_LOCAL = {"vdaita/edit_5k_char": "blazedit", "philschmid/mt-bench": "mt-bench",
+                "likaixin/InstructCoder": "instructcoder"}
 SIZES = {"--num-prompts": {"80": "4", "1000": "3"}, "--hf-output-len": {"2048": "12"}}  # 90 stays: --no-oversample
 OUT_LEN = 12
 EXPECTED_ROWS = {"blazedit": 3, "mt-bench": 4, "instructcoder": 3}  # 3 Blazedit rows in 0.01-0.25; MT-Bench 3 -> 4
