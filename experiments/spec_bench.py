@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 import traceback
@@ -533,7 +534,7 @@ def main(argv: list[str] | None = None) -> None:
                                  a.per_bin, oversample=not a.no_oversample)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
-    if a.num_prompts and len(examples) < a.num_prompts and dp.rank() == 0:
+    if a.num_prompts and len(examples) < a.num_prompts and os.environ.get("RANK", "0") == "0":  # before dp.init
         print(f"spec_bench: --num-prompts {a.num_prompts} but the dataset has {len(examples)} prompts after the "
               f"filters; running {len(examples)} (--no-oversample)", file=sys.stderr)
     stem = cfg.dataset_name if cfg.dataset_name != "hf" else Path(str(cfg.dataset_path)).name
