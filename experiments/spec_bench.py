@@ -133,9 +133,10 @@ ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile")
 
 
 def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head folder>") -> dict | None:
-    """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's)."""
+    """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's; ``None`` for
+    plain decoding and for ``replay``, which vLLM has no counterpart of)."""
     lookup = {"prompt_lookup_min": cfg.prompt_lookup_min, "prompt_lookup_max": cfg.prompt_lookup_max}
-    if cfg.method == "none":
+    if cfg.method in ("none", "replay"):
         return None
     if cfg.method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k["ngram"], **lookup}
