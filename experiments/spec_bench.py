@@ -1,13 +1,20 @@
-"""Measure speculative decoding on a zoo model: AL, acceptance, TPOT, per prompt, resumable JSONL.
+"""Measure speculative decoding on any HF target: AL, acceptance, TPOT, per prompt, resumable JSONL.
 
-Flags follow vLLM's ``benchmarks`` where they exist. Example:
+Flags follow vLLM's ``examples/offline_inference/spec_decode.py`` (``--model-dir``, ``--eagle-dir``,
+``--method``, ``--num-spec-tokens``, ``--num-speculative-tokens-per-method``, ``--prompt_lookup_min/max``,
+``--dataset-name hf --dataset-path``, ``--hf-output-len``, ...). A real model and a Hub dataset:
 
-    python experiments/spec_bench.py --method ngram-eagle \\
-        --num-speculative-tokens-per-method '{"ngram": 5, "eagle": 3}' \\
-        --dataset-name code-edits --split eval --num-prompts 64 --output-len 1024 \\
-        --output experiments/results/runs/ngram-eagle.jsonl
+    python experiments/spec_bench.py --model-dir meta-llama/Llama-3.1-8B-Instruct \\
+        --eagle-dir yuhuili/EAGLE-LLaMA3.1-Instruct-8B --method ngram-eagle \\
+        --num-speculative-tokens-per-method '{"ngram": 5, "eagle": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 \\
+        --tp 1 --dataset-name hf --dataset-path vdaita/edit_5k_char --num-prompts 90 --hf-output-len 2048 \\
+        --blazedit-min-distance 0.01 --blazedit-max-distance 0.25 --no-oversample --output OUT.jsonl
 
-Each row carries its full config; rerunning the same command skips rows already written.
+Without ``--model-dir`` the zoo's tiny-coder runs offline with its own heads, on the project's JSONL sets
+(``--dataset-name code-edits|editeval|mt-bench``). Each row carries its full config, the load time and peak
+memory (``run_info``); rerunning the same command skips rows already written. A user mistake (a model, head or
+dataset that cannot be reached or does not fit, a bad flag) is one line on stderr and exit code 2, before any
+weights are read.
 
 Data parallel, one shard of the prompts per process (GPU ``cuda:{LOCAL_RANK}`` when ``--device cuda``):
 
@@ -22,31 +29,43 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
+import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 import hybridsd as hsd
-from hybridsd import data, prompts, provenance
+from hybridsd import checkpoint, data, prompts, provenance
 from hybridsd.edit_distance import edit_norm
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 import distributed as dp  # noqa: E402  (experiments/distributed.py)
 
-METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
-DATASETS = ("code-edits", "editeval", "mt-bench")
+METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
+METHOD_ALIASES = {"vanilla": "none"}
+DATASETS = ("code-edits", "editeval", "mt-bench", "hf")
 DEFAULT_K = {"ngram": 5, "eagle": 3, "eagle3": 3}
+COMPILE = {"none": False, "true": True, "auto": "auto"}
+HEAD_KIND = {"eagle": "eagle1", "eagle3": "eagle3"}
+# vLLM's examples/offline_inference/spec_decode.py defaults for its default target
+VLLM_HEADS = {"meta-llama/Llama-3.1-8B-Instruct": {"eagle1": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                                                   "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
+HF_SOURCES = {"blazedit": "blazedit", "mt_bench": "mt-bench", "instructcoder": "instructcoder"}
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Everything that defines one run's rows."""
+    """Everything that defines one run's rows. ``model``: a zoo name, model folder or Hub id; ``eagle_dir``:
+    the EAGLE head (folder or Hub id; default: the zoo's heads beside the model); ``dataset_path``: the Hub
+    dataset or local copy for ``dataset_name="hf"``; ``compile``: ``generate(compile=...)`` as
+    ``none``/``true``/``auto``. ``method="replay"`` drafts the plain greedy output (full acceptance)."""
 
     method: str = "ngram-eagle"
     model: str = "tiny-coder"
@@ -67,30 +86,57 @@ class BenchConfig:
     dtype: str = "auto"
     cuda_graphs: bool = True
     check_lossless: bool = False
+    eagle_dir: str | None = None
+    dataset_path: str | None = None
+    hf_split: str = "train"
+    compile: str = "none"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"--method must be one of {METHODS}, got {self.method!r}")
         if self.dataset_name not in DATASETS:
             raise ValueError(f"--dataset-name must be one of {DATASETS}, got {self.dataset_name!r}")
-        if any(v < 1 for v in self.k.values()):
-            raise ValueError(f"every speculative token count must be >= 1, got {self.k}")
+        if self.dataset_name == "hf" and not self.dataset_path:
+            raise ValueError("--dataset-name hf needs --dataset-path (a Hub dataset id or a local copy)")
+        bad = {m: v for m, v in self.k.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
+        if bad:
+            raise ValueError(f"--num-speculative-tokens: every count must be an integer >= 1, got {bad}")
+        if self.prompt_lookup_min < 1:
+            raise ValueError(f"--prompt-lookup-min must be >= 1, got {self.prompt_lookup_min}")
         if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError("--prompt-lookup-min must be <= --prompt-lookup-max")
+            raise ValueError(f"--prompt-lookup-min ({self.prompt_lookup_min}) must be <= --prompt-lookup-max "
+                             f"({self.prompt_lookup_max})")
         if self.output_len < 1:
-            raise ValueError("--output-len must be >= 1")
+            raise ValueError(f"--output-len must be >= 1, got {self.output_len}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if self.split not in ("eval", "all"):
             raise ValueError("--split must be 'eval' or 'all'")
+        if self.dtype not in checkpoint.DTYPES:
+            raise ValueError(f"--dtype must be one of {checkpoint.DTYPES}, got {self.dtype!r}")
+        if self.compile not in COMPILE:
+            raise ValueError(f"--compile must be one of {tuple(COMPILE)}, got {self.compile!r}")
+        if self.hybrid_policy not in ("prefer-ngram", "tree"):
+            raise ValueError(f"--hybrid-policy must be 'prefer-ngram' or 'tree', got {self.hybrid_policy!r}")
 
     def key(self) -> str:
-        """A short hash naming this config in results rows."""
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        """A short hash naming this config in results rows (fields left at their defaults since they were
+        added do not enter it, so older rows keep their keys)."""
+        d = asdict(self)
+        for f in fields(self):
+            if f.name in ADDED_FIELDS and d[f.name] == f.default:
+                del d[f.name]
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile")
 
 
 def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head folder>") -> dict | None:
-    """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's)."""
+    """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's; ``None`` for
+    plain decoding and for ``replay``, which vLLM has no counterpart of)."""
     lookup = {"prompt_lookup_min": cfg.prompt_lookup_min, "prompt_lookup_max": cfg.prompt_lookup_max}
-    if cfg.method == "none":
+    if cfg.method in ("none", "replay"):
         return None
     if cfg.method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k["ngram"], **lookup}
@@ -102,17 +148,17 @@ def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head fold
 
 
 def make_drafter(cfg: BenchConfig, heads: dict) -> hsd.Drafter | None:
-    """The drafter a method names, built from the zoo's heads."""
+    """The drafter a method names, built from the loaded heads (``replay``: made per prompt in :func:`run`)."""
     def ngram():
         return hsd.NgramDrafter(k=cfg.k["ngram"], min_n=cfg.prompt_lookup_min, max_n=cfg.prompt_lookup_max)
 
     def eagle(kind):
-        key = "eagle1" if kind == "eagle" else "eagle3"
+        key = HEAD_KIND[kind]
         if key not in heads:
-            raise ValueError(f"the model has no {key} head; available: {sorted(heads)}")
+            raise ValueError(f"--method {cfg.method} needs an {key} head; loaded: {sorted(heads) or 'none'}")
         return hsd.EagleDrafter(heads[key], k=cfg.k[kind])
 
-    if cfg.method == "none":
+    if cfg.method in ("none", "replay"):
         return None
     if cfg.method == "ngram":
         return ngram()
@@ -121,11 +167,89 @@ def make_drafter(cfg: BenchConfig, heads: dict) -> hsd.Drafter | None:
     return hsd.HybridDrafter(ngram(), eagle(cfg.method.split("-", 1)[1]), policy=cfg.hybrid_policy)
 
 
+def eagle_kind(method: str) -> str | None:
+    """``"eagle1"``/``"eagle3"``: the head kind a method drafts with (``None``: it needs no head)."""
+    return HEAD_KIND.get(method.rsplit("-", 1)[-1]) if "eagle" in method else None
+
+
+def head_source(cfg: BenchConfig) -> str | Path | None:
+    """Where the method's EAGLE head comes from: ``--eagle-dir``, else the zoo's head beside the model, else
+    vLLM's default head for its default target; ``ValueError`` when there is none."""
+    kind = eagle_kind(cfg.method)
+    if kind is None:
+        return None
+    if cfg.eagle_dir:
+        return cfg.eagle_dir
+    if cfg.model in VLLM_HEADS:
+        return VLLM_HEADS[cfg.model][kind]
+    found = checkpoint.zoo_heads(checkpoint.resolve(cfg.model)) if cfg.model in hsd.zoo.names() else {}
+    if kind not in found:
+        raise ValueError(f"--method {cfg.method} needs an {kind} head: pass --eagle-dir (folder or Hub id)")
+    return found[kind]
+
+
+def preflight(cfg: BenchConfig) -> None:
+    """Check, before loading weights, that the target and EAGLE head can be reached and fit each other (their
+    config files only); ``ValueError`` with one line naming what is wrong."""
+    from hybridsd.eagle import loader
+
+    target_cfg = checkpoint.read_config(checkpoint.resolve(cfg.model))
+    src = head_source(cfg)
+    if src is None:
+        return
+    try:
+        folder = loader.resolve(src)
+    except (OSError, FileNotFoundError) as e:
+        raise ValueError(f"--eagle-dir: {e}") from None
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"--eagle-dir {str(src)!r} is not an EAGLE head folder (no config.json)")
+    head = checkpoint.read_config(folder)
+    kind = "eagle3" if "draft_vocab_size" in head or any("Eagle3" in a for a in head.get("architectures") or []) \
+        else "eagle1"
+    if kind != eagle_kind(cfg.method):
+        raise ValueError(f"--eagle-dir {str(src)!r} holds an {kind} head; --method {cfg.method} needs an "
+                         f"{eagle_kind(cfg.method)} head")
+    text = target_cfg.get("text_config", target_cfg)
+    for key in ("hidden_size", "vocab_size"):
+        if key in head and key in text and head[key] != text[key]:
+            raise ValueError(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {key} "
+                             f"{head[key]} vs the target's {text[key]}")
+    load_heads(cfg, shell_target(cfg.model))  # the head's weights against a weightless target: the loader's checks
+
+
+def shell_target(model: str) -> torch.nn.Module:
+    """The target built from its config on the meta device: its shapes, no weights (for the head's checks)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint.resolve(model)))
+
+
+class HeadMismatch(ValueError):
+    """An EAGLE head whose weights do not fit the target (found when loading it)."""
+
+
+def load_heads(cfg: BenchConfig, model) -> dict:
+    """The method's EAGLE head, ``{kind: head}`` (empty when the method needs none), on the target's device
+    and dtype; the loader's shape and vocabulary checks raise ``ValueError`` naming the weight."""
+    src = head_source(cfg)
+    if src is None:
+        return {}
+    try:
+        return {eagle_kind(cfg.method): hsd.EagleHead.from_pretrained(src, target=model).eval()}
+    except ValueError as e:
+        raise HeadMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {e}") from None
+
+
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
-                  per_bin: int | None = None) -> list[data.Example]:
+                  per_bin: int | None = None, oversample: bool = True) -> list[data.Example]:
     """The run's prompts in a deterministic order (code edits: the zoo's held-out split unless --split all;
-    ``per_bin``: at most that many from each 0.05-wide edit-norm bin over [0, 0.6])."""
-    if cfg.dataset_name == "mt-bench":
+    ``per_bin``: at most that many from each 0.05-wide edit-norm bin over [0, 0.6]). ``num_prompts`` beyond the
+    dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does."""
+    if cfg.dataset_name == "hf":
+        exs = data.load_hf(cfg.dataset_path, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
+                           split=cfg.hf_split)
+    elif cfg.dataset_name == "mt-bench":
         exs = data.load_mt_bench(Path(data_dir) / "mt_bench.jsonl" if data_dir else None)
     elif cfg.dataset_name == "editeval":
         exs = data.load_editeval(Path(data_dir) / "editeval.jsonl" if data_dir else None,
@@ -133,13 +257,20 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
     else:
         exs = data.load_code_edits(Path(data_dir) / "code_edits_dev.jsonl" if data_dir else None,
                                    min_distance=cfg.min_distance, max_distance=cfg.max_distance)
-        if cfg.split == "eval":
+        if cfg.split == "eval" and cfg.model in hsd.zoo.names():
             split = json.loads((hsd.zoo.path(cfg.model) / "eval_split.json").read_text())
             keep = set(split["ids"])
             exs = [e for e in exs if e.id in keep]
     if per_bin:
         bins = [round(0.05 * i, 2) for i in range(13)]  # 12 bins over [0, 0.6]
         exs = data.resample_by_bins(exs, bins, per_bin, seed=cfg.seed)
+    if num_prompts is not None and num_prompts < 1:
+        raise ValueError(f"--num-prompts must be >= 1, got {num_prompts}")
+    if not exs:
+        raise ValueError(f"no prompts left in {cfg.dataset_path or cfg.dataset_name} after the filters")
+    if num_prompts and num_prompts > len(exs) and oversample:
+        exs = exs + [replace(e, id=f"{e.id}#{1 + i // len(exs) + 1}")
+                     for i, e in enumerate(exs * (num_prompts // len(exs)))][: num_prompts - len(exs)]
     return exs[:num_prompts] if num_prompts else exs
 
 
@@ -148,24 +279,75 @@ def done_keys(path: Path) -> set[tuple[str, str]]:
     return {key for key, _ in dp.keyed_rows(path)}
 
 
-def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True) -> int:
+def peak_memory_gb(device: str) -> float:
+    """Peak memory of this process: allocated on the GPU, else the host's resident set."""
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def replay_continuation(model, ids, kw: dict, k: int) -> list[int]:
+    """The plain greedy output, replayed until the speculative run reproduces it (a verify block may round
+    differently from one-token decoding in bf16): what ``ReplayDrafter`` drafts with every token accepted."""
+    cont = hsd.generate(model, ids, **kw).tokens
+    for _ in range(8):
+        out = hsd.generate(model, ids, drafter=hsd.ReplayDrafter(cont, k), **kw).tokens
+        if out == cont:
+            break
+        cont = out
+    return cont
+
+
+def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> dict:
+    """For a replay row on CUDA: the graphed forward of 1 token (``decode_ms``) and of a verify block of k+1
+    (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
+    (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate) against
+    the measured ``tokens_per_s`` (prefill included)."""
+    from bench_speed import ours_ms  # experiments/bench_speed.py, the same step timing
+
+    from hybridsd.target import target_for
+
+    k = cfg.k.get("replay", DEFAULT_K["eagle"])
+    ctx = len(ids) + len(res.tokens) // 2
+    target = target_for(model, ctx + k + 2, cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile])  # generate's
+    fwd = ours_ms(target, ctx, [1, k + 1])
+    al = res.stats.seq_normalized_al
+    return {"k": k, "context": ctx, "decode_ms": fwd["chain_q1"], "verify_ms": fwd[f"chain_q{k + 1}"],
+            "seq_normalized_al": al, "predicted_tokens_per_s": 1e3 * al / fwd[f"chain_q{k + 1}"],
+            "decode_tokens_per_s": 1e3 / fwd["chain_q1"], "tokens_per_s": len(res.tokens) / wall}
+
+
+def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True,
+        print_output: bool = False) -> int:
     """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written.
 
     Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.part``
     (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
     ``examples``' order (see :func:`distributed.merge`), and every rank returns the rows added to ``out``. Shards
-    a crashed run left are counted as done and merged, also by a one-process rerun.
+    a crashed run left are counted as done and merged, also by a one-process rerun. ``print_output``: print
+    each prompt's output text, as vLLM's ``--print-output``.
     """
     rank, world = dp.init(cfg.device)
     shards = dp.shard_paths(out)
     sharded = world > 1 or bool(shards)
-    dtype = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cfg.dtype]
-    model, tok, heads = hsd.zoo.load(cfg.model, device=dp.local_device(cfg.device), dtype=dtype)
+    device = dp.local_device(cfg.device)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+    loaded = checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
+    model, tok = loaded.model, loaded.tokenizer
+    heads = load_heads(cfg, model)
+    if rank == 0:
+        print(f"spec_bench: loaded {cfg.model} ({loaded.dtype}, {device}) in {loaded.load_s:.1f} s", file=sys.stderr)
     drafter = make_drafter(cfg, heads)
-    eos = [t for t in {tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id} if t is not None and t >= 0]
-    info = provenance.run_info()
+    eos = loaded.eos_ids
+    info = {**provenance.run_info(), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
+            "model_dtype": loaded.dtype}
     seen = done_keys(out).union(*(done_keys(p) for p in shards))
     key = cfg.key()
+    label = examples[0].source if examples else ""
+    dataset = HF_SOURCES.get(label, label) if cfg.dataset_name == "hf" else cfg.dataset_name
     todo = [e for e in examples if (key, e.id) not in seen]
     dest = out
     if sharded:
@@ -174,7 +356,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     dp.repair_tail(dest)  # a row torn by a crash is dropped (and made again), not glued to the next one
     out.parent.mkdir(parents=True, exist_ok=True)
     written = 0
-    cuda = cfg.device.startswith("cuda")
+    cuda = device.startswith("cuda")
     with dest.open("a") as f:
         for ex in tqdm(todo, desc=f"{cfg.method}", disable=not progress or rank != 0):
             ids = prompts.build_prompt_ids(tok, ex.prompt, chat=cfg.chat_template, bos_mode=cfg.bos_mode)
@@ -183,35 +365,44 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 continue  # the prompt alone fills the context
             n_out = min(cfg.output_len, limit)
             kw = dict(max_new_tokens=n_out, temperature=cfg.temperature, eos_token_id=eos, seed=cfg.seed,
-                      cuda_graphs=cfg.cuda_graphs, on_double_bos="ignore")
+                      cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile], on_double_bos="ignore")
+            if cfg.method == "replay":
+                k = cfg.k.get("replay", DEFAULT_K["eagle"])
+                drafter = hsd.ReplayDrafter(replay_continuation(model, ids, kw, k), k)
             if cuda:
-                torch.cuda.synchronize()
+                torch.cuda.synchronize()  # host sync: the timer starts with an idle device
             t0 = time.perf_counter()
             try:
                 res = hsd.generate(model, ids, drafter=drafter, **kw)
                 if cuda:
-                    torch.cuda.synchronize()
+                    torch.cuda.synchronize()  # host sync: the timer stops when the device is done
             except Exception:  # noqa: BLE001 - one failing prompt must not end a sweep; no row, so a rerun retries
                 print(f"FAILED {cfg.method} {ex.id}:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
                 continue
             wall = time.perf_counter() - t0
             res.stats.check()
             text = tok.decode(res.tokens, skip_special_tokens=True)
+            if print_output:
+                print(f"--- {ex.id}\n{text}", flush=True)
             row = {
-                "config_key": key, "example_id": ex.id, "dataset": cfg.dataset_name,
+                "config_key": key, "example_id": ex.id, "dataset": dataset,
                 "ref_edit_norm": ex.edit_norm, "prompt_tokens": len(ids),
                 "output_edit_norm": edit_norm(ex.input_text, text) if ex.input_text else None,
                 "stats": res.stats.summary(), "tokens": res.tokens,
                 "trace": [[s.source, s.drafted, s.accepted] for s in res.stats.trace],
                 "wall_s": wall, "tpot_ms": 1e3 * wall / len(res.tokens),
-                "config": asdict(cfg), "run_info": info,
+                "config": asdict(cfg), "run_info": {**info, "peak_mem_gb": peak_memory_gb(device)},
             }
+            if cfg.method == "replay" and cuda:
+                row["replay"] = replay_timing(model, ids, res, wall, cfg)
             if cfg.check_lossless and drafter is not None:
                 plain = hsd.generate(model, ids, **kw)
                 row["lossless"] = plain.tokens == res.tokens
             f.write(json.dumps(row) + "\n")
             f.flush()  # row by row: a crash loses at most the row being made
             written += 1
+    if rank == 0:
+        print(f"spec_bench: peak memory {peak_memory_gb(device):.2f} GiB", file=sys.stderr)
     if not sharded:
         return written
     dp.barrier()  # every shard is complete
@@ -219,52 +410,140 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     return dp.broadcast(merged)  # the merge is done before any rank moves on
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--method", default="ngram-eagle", choices=METHODS)
-    p.add_argument("--model", default="tiny-coder", help="zoo model name")
-    p.add_argument("--num-speculative-tokens", type=int, help="k for every method")
-    p.add_argument("--num-speculative-tokens-per-method", type=json.loads, default=None,
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake in one line (exit code 2)."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse's hook
+        fail(message)
+
+
+def fail(message: str) -> None:
+    """A user mistake: one line on stderr, exit code 2, no traceback."""
+    print(f"spec_bench: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def per_method(text: str) -> dict:
+    """``--num-speculative-tokens-per-method`` JSON, e.g. '{"ngram": 5, "eagle": 3}'."""
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text!r}") from None
+    if not isinstance(d, dict) or not set(d) <= {"ngram", "eagle", "eagle1", "eagle3"}:
+        raise argparse.ArgumentTypeError(f'want a JSON object over ngram/eagle/eagle3, e.g. \'{{"ngram": 5, '
+                                         f'"eagle": 3}}\', got {text!r}')
+    return d
+
+
+def speculative_tokens(method: str, k: int | None, per: dict | None) -> dict:
+    """The config's ``k`` from vLLM's ``num_speculative_tokens`` (every drafter of the method) and
+    ``num_speculative_tokens_per_method`` (wins; ``eagle`` also sets ``eagle3`` for an EAGLE-3 method)."""
+    out = dict(DEFAULT_K)
+    if k is not None:
+        out = {m: k for m in out}
+    for m, v in (per or {}).items():
+        m = "eagle" if m == "eagle1" else m
+        out[m] = v
+        if m == "eagle" and method.endswith("eagle3") and "eagle3" not in per:
+            out["eagle3"] = v
+    if method == "replay":
+        out["replay"] = k if k is not None else DEFAULT_K["eagle"]
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line, in vLLM's ``examples/offline_inference/spec_decode.py`` spelling where it has one."""
+    p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", default="ngram-eagle", choices=METHODS + tuple(METHOD_ALIASES))
+    p.add_argument("--model-dir", "--model", dest="model", default="tiny-coder",
+                   help="target: a zoo name, a model folder or a Hub id (default: the zoo's tiny-coder)")
+    p.add_argument("--eagle-dir", default=None, help="EAGLE head (folder or Hub id) for eagle, eagle3 and the "
+                   "hybrids; default: the zoo's heads beside a zoo model")
+    for flag in ("--num-speculative-tokens", "--num-spec-tokens", "--num_spec_tokens"):
+        p.add_argument(flag, dest="k", type=int, default=None, help="k for every drafter of the method")
+    p.add_argument("--num-speculative-tokens-per-method", type=per_method, default=None,
                    help='JSON, e.g. \'{"ngram": 5, "eagle": 3}\'')
-    p.add_argument("--prompt-lookup-min", type=int, default=2)
-    p.add_argument("--prompt-lookup-max", type=int, default=5)
+    p.add_argument("--prompt-lookup-min", "--prompt_lookup_min", dest="lookup_min", type=int, default=2)
+    p.add_argument("--prompt-lookup-max", "--prompt_lookup_max", dest="lookup_max", type=int, default=5)
     p.add_argument("--hybrid-policy", default="prefer-ngram", choices=("prefer-ngram", "tree"))
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size: 1 only (torchrun gives data parallel)")
+    p.add_argument("--max-num-seqs", type=int, default=1, help="batch size: 1 only")
     p.add_argument("--dataset-name", default="code-edits", choices=DATASETS)
-    p.add_argument("--dataset-path", default=None, help="folder with the jsonl files (default ../shared/data)")
+    p.add_argument("--dataset-path", default=None, help="hf: a Hub dataset id, a save_to_disk folder, parquet or "
+                   "JSONL file(s); otherwise the folder with the project's JSONL files (default ../shared/data)")
+    p.add_argument("--hf-split", default="train")
     p.add_argument("--split", default="eval", choices=("eval", "all"))
     p.add_argument("--blazedit-min-distance", type=float, default=None)
     p.add_argument("--blazedit-max-distance", type=float, default=None)
     p.add_argument("--num-prompts", type=int, default=None)
+    p.add_argument("--no-oversample", action="store_true",
+                   help="with --num-prompts beyond the dataset, run what there is (default: repeat prompts)")
     p.add_argument("--per-bin", type=int, default=None, help="at most N prompts per 0.05 edit-norm bin")
-    p.add_argument("--output-len", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--hf-output-len", type=int, default=None, help="output length (wins over --output-len)")
+    p.add_argument("--temperature", "--temp", dest="temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-chat-template", action="store_true")
     p.add_argument("--double-bos", action="store_true", help="reproduce the doubled-BOS bug")
     p.add_argument("--device", default=BenchConfig.device)
-    p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
+    p.add_argument("--dtype", default="auto", choices=checkpoint.DTYPES,
+                   help="auto: the checkpoint's dtype on a GPU, fp32 on CPU")
     p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--compile", default="none", choices=tuple(COMPILE), help="generate(compile=...)")
     p.add_argument("--check-lossless", action="store_true", help="also decode plainly and compare tokens")
+    p.add_argument("--print-output", action="store_true", help="print each output text")
     p.add_argument("--print-vllm-config", action="store_true", help="print vLLM's --speculative-config and exit")
     p.add_argument("--output", type=Path, default=None)
-    a = p.parse_args(argv)
-    k = dict(DEFAULT_K)
-    if a.num_speculative_tokens is not None:
-        k = {m: a.num_speculative_tokens for m in k}
-    if a.num_speculative_tokens_per_method:
-        k.update({("eagle" if m == "eagle1" else m): int(v) for m, v in a.num_speculative_tokens_per_method.items()})
-    cfg = BenchConfig(method=a.method, model=a.model, k=k, prompt_lookup_min=a.prompt_lookup_min,
-                      prompt_lookup_max=a.prompt_lookup_max, hybrid_policy=a.hybrid_policy,
-                      dataset_name=a.dataset_name, split=a.split, min_distance=a.blazedit_min_distance,
-                      max_distance=a.blazedit_max_distance, output_len=a.output_len, temperature=a.temperature,
-                      seed=a.seed, chat_template=not a.skip_chat_template,
-                      bos_mode="doubled" if a.double_bos else "single", device=a.device, dtype=a.dtype,
-                      cuda_graphs=not a.no_cuda_graphs, check_lossless=a.check_lossless)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
+    if a.tp != 1:
+        fail(f"--tp {a.tp}: only 1 is supported (one GPU per process; torchrun runs data parallel)")
+    if a.max_num_seqs != 1:
+        fail(f"--max-num-seqs {a.max_num_seqs}: only 1 is supported (batch 1)")
+    if a.num_prompts is not None and a.num_prompts < 1:
+        fail(f"--num-prompts must be >= 1, got {a.num_prompts}")
+    if a.hf_output_len is not None and a.hf_output_len < 1:
+        fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
+    method = METHOD_ALIASES.get(a.method, a.method)
+    try:
+        cfg = BenchConfig(method=method, model=a.model,
+                          k=speculative_tokens(method, a.k, a.num_speculative_tokens_per_method),
+                          prompt_lookup_min=a.lookup_min, prompt_lookup_max=a.lookup_max,
+                          hybrid_policy=a.hybrid_policy, dataset_name=a.dataset_name, split=a.split,
+                          min_distance=a.blazedit_min_distance, max_distance=a.blazedit_max_distance,
+                          output_len=a.hf_output_len or a.output_len, temperature=a.temperature, seed=a.seed,
+                          chat_template=not a.skip_chat_template, bos_mode="doubled" if a.double_bos else "single",
+                          device=a.device, dtype=a.dtype, cuda_graphs=not a.no_cuda_graphs,
+                          check_lossless=a.check_lossless, eagle_dir=a.eagle_dir,
+                          dataset_path=a.dataset_path if a.dataset_name == "hf" else None, hf_split=a.hf_split,
+                          compile=a.compile)
+    except ValueError as e:
+        fail(str(e))
     if a.print_vllm_config:
-        print(json.dumps(vllm_speculative_config(cfg)))
+        print(json.dumps(vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")))
         return
-    out = a.output or Path("experiments/results/runs") / f"{cfg.dataset_name}-{cfg.method}-{cfg.key()}.jsonl"
-    n = run(cfg, load_examples(cfg, a.dataset_path, a.num_prompts, a.per_bin), out)
+    if a.dataset_name == "hf":
+        import datasets
+
+        datasets.disable_progress_bars()  # small local reads; a user mistake stays one line
+    try:  # mistakes in the model, head or data: one line, before the target's weights are read
+        preflight(cfg)
+        examples = load_examples(cfg, None if a.dataset_name == "hf" else a.dataset_path, a.num_prompts,
+                                 a.per_bin, oversample=not a.no_oversample)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    if a.num_prompts and len(examples) < a.num_prompts and os.environ.get("RANK", "0") == "0":  # before dp.init
+        print(f"spec_bench: --num-prompts {a.num_prompts} but the dataset has {len(examples)} prompts after the "
+              f"filters; running {len(examples)} (--no-oversample)", file=sys.stderr)
+    stem = cfg.dataset_name if cfg.dataset_name != "hf" else Path(str(cfg.dataset_path)).name
+    out = a.output or Path("experiments/results/runs") / f"{stem}-{cfg.method}-{cfg.key()}.jsonl"
+    try:
+        n = run(cfg, examples, out, print_output=a.print_output)
+    except HeadMismatch as e:  # the head's weights, checked once the target is loaded
+        fail(str(e))
     if dp.rank() == 0:
         print(f"wrote {n} rows to {out}", file=sys.stderr)
     dp.finish()

@@ -1,7 +1,14 @@
-"""Summarize spec_bench JSONL rows: corpus-level AL per config and edit-norm bin, and output match rates.
+"""Summarize spec_bench JSONL rows: the PR-style table per method and dataset, corpus-level AL per config and
+edit-norm bin, and output match rates.
 
+    python experiments/summarize_runs.py 'results/llama31/*.jsonl' --table pr
     python experiments/summarize_runs.py experiments/results/zoo/gate_call2.jsonl [--by output|reference]
     python experiments/summarize_runs.py 'experiments/results/sweeps/cpu-small/*.jsonl' --bins fine
+
+The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,
+``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR
+#24344 reports them. A line of a results file that is not a spec_bench row is reported (file and line) and
+skipped.
 
 Corpus AL = sum of tokens / sum of target passes over the rows in a cell (seq-normalized); precision AL =
 1 + sum accepted / sum drafts. ``--by output`` bins by the edit norm of the model's own output against the
@@ -14,12 +21,22 @@ tokens, or by output length and output edit norm for rows without tokens (a weak
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pandas as pd
 
 from hybridsd import results
 
 CONFIG = ["dataset", "variant", "k", "bos_mode", "dtype"]
+PR = ["dataset", "variant", "k"]
+
+
+def pr_table(df) -> str:
+    """The PR-style table: per dataset, method and k, ``n``, ``seq_al``, ``precision_al``, median
+    ``tpot_ms`` and per-position acceptance ``r1, r2, ...``."""
+    al = results.corpus_al(df, PR)
+    rates = [c for c in al.columns if c[0] == "r" and c[1:].isdigit()]
+    return al[PR + ["n", "seq_al", "precision_al", "tpot_ms"] + rates].round(3).to_string(index=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,9 +45,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--by", choices=("output", "reference"), default="output")
     p.add_argument("--bins", choices=("coarse", "fine"), default="coarse",
                    help=f"coarse: {list(results.COARSE_BINS)}; fine: 0.05 wide over [0, 0.6]")
+    p.add_argument("--table", choices=("all", "pr"), default="all", help="pr: only the PR-style table")
     a = p.parse_args(argv)
     pd.set_option("display.width", 200)
-    df = results.load_runs(a.paths)
+    try:
+        df = results.load_runs(a.paths, on_bad_line=lambda msg: print(f"summarize_runs: {msg}", file=sys.stderr))
+    except FileNotFoundError as e:
+        print(f"summarize_runs: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if df.empty:
+        print("summarize_runs: error: no spec_bench rows in " + " ".join(a.paths), file=sys.stderr)
+        raise SystemExit(2)
+    pr = f"PR-style table (seq-normalized AL, precision AL, median TPOT, per-position acceptance):\n{pr_table(df)}"
+    if a.table == "pr":
+        print(pr)
+        return
     al = results.corpus_al(df, CONFIG)
     rates = [c for c in al.columns if c[0] == "r" and c[1:].isdigit()]
     cols = CONFIG + ["n", "seq_al", "precision_al", "tpot_ms"] + rates
@@ -48,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(mr):
         print("\nshare of prompts whose output equals plain decoding's (match rate):")
         print(mr.round(3).to_string(index=False))
+    print(f"\n{pr}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""Evaluation examples: the code-edit, EditEval and MT-Bench sets with the vLLM benchmarks' prompt formats.
+"""Evaluation examples: the project's code-edit, EditEval and MT-Bench files, and the Hub datasets vLLM's
+benchmarks use (Blazedit, MT-Bench, InstructCoder), each with the vLLM benchmarks' prompt formats.
 
-Loaders keep the file's order; filters and resampling are deterministic given their seed.
+Loaders keep the file's order; filters and resampling are deterministic given their seed. A missing file, a
+line that is not JSON or a row without a field the loader needs raises ``ValueError`` (``FileNotFoundError``
+for a missing path) naming the file, line or row and field.
 """
 
 from __future__ import annotations
@@ -57,12 +60,33 @@ def default_data_dir() -> Path:
     return path
 
 
-def _rows(path: str | Path | None, name: str) -> list[dict]:
+def _rows(path: str | Path | None, name: str, fields: Sequence[str]) -> list[tuple[str, dict]]:
+    """``(where, row)`` for each JSON line of the file (``where``: "FILE line N"; blank lines skipped), each
+    row checked to hold ``fields``."""
     p = Path(path) if path is not None else default_data_dir() / name
     if not p.is_file():
         raise FileNotFoundError(f"data file {p} not found")
+    out = []
     with p.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p} line {n} is not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{p} line {n} is not a JSON object")
+            out.append((f"{p} line {n}", _need(row, f"{p} line {n}", fields)))
+    return out
+
+
+def _need(row: dict, where: str, fields: Sequence[str]) -> dict:
+    """``row``, or ``ValueError`` naming the first of ``fields`` it lacks (or holds as null) and ``where``."""
+    for name in fields:
+        if row.get(name) is None:
+            raise ValueError(f"{where}: the row has no field {name!r}")
+    return row
 
 
 def _keep(examples: Iterable[Example], min_distance, max_distance, limit) -> list[Example]:
@@ -97,7 +121,7 @@ def load_code_edits(path: str | Path | None = None, *, min_distance: float | Non
         Example(id=r["id"], source="code_edits", prompt=blazedit_prompt(r["before"], r["instruction"]),
                 reference=r["after"], edit_norm=float(r["char_edit_norm"]), input_text=r["before"],
                 meta={k: r[k] for k in meta_keys if k in r})
-        for r in _rows(path, "code_edits_dev.jsonl")
+        for _, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"))
     )
     return _keep(examples, min_distance, max_distance, limit)
 
@@ -110,20 +134,27 @@ def load_editeval(path: str | Path | None = None, *, min_distance: float | None 
         Example(id=r["task_id"], source="editeval", prompt=instructcoder_prompt(r["input"], r["instruction"]),
                 reference=r["output"], edit_norm=float(r["char_edit_norm"]), input_text=r["input"],
                 meta={k: r[k] for k in meta_keys if k in r})
-        for r in _rows(path, "editeval.jsonl")
+        for _, r in _rows(path, "editeval.jsonl", ("task_id", "input", "instruction", "output", "char_edit_norm"))
     )
     return _keep(examples, min_distance, max_distance, limit)
 
 
+def mt_bench_example(row: dict, where: str, id: str) -> Example:
+    """An MT-Bench row (``turns``, optional ``category`` / ``reference``) as its first turn; no reference
+    output (``reference == ""``, ``edit_norm`` NaN)."""
+    turns = row.get("turns")
+    if not isinstance(turns, (list, tuple)) or not turns or not isinstance(turns[0], str):
+        raise ValueError(f"{where}: 'turns' must be a non-empty list of strings, got {str(turns)[:60]}")
+    meta = {"category": row.get("category"), "turns": list(turns)}
+    if row.get("reference") is not None:
+        meta["reference"] = row["reference"]
+    return Example(id=id, source="mt_bench", prompt=turns[0], reference="", edit_norm=math.nan, meta=meta)
+
+
 def load_mt_bench(path: str | Path | None = None, *, limit: int | None = None) -> list[Example]:
-    """``mt_bench.jsonl``, first turn only; no reference output (``reference == ""``, ``edit_norm`` NaN)."""
-    examples = [
-        Example(id=str(r["question_id"]), source="mt_bench", prompt=r["turns"][0], reference="",
-                edit_norm=math.nan, input_text=None,
-                meta={"category": r["category"], "turns": list(r["turns"]),
-                      **({"reference": r["reference"]} if "reference" in r else {})})
-        for r in _rows(path, "mt_bench.jsonl")
-    ]
+    """``mt_bench.jsonl``, first turn only (see :func:`mt_bench_example`)."""
+    examples = [mt_bench_example(r, w, str(r["question_id"]))
+                for w, r in _rows(path, "mt_bench.jsonl", ("question_id", "turns"))]
     return examples if limit is None else examples[:limit]
 
 
@@ -190,3 +221,119 @@ def resample_by_bins(examples: Sequence[Example], bins: Sequence[float], per_bin
             members = np.sort(rng.choice(members, size=per_bin, replace=False))
         out.extend(examples[i] for i in members)
     return out
+
+
+# ---- Hub datasets (vLLM's benchmark datasets), through the `datasets` library -------------------------------
+# kind -> the columns a dataset of that kind must have; detected by the dataset id, else by the columns
+HF_KINDS = {
+    "blazedit": ("code", "change_request", "norm_distance"),
+    "mt-bench": ("turns",),
+    "instructcoder": ("instruction", "input"),
+}
+HF_ID_HINTS = {"edit_5k_char": "blazedit", "blazedit": "blazedit", "mt-bench": "mt-bench", "mt_bench": "mt-bench",
+               "instructcoder": "instructcoder"}
+DATA_FILE_TYPES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+
+
+def _data_files(p: Path) -> tuple[str, list[str]]:
+    """The ``datasets`` builder and files of a local parquet/JSONL file or a folder of them."""
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in DATA_FILE_TYPES)
+    types = {DATA_FILE_TYPES.get(f.suffix) for f in files}
+    if not files or None in types:
+        raise ValueError(f"--dataset-path {p}: not a save_to_disk folder nor parquet/JSONL file(s)")
+    if len(types) > 1:
+        raise ValueError(f"--dataset-path {p} mixes parquet and JSON files")
+    return types.pop(), [str(f) for f in files]
+
+
+def _bad_json_line(files: Sequence[str]) -> str | None:
+    """"FILE line N" of the first line of the JSONL ``files`` that is not a JSON object, if any."""
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    ok = isinstance(json.loads(line), dict)
+                except json.JSONDecodeError:
+                    ok = False
+                if not ok:
+                    return f"{f} line {n}"
+    return None
+
+
+def load_hf_table(path: str, split: str = "train"):
+    """A ``datasets.Dataset``: ``load_from_disk`` for a ``save_to_disk`` folder, the parquet/JSON builder for
+    local files or folders of them (by extension), ``load_dataset`` for a Hub id; ``split`` of a dataset dict."""
+    import datasets
+
+    p = Path(path).expanduser()
+    if p.exists():
+        if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file()):
+            ds = datasets.load_from_disk(str(p))
+        else:
+            builder, files = _data_files(p)
+            try:
+                ds = datasets.load_dataset(builder, data_files=files, split="train")
+            except Exception as e:  # the JSON builder's errors name neither file nor line: find them
+                bad = _bad_json_line(files) if builder == "json" else None
+                if bad:
+                    raise ValueError(f"--dataset-path: {bad} is not a JSON object") from None
+                raise ValueError(f"--dataset-path {p}: cannot read it ({type(e).__name__}: {e})") from e
+    elif str(path).count("/") == 1 and not str(path).startswith((".", "/", "~")):
+        try:
+            ds = datasets.load_dataset(str(path))
+        except Exception as e:  # offline without a cached copy, missing or gated repository
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ValueError(f"cannot reach dataset {str(path)!r} on the Hugging Face Hub "
+                             f"({type(e).__name__}: {first[:160]}); go online or pass a local copy") from e
+    else:
+        raise FileNotFoundError(f"--dataset-path {path}: no such file or folder (nor a Hub id owner/name)")
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise ValueError(f"--dataset-path {path} has splits {sorted(ds)}, not {split!r}")
+        ds = ds[split]
+    return ds
+
+
+def hf_kind(path: str, columns: Sequence[str]) -> str:
+    """Which of :data:`HF_KINDS` a dataset is: by its id (or folder name), else by its columns; ``ValueError``
+    naming the expected columns when they are missing."""
+    name = str(path).lower()
+    kind = next((k for hint, k in HF_ID_HINTS.items() if hint in name), None)
+    if kind is None:
+        kind = next((k for k, cols in HF_KINDS.items() if set(cols) <= set(columns)), None)
+    if kind is None or not set(HF_KINDS[kind]) <= set(columns):
+        want = " or ".join(f"{k} {list(c)}" for k, c in HF_KINDS.items() if kind in (None, k))
+        raise ValueError(f"--dataset-path {path} has columns {sorted(columns)}; expected the columns of {want}")
+    return kind
+
+
+def load_hf(path: str, *, min_distance: float | None = None, max_distance: float | None = None,
+            split: str = "train") -> list[Example]:
+    """A Hub dataset (or a local copy of one) as examples prompted as vLLM's benchmarks do: Blazedit
+    (:func:`blazedit_prompt`; ``norm_distance`` filtered to ``[min_distance, max_distance]``), MT-Bench (first
+    turn) or InstructCoder (:func:`instructcoder_prompt`). Ids are ``id``/``question_id`` or the row index."""
+    ds = load_hf_table(path, split)
+    kind = hf_kind(path, ds.column_names)
+    out = []
+    for i, row in enumerate(ds):
+        where = f"{path} row {i}"
+        rid = str(row.get("id") if row.get("id") is not None else row.get("question_id", i))
+        if kind == "mt-bench":
+            out.append(mt_bench_example(row, where, rid))
+            continue
+        _need(row, where, HF_KINDS[kind])
+        if kind == "blazedit":
+            e = min(max(float(row["norm_distance"]), 0.0), 1.0)
+            out.append(Example(id=rid, source="blazedit", prompt=blazedit_prompt(row["code"], row["change_request"]),
+                               reference=row.get("new_code") or "", edit_norm=e, input_text=row["code"],
+                               meta={"change_request": row["change_request"]}))
+        else:
+            out.append(Example(id=rid, source="instructcoder",
+                               prompt=instructcoder_prompt(row["input"], row["instruction"]),
+                               reference=row.get("output") or "", edit_norm=math.nan, input_text=row["input"],
+                               meta={"instruction": row["instruction"]}))
+    if kind != "blazedit":
+        return out
+    return _keep(out, min_distance, max_distance, None)

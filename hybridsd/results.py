@@ -92,7 +92,7 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
     return out
 
 
-def load_runs(paths_or_globs, *, trace: bool = False):
+def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     """One row per spec_bench JSONL row of the given files (paths or glob patterns).
 
     Columns: the config (``method``, ``policy`` (hybrids only, else missing), ``variant`` (method, plus " tree"
@@ -104,7 +104,9 @@ def load_runs(paths_or_globs, *, trace: bool = False):
     ``drafts``, ``draft_tokens``, ``accepted``, ``accepted_per_position``, ``steps_by_drafter``), per-row
     ``seq_al`` and ``precision_al``, ``tpot_ms``, ``output_tokens`` (None in rows that did not store them),
     and provenance (``run_device``, ``commit``, ``torch``, ``transformers``, ``file``). ``trace=True`` adds
-    the per-step trace. A torn last line (an interrupted run) is skipped.
+    the per-step trace. A torn last line (an interrupted run) is skipped. Any other line that is not a results
+    row raises ``ValueError`` naming the file and line, or, with ``on_bad_line`` (a function taking that
+    message), is reported to it and skipped.
     """
     import pandas as pd
 
@@ -115,12 +117,14 @@ def load_runs(paths_or_globs, *, trace: bool = False):
             if not line.strip():
                 continue
             try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                if i == len(lines) - 1:
-                    continue
-                raise
-            rows.append(_flatten(r, str(p), trace))
+                rows.append(_flatten(json.loads(line), str(p), trace))
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+                if i == len(lines) - 1 and isinstance(e, json.JSONDecodeError):
+                    continue  # torn by an interrupted run
+                msg = f"{p} line {i + 1}: not a spec_bench row ({type(e).__name__}: {e})"
+                if on_bad_line is None:
+                    raise ValueError(msg) from None
+                on_bad_line(msg + "; skipped")
     return pd.DataFrame(rows)
 
 

@@ -182,3 +182,79 @@ def test_real_data():
     assert len(mt) == 80 and mt[0].id == "81"
     spread = resample_by_bins(edits, [0.0, 0.2, 0.4, 0.6], 30, seed=0)
     assert len(spread) == 90
+
+
+# ---- bad rows in the project's files, and the Hub datasets through `datasets` -------------------------------
+def test_bad_rows_name_file_line_and_field(tmp_path):
+    bad = tmp_path / "mt_bench.jsonl"
+    bad.write_text('{"question_id": 1, "turns": ["a"]}\n\n{"question_id": 2, "turns": \n')
+    with pytest.raises(ValueError, match=r"mt_bench.jsonl line 3 is not valid JSON"):
+        load_mt_bench(bad)
+    bad.write_text('{"question_id": 1, "turns": ["a"]}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"line 2 is not a JSON object"):
+        load_mt_bench(bad)
+    bad.write_text('{"question_id": 1, "turns": ["a"]}\n{"question_id": 2}\n')
+    with pytest.raises(ValueError, match=r"mt_bench.jsonl line 2: the row has no field 'turns'"):
+        load_mt_bench(bad)
+    bad.write_text('{"question_id": 1, "turns": []}\n')
+    with pytest.raises(ValueError, match=r"line 1: 'turns' must be a non-empty list"):
+        load_mt_bench(bad)
+    edits = _write(tmp_path / "e.jsonl", [{k: v for k, v in _edit_row(0, "a", "b").items() if k != "after"}])
+    with pytest.raises(ValueError, match=r"e.jsonl line 1: the row has no field 'after'"):
+        load_code_edits(edits)
+
+
+def _hub_forms(tmp_path, columns: dict, name: str) -> list[Path]:
+    """The same table as a save_to_disk folder, a DatasetDict folder, parquet, JSONL and a folder of JSONL."""
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict(columns)
+    ds.save_to_disk(str(tmp_path / f"{name}_disk"))
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / f"{name}_dict"))
+    ds.to_parquet(str(tmp_path / f"{name}.parquet"))
+    rows = [dict(zip(columns, v)) for v in zip(*columns.values())]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / f"{name}.jsonl").write_text(text)
+    (tmp_path / f"{name}_jsonl").mkdir()
+    (tmp_path / f"{name}_jsonl" / "part-0.jsonl").write_text(text)
+    return [tmp_path / f"{name}{s}" for s in ("_disk", "_dict", ".parquet", ".jsonl", "_jsonl")]
+
+
+def test_hub_datasets_in_every_local_form(tmp_path):
+    from hybridsd.data import load_hf
+
+    blazedit = {"code": ["a = 1\n", "b = 2\n", "c = 3\n"], "change_request": ["x", "y", "z"],
+                "norm_distance": [0.005, 0.1, 0.3]}
+    mt = {"question_id": [81, 82], "category": ["writing", "math"], "turns": [["first", "second"], ["q", "r"]]}
+    ic = {"instruction": ["Add a docstring."], "input": ["def f(): pass"], "output": ["def f():\n  '''d'''\n"]}
+    for path in _hub_forms(tmp_path, blazedit, "edits"):
+        exs = load_hf(str(path), min_distance=0.01, max_distance=0.25)
+        assert [(e.id, e.prompt, e.edit_norm, e.source) for e in exs] == [("1", blazedit_prompt("b = 2\n", "y"), 0.1,
+                                                                           "blazedit")], path
+        assert len(load_hf(str(path))) == 3
+    for path in _hub_forms(tmp_path, mt, "questions"):
+        exs = load_hf(str(path))
+        assert [(e.id, e.prompt, e.source) for e in exs] == [("81", "first", "mt_bench"), ("82", "q", "mt_bench")]
+    for path in _hub_forms(tmp_path, ic, "ic"):
+        (e,) = load_hf(str(path))
+        assert e.prompt == instructcoder_prompt("def f(): pass", "Add a docstring.") and e.source == "instructcoder"
+
+
+def test_hub_dataset_errors(tmp_path):
+    from hybridsd.data import hf_kind, load_hf
+
+    (wrong,) = _hub_forms(tmp_path, {"question": ["a"]}, "wrong")[2:3]
+    with pytest.raises(ValueError, match=r"has columns \['question'\]; expected the columns of blazedit"):
+        load_hf(str(wrong))
+    with pytest.raises(ValueError, match=r"expected the columns of blazedit \['code', 'change_request', "
+                                         r"'norm_distance'\]$"):
+        hf_kind("vdaita/edit_5k_char", ["code", "change_request"])  # the id says Blazedit: name its columns
+    assert hf_kind("philschmid/mt-bench", ["turns", "question_id"]) == "mt-bench"
+    assert hf_kind("somebody/anything", ["instruction", "input", "output"]) == "instructcoder"
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        load_hf(str(tmp_path / "missing.parquet"))
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match="not a save_to_disk folder nor parquet/JSONL"):
+        load_hf(str(tmp_path / "notes.txt"))
+    (tmp_path / "bad.jsonl").write_text('{"turns": ["a"]}\n{"turns": \n')
+    with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not a JSON object"):
+        load_hf(str(tmp_path / "bad.jsonl"))
