@@ -251,3 +251,55 @@ def test_tree_generation_samples_like_plain():
         res = generate(model, ids, drafter=drafter, max_new_tokens=3, temperature=1.0, seed=seed, eos_token_id=[])
         counts[index[tuple(res.tokens[:2])]] += 1
     assert _chi2_ok(counts, np.array([exact[k] for k in keys]))
+
+
+# ---- analytic ----------------------------------------------------------------------
+
+
+def _tree_and_probs(rng, n: int):
+    """Random parents and exclusive per-node acceptance probabilities (each node's children sum to <= 1)."""
+    parents = _random_parents(rng, n)
+    a = rng.random(n)
+    for p in set(parents):
+        kids = [i for i in range(n) if parents[i] == p]
+        a[kids] *= rng.random() / a[kids].sum()
+    return parents, a
+
+
+def _expected_by_enumeration(parents, a, node=-1) -> float:
+    """Expected accepted tokens below ``node``: each child, exclusively, with its probability."""
+    return sum(a[c] * (1 + _expected_by_enumeration(parents, a, c)) for c in range(len(parents)) if parents[c] == node)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_al_matches_enumeration(seed):
+    from hybridsd.analytic import chain_al, tree_al
+
+    rng = np.random.default_rng(seed)
+    parents, a = _tree_and_probs(rng, int(rng.integers(1, 15)))
+    assert tree_al(parents, a) == pytest.approx(1 + _expected_by_enumeration(parents, a))
+    assert tree_al(range(-1, 4), [0.7] * 5) == pytest.approx(chain_al(0.7, 5))
+
+
+def test_tree_al_sequential_matches_monte_carlo():
+    """Siblings tried in turn, each passing w.p. accept[i]: Monte Carlo of the walk down the tree."""
+    from hybridsd.analytic import tree_al
+
+    rng = np.random.default_rng(0)
+    parents = (-1, -1, -1, 0, 0, 1, 3, 3, 6)
+    r = rng.random(len(parents))
+    runs, total = 20000, 0
+    for _ in range(runs):
+        node, n = -1, 0
+        while True:
+            kids = [i for i in range(len(parents)) if parents[i] == node]
+            node = next((c for c in kids if rng.random() < r[c]), None)
+            if node is None:
+                break
+            n += 1
+        total += n
+    assert tree_al(parents, r, sequential=True) == pytest.approx(1 + total / runs, abs=0.03)
+    with pytest.raises(ValueError, match="sum"):
+        tree_al((-1, -1), [0.7, 0.7])
+    with pytest.raises(ValueError, match="accept"):
+        tree_al((-1,), [0.5, 0.5])
