@@ -171,6 +171,17 @@ def generate(
 TREE_SIZES = 16  # with CUDA graphs, a tree's block is padded to a multiple of this many rows (fewer graphs)
 
 
+def _pad_block(feed, positions, visible, start):
+    """A tree block padded to a multiple of ``TREE_SIZES`` rows; a padding row sees the committed prefix and
+    itself only, so the real rows' outputs are unchanged (its cache slot lies past the block, free)."""
+    q = feed.shape[0]
+    pad = -q % TREE_SIZES
+    feed = torch.cat([feed, feed.new_zeros(pad)])  # [q + pad]
+    positions = np.concatenate([positions, np.full(pad, start)])
+    visible = np.pad(visible, (0, pad)) | np.eye(q + pad, dtype=bool)
+    return feed, positions, visible
+
+
 def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, temperature, generator):
     """One target pass over the newest token and the draft tree; commits the accepted path's cache.
 
@@ -194,11 +205,8 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
         return n - 1, packed[1 : n + 2], toks[: n + 1], None if hidden is None else hidden[: n + 1].clone()
     q = 1 + len(tree)
     positions, visible = tree.layout(start)
-    if target.cuda_graphs:  # pad to a few block sizes: padding rows see only the prefix and themselves
-        pad = -q % TREE_SIZES
-        feed = torch.cat([feed, feed.new_zeros(pad)])
-        positions = np.concatenate([positions, np.full(pad, start)])
-        visible = np.pad(visible, (0, pad)) | np.eye(q + pad, dtype=bool)
+    if target.cuda_graphs or target.compiled:  # few block sizes: few graphs and compilations
+        feed, positions, visible = _pad_block(feed, positions, visible, start)
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
     res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors).to(dev, non_blocking=True),
                       torch.as_tensor(tree.depths).to(dev, non_blocking=True), tree.probs, tree.sampled,

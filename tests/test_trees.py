@@ -303,3 +303,40 @@ def test_tree_al_sequential_matches_monte_carlo():
         tree_al((-1, -1), [0.7, 0.7])
     with pytest.raises(ValueError, match="accept"):
         tree_al((-1,), [0.5, 0.5])
+
+
+# ---- padding and the GPU -----------------------------------------------------------
+
+
+def test_padded_tree_block_leaves_real_rows_unchanged():
+    from hybridsd.generate import _pad_block
+    from hybridsd.target import Target
+
+    model = tiny_target("llama", vocab=SMALL_V)
+    target = Target(model, 128)
+    ids = torch.tensor(prompts(1, vocab=SMALL_V)[0].tolist() + [3, 4, 5])
+    start = ids.numel()
+    target.forward(ids, 0)
+    tree = DraftTree(torch.tensor([1, 2, 3, 4, 5]), (-1, 0, -1, 2, 2), ("a",) * 5)
+    feed = torch.cat([torch.tensor([6]), tree.tokens])
+    positions, visible = tree.layout(start)
+    want, _ = target.forward(feed, start, positions=positions, visible=visible)
+    feed, positions, visible = _pad_block(feed, positions, visible, start)
+    assert feed.shape[0] % 16 == 0 and visible.shape == (16, 16)
+    got, _ = target.forward(feed, start, positions=positions, visible=visible)
+    torch.testing.assert_close(got[:6], want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("compile", [False, "auto"])
+def test_trees_are_lossless_with_cuda_graphs(compile):
+    """Dynamic, static and hybrid trees under CUDA graphs (padded tree blocks), fp32 on the GPU."""
+    model = tiny_target("llama", vocab=SMALL_V, seed=3, initializer_range=0.2).cuda()
+    for ids in prompts(3, vocab=SMALL_V, seed=4):
+        ids = ids.cuda()
+        plain = generate(model, ids, max_new_tokens=N_NEW, eos_token_id=[], cuda_graphs=True, compile=compile)
+        for name, drafter in _tree_drafters(model, plain.tokens).items():
+            res = generate(model, ids, drafter=drafter, max_new_tokens=N_NEW, eos_token_id=[], cuda_graphs=True,
+                           compile=compile)
+            assert res.tokens == plain.tokens, name
+            res.stats.check()
