@@ -9,19 +9,23 @@
 from hybridsd import analytic, data, edit_distance, metrics, prompts, provenance, simulate, zoo
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.drafters.eagle import EagleDrafter
+from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose
 from hybridsd.drafters.replay import ReplayDrafter
+from hybridsd.drafters.tree import DraftTree
 from hybridsd.eagle.model import EagleConfig, EagleHead
 from hybridsd.generate import GenerateResult, generate
 from hybridsd.metrics import SpecStats, StepRecord
 
 __all__ = [
     "Draft",
+    "DraftTree",
     "Drafter",
     "EagleConfig",
     "EagleDrafter",
     "EagleHead",
+    "EagleTreeDrafter",
     "GenerateResult",
     "HybridDrafter",
     "NgramConfig",
