@@ -117,15 +117,19 @@ def verify_tree(
         node = torch.where(score[best] > 0, best, torch.full_like(best, -1))
         return torch.stack([node, target[node + 1]])
     p = torch.softmax(logits / temperature, dim=-1)  # [1+n, V]
-    u = torch.rand(len(parents), device=p.device, generator=generator)  # [n]
+    n = len(parents)
+    u = torch.rand(n, device=p.device, generator=generator)  # [n]
+    q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # [n, V] deterministic nodes: one-hot
+    if any(sampled):
+        rows = torch.tensor([i for i in range(n) if sampled[i]], device=p.device)
+        q[rows] = probs.index_select(0, rows).to(p.dtype)
+    uq = u * q.gather(1, tokens[:, None])[:, 0]  # [n] u * q(x): accept when below the residual at x
     cur = torch.full((), -1, dtype=torch.long, device=p.device)  # the last accepted node
     resid = p[0]  # [V] residual of cur's children tried so far
     for i, par in enumerate(parents):
-        x = tokens[i]
-        q = probs[i].to(p.dtype) if sampled[i] else torch.nn.functional.one_hot(x, p.shape[-1]).to(p.dtype)  # [V]
         live = cur == par  # node i is a candidate now
-        acc = live & (u[i] * q[x] < resid[x])
-        rest = (resid - q).clamp_min(0)
+        acc = live & (uq[i] < resid[tokens[i]])
+        rest = (resid - q[i]).clamp_min(0)
         mass = rest.sum()
         rest = torch.where(mass > 0, rest / mass.clamp_min(1e-30), resid)  # zero mass: rejection had prob. 0
         resid = torch.where(acc, p[i + 1], torch.where(live, rest, resid))
