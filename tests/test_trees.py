@@ -340,3 +340,22 @@ def test_trees_are_lossless_with_cuda_graphs(compile):
                            compile=compile)
             assert res.tokens == plain.tokens, name
             res.stats.check()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_eagle2_tree_equals_eager():
+    model = tiny_target("llama", vocab=SMALL_V, seed=3).cuda()
+    head = EagleHead.from_target(model, kind="eagle3")
+    trees = []
+    for graphs in (True, False):
+        d = EagleTreeDrafter(head, depth=4, top_k=3, nodes=12, cuda_graphs=graphs)
+        d.reset(10)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        out = []
+        for m in (10, 3, 1, 2):  # prefill, then steps with m committed pairs each
+            d.observe(torch.randn(m, head.config.feature_size, device="cuda", generator=g),
+                      torch.randint(0, SMALL_V, (m,), device="cuda", generator=g))
+            t = d.propose(ProposeRequest(np.zeros(1, dtype=np.int64), 8, torch.device("cuda")))
+            out.append((t.tokens.tolist(), t.parents))
+        trees.append(out)
+    assert trees[0] == trees[1]
