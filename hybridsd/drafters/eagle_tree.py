@@ -124,7 +124,7 @@ class EagleTreeDrafter(EagleDrafter):
         size = K
         for d in range(1, depth):
             slots = p + K * (d - 1) + rows  # [K]
-            mask[rows, slots] = True  # each node sees itself besides its ancestors
+            mask.scatter_(1, slots[:, None], True)  # each node sees itself besides its ancestors
             out, logp = self._step(feats, tokens, p + d - 1, slots, mask)
             s, ix = logp.topk(K, dim=-1)  # [K, K] each frontier node's K children
             cand = (scores[:, None] + s).flatten()  # [K*K] joint log-probability of each child
