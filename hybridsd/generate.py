@@ -168,7 +168,7 @@ def generate(
     return GenerateResult(out, stats)
 
 
-TREE_SIZES = 16  # with CUDA graphs, a tree's block is padded to a multiple of this many rows (fewer graphs)
+TREE_SIZES = 16  # with CUDA graphs or compile, a tree block of more rows is padded to a multiple of this (few graphs)
 
 
 def _pad_block(feed, positions, visible, start):
@@ -205,7 +205,7 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
         return n - 1, packed[1 : n + 2], toks[: n + 1], None if hidden is None else hidden[: n + 1].clone()
     q = 1 + len(tree)
     positions, visible = tree.layout(start)
-    if target.cuda_graphs or target.compiled:  # few block sizes: few graphs and compilations
+    if (target.cuda_graphs or target.compiled) and q > TREE_SIZES:  # few block sizes: few graphs and compilations
         feed, positions, visible = _pad_block(feed, positions, visible, start)
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
     res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors).to(dev, non_blocking=True),

@@ -194,9 +194,9 @@ def small_target(request):
 
 def _tree_drafters(model, ref: list[int]) -> dict[str, Drafter]:
     heads = {kind: EagleHead.from_target(model, kind=kind) for kind in ("eagle1", "eagle3")}
-    out = {"random": RandomTreeDrafter(ref, SMALL_V, nodes=12)}
+    out = {"random": RandomTreeDrafter(ref, SMALL_V, nodes=20)}  # > 16 rows: padded under graphs
     for kind, head in heads.items():
-        out[f"{kind}-dynamic"] = EagleTreeDrafter(head, depth=4, top_k=3, nodes=14)
+        out[f"{kind}-dynamic"] = EagleTreeDrafter(head, depth=4, top_k=3, nodes=14 if kind == "eagle1" else 24)
         out[f"{kind}-static"] = EagleTreeDrafter(head, paths=[(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
         out[f"{kind}-hybrid"] = HybridDrafter(NgramDrafter(k=4, min_n=1, max_n=3),
                                               EagleTreeDrafter(head, depth=3, top_k=3, nodes=9), "tree")
