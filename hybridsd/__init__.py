@@ -22,6 +22,8 @@ _NAMES = {
     "Drafter": "hybridsd.drafters.base",
     "ProposeRequest": "hybridsd.drafters.base",
     "EagleDrafter": "hybridsd.drafters.eagle",
+    "EagleTreeDrafter": "hybridsd.drafters.eagle_tree",
+    "DraftTree": "hybridsd.drafters.tree",
     "HybridDrafter": "hybridsd.drafters.hybrid",
     "NgramConfig": "hybridsd.drafters.ngram",
     "NgramDrafter": "hybridsd.drafters.ngram",
@@ -43,6 +45,8 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports thes
     from hybridsd import analytic, data, edit_distance, metrics, prompts, provenance, simulate, zoo  # noqa: F401
     from hybridsd.drafters.base import Draft, Drafter, ProposeRequest  # noqa: F401
     from hybridsd.drafters.eagle import EagleDrafter  # noqa: F401
+    from hybridsd.drafters.eagle_tree import EagleTreeDrafter  # noqa: F401
+    from hybridsd.drafters.tree import DraftTree  # noqa: F401
     from hybridsd.drafters.hybrid import HybridDrafter  # noqa: F401
     from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose  # noqa: F401
     from hybridsd.drafters.replay import ReplayDrafter  # noqa: F401

@@ -3,7 +3,8 @@
 Functions broadcast over numpy arrays and use numpy/scipy only.
 
 - :func:`harmonic_al`: the PR's model, ``1 / (e/AL_eagle + (1-e)/AL_ngram)``.
-- :func:`chain_al`, :func:`al_from_rates`: AL of one chain draft from i.i.d. or per-position acceptance.
+- :func:`chain_al`, :func:`al_from_rates`: AL of one chain draft from i.i.d. or per-position acceptance;
+  :func:`tree_al`: AL of one draft tree from per-node acceptance.
 - :func:`normalized_al_from_precision` and friends: precision AL (vLLM's) <-> sequence-normalized AL.
 - :func:`resync_al` (from the edit norm) and :func:`resync_passes` (from measured copied runs): the
   re-sync model below.
@@ -127,6 +128,43 @@ def al_from_rates(rates) -> float:
 
 
 # ----------------------------------------------------------------------------- precision vs normalized AL
+
+
+def tree_al(parents, accept, *, sequential: bool = False) -> float:
+    """AL (tokens per target pass) of one draft tree from per-node acceptance probabilities.
+
+    ``parents[i]``: node i's parent (-1 for the root, parents before children); ``accept[i]``: the
+    probability that node i is accepted given that its parent was, siblings being exclusive (one
+    child at most is accepted, as in greedy verification of distinct tokens), so the siblings'
+    probabilities sum to at most 1. With ``sequential``, ``accept[i]`` is instead the probability that
+    node i passes when tried after its earlier siblings failed (recursive rejection sampling); it is
+    converted by ``accept[i] * prod(1 - accept[s])`` over the earlier siblings ``s``.
+    Returns ``1 + sum_i prod_{j on the path to i} accept[j]``: the target's token plus the expected
+    accepted path length; a chain with ``accept = alpha`` gives :func:`chain_al`.
+    """
+    parents = [int(p) for p in parents]
+    a = np.asarray(accept, dtype=float)
+    if a.shape != (len(parents),):
+        raise ValueError(f"accept must have one probability per node, got shape {a.shape} for {len(parents)} nodes")
+    if np.any((a < 0) | (a > 1)) or not np.all(np.isfinite(a)):
+        raise ValueError("accept must lie in [0, 1]")
+    if any(not -1 <= p < i for i, p in enumerate(parents)):
+        raise ValueError("parents must satisfy -1 <= parents[i] < i")
+    if sequential:
+        left: dict[int, float] = {}  # parent -> probability that all children tried so far failed
+        a = a.copy()
+        for i, p in enumerate(parents):
+            fail = left.get(p, 1.0)
+            left[p] = fail * (1.0 - a[i])
+            a[i] *= fail
+    sums = np.zeros(len(parents) + 1)
+    np.add.at(sums, np.asarray(parents, dtype=int) + 1, a)
+    if np.any(sums > 1 + 1e-9):
+        raise ValueError("the acceptance probabilities of a node's children sum to more than 1")
+    reach = np.zeros(len(parents))  # probability that node i is on the accepted path
+    for i, p in enumerate(parents):
+        reach[i] = a[i] * (1.0 if p < 0 else reach[p])
+    return float(1.0 + reach.sum())
 
 
 def normalized_al_from_precision(precision_al, draft_share):

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Drafter, ProposeRequest
+from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
 from hybridsd.target import Target, context_length, target_for
-from hybridsd.verify import sample_token, verify_branches, verify_chain
+from hybridsd.verify import sample_token, verify_chain, verify_tree
 
 
 @dataclass
@@ -104,17 +105,12 @@ def _check_number(name: str, value, *, integer: bool = False, low: float = 0.0) 
 
 
 def _tree_layout(lengths: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Positions ``[q]``, visibility ``[q, q]`` and row offsets of branches laid after one root token."""
-    q = 1 + sum(lengths)
-    positions = np.full(q, start, dtype=np.int64)
-    visible = np.zeros((q, q), dtype=bool)
-    visible[:, 0] = True
-    offsets, o = [], 1
+    """Positions ``[q]``, visibility ``[q, q]`` and row offsets of chains laid side by side after one root token."""
+    parents, offsets = [], []
     for k in lengths:
-        offsets.append(o)
-        positions[o : o + k] = start + 1 + np.arange(k)
-        visible[o : o + k, o : o + k] = np.tril(np.ones((k, k), dtype=bool))
-        o += k
+        offsets.append(1 + len(parents))
+        parents += [-1] + list(range(len(parents), len(parents) + k - 1))
+    positions, visible = layout(parents, start)
     return positions, visible, offsets
 
 
@@ -172,7 +168,7 @@ def generate(
     _check_bos(model, ids, on_double_bos)
     eos = _eos_set(model, eos_token_id, vocab)
     layers = drafter.hidden_layers if drafter is not None else ()
-    headroom = drafter.max_tokens if drafter is not None else 0
+    headroom = drafter.max_tokens + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded
     device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
     target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile,
@@ -199,24 +195,25 @@ def generate(
     last = first  # [1] on device
     while out[-1] not in eos and len(out) < max_new_tokens:
         budget = max_new_tokens - len(out) - 1  # leave room for the target's own token
-        branches: list[Draft] = []
+        tree = None
         if drafter is not None and budget > 0:
             request = ProposeRequest(context[: start + 1], budget, device, temperature, generator)
-            branches = [_clip(d, budget) for d in drafter.propose(request) if len(d) > 0]
-        j, n, new, new_dev, committed = _verify_step(target, last, start, branches, layers, temperature, generator)
+            tree = DraftTree.join(drafter.propose(request))
+            tree = tree.clip(budget) if tree is not None else None
+        node, new, new_dev, committed = _verify_step(target, last, start, tree, layers, temperature, generator)
+        n = len(new) - 1
         last = new_dev[-1:]  # [1] on device
         kept = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))  # EOS ends the sequence
         out.extend(new[:kept])
         context[start + 1 : start + 1 + kept] = new[:kept]
         accepted = min(n, kept)
-        judged = branches[j] if branches and n > 0 else max(branches, key=len, default=None)
         stats.record_step(StepRecord(
-            proposed=tuple(b.source for b in branches),
-            drafted=len(judged) if judged is not None else 0,
+            proposed=tuple(dict.fromkeys(tree.sources)) if tree is not None else (),
+            drafted=tree.reach(node) if tree is not None else 0,
             accepted=accepted,
             emitted=kept,
-            source=branches[j].source if accepted else None,
-            tree_tokens=sum(len(b) for b in branches),
+            source=tree.sources[node] if accepted else None,
+            tree_tokens=len(tree) if tree is not None else 0,
         ))
         if drafter is not None:
             drafter.observe(committed, new_dev)
@@ -224,49 +221,56 @@ def generate(
     return GenerateResult(out, stats)
 
 
-def _clip(draft: Draft, budget: int) -> Draft:
-    """The draft cut to at most ``budget`` tokens."""
-    if len(draft) <= budget:
-        return draft
-    probs = None if draft.probs is None else draft.probs[:budget]
-    return Draft(draft.tokens[:budget], draft.source, probs)
+TREE_SIZES = 16  # with CUDA graphs or compile, a tree block of more rows is padded to a multiple of this (few graphs)
 
 
-def _verify_step(target: Target, last, start, branches, layers, temperature, generator):
-    """One target pass over the newest token and the draft branches; commits the accepted branch's cache.
+def _pad_block(feed, positions, visible, start):
+    """A tree block padded to a multiple of ``TREE_SIZES`` rows; a padding row sees the committed prefix and
+    itself only, so the real rows' outputs are unchanged (its cache slot lies past the block, free)."""
+    q = feed.shape[0]
+    pad = -q % TREE_SIZES
+    feed = torch.cat([feed, feed.new_zeros(pad)])  # [q + pad]
+    positions = np.concatenate([positions, np.full(pad, start)])
+    visible = np.pad(visible, (0, pad)) | np.eye(q + pad, dtype=bool)
+    return feed, positions, visible
 
-    Returns ``(branch, n_accepted, new_tokens, new_tokens_on_device, committed_hidden)``: ``new_tokens``
-    (host list and ``[n + 1]`` device tensor) are the accepted draft tokens and the target's own token;
-    ``committed_hidden`` (``[n + 1, ...]`` or None) are the target states at the committed positions.
+
+def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, temperature, generator):
+    """One target pass over the newest token and the draft tree; commits the accepted path's cache.
+
+    Returns ``(node, new_tokens, new_tokens_on_device, committed_hidden)``: ``node`` is the last accepted
+    node (-1 when none); ``new_tokens`` (host list and ``[n + 1]`` device tensor) are the n accepted draft
+    tokens and the target's own token; ``committed_hidden`` (``[n + 1, ...]`` or None) are the target
+    states at the committed positions (a copy: graph outputs are reused).
     """
-    if not branches:
+    if tree is None:
         logits, hidden = target.forward(last, start, hidden_layers=layers)
         tok = sample_token(logits[0], temperature, generator)  # [1]
-        committed = None if hidden is None else hidden.clone()  # a graph's output buffer is reused next step
-        return 0, 0, [int(tok.item())], tok, committed  # host sync: the step's token
-    lengths = [len(b) for b in branches]
-    positions = visible = None
-    offsets = [1]
-    if len(branches) > 1:
-        positions, visible, offsets = _tree_layout(lengths, start)
-    feed = torch.cat([last] + [b.tokens for b in branches])  # [1 + sum k]
+        committed = None if hidden is None else hidden.clone()
+        return -1, [int(tok.item())], tok, committed  # host sync: the step's token
+    dev = target.device
+    feed = torch.cat([last, tree.tokens])  # [1 + n]
+    if tree.is_chain() and len(set(tree.sampled)) == 1:  # a chain: its rows are already [root, draft...]
+        logits, hidden = target.forward(feed, start, hidden_layers=layers)
+        n, toks = verify_chain(tree.tokens, tree.probs if tree.sampled[0] else None, logits, temperature, generator)
+        packed = torch.cat([n.view(1), toks]).tolist()  # host sync: the step's one read
+        n = packed[0]
+        return n - 1, packed[1 : n + 2], toks[: n + 1], None if hidden is None else hidden[: n + 1].clone()
+    q = 1 + len(tree)
+    positions, visible = tree.layout(start)
+    if (target.cuda_graphs or target.compiled) and q > TREE_SIZES:  # few block sizes: few graphs and compilations
+        feed, positions, visible = _pad_block(feed, positions, visible, start)
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
-    if len(branches) == 1:  # a chain: its rows are already [root, draft...]
-        n, toks = verify_chain(branches[0].tokens, branches[0].probs, logits, temperature, generator)
-        packed = [0] + torch.cat([n.view(1), toks]).tolist()  # host sync: the step's one read
-    else:
-        j, n, toks = verify_branches(
-            [b.tokens for b in branches], [b.probs for b in branches], logits[0],
-            [logits[o : o + k] for o, k in zip(offsets, lengths)], temperature, generator,
-        )
-        packed = torch.cat([j.view(1), n.view(1), toks]).tolist()  # host sync: the step's one read
-    j, n = packed[0], packed[1]
-    o = offsets[j]
-    if n > 0 and o != 1:  # bring the accepted branch's cache entries next to the root
-        dev = target.device
-        target.kv.move(torch.arange(start + o, start + o + n, device=dev),
-                       torch.arange(start + 1, start + 1 + n, device=dev))
+    res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors).to(dev, non_blocking=True),
+                      torch.as_tensor(tree.depths).to(dev, non_blocking=True), tree.probs, tree.sampled,
+                      logits[:q], temperature, generator)  # [2]
+    node, nxt, *tokens = torch.cat([res, tree.tokens]).tolist()  # host sync: the step's one read
+    path = tree.path(node)
+    new = [tokens[i] for i in path] + [nxt]
+    rows = [1 + i for i in path]
+    if rows != list(range(1, len(rows) + 1)):  # bring the accepted path's cache entries next to the root
+        target.kv.move(torch.tensor(rows, device=dev) + start, torch.arange(start + 1, start + 1 + len(rows), device=dev))
     committed = None
-    if hidden is not None:  # the root and the accepted branch's rows; a copy, as graph outputs are reused
-        committed = torch.cat([hidden[:1], hidden[o : o + n]])  # [n+1, len*H]
-    return j, n, packed[2 : 3 + n], toks[: n + 1], committed
+    if hidden is not None:
+        committed = hidden.index_select(0, torch.tensor([0] + rows, device=dev))  # [n+1, len*H]
+    return node, new, torch.tensor(new, dtype=torch.long, device=dev), committed

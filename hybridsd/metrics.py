@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 class StepRecord:
     """One target forward pass after prefill.
 
-    ``proposed``: the drafters whose branches were verified in this pass (empty when
-    the step had no draft). ``drafted``: draft tokens of the branch that was judged
-    (for a tree, the branch whose tokens were kept, or the longest when none were).
-    ``accepted``: draft tokens accepted and kept. ``emitted``: tokens appended to the
-    output (``accepted`` plus the target's own token, unless EOS among the accepted
-    tokens ended the sequence first). ``source``: the drafter whose tokens were
-    accepted (``None`` when none were).
+    ``proposed``: the drafters whose nodes were verified in this pass (empty when
+    the step had no draft). ``drafted``: the depth of the deepest draft node below the
+    last accepted one (a chain's length; for a tree, the longest path through the
+    accepted path, or the tree's depth when nothing was accepted). ``accepted``: draft
+    tokens accepted and kept (the accepted path's depth). ``emitted``: tokens appended to
+    the output (``accepted`` plus the target's own token, unless EOS among the accepted
+    tokens ended the sequence first). ``source``: the drafter of the last accepted node,
+    i.e. the branch the accepted path came from (``None`` when none was accepted).
+    ``tree_tokens``: draft nodes verified in the pass (the tree's size).
     """
 
     proposed: tuple[str, ...]
@@ -26,11 +28,13 @@ class StepRecord:
     accepted: int
     emitted: int
     source: str | None
-    tree_tokens: int = 0  # draft tokens fed to the target in this pass (all branches)
+    tree_tokens: int = 0  # draft nodes fed to the target in this pass (all branches)
 
     def __post_init__(self) -> None:
         if not 0 <= self.accepted <= self.drafted:
             raise ValueError(f"accepted={self.accepted} outside [0, drafted={self.drafted}]")
+        if self.tree_tokens and self.drafted > self.tree_tokens:
+            raise ValueError(f"drafted={self.drafted} exceeds the tree's {self.tree_tokens} nodes")
         if not self.accepted <= self.emitted <= self.accepted + 1:
             raise ValueError(f"emitted={self.emitted} must be accepted or accepted + 1")
 
@@ -43,7 +47,8 @@ class SpecStats:
     ``num_tokens = prefill_tokens + sum(step.emitted)``,
     ``num_target_steps = num_sequences + len(trace)`` (one prefill per sequence),
     ``num_accepted = sum(accepted_per_position) = sum(step.accepted)``,
-    ``num_draft_tokens = sum(step.drafted)``, ``num_drafts = #steps with drafted > 0``.
+    ``num_draft_tokens = sum(step.drafted)``, ``num_drafts = #steps with drafted > 0``,
+    ``num_tree_tokens = sum(step.tree_tokens)``, ``sum(steps_won_by) = #steps with accepted > 0``.
     """
 
     num_tokens: int = 0
@@ -54,6 +59,8 @@ class SpecStats:
     accepted_per_position: list[int] = field(default_factory=list)
     steps_by_drafter: Counter = field(default_factory=Counter)
     accepted_by_drafter: Counter = field(default_factory=Counter)
+    steps_won_by: Counter = field(default_factory=Counter)  # steps whose accepted path came from each drafter
+    num_tree_tokens: int = 0  # draft nodes verified, all steps
     trace: list[StepRecord] = field(default_factory=list)
     prefill_tokens: int = 0
     num_sequences: int = 0  # prefill passes (one per generated sequence)
@@ -81,8 +88,10 @@ class SpecStats:
         self.steps_by_drafter[key] += 1
         if step.drafted > 0:
             self.num_drafts += 1
+        self.num_tree_tokens += step.tree_tokens
         if step.accepted > 0:
             self.accepted_by_drafter[step.source] += step.accepted
+            self.steps_won_by[step.source] += 1
         if len(self.accepted_per_position) < step.drafted:
             self.accepted_per_position.extend([0] * (step.drafted - len(self.accepted_per_position)))
         for i in range(step.accepted):
@@ -133,6 +142,8 @@ class SpecStats:
         assert self.num_drafts == sum(1 for s in t if s.drafted > 0), "drafts"
         assert sum(self.steps_by_drafter.values()) == len(t), "steps by drafter"
         assert sum(self.accepted_by_drafter.values()) == self.num_accepted, "accepted by drafter"
+        assert sum(self.steps_won_by.values()) == sum(1 for s in t if s.accepted > 0), "steps won"
+        assert self.num_tree_tokens == sum(s.tree_tokens for s in t), "tree tokens"
         app = self.accepted_per_position
         assert all(a >= b for a, b in zip(app, app[1:])), "per-position acceptance must not increase"
         assert not app or app[0] <= self.num_drafts, "first position accepted more than drafts"
@@ -151,4 +162,6 @@ class SpecStats:
             "acceptance_rates": self.acceptance_rates,
             "steps_by_drafter": dict(self.steps_by_drafter),
             "accepted_by_drafter": dict(self.accepted_by_drafter),
+            "steps_won_by": dict(self.steps_won_by),
+            "num_tree_tokens": self.num_tree_tokens,
         }

@@ -4,9 +4,8 @@ Greedy acceptance keeps the longest draft prefix equal to the target's argmax ch
 so the output is exactly plain greedy decoding. For temperature > 0, rejection
 sampling (Leviathan et al. 2023; Chen et al. 2023) keeps the output distributed
 exactly as plain sampling; a deterministic draft (n-gram) has one-hot proposal
-probabilities. Several branches from the same root are tried in turn against the
-running residual distribution (recursive rejection sampling, as in SpecInfer), each
-branch's first token drawn independently of the others.
+probabilities. In a draft tree the siblings of a node are tried in turn against the
+running residual distribution (recursive rejection sampling, as in SpecInfer and EAGLE-2).
 
 All functions stay on the device: they return tensors, and the caller reads them
 with a single host sync per step.
@@ -85,66 +84,55 @@ def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Gene
     return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
 
 
-def verify_branches(
-    drafts: list[torch.Tensor],
-    probs: list[torch.Tensor | None],
-    root_logits: torch.Tensor,
-    branch_logits: list[torch.Tensor],
+def verify_tree(
+    tokens: torch.Tensor,
+    parents: tuple[int, ...],
+    ancestors: torch.Tensor,
+    depths: torch.Tensor,
+    probs: torch.Tensor | None,
+    sampled: tuple[bool, ...],
+    logits: torch.Tensor,
     temperature: float,
     generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Judge several draft branches that share a root.
+) -> torch.Tensor:
+    """Judge a draft tree (see :class:`~hybridsd.drafters.tree.DraftTree`) from one target pass.
 
-    ``drafts[j]``: ``[k_j]`` tokens (``k_j >= 1``); ``probs[j]``: their proposal
-    distributions or None (one-hot); ``root_logits``: ``[V]`` at the root;
-    ``branch_logits[j]``: ``[k_j, V]`` at branch j's tokens. Returns ``(j, n, tokens)``:
-    the chosen branch (0-d), its accepted length (0-d) and ``tokens`` (``[max k + 1]``)
-    whose first ``n + 1`` entries are the accepted tokens and the target's next token.
-    Greedy keeps the branch with the longest accepted prefix (the first on ties).
+    ``tokens`` ``[n]``; ``parents``: parent node per node (-1 = root, parents first); ``ancestors``
+    ``[n, n]`` bool (``[i, j]``: j is i or an ancestor of i) and ``depths`` ``[n]`` on the device;
+    ``probs`` ``[n, V]`` the proposals of the nodes flagged in ``sampled`` (others are one-hot);
+    ``logits`` ``[1 + n, V]``: the target's at the root and at each node.
+    Returns ``[2]``: the last accepted node (-1 when none) and the target's token after it.
+    Greedy: the deepest node whose path equals the target's argmax at each parent (the first on
+    ties). Temperature > 0: from the root, each node's children are tried in order against the running
+    residual (accept w.p. ``min(1, p(x) / q(x))``, else ``p <- norm(max(p - q, 0))``), descending into the
+    first accepted one; the token after the last accepted node is drawn from the residual there.
     """
-    if len(drafts) == 1:
-        logits = torch.cat([root_logits[None], branch_logits[0]])  # [k+1, V]
-        n, tok = verify_chain(drafts[0], probs[0], logits, temperature, generator)
-        return torch.zeros_like(n), n, tok
-    kmax = max(int(d.shape[0]) for d in drafts)
-    results = []
-    for j, d in enumerate(drafts):
-        logits = torch.cat([root_logits[None], branch_logits[j]])  # [k_j+1, V]
-        if temperature == 0:
-            n, tok = greedy_chain(d, logits)
-        else:
-            # the branch's tail, judged as a chain once its first token is in
-            n_tail, tok_tail = sample_chain(d[1:], None if probs[j] is None else probs[j][1:],
-                                            logits[1:], temperature, generator)
-            n, tok = n_tail + 1, torch.cat([d[:1], tok_tail])
-        results.append((n, torch.nn.functional.pad(tok, (0, kmax + 1 - tok.shape[0]))))
-    ns = torch.stack([n for n, _ in results])  # [m]
-    toks = torch.stack([t for _, t in results])  # [m, kmax+1]
     if temperature == 0:
-        j = ns.argmax()  # first maximum
-        return j, ns[j], toks[j]
-    return _recursive_root(drafts, probs, root_logits, ns, toks, temperature, generator)
-
-
-def _recursive_root(drafts, probs, root_logits, ns, toks, temperature, generator):
-    """Recursive rejection at the shared root: try each branch's first token against the residual."""
-    vocab = root_logits.shape[-1]
-    resid = torch.softmax(root_logits / temperature, dim=-1)  # [V]
-    chosen = torch.full((), -1, dtype=torch.long, device=resid.device)
-    for j, d in enumerate(drafts):
-        qj = _one_hot_or(None if probs[j] is None else probs[j][:1], d[:1], vocab, resid.dtype)[0]  # [V]
-        x = d[0]
-        u = torch.rand((), device=resid.device, generator=generator)
-        ok = (chosen < 0) & (u * qj[x] < resid[x])
-        chosen = torch.where(ok, torch.full_like(chosen, j), chosen)
-        new_resid = (resid - qj).clamp_min(0)
-        mass = new_resid.sum()
-        new_resid = torch.where(mass > 0, new_resid / mass.clamp_min(1e-30), resid)  # normalized residual
-        resid = torch.where(chosen < 0, new_resid, resid)
-    fallback = torch.multinomial(resid, 1, generator=generator)  # [1] used when no branch's first token passed
-    none = chosen < 0
-    j = chosen.clamp_min(0)
-    n = torch.where(none, torch.zeros_like(ns[0]), ns[j])
-    fallback_tokens = torch.cat([fallback, toks.new_zeros(toks.shape[1] - 1)])  # [kmax+1]
-    tokens = torch.where(none, fallback_tokens, toks[j])
-    return j, n, tokens
+        target = logits.argmax(-1)  # [1+n]
+        rows = torch.tensor(parents, device=tokens.device) + 1  # [n] row of each node's parent
+        match = tokens == target.index_select(0, rows)  # [n]
+        ok = ~(ancestors & ~match[None, :]).any(1)  # [n] the whole path matches
+        score = ok * depths  # [n]
+        best = score.argmax()  # first maximum
+        node = torch.where(score[best] > 0, best, torch.full_like(best, -1))
+        return torch.stack([node, target[node + 1]])
+    p = torch.softmax(logits / temperature, dim=-1)  # [1+n, V]
+    n = len(parents)
+    u = torch.rand(n, device=p.device, generator=generator)  # [n]
+    q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # [n, V] deterministic nodes: one-hot
+    if any(sampled):
+        rows = torch.tensor([i for i in range(n) if sampled[i]], device=p.device)
+        q[rows] = probs.index_select(0, rows).to(p.dtype)
+    uq = u * q.gather(1, tokens[:, None])[:, 0]  # [n] u * q(x): accept when below the residual at x
+    cur = torch.full((), -1, dtype=torch.long, device=p.device)  # the last accepted node
+    resid = p[0]  # [V] residual of cur's children tried so far
+    for i, par in enumerate(parents):
+        live = cur == par  # node i is a candidate now
+        acc = live & (uq[i] < resid[tokens[i]])
+        rest = (resid - q[i]).clamp_min(0)
+        mass = rest.sum()
+        rest = torch.where(mass > 0, rest / mass.clamp_min(1e-30), resid)  # zero mass: rejection had prob. 0
+        resid = torch.where(acc, p[i + 1], torch.where(live, rest, resid))
+        cur = torch.where(acc, torch.full_like(cur, i), cur)
+    nxt = torch.multinomial(resid, 1, generator=generator)[0]
+    return torch.stack([cur, nxt])

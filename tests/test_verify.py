@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from hybridsd.verify import greedy_chain, sample_chain, verify_branches
+from hybridsd.drafters.tree import DraftTree
+from hybridsd.verify import greedy_chain, sample_chain, verify_tree
 
 V = 5
 N = 5000
@@ -78,34 +79,45 @@ def test_sample_chain_is_distributed_as_target(with_q):
         assert _chi2_ok(second, p[1])
 
 
+def _judge(tree: DraftTree, logits, temp, g):
+    """verify_tree on a DraftTree: (last accepted node, next token)."""
+    res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors), torch.as_tensor(tree.depths),
+                      tree.probs, tree.sampled, logits, temp, g)
+    return int(res[0]), int(res[1])
+
+
 def test_tree_sampling_is_distributed_as_target():
     """Two branches (one-hot n-gram first, sampled EAGLE second): the first token is still ~ p_0."""
     temp = 1.0
     root = _rows(3, 0)[0]
     p = torch.softmax(root / temp, -1).numpy()
     q = torch.softmax(_rows(4, 1) * 2, -1)  # [2, V]
-    branch_logits = [_rows(5, 1)[:2], _rows(6, 1)[:2]]
+    logits = torch.cat([root[None], _rows(5, 1)[:2], _rows(6, 1)[:2]])  # [5, V] root, n-gram rows, EAGLE rows
     g = torch.Generator().manual_seed(1)
     counts = np.zeros(V)
     src = np.zeros(2)
     ngram = torch.tensor([int(np.argmax(p)), 4])  # the likeliest token first: a large residual correction after it
     for _ in range(N):
         eagle = torch.multinomial(q, 1, generator=g)[:, 0]
-        j, n, toks = verify_branches([ngram, eagle], [None, q], root, branch_logits, temp, g)
-        counts[int(toks[0])] += 1
-        if int(n) > 0:
-            src[int(j)] += 1
+        tree = DraftTree(torch.cat([ngram, eagle]), (-1, 0, -1, 2), ("ngram",) * 2 + ("eagle",) * 2,
+                         torch.cat([q, q]), (False, False, True, True))
+        node, nxt = _judge(tree, logits, temp, g)
+        first = nxt if node < 0 else int(tree.tokens[tree.path(node)[0]])
+        counts[first] += 1
+        if node >= 0:
+            src[int(node >= 2)] += 1
     assert _chi2_ok(counts, p)
     assert src.min() > 0  # both branches win sometimes
 
 
 def test_tree_greedy_keeps_longest_branch():
-    root = torch.nn.functional.one_hot(torch.tensor(1), V).float()
-    rows = torch.nn.functional.one_hot(torch.tensor([2, 3, 4]), V).float()  # target chain 1, 2, 3, 4
-    a, b = torch.tensor([1, 2, 0]), torch.tensor([1, 2, 3])
-    j, n, toks = verify_branches([a, b], [None, None], root, [rows, rows], 0.0, None)
-    assert (int(j), int(n)) == (1, 3) and toks.tolist() == [1, 2, 3, 4]
-    j, n, toks = verify_branches([b, a], [None, None], root, [rows, rows], 0.0, None)
-    assert (int(j), int(n)) == (0, 3)
-    j, n, toks = verify_branches([a[:2], b[:2]], [None, None], root, [rows[:2], rows[:2]], 0.0, None)
-    assert (int(j), int(n)) == (0, 2)  # ties go to the first branch
+    logits = torch.nn.functional.one_hot(torch.tensor([1, 2, 3, 4, 2, 3, 4]), V).float()  # target chain 1, 2, 3, 4
+    a, b = [1, 2, 0], [1, 2, 3]
+    tree = DraftTree(torch.tensor(a + b), (-1, 0, 1, -1, 3, 4), ("a",) * 3 + ("b",) * 3)
+    assert _judge(tree, logits[[0, 1, 2, 3, 1, 2, 3]], 0.0, None) == (5, 4)
+    tree = DraftTree(torch.tensor(b + a), (-1, 0, 1, -1, 3, 4), ("b",) * 3 + ("a",) * 3)
+    assert _judge(tree, logits[[0, 1, 2, 3, 1, 2, 3]], 0.0, None) == (2, 4)
+    tree = DraftTree(torch.tensor(a[:2] + b[:2]), (-1, 0, -1, 2), ("a",) * 2 + ("b",) * 2)
+    assert _judge(tree, logits[[0, 1, 2, 1, 2]], 0.0, None) == (1, 3)  # ties go to the first branch
+    tree = DraftTree(torch.tensor([0, 3]), (-1, -1), ("a", "b"))
+    assert _judge(tree, logits[[0, 1, 1]], 0.0, None) == (-1, 1)  # nothing accepted: the target's token

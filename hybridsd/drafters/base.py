@@ -7,7 +7,9 @@ A drafter sees the sequence through three calls made by `hybridsd.generate`:
    (after prefill, then after every verification step), with the target's hidden
    states at those positions and the token that followed each one;
 3. ``propose(request)`` before each target step, returning zero, one or more
-   draft branches that all continue from the last committed token.
+   draft chains that all continue from the last committed token, or a
+   :class:`~hybridsd.drafters.tree.DraftTree` (chains are trees of one branch;
+   several are joined into one tree, merged where they share a prefix).
 
 Every drafter gets the target's hidden states from the start, even if it ignores
 them (``hidden_layers == ()`` means it needs none and receives ``None``).
@@ -17,9 +19,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from hybridsd.drafters.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,11 @@ class ProposeRequest:
 
     ``tokens`` holds the whole committed sequence (prompt and generated tokens,
     the last one not yet fed to the target) on the host. ``budget`` is the most
-    draft tokens the step can use (a drafter must not return more per branch).
+    draft tokens the step can accept (deeper nodes are cut off).
     """
 
     tokens: np.ndarray  # [T] int64, host
-    budget: int
+    budget: int  # the most draft tokens on any root-to-leaf path
     device: torch.device = torch.device("cpu")  # where Draft.tokens must live
     temperature: float = 0.0
     generator: torch.Generator | None = None
@@ -73,7 +79,7 @@ class Drafter(ABC):
     @property
     @abstractmethod
     def max_tokens(self) -> int:
-        """Most tokens all branches of one proposal can hold together (sizes the KV cache headroom)."""
+        """Most nodes of one proposal, all branches together (sizes the KV cache headroom)."""
 
     def check_target(self, model: torch.nn.Module) -> None:
         """Raise ``ValueError`` if this drafter cannot draft for ``model`` (e.g. a head made for another
@@ -91,5 +97,5 @@ class Drafter(ABC):
         """
 
     @abstractmethod
-    def propose(self, request: ProposeRequest) -> list[Draft]:
-        """Draft branches continuing ``request.tokens``; empty list or empty drafts mean none."""
+    def propose(self, request: ProposeRequest) -> list[Draft] | DraftTree:
+        """Draft chains (or one tree) continuing ``request.tokens``; empty list or empty drafts mean none."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.tree import DraftTree
 
 POLICIES = ("prefer-ngram", "tree")
 
@@ -15,8 +16,10 @@ class HybridDrafter(Drafter):
     ``prefer-ngram``: each step, the n-gram draft when there is one, else EAGLE's;
     with ``skip_eagle_on_hit`` (default) EAGLE does no drafting work on n-gram hits,
     while still observing every committed position, so its state stays exact.
-    ``tree``: both drafts are verified in one target pass (n-gram first); the branch
-    with the longer accepted prefix is kept. Each keeps its own k.
+    ``tree``: both proposals are verified in one target pass as one draft tree (n-gram
+    first, merged where they share a prefix): the n-gram chain becomes one more branch
+    of a tree drafter's tree (e.g. :class:`~hybridsd.drafters.eagle_tree.EagleTreeDrafter`).
+    Each keeps its own size.
     """
 
     def __init__(self, ngram: Drafter, eagle: Drafter, policy: str = "prefer-ngram",
@@ -61,11 +64,17 @@ class HybridDrafter(Drafter):
         h = hidden.shape[-1] // len(self.hidden_layers)
         return torch.cat([hidden[:, c * h : (c + 1) * h] for c in cols], dim=-1)  # [m, len(cols)*H]
 
-    def propose(self, request: ProposeRequest) -> list[Draft]:
-        ngram = [d for d in self.ngram.propose(request) if len(d) > 0]
+    def propose(self, request: ProposeRequest) -> list[Draft | DraftTree]:
+        ngram = _parts(self.ngram.propose(request))
         if self.policy == "prefer-ngram" and ngram:
             if not self.skip_eagle_on_hit:
                 self.eagle.propose(request)  # drafted and thrown away, as without the skip
             return ngram
-        eagle = [d for d in self.eagle.propose(request) if len(d) > 0]
+        eagle = _parts(self.eagle.propose(request))
         return ngram + eagle if self.policy == "tree" else eagle
+
+
+def _parts(proposal: list[Draft] | DraftTree) -> list[Draft | DraftTree]:
+    """A child's proposal as a list of non-empty chains or trees."""
+    parts = [proposal] if isinstance(proposal, DraftTree) else proposal
+    return [d for d in parts if len(d) > 0]

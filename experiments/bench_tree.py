@@ -1,0 +1,132 @@
+"""Cost of draft trees on the GPU: verifying a 64-row tree against the bandwidth floor, and building an EAGLE-2 tree.
+
+    python experiments/bench_tree.py --out experiments/results/bench_tree.json
+
+A Llama-3.1-8B-shaped model in bf16 with random weights (``bench_speed.llama8b``), our target with CUDA
+graphs and ``torch.compile`` (``--compile``, default ``auto``). Timed by CUDA events (medians after
+warm-up, ``bench_speed.cuda_median_ms``) at each context:
+
+- ``decode_ms``: one 1-token step; ``chain_q9_ms``: a 9-token chain block; ``tree_q64_ms``: the forward of
+  a 64-row tree block (root + 63 nodes of a random tree of depth <= 7) with its tree mask;
+- ``tree_verify_step_ms``: generate's whole verify step on a 60-node tree (forward padded to 64 rows, greedy
+  verification, compaction of the accepted path's KV, the step's host read);
+- ``eagle2_build_ms``: an EAGLE-3-shaped head (one 8B-shaped layer, 32k draft vocabulary) catching up on 4
+  committed pairs and building a dynamic tree (depth 6, top-k 10, 60 nodes, host read included);
+- ratios: each time over the floor (weight bytes / device copy bandwidth) and the build over a decode step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench_speed import copy_bandwidth, cuda_median_ms, llama8b
+from hybridsd import provenance
+from hybridsd.drafters.base import ProposeRequest
+from hybridsd.drafters.eagle_tree import EagleTreeDrafter
+from hybridsd.drafters.tree import DraftTree
+from hybridsd.eagle.model import EagleHead
+from hybridsd.generate import _verify_step
+from hybridsd.target import Target
+
+
+def random_tree(n: int, depth: int, seed: int = 0) -> tuple[int, ...]:
+    """Parents of a random tree of ``n`` nodes and depth at most ``depth``."""
+    rng = np.random.default_rng(seed)
+    parents, depths = [], []
+    for i in range(n):
+        options = [-1] + [j for j in range(i) if depths[j] < depth]
+        p = int(rng.choice(options))
+        parents.append(p)
+        depths.append(1 if p < 0 else depths[p] + 1)
+    return tuple(parents)
+
+
+@torch.inference_mode()
+def target_times(target: Target, ctx: int) -> dict:
+    """Step times of decode, a 9-token chain, a 64-row tree forward and generate's verify step on a 60-node tree."""
+    dev = target.device
+    ids = torch.randint(0, 1000, (ctx,), device=dev)
+    target.kv.rewind(0)
+    target.forward(ids, 0, last_logits_only=True)
+    one = torch.randint(0, 1000, (1,), device=dev)
+    chain = torch.randint(0, 1000, (9,), device=dev)
+    out = {"decode_ms": cuda_median_ms(lambda: target.forward(one, ctx)),
+           "chain_q9_ms": cuda_median_ms(lambda: target.forward(chain, ctx))}
+    big = DraftTree(torch.randint(0, 1000, (63,), device=dev), random_tree(63, 7), ("bench",) * 63)
+    pos, vis = big.layout(ctx)
+    feed = torch.cat([one, big.tokens])
+    out["tree_q64_ms"] = cuda_median_ms(lambda: target.forward(feed, ctx, positions=pos, visible=vis))
+    tree = DraftTree(torch.randint(0, 1000, (60,), device=dev), random_tree(60, 6, 1), ("bench",) * 60)
+    out["tree_verify_step_ms"] = cuda_median_ms(lambda: _verify_step(target, one, ctx, tree, (), 0.0, None))
+    return out
+
+
+@torch.inference_mode()
+def eagle2_build_ms(model, ctx: int, depth: int, top_k: int, nodes: int) -> float:
+    """Catch-up on 4 committed pairs and an EAGLE-2 tree by an EAGLE-3-shaped head, in ms."""
+    head = EagleHead.from_target(model, kind="eagle3", dtype=next(model.parameters()).dtype)
+    dev, dtype = head.fc.weight.device, head.fc.weight.dtype
+    d = EagleTreeDrafter(head, depth=depth, top_k=top_k, nodes=nodes)
+    F = head.config.feature_size
+    tokens = np.zeros(ctx + 8, dtype=np.int64)
+    request = ProposeRequest(tokens, depth, dev)
+    d.reset(ctx)
+    d.observe(torch.randn(ctx, F, device=dev, dtype=dtype), torch.randint(0, 1000, (ctx,), device=dev))
+    d.propose(request)
+    hidden = torch.randn(4, F, device=dev, dtype=dtype)  # [4, F]
+    nxt = torch.randint(0, 1000, (4,), device=dev)  # [4]
+
+    def step():
+        d.cache.rewind(ctx)
+        d.observe(hidden, nxt)
+        tree = d.propose(request)
+        assert len(tree) == nodes
+
+    return cuda_median_ms(step)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("experiments/results/bench_tree.json"))
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--contexts", type=int, nargs="+", default=[2048])
+    p.add_argument("--compile", default="auto", help='torch.compile mode of the target steps ("auto", "default", '
+                   'or "none" for no compile)')
+    p.add_argument("--depth", type=int, default=6)
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--nodes", type=int, default=60)
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        p.error("bench_tree needs a CUDA GPU")
+    compile = {"none": False, "default": True}.get(a.compile, a.compile)
+    model = llama8b(a.layers)
+    bw = copy_bandwidth()
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
+    floor_ms = weight_bytes / bw * 1e3
+    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "floor_ms": floor_ms,
+           "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "contexts": {}}
+    target = Target(model, max(a.contexts) + 256, cuda_graphs=True, compile=compile)
+    for ctx in a.contexts:
+        r = target_times(target, ctx)
+        r["eagle2_build_ms"] = eagle2_build_ms(model, ctx, a.depth, a.top_k, a.nodes)
+        r |= {f"{k[:-3]}_x_floor": v / floor_ms for k, v in list(r.items()) if k != "eagle2_build_ms"}
+        r["eagle2_build_x_decode"] = r["eagle2_build_ms"] / r["decode_ms"]
+        res["contexts"][str(ctx)] = r
+        print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = a.out.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, a.out)
+
+
+if __name__ == "__main__":
+    main()
