@@ -11,7 +11,7 @@ import torch
 
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.metrics import SpecStats, StepRecord
-from hybridsd.target import Target, context_length, target_for
+from hybridsd.target import Target, context_length, exact_rows, target_for
 from hybridsd.verify import sample_token, verify_branches, verify_chain
 
 
@@ -89,6 +89,7 @@ def generate(
     compile: bool | str = False,
     attention: str | None = None,
     on_double_bos: str = "warn",
+    exact: bool | int = False,
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
 
@@ -104,6 +105,11 @@ def generate(
     attention kernel (``"split"`` or ``"sdpa"``, see :mod:`hybridsd.attention`; default: the fastest available).
     A prompt that starts with two BOS tokens (the model config's ``bos_token_id``) is
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
+    ``exact`` (Llama-family decoder only): every target pass after the prefill runs as a block of one fixed
+    size (True: 16 rows, or that many rows; it must hold the drafter's tokens plus one) with the same kernels,
+    so every position's logits are bit-identical however it is verified, and greedy output equals plain
+    greedy output in any dtype (bf16 too) for runs with the same ``exact``, prompt length and
+    ``max_new_tokens``. It costs a 16-row step for every decode step.
     """
     ids = _prompt_ids(input_ids)
     if max_new_tokens < 1:
@@ -122,8 +128,9 @@ def generate(
     headroom = drafter.max_tokens if drafter is not None else 0
     device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
-    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile,
-                        attention=attention)
+    rows = exact_rows(exact, headroom)  # exact mode: the span may not depend on the drafter
+    target = target_for(model, ids.numel() + max_new_tokens + (rows or headroom + 1), cuda_graphs=graphs,
+                        compile=compile, attention=attention, exact=rows)
     generator = None
     if temperature > 0:
         generator = torch.Generator(device=device)
