@@ -594,7 +594,8 @@ def main() -> None:
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
                    choices=["graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf",
-                            "graph_autotune", "graph_auto", "graph_exact", "graph_auto_exact"],
+                            "graph_autotune", "graph_auto", "graph_exact", "graph_auto_exact",
+                            "graph_autotune_exact"],
                    help="our target configurations to time (graph always included)")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
@@ -635,6 +636,8 @@ def main() -> None:
         # exact mode (every step EXACT_ROWS rows): its 1- and 9-token steps beside the fastest mode's
         "graph_exact": lambda: Target(model, exact_cap, cuda_graphs=True, exact=EXACT_ROWS),
         "graph_auto_exact": lambda: Target(model, exact_cap, cuda_graphs=True, compile="auto", exact=EXACT_ROWS),
+        "graph_autotune_exact": lambda: Target(model, exact_cap, cuda_graphs=True,
+                                               compile="max-autotune-no-cudagraphs", exact=EXACT_ROWS),
     }
     configs = {}
     for name in a.configs:
