@@ -23,7 +23,10 @@ from hybridsd import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.generate import _tree_layout
-from hybridsd.target import Target
+from hybridsd.kv_cache import bucket
+from hybridsd.target import EXACT_ROWS, Target
+
+EXACT_NEW_TOKENS = 256  # exact-mode steps attend over the span of a run generating this many tokens after ctx
 
 
 def cuda_median_ms(fn, iters: int = 30, warmup: int = 5) -> float:
@@ -140,8 +143,12 @@ def eagle_draft_ms(model, ctx: int) -> dict:
 
 @torch.inference_mode()
 def ours_ms(target: Target, ctx: int, qs: list[int]) -> dict:
-    """Our target step for each block size q (chain) after ``ctx`` committed tokens, plus a 2-branch tree of 9."""
+    """Our target step for each block size q (chain) after ``ctx`` committed tokens, plus a 2-branch tree of 9.
+    In exact mode every step is a block of ``target.exact`` rows over the span of a run of
+    :data:`EXACT_NEW_TOKENS` tokens after ``ctx`` (what ``generate(exact=...)`` would use)."""
     ids = torch.randint(0, 1000, (ctx,), device="cuda")
+    if target.exact:
+        target.exact_span = bucket(ctx + EXACT_NEW_TOKENS + target.exact)
     target.kv.rewind(0)
     target.forward(ids, 0, last_logits_only=True)
     out = {}
@@ -587,7 +594,8 @@ def main() -> None:
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
                    choices=["graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf",
-                            "graph_autotune", "graph_auto"],
+                            "graph_autotune", "graph_auto", "graph_exact", "graph_auto_exact",
+                            "graph_autotune_exact"],
                    help="our target configurations to time (graph always included)")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
@@ -614,6 +622,7 @@ def main() -> None:
         a.out.write_text(json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
+    exact_cap = max(a.contexts) + EXACT_NEW_TOKENS + EXACT_ROWS
     mode = a.compile_mode or True
     factories = {  # name: our target (default attention: the split-KV kernel); for comparison, "sdpa" = our
         # decoder with SDPA attention, "hf" = model(...) compiled instead of our decoder
@@ -624,6 +633,11 @@ def main() -> None:
         "graph_compiled_hf": lambda: Target(model, cap, cuda_graphs=True, compile=mode, decoder=False),
         "graph_autotune": lambda: Target(model, cap, cuda_graphs=True, compile="max-autotune-no-cudagraphs"),
         "graph_auto": lambda: Target(model, cap, cuda_graphs=True, compile="auto"),
+        # exact mode (every step EXACT_ROWS rows): its 1- and 9-token steps beside the fastest mode's
+        "graph_exact": lambda: Target(model, exact_cap, cuda_graphs=True, exact=EXACT_ROWS),
+        "graph_auto_exact": lambda: Target(model, exact_cap, cuda_graphs=True, compile="auto", exact=EXACT_ROWS),
+        "graph_autotune_exact": lambda: Target(model, exact_cap, cuda_graphs=True,
+                                               compile="max-autotune-no-cudagraphs", exact=EXACT_ROWS),
     }
     configs = {}
     for name in a.configs:

@@ -20,20 +20,40 @@ SPLIT_MAX_ROWS = 64  # query rows (g * T) one split-KV program holds
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
-                      scale: float, kernel: str = "sdpa") -> torch.Tensor:
+                      scale: float, kernel: str = "sdpa", key_slots: torch.Tensor | None = None,
+                      branch: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of ``q`` ``[Hkv, g*T, D]`` (row ``j*T + t``: query head ``j`` of the group, token ``t``) over
     ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which keys token ``t`` sees;
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
     (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
-    rows (decode and verify steps); longer ones (prefill) go to SDPA."""
+    rows (decode and verify steps); longer ones (prefill) go to SDPA.
+
+    Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
+    ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
+    is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
+    step would use, whatever slots its tree branch occupies: each of the ``NB`` branch views runs the same code
+    and rows of the other branches add exact zeros, so a row's result depends only on its own keys.
+    """
+    if (key_slots is None) != (branch is None):
+        raise ValueError("key_slots and branch are given together")
     if kernel == "split" and q.shape[1] <= SPLIT_MAX_ROWS:
-        return _split_op()(q, keys, values, allowed, scale)
+        if key_slots is None:
+            return _split_op()(q, keys, values, allowed, scale)
+        return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch)
     h, rows, d = q.shape
     t = allowed.shape[0]
     g = rows // t
-    o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=allowed.repeat(g, 1),
-                                       scale=scale)[0]  # [Hkv, g*T, D]
-    return o.view(h, g, t, d).permute(2, 0, 1, 3).reshape(t, h * g * d)
+    mask = allowed.repeat(g, 1)  # [g*T, S]
+    if key_slots is None:
+        o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, scale=scale)[0]
+    else:  # one batch entry per branch view; each row keeps its own branch's result
+        nb = key_slots.shape[0]
+        kb, vb = keys[:, key_slots].transpose(0, 1), values[:, key_slots].transpose(0, 1)  # [NB, Hkv, S, D]
+        o = F.scaled_dot_product_attention(q[None].expand(nb, -1, -1, -1), kb, vb, attn_mask=mask,
+                                           scale=scale)  # [NB, Hkv, g*T, D]
+        pick = branch.repeat(g)  # [g*T] branch of row j*T + t
+        o = o.permute(1, 2, 0, 3).gather(2, pick[None, :, None, None].expand(h, rows, 1, d))[:, :, 0]
+    return o.reshape(h, g, t, d).permute(2, 0, 1, 3).reshape(t, h * g * d)  # o: [Hkv, g*T, D]
 
 
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
@@ -52,21 +72,28 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel):
+def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
+                       branch=None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
-    traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel."""
+    traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
+    ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
+    nb = 0 if key_slots is None else key_slots.shape[0]
+    if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
+        key_slots, branch = allowed, allowed
+    else:
+        key_slots, branch = key_slots.contiguous(), branch.contiguous()
     h, rows, d = q.shape
     t, s = allowed.shape
     block_r, block_n, chunk, splits = split_plan(rows, s, h, d)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
     wrap(_kernel())[(h, splits)](
-        q, keys, values, allowed, part, stats,
+        q, keys, values, allowed, key_slots, branch, part, stats,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32)
+        IEEE=q.dtype == torch.float32, NB=nb)
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
@@ -81,9 +108,11 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def split_kv_kernel(Q, K, V, MASK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S, CHUNK,
-                        SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                        IEEE: tl.constexpr):
+    def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S, CHUNK,
+                        SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                        D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
+        # NB = 0: keys in slot order. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from
+        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros.
         h = tl.program_id(0)
         c = tl.program_id(1)
         splits = tl.num_programs(1)
@@ -92,6 +121,8 @@ def _kernel():
         row_ok = r < R
         q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
         tok = r % T  # the block token of each row
+        if NB > 0:
+            view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
         m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
         l = tl.zeros([BLOCK_R], tl.float32)
         acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
@@ -99,11 +130,22 @@ def _kernel():
             n = n0 + tl.arange(0, BLOCK_N)
             key_ok = n < S
             kv_mask = key_ok[:, None] & (d[None, :] < D)
-            k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-            if IEEE:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            if NB == 0:
+                k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
+                if IEEE:
+                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+                else:
+                    s = tl.dot(q, tl.trans(k))
             else:
-                s = tl.dot(q, tl.trans(k))
+                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
+                for b in tl.static_range(NB):
+                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
+                    k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                    if IEEE:
+                        s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
+                    else:
+                        s_b = tl.dot(q, tl.trans(k))
+                    s = tl.where(view[:, None] == b, s_b, s)
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
             s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
             # as a runtime argument torch.compile passes it as fp64)
@@ -111,11 +153,22 @@ def _kernel():
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
             l = l * alpha + tl.sum(p, 1)
-            v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-            if IEEE:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            if NB == 0:
+                v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                if IEEE:
+                    pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+                else:
+                    pv = tl.dot(p.to(v.dtype), v)
             else:
-                pv = tl.dot(p.to(v.dtype), v)
+                pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+                for b in tl.static_range(NB):
+                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                    v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                    p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
+                    if IEEE:
+                        pv += tl.dot(p_b, v, input_precision="ieee")
+                    else:
+                        pv += tl.dot(p_b, v)
             acc = acc * alpha[:, None] + pv
             m = m_new
         base = (h * splits + c) * R
@@ -170,3 +223,17 @@ def _split_op():
         return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton)
 
     return split_kv_op
+
+
+@functools.cache
+def _split_exact_op():
+    """``split_kv_attention`` in virtual key order (exact mode) as a custom op (registered on first use)."""
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("hybridsd::split_kv_attention_exact", mutates_args={})
+    def split_kv_exact_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
+                          scale: float, key_slots: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton, key_slots=key_slots,
+                                  branch=branch)
+
+    return split_kv_exact_op

@@ -14,7 +14,7 @@ import torch
 from hybridsd.drafters.base import Drafter, ProposeRequest
 from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
-from hybridsd.target import Target, context_length, target_for
+from hybridsd.target import Target, context_length, exact_rows, target_for
 from hybridsd.verify import sample_token, verify_chain, verify_tree
 
 
@@ -127,6 +127,7 @@ def generate(
     compile: bool | str = False,
     attention: str | None = None,
     on_double_bos: str = "warn",
+    exact: bool | int = False,
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
 
@@ -148,6 +149,12 @@ def generate(
     on any device: it is copied to the model's device. Every argument is checked before any work: a wrong type
     raises ``TypeError``, a wrong value (a token id outside the vocabulary, a negative or non-finite
     temperature, a drafter made for another model) ``ValueError``, each naming the argument.
+
+    ``exact`` (Llama-family decoder only): every target pass after the prefill runs as a block of one fixed
+    size (True: 16 rows, or that many rows; it must hold the drafter's tokens plus one) with the same kernels,
+    so every position's logits are bit-identical however it is verified, and greedy output equals plain
+    greedy output in any dtype (bf16 too) for runs with the same ``exact``, prompt length and
+    ``max_new_tokens``. It costs a 16-row step for every decode step.
     """
     vocab = _vocab_size(model)
     ids = _prompt_ids(input_ids, vocab)
@@ -168,11 +175,13 @@ def generate(
     _check_bos(model, ids, on_double_bos)
     eos = _eos_set(model, eos_token_id, vocab)
     layers = drafter.hidden_layers if drafter is not None else ()
-    headroom = drafter.max_tokens + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded
+    draft_rows = drafter.max_tokens if drafter is not None else 0
+    headroom = draft_rows + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded
     device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
-    target = target_for(model, ids.numel() + max_new_tokens + headroom + 1, cuda_graphs=graphs, compile=compile,
-                        attention=attention)
+    rows = exact_rows(exact, draft_rows)  # exact mode: the span may not depend on the drafter
+    target = target_for(model, ids.numel() + max_new_tokens + (rows or headroom + 1), cuda_graphs=graphs,
+                        compile=compile, attention=attention, exact=rows)
     generator = None
     if temperature > 0:
         generator = torch.Generator(device=device)
@@ -258,7 +267,7 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
         return n - 1, packed[1 : n + 2], toks[: n + 1], None if hidden is None else hidden[: n + 1].clone()
     q = 1 + len(tree)
     positions, visible = tree.layout(start)
-    if (target.cuda_graphs or target.compiled) and q > TREE_SIZES:  # few block sizes: few graphs and compilations
+    if (target.cuda_graphs or target.compiled) and q > TREE_SIZES and not target.exact:  # few graphs and compilations
         feed, positions, visible = _pad_block(feed, positions, visible, start)
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
     res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors).to(dev, non_blocking=True),

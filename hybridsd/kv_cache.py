@@ -13,6 +13,12 @@ import torch
 SLOT_ALIGN = 64  # capacities are rounded up to a multiple of this many slots
 
 
+def bucket(n: int) -> int:
+    """``n`` slots rounded up to a multiple of 256 (to 1024), 512 (to 4096) or 1024: the attention spans."""
+    step = 256 if n <= 1024 else 512 if n <= 4096 else 1024
+    return -(-n // step) * step
+
+
 class StaticKVCache:
     """Keys and values of ``num_layers`` attention layers, ``[B, Hkv, S, D]`` each.
 
@@ -57,8 +63,7 @@ class StaticKVCache:
     def span(self, n: int) -> int:
         """Slots a step using slots ``[0, n)`` attends over: ``n`` rounded up to a multiple of 256 (to 1024),
         512 (to 4096) or 1024, at most the capacity; few distinct shapes, so few graphs and compilations."""
-        step = 256 if n <= 1024 else 512 if n <= 4096 else 1024
-        return min(self.capacity, -(-n // step) * step)
+        return min(self.capacity, bucket(n))
 
     def rewind(self, length: int) -> None:
         """Declare slots ``[0, length)`` the committed sequence; later slots become free."""

@@ -23,7 +23,10 @@ from transformers.cache_utils import Cache
 from hybridsd.attention import KERNELS
 from hybridsd.cuda_graph import capture
 from hybridsd.decoder import Decoder, compile_by_block, compile_modes
-from hybridsd.kv_cache import StaticKVCache
+from hybridsd.kv_cache import StaticKVCache, bucket
+
+EXACT_ROWS = 16  # exact=True: the rows of every step after the prefill
+EXACT_BRANCHES = 2  # draft branches an exact-mode step verifies at most (the attention's key views)
 
 
 class _SlotCache(Cache):
@@ -95,6 +98,57 @@ def context_length(model: torch.nn.Module) -> int | None:
     return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
 
 
+def exact_rows(exact: bool | int, draft_rows: int = 0) -> int:
+    """The rows of every exact-mode step for ``exact`` (True: :data:`EXACT_ROWS`; an int: that many; False: 0,
+    exact mode off), checked against ``draft_rows``, the most draft tokens a step verifies (plus the newest)."""
+    if isinstance(exact, bool):
+        rows = EXACT_ROWS if exact else 0
+    elif isinstance(exact, (int, np.integer)):
+        if exact < 1:
+            raise ValueError(f"exact must be True, False or a number of rows >= 1, got {exact}")
+        rows = int(exact)
+    else:
+        raise TypeError(f"exact must be True, False or a number of rows, got {type(exact).__name__}")
+    if rows and 1 + draft_rows > rows:
+        raise ValueError(f"exact={exact!r} runs every step as a block of {rows} rows, but the drafter verifies up "
+                         f"to {draft_rows} draft tokens plus the newest one; pass exact={1 + draft_rows} or more")
+    return rows
+
+
+def exact_layout(start: int, positions: np.ndarray | None, visible: np.ndarray | None, q: int, rows: int,
+                 branches: int = EXACT_BRANCHES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A block of ``q`` tokens at slots ``start ..`` laid out for exact mode: ``(positions [rows], branch [rows],
+    window [branches, rows])``. Rows past ``q`` are padding (position ``start``, branch 0). Token ``t`` of branch
+    ``b`` reads the key of position ``start + i`` from slot ``window[b, i]`` (its ancestor at that position; the
+    slot itself where it has none), so it sees its keys where a plain decode step sees them. Each token's
+    visible block tokens must hold one token per position ``start .. its own`` (a chain or a tree of chains)."""
+    pos = np.full(rows, start, dtype=np.int64)
+    branch = np.zeros(rows, dtype=np.int64)
+    window = start + np.tile(np.arange(rows, dtype=np.int64), (branches, 1))  # [NB, rows]
+    if visible is None and positions is None:  # a chain at its own slots
+        pos[:q] = start + np.arange(q)
+        return pos, branch, window
+    pos[:q] = start + np.arange(q) if positions is None else positions
+    vis = np.tril(np.ones((q, q), dtype=bool)) if visible is None else np.asarray(visible, dtype=bool)
+    paths: list[np.ndarray] = []  # slots by position offset, one per branch
+    for t in sorted(range(q), key=lambda t: -pos[t]):  # deepest first: each branch's path comes from its leaf
+        seen = np.flatnonzero(vis[t])
+        offset = pos[seen] - start
+        if not vis[t, t] or sorted(offset.tolist()) != list(range(pos[t] - start + 1)):
+            raise ValueError(f"exact mode: block token {t} must see exactly one token at each position "
+                             f"{start}..{pos[t]}, itself included")
+        path = start + seen[np.argsort(offset)]
+        b = next((i for i, p in enumerate(paths) if np.array_equal(p[: len(path)], path)), len(paths))
+        if b == len(paths):
+            if b == branches:
+                raise ValueError(f"exact mode verifies at most {branches} draft branches per step")
+            paths.append(path)
+        branch[t] = b
+    for b, path in enumerate(paths):
+        window[b, : len(path)] = path
+    return pos, branch, window
+
+
 class Target:
     """One HF causal LM with its KV cache; ``forward`` runs a block of tokens at consecutive slots.
 
@@ -108,10 +162,17 @@ class Target:
     ``model(...)``; it makes the model's q/k/v and gate/up weights views of fused tensors.
     ``attention``: the decoder's attention kernel (:mod:`hybridsd.attention`), ``"split"`` (CUDA, needs
     Triton) or ``"sdpa"``; default ``"split"`` where it can run.
+
+    ``exact`` (rows, 0 = off; the fused decoder only): every step after the prefill is a block of exactly
+    ``exact`` rows (padded) over the same key span (the capacity rounded up to an attention bucket), with every
+    token's keys read in the order of a plain decode step (:func:`exact_layout`); so the same compiled code and
+    kernels run every step, and each position's logits and hidden states are bit-identical whether it is decoded
+    alone or verified in any chain or tree (of up to :data:`EXACT_BRANCHES` branches) that fits in ``exact`` rows.
     """
 
     def __init__(self, model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-                 compile: bool | str = False, decoder: bool | None = None, attention: str | None = None) -> None:
+                 compile: bool | str = False, decoder: bool | None = None, attention: str | None = None,
+                 exact: int = 0) -> None:
         cfg = model.config
         window = sliding_window(model)
         if window is not None and capacity > window:
@@ -122,8 +183,10 @@ class Target:
         self.device, self.dtype = p.device, p.dtype
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.kv = StaticKVCache(cfg.num_hidden_layers, kv_heads, head_dim, capacity, dtype=self.dtype,
-                                device=self.device)
+        self.exact = exact
+        self.exact_span = bucket(capacity)  # the key span of every exact-mode step
+        self.kv = StaticKVCache(cfg.num_hidden_layers, kv_heads, head_dim, self.exact_span if exact else capacity,
+                                dtype=self.dtype, device=self.device)
         if decoder and not _has_decoder_layout(model):
             raise ValueError(f"decoder=True needs a model of type {DECODER_TYPES} with model.model."
                              f"{{embed_tokens, rotary_emb, layers, norm}} and lm_head")
@@ -141,6 +204,8 @@ class Target:
         if attention is not None and attention not in KERNELS:
             raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
         self.attention = attention or default_attention(self.device)
+        if exact and not use_decoder:
+            raise ValueError(f"exact mode needs the fused decoder: a model of type {DECODER_TYPES}")
         self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
         if self.decoder is None:  # model(...) with an HF-facing view of our cache
             self._cache, self._cache_kwarg = _SlotCache(self.kv), _cache_kwarg(model)
@@ -173,14 +238,19 @@ class Target:
         q = int(tokens.shape[0])
         if start + q > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {q} tokens > capacity {self.capacity}")
+        if self.exact and not last_logits_only:
+            return self._exact_forward(tokens, start, positions, visible, hidden_layers)
         # keys the step attends over: a bucket for graphs and compiled code (static shapes), else exact
         static = (self.cuda_graphs or self.compiled) and not last_logits_only
         kv_len = self.kv.span(start + q) if static else start + q
         if self.cuda_graphs and not last_logits_only:
             key = (q, hidden_layers, kv_len)
             if key not in self._graphs:
-                self._graphs[key] = _GraphedStep(self, q, hidden_layers, kv_len, self._graphs)
-            return self._graphs[key](tokens, start, positions, visible)
+                run = lambda toks, packed: self._run_packed(toks, packed, kv_len, hidden_layers)  # noqa: E731
+                self._graphs[key] = _GraphedStep(self, q, 1 + q + q * q, run, self._graphs)
+            tril = np.tril(np.ones((q, q), dtype=np.int64)) if visible is None else visible
+            pos = np.arange(start, start + q) if positions is None else positions
+            return self._graphs[key](tokens, np.concatenate([[start], pos, np.ravel(tril)]))
         if positions is None:
             pos = torch.arange(start, start + q, device=self.device)
         else:
@@ -189,14 +259,15 @@ class Target:
         return self._run(tokens, pos, self._slot_ids[start : start + q], allowed, kv_len, hidden_layers,
                          last_logits_only)
 
-    def _run(self, tokens, pos, slots, allowed, kv_len, hidden_layers, last_logits_only=False):
+    def _run(self, tokens, pos, slots, allowed, kv_len, hidden_layers, last_logits_only=False, gather=None):
         """The forward on prepared tensors: ``[q]`` tokens, positions and slots; ``allowed`` ``[q, kv_len]``
-        (which of the first ``kv_len`` slots each token attends to)."""
+        (which of the first ``kv_len`` slots each token attends to); ``gather``: exact mode's key order."""
         step = not last_logits_only  # prefill stays uncompiled (its length varies)
         if self.decoder is not None:
             L = len(self.decoder.weights)
             want = [i % (L + 1) for i in hidden_layers]
-            return self.decoder(tokens, pos, slots, allowed, self.kv, kv_len, want, last_logits_only, compiled=step)
+            return self.decoder(tokens, pos, slots, allowed, self.kv, kv_len, want, last_logits_only, compiled=step,
+                                gather=gather)
         self._cache.slots = slots
         self._cache.kv_len = kv_len
         fwd = self._hf_steps[tokens.shape[0] == 1] if step else self._hf_forward
@@ -232,45 +303,73 @@ class Target:
         allowed[:, start : start + q] = block
         return allowed
 
+    def _run_packed(self, tokens, packed, kv_len, hidden_layers):
+        """``_run`` on ``packed`` = ``[start | positions [q] | visible [q*q]]`` (device), the mask made here."""
+        q = tokens.shape[0]
+        start, pos = packed[:1], packed[1 : 1 + q]  # [1], [q]
+        block = packed[1 + q :].view(q, q) != 0  # [q, q]
+        slots = start + self._slot_ids[:q]  # [q]
+        allowed = (self._slot_ids[None, :kv_len] < start).expand(q, -1).clone()  # [q, kv_len]
+        allowed.scatter_(1, slots[None, :].expand(q, q), block)
+        return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers)
+
+    def _exact_forward(self, tokens, start, positions, visible, hidden_layers):
+        """``forward`` in exact mode: the block padded to ``exact`` rows, over the span ``exact_span``."""
+        q, rows, kv_len = int(tokens.shape[0]), self.exact, self.exact_span
+        if q > rows:
+            raise ValueError(f"exact mode runs blocks of {rows} rows; this step has {q} tokens")
+        if start + rows > kv_len:
+            raise ValueError(f"exact mode: a block of {rows} rows at slot {start} overflows the key span {kv_len}")
+        pos, branch, window = exact_layout(start, positions, visible, q, rows)
+        values = np.concatenate([[start], pos, branch, window.ravel()])
+        if self.cuda_graphs:
+            key = ("exact", hidden_layers, kv_len)
+            if key not in self._graphs:
+                run = lambda toks, packed: self._run_exact(toks, packed, kv_len, hidden_layers)  # noqa: E731
+                self._graphs[key] = _GraphedStep(self, rows, values.size, run, self._graphs)
+            logits, hidden = self._graphs[key](tokens, values)
+        else:
+            padded = torch.cat([tokens, tokens[:1].expand(rows - q)])  # [rows]: padding repeats the first token
+            logits, hidden = self._run_exact(padded, torch.as_tensor(values).to(self.device), kv_len, hidden_layers)
+        return logits[:q], None if hidden is None else hidden[:q]
+
+    def _run_exact(self, tokens, packed, kv_len, hidden_layers):
+        """``_run`` on ``rows`` tokens and ``packed`` = ``[start | positions | branch | window]`` (device,
+        :func:`exact_layout`): every row sees the keys of positions up to its own, in plain decoding's places."""
+        rows = tokens.shape[0]
+        start, pos, branch = packed[:1], packed[1 : 1 + rows], packed[1 + rows : 1 + 2 * rows]  # [1], [R], [R]
+        window = packed[1 + 2 * rows :].view(-1, rows)  # [NB, R]
+        slots = start + self._slot_ids[:rows]  # [R] padding rows write past the block; no real row reads them
+        allowed = self._slot_ids[None, :kv_len] <= pos[:, None]  # [R, kv_len] by position (virtual order)
+        key_slots = self._slot_ids[:kv_len].expand(window.shape[0], -1).clone()  # [NB, kv_len]
+        key_slots.scatter_(1, slots[None, :].expand_as(window), window)
+        return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(key_slots, branch))
+
 
 class _GraphedStep:
-    """A CUDA graph of ``Target._run`` for one block size; inputs go through static buffers.
+    """A CUDA graph of a step on ``q`` tokens; inputs go through static buffers.
 
-    The attention mask and slots are computed inside the graph from the start slot, so a replay needs
-    the tokens' device-to-device copy and one host-to-device copy from a pinned buffer that packs the start
-    slot, the positions and the block's visibility (no host sync). The pinned buffer is rewritten by the next
+    ``run(tokens, packed)`` makes the attention mask and slots inside the graph from ``packed``, a few integers
+    (start slot, positions, the block's layout), so a replay needs the tokens' device-to-device copy and one
+    host-to-device copy from a pinned buffer (no host sync). The pinned buffer is rewritten by the next
     call, so calls must be ordered by a host sync in between (``generate`` reads every step's result).
     """
 
-    def __init__(self, target: Target, q: int, hidden_layers: tuple[int, ...], kv_len: int, siblings: dict) -> None:
+    def __init__(self, target: Target, q: int, size: int, run, siblings: dict) -> None:
         dev = target.device
-        self.q = q
-        self.tokens = torch.zeros(q, dtype=torch.long, device=dev)  # [q]
-        self.host = torch.zeros(1 + q + q * q, dtype=torch.long).pin_memory()  # [start | positions | visible]
-        self.packed = torch.zeros(1 + q + q * q, dtype=torch.long, device=dev)
+        self.tokens = torch.zeros(q, dtype=torch.long, device=dev)  # [q] (past a shorter block: padding)
+        self.host = torch.zeros(size, dtype=torch.long).pin_memory()
+        self.packed = torch.zeros(size, dtype=torch.long, device=dev)
         self.host_view = self.host.numpy()
-        self.tril = np.tril(np.ones((q, q), dtype=np.int64)).ravel()
-        arange = torch.arange(q, device=dev)
-
-        def step():
-            start, pos = self.packed[:1], self.packed[1 : 1 + q]  # [1], [q]
-            block = self.packed[1 + q :].view(q, q) != 0  # [q, q]
-            slots = start + arange  # [q]
-            allowed = (target._slot_ids[None, :kv_len] < start).expand(q, -1).clone()  # [q, kv_len]
-            allowed.scatter_(1, slots[None, :].expand(q, q), block)
-            return target._run(self.tokens, pos, slots, allowed, kv_len, hidden_layers)
-
-        self.step = step
+        self.step = lambda: run(self.tokens, self.packed)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.siblings = siblings  # the target's graphs: they share one memory pool
 
-    def __call__(self, tokens, start, positions, visible):
-        """Replay with new inputs; the returned tensors are overwritten by the next replay."""
-        q, h = self.q, self.host_view
-        h[0] = start
-        h[1 : 1 + q] = np.arange(start, start + q) if positions is None else positions
-        h[1 + q :] = self.tril if visible is None else np.asarray(visible).ravel()
-        self.tokens.copy_(tokens)
+    def __call__(self, tokens, values: np.ndarray):
+        """Replay on ``tokens`` (``[q]`` or fewer) and the packed host ``values``; the returned tensors are
+        overwritten by the next replay."""
+        self.host_view[:] = values
+        self.tokens[: tokens.shape[0]].copy_(tokens)
         self.packed.copy_(self.host, non_blocking=True)
         if self.graph is None:
             share = next((g.graph for g in self.siblings.values() if g.graph is not None), None)
@@ -283,14 +382,17 @@ _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
-               compile: bool | str = False, attention: str | None = None) -> Target:
-    """The model's :class:`Target`, reused across calls while its cache is large enough."""
+               compile: bool | str = False, attention: str | None = None, exact: int = 0) -> Target:
+    """The model's :class:`Target`, reused across calls while its cache is large enough. In exact mode
+    (``exact`` rows) its key span becomes ``capacity`` rounded up to an attention bucket, whatever the cache."""
     p = next(model.parameters())
     t = _TARGETS.get(model)
-    if (t is None or t.capacity < capacity or t.device != p.device or t.dtype != p.dtype
+    need = bucket(capacity) if exact else capacity
+    if (t is None or t.capacity < need or t.device != p.device or t.dtype != p.dtype
             or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda") or t.compiled != compile
-            or t.attention != (attention or default_attention(p.device))):
-        t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile, attention=attention)
+            or t.attention != (attention or default_attention(p.device)) or t.exact != exact):
+        t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile, attention=attention, exact=exact)
         _TARGETS[model] = t
+    t.exact_span = need
     t.kv.rewind(0)
     return t

@@ -5,6 +5,10 @@ Skipped without CUDA; run on the GPU machine with ``python -m pytest tests/test_
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +19,7 @@ from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import _tree_layout, generate
-from hybridsd.target import Target
+from hybridsd.target import EXACT_ROWS, Target
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 PROMPTS = prompts(6, seed=5)
@@ -172,3 +176,85 @@ def test_split_kv_attention_equals_sdpa(dtype, t, s, g, hkv, d):
     got = grouped_attention(q, k, v, allowed, d**-0.5, "split")
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)
+
+
+# Exact mode in bf16: every drafter and k gives plain decoding's tokens (asserted); without exact mode the share of
+# prompts whose output equals plain decoding's is measured and recorded (one JSON line per configuration, appended
+# to the file named by $HYBRIDSD_EXACT_JSON when set, and printed).
+EXACT_KS = [int(k) for k in os.environ.get("HYBRIDSD_EXACT_KS", "1,2,3,5,8").split(",")]
+NONEXACT_COMPILED_KS = [int(k) for k in os.environ.get("HYBRIDSD_NONEXACT_COMPILED_KS", "5").split(",") if k]
+
+
+def _exact_drafters(k: int, heads: dict) -> dict:
+    """n-gram, EAGLE-1, EAGLE-3, both hybrids (prefer-ngram) and the tree, at draft length k."""
+    ngram = lambda: NgramDrafter(k=k, min_n=2, max_n=5)  # noqa: E731
+    return {"ngram": ngram(), "eagle1": EagleDrafter(heads["eagle1"], k=k), "eagle3": EagleDrafter(heads["eagle3"], k=k),
+            "ngram-eagle1": HybridDrafter(ngram(), EagleDrafter(heads["eagle1"], k=k)),
+            "ngram-eagle3": HybridDrafter(ngram(), EagleDrafter(heads["eagle3"], k=k)),
+            "ngram-eagle1-tree": HybridDrafter(ngram(), EagleDrafter(heads["eagle1"], k=k), "tree")}
+
+
+def _record(row: dict) -> None:
+    print("exact-mode match:", json.dumps(row))
+    path = os.environ.get("HYBRIDSD_EXACT_JSON")
+    if path:
+        with open(path, "a") as f:  # whole lines
+            f.write(json.dumps(row) + "\n")
+
+
+def _match_grid(model, heads, prompts_, new_tokens: int, compile, name: str, nonexact_ks: list[int]) -> list[str]:
+    """Runs the grid; returns the exact-mode configurations whose output differed from plain (to assert empty)."""
+    common = dict(max_new_tokens=new_tokens, eos_token_id=[], compile=compile)
+    plain = {False: [generate(model, ids, **common).tokens for ids in prompts_]}
+    failures = []
+    for k in EXACT_KS:
+        rows = max(EXACT_ROWS, 2 * k + 1)  # the tree: two branches of k tokens and the newest token
+        if rows not in plain:
+            plain[rows] = [generate(model, ids, exact=rows, **common).tokens for ids in prompts_]
+        for dname, drafter in _exact_drafters(k, heads).items():
+            row = {"model": name, "dtype": str(model.dtype), "compile": compile, "drafter": dname, "k": k,
+                   "exact_rows": rows, "prompts": len(prompts_), "new_tokens": new_tokens,
+                   "torch": torch.__version__, "device": torch.cuda.get_device_name()}
+            for exact in (rows, False):
+                if exact is False and k not in nonexact_ks:
+                    continue
+                same = [generate(model, ids, drafter=drafter, exact=exact, **common).tokens == ref
+                        for ids, ref in zip(prompts_, plain[exact])]
+                row["exact_same" if exact else "nonexact_same"] = f"{sum(same)}/{len(same)}"
+                if exact and not all(same):
+                    failures.append(f"{dname} k={k} compile={compile}: {sum(same)}/{len(same)}")
+            _record(row)
+    return failures
+
+
+@pytest.mark.parametrize("compile", [False, "auto"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_exact_mode_bf16_equals_plain_on_tiny_models(family, compile):
+    model = tiny_target(family, seed=6).cuda().to(torch.bfloat16)
+    heads = {kind: EagleHead.from_target(model, kind=kind) for kind in ("eagle1", "eagle3")}
+    for head in heads.values():
+        head.reset_parameters(std=0.2)  # confident, varied drafts
+    prompts_ = [p.cuda() for p in PROMPTS]
+    failures = _match_grid(model, heads, prompts_, 48, compile, f"tiny-{family}", [] if compile else EXACT_KS)
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("compile", [False, "auto"])
+def test_exact_mode_bf16_equals_plain_on_the_zoo(compile):
+    """tiny-coder in bf16, 16 held-out code edits (prompts of 257-495 tokens: one key span in exact mode, two
+    without) x 256 tokens, every drafter and k: exact mode equals plain decoding on every prompt."""
+    import hybridsd as hsd
+    from conftest import DATA_DIR
+
+    data_dir = Path(os.environ.get("HYBRIDSD_DATA", DATA_DIR))
+    if not (data_dir / "code_edits_dev.jsonl").is_file():
+        pytest.skip("code_edits_dev.jsonl not available")
+    model, tok, heads = hsd.zoo.load(device="cuda")
+    keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
+    exs = [e for e in hsd.data.load_code_edits(data_dir / "code_edits_dev.jsonl") if e.id in keep]
+    ids = [torch.tensor(hsd.prompts.build_prompt_ids(tok, e.prompt), device="cuda") for e in exs]
+    prompts_ = [p for p in ids if 257 <= p.numel() <= 495][:16]
+    assert len(prompts_) == 16
+    failures = _match_grid(model, heads, prompts_, 256, compile, "tiny-coder", NONEXACT_COMPILED_KS if compile
+                           else EXACT_KS)
+    assert not failures, failures

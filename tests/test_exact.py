@@ -1,0 +1,188 @@
+"""Exact mode: a position's logits and hidden states are bit-identical however it is verified (decoded alone,
+inside a chain, in either branch of a tree), so greedy speculative output equals plain output in bf16 too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import VOCAB, OracleDrafter, prompts, tiny_target
+from hybridsd.drafters.eagle import EagleDrafter
+from hybridsd.drafters.hybrid import HybridDrafter
+from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.eagle.model import EagleHead
+from hybridsd.generate import _tree_layout, generate
+from hybridsd.target import EXACT_ROWS, Target, exact_layout
+
+LAYERS = (-1, 0, 1)  # logits plus the final, embedding and a middle hidden state
+
+
+@pytest.fixture(scope="module", params=[("llama", torch.float32), ("llama", torch.bfloat16),
+                                        ("qwen2", torch.bfloat16)], ids=lambda p: f"{p[0]}-{str(p[1])[6:]}")
+def model(request):
+    family, dtype = request.param
+    return tiny_target(family, seed=3, layers=2).to(dtype)
+
+
+def _decoded(target: Target, seq: torch.Tensor, n: int) -> tuple[list, list, list]:
+    """Logits and hidden states of positions ``n ..`` of ``seq``, each computed as a one-token step, and the
+    KV cache after them (each step's padding rows overwrite the slots after it: a verify step is checked from
+    that cache, as ``generate`` would have it)."""
+    target.forward(seq[:n], 0, last_logits_only=True)
+    logits, hidden, caches = [], [], []
+    for i in range(n, seq.numel()):
+        caches.append([c.clone() for c in (*target.kv.keys, *target.kv.values)])
+        lg, h = target.forward(seq[i : i + 1], i, hidden_layers=LAYERS)
+        logits.append(lg[0].clone())
+        hidden.append(h[0].clone())
+    return logits, hidden, caches
+
+
+def _restore(target: Target, cache: list) -> None:
+    for c, saved in zip((*target.kv.keys, *target.kv.values), cache):
+        c.copy_(saved)
+
+
+def _same(got_logits, got_hidden, logits, hidden, rows, where):
+    for r, i in enumerate(rows):
+        assert torch.equal(got_logits[r], logits[i]), (where, r)
+        assert torch.equal(got_hidden[r], hidden[i]), (where, r)
+
+
+@pytest.mark.parametrize("rows", [EXACT_ROWS, 23])
+def test_position_is_bit_identical_in_any_block(model, rows):
+    """Decode every position alone, then verify the same tokens in chains of every size and in trees whose
+    true branch comes first or second (its slots then shifted): every row equals its decode step bit for bit."""
+    rng = np.random.default_rng(0)
+    n, extra = 21, 14
+    seq = torch.as_tensor(rng.integers(3, VOCAB, n + extra), dtype=torch.long)
+    target = Target(model, n + extra + rows, exact=rows)
+    logits, hidden, caches = _decoded(target, seq, n)
+    for q in (1, 2, 5, 9, min(rows, extra)):
+        for start in (n, n + 3):
+            if start + q > seq.numel():
+                continue
+            _restore(target, caches[start - n])
+            lg, h = target.forward(seq[start : start + q], start, hidden_layers=LAYERS)
+            _same(lg, h, logits, hidden, range(start - n, start - n + q), ("chain", q, start))
+    for wrong, right in ((3, 4), (1, 6), (6, 2), (7, 7)):
+        if 1 + wrong + right > rows:
+            continue
+        start = n + 2
+        bad = torch.as_tensor(rng.integers(3, VOCAB, wrong), dtype=torch.long)
+        good = seq[start + 1 : start + 1 + right]
+        for order in ((bad, good), (good, bad)):
+            positions, visible, offsets = _tree_layout([len(b) for b in order], start)
+            block = torch.cat([seq[start : start + 1], *order])
+            _restore(target, caches[start - n])
+            lg, h = target.forward(block, start, positions=positions, visible=visible, hidden_layers=LAYERS)
+            o = offsets[0] if order[0] is good else offsets[1]
+            rows_of_good = [0] + list(range(o, o + right))
+            _same(lg[rows_of_good], h[rows_of_good], logits, hidden, range(start - n, start - n + 1 + right),
+                  ("tree", wrong, right, o))
+
+
+KS = [1, 2, 3, 5, 8]
+N_NEW = 24
+PROMPTS = prompts(2, seed=4)
+
+
+def _drafters(k: int, reference: list[int], heads: dict) -> dict:
+    """Every drafter kind and policy at draft length k (EAGLE heads random: they propose, often wrongly)."""
+    eagle = {f"ngram-{kind}-{policy}": HybridDrafter(NgramDrafter(k=k, min_n=1, max_n=3), EagleDrafter(head, k=k),
+                                                     policy)
+             for kind, head in heads.items() for policy in ("prefer-ngram", "tree")}
+    return {
+        **eagle,
+        "eagle1": EagleDrafter(heads["eagle1"], k=k),
+        "eagle3": EagleDrafter(heads["eagle3"], k=k),
+        "ngram": NgramDrafter(k=k, min_n=1, max_n=4),
+        "oracle": OracleDrafter(reference, k, err=0.25),
+        "tree-oracles": HybridDrafter(OracleDrafter(reference, k, 0.5, "a", 1), OracleDrafter(reference, k, 0.5, "b", 2),
+                                      "tree"),
+    }
+
+
+def test_greedy_equals_plain_in_exact_mode(model):
+    """bf16 included: every drafter, policy and k gives plain decoding's tokens (same ``exact`` rows); the whole
+    k grid on llama in bf16, its ends on the others."""
+    heads = {kind: EagleHead.from_target(model, kind=kind) for kind in ("eagle1", "eagle3")}
+    full = model.config.model_type == "llama" and model.dtype == torch.bfloat16
+    for ids in PROMPTS if full else PROMPTS[1:]:
+        plain = {}
+        for k in KS if full else (KS[0], KS[-1]):
+            rows = max(EXACT_ROWS, 2 * k + 1)  # a two-branch tree of k tokens each, plus the newest token
+            if rows not in plain:
+                plain[rows] = generate(model, ids, max_new_tokens=N_NEW, eos_token_id=[], exact=rows).tokens
+            for name, drafter in _drafters(k, plain[rows], heads).items():
+                res = generate(model, ids, drafter=drafter, max_new_tokens=N_NEW, eos_token_id=[], exact=rows)
+                assert res.tokens == plain[rows], (name, k, rows)
+                res.stats.check()
+
+
+def test_exact_mode_errors():
+    model = tiny_target("llama", layers=1)
+    ids = torch.tensor([5, 6, 7])
+    with pytest.raises(ValueError, match="exact=4"):
+        generate(model, ids, drafter=NgramDrafter(k=5), max_new_tokens=8, exact=4)
+    with pytest.raises(ValueError, match="exact"):
+        generate(model, ids, max_new_tokens=8, exact=0)
+    with pytest.raises(TypeError, match="exact"):
+        generate(model, ids, max_new_tokens=8, exact="yes")
+    with pytest.raises(ValueError, match="fused decoder"):
+        Target(model, 32, decoder=False, exact=16)
+    visible = np.eye(3, dtype=bool)  # three roots at one position: not one token per position
+    with pytest.raises(ValueError, match="one token at each position"):
+        exact_layout(10, np.array([10, 11, 11]), visible, 3, 16)
+    positions, visible, _ = _tree_layout([2, 2, 2], 10)
+    with pytest.raises(ValueError, match="at most 2 draft branches"):
+        exact_layout(10, positions, visible, 7, 16)
+
+
+def test_exact_layout_of_a_tree():
+    positions, visible, _ = _tree_layout([2, 3], 10)  # root at slot 10, branches at 11-12 and 13-15
+    pos, branch, window = exact_layout(10, positions, visible, 6, 8)
+    assert pos.tolist() == [10, 11, 12, 11, 12, 13, 10, 10]
+    assert window[branch[1], :3].tolist() == [10, 11, 12] and window[branch[3], :4].tolist() == [10, 13, 14, 15]
+    assert branch[1] == branch[2] != branch[3] == branch[4] == branch[5]
+
+
+def test_split_kernel_virtual_order_in_the_triton_interpreter():
+    """The Triton kernel in exact mode: a row reads its keys through its branch's slots, giving what a plain
+    decode step (keys at their own slots) gives, bit for bit; and SDPA's result within rounding."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent("""
+        import torch
+        from hybridsd.attention import grouped_attention, split_kv_attention
+        torch.manual_seed(0)
+        for hkv, g, d, s in ((2, 2, 16, 200), (1, 4, 32, 130)):
+            start, t = 97, 6  # a tree: root, branch 0 of 2 tokens at 98-99, branch 1 of 3 at 100-102
+            q = torch.randn(hkv, g * t, d)
+            k, v = torch.randn(hkv, s, d), torch.randn(hkv, s, d)
+            key_slots = torch.arange(s).repeat(2, 1)
+            key_slots[1, start + 1 : start + 4] = torch.tensor([100, 101, 102])
+            branch = torch.tensor([0, 0, 0, 1, 1, 1])
+            pos = torch.tensor([0, 1, 2, 1, 2, 3]) + start
+            allowed = torch.arange(s)[None] <= pos[:, None]
+            tree = split_kv_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots, branch=branch)
+            ref = grouped_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots, branch=branch)
+            assert (tree - ref).abs().max() < 1e-5
+            # the same tokens as a chain: branch 1's keys copied to the slots its positions have
+            k2, v2 = k.clone(), v.clone()
+            k2[:, start + 1 : start + 4], v2[:, start + 1 : start + 4] = k[:, 100:103], v[:, 100:103]
+            chain = split_kv_attention(q, k2, v2, allowed, d ** -0.5, key_slots=torch.arange(s).repeat(2, 1),
+                                       branch=torch.zeros(t, dtype=torch.long))
+            rows = torch.arange(t) >= 3
+            assert torch.equal(tree.view(t, -1)[rows], chain.view(t, -1)[rows])
+        print("ok")
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
