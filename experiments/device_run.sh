@@ -56,6 +56,30 @@ for stage in "$@"; do
               --preset gpu-one-call --out-dir "$OUT/sweeps" ${SWEEP_ARGS:-} > "$OUT/sweep_full.log" 2>&1
             grep -v "it/s\]" "$OUT/sweep_full.log" | grep -A 30 -m 3 "FAILED\|Traceback" | head -80 | tee -a "$log"
             grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log" ;;
+    gputests) HYBRIDSD_INSTAFAIL=1 HYBRIDSD_EXACT_JSON="$OUT/exact_match.jsonl" HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} \
+              timeout ${TESTS_S:-420} python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_cuda.py \
+              tests/test_trees.py tests/test_real_models.py tests/test_bad_input.py -k "cuda or graphed or compiled or exact or another_device" \
+              > "$OUT/gpu_tests.log" 2>&1
+            grep -E "^(FAILED|ERROR)|passed|failed|^!! " "$OUT/gpu_tests.log" | head -40 | tee -a "$log" ;;
+    bench-exact) timeout ${BENCH_S:-300} python3 experiments/bench_speed.py --contexts 2048 512 \
+              --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead zoo \
+              --out "$OUT/speed_exact.json" 2>&1 | grep -v Warning | tail -30 | tee -a "$log" ;;
+    bench-tree) timeout ${BENCH_S:-300} python3 experiments/bench_tree.py --compile default --out "$OUT/bench_tree.json" \
+              2>&1 | grep -v Warning | tail -30 | tee -a "$log" ;;
+    real8b) D=/tmp/l31; rm -rf $D; export HF_HUB_OFFLINE=1
+            python3 experiments/make_checkpoint.py --out $D >> "$OUT/real8b.log" 2>&1
+            python3 -c "import json;open('$D/mt_bench.jsonl','w').write(''.join(json.dumps({'question_id':i,'turns':[t]})+'\n' for i,t in enumerate(['Write a haiku about rain.','Explain TCP slow start.','Write a Python function that sorts a list.'])))"
+            A="--model-dir $D/target --eagle-dir $D/eagle3 --dataset-name mt-bench --dataset-path $D --device cuda --output-len 96"
+            for m in none ngram eagle3 ngram-eagle3; do
+              timeout 120 python3 experiments/spec_bench.py $A --method $m --num-speculative-tokens-per-method \
+                '{"ngram": 5, "eagle3": 3}' --output "$OUT/l31__$m.jsonl" >> "$OUT/real8b.log" 2>&1
+            done
+            timeout 120 python3 experiments/spec_bench.py $A --method replay --num-spec-tokens 3 --num-prompts 2 \
+              --output-len 256 --output "$OUT/l31__replay.jsonl" >> "$OUT/real8b.log" 2>&1
+            timeout 150 python3 experiments/spec_bench.py $A --method ngram-eagle3 --num-speculative-tokens-per-method \
+              '{"ngram": 5, "eagle3": 3}' --compile auto --num-prompts 1 --output-len 32 \
+              --output "$OUT/l31__compile_auto.jsonl" >> "$OUT/real8b.log" 2>&1
+            grep -a "spec_bench:\|wrote\|Error\|error" "$OUT/real8b.log" | tail -20 | tee -a "$log" ;;
     *) echo "unknown stage $stage" | tee -a "$log" ;;
   esac
 done

@@ -90,6 +90,12 @@ class BenchConfig:
     dataset_path: str | None = None
     hf_split: str = "train"
     compile: str = "none"
+    tree: str = "none"
+    tree_depth: int = 6
+    tree_top_k: int = 10
+    tree_nodes: int = 60
+    tree_paths: tuple | None = None
+    exact: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -118,6 +124,17 @@ class BenchConfig:
             raise ValueError(f"--compile must be one of {tuple(COMPILE)}, got {self.compile!r}")
         if self.hybrid_policy not in ("prefer-ngram", "tree"):
             raise ValueError(f"--hybrid-policy must be 'prefer-ngram' or 'tree', got {self.hybrid_policy!r}")
+        if self.tree not in TREES:
+            raise ValueError(f"--tree must be one of {TREES}, got {self.tree!r}")
+        if self.tree != "none" and self.method not in ("eagle", "eagle3", "ngram-eagle", "ngram-eagle3"):
+            raise ValueError(f"--tree {self.tree} needs an EAGLE method, got --method {self.method}")
+        if self.tree == "static" and not self.tree_paths:
+            raise ValueError("--tree static needs --tree-paths (vLLM's speculative_token_tree, e.g. '[[0],[1],[0,0]]')")
+        for name in ("tree_depth", "tree_top_k", "tree_nodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.exact < 0:
+            raise ValueError(f"--exact must be a number of rows >= 1, got {self.exact}")
 
     def key(self) -> str:
         """A short hash naming this config in results rows (fields left at their defaults since they were
@@ -129,7 +146,9 @@ class BenchConfig:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
-ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile")
+ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
+                "tree_paths", "exact")
+TREES = ("none", "dynamic", "static")
 
 
 def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head folder>") -> dict | None:
@@ -156,6 +175,10 @@ def make_drafter(cfg: BenchConfig, heads: dict) -> hsd.Drafter | None:
         key = HEAD_KIND[kind]
         if key not in heads:
             raise ValueError(f"--method {cfg.method} needs an {key} head; loaded: {sorted(heads) or 'none'}")
+        if cfg.tree == "dynamic":
+            return hsd.EagleTreeDrafter(heads[key], depth=cfg.tree_depth, top_k=cfg.tree_top_k, nodes=cfg.tree_nodes)
+        if cfg.tree == "static":
+            return hsd.EagleTreeDrafter(heads[key], paths=[tuple(p) for p in cfg.tree_paths])
         return hsd.EagleDrafter(heads[key], k=cfg.k[kind])
 
     if cfg.method in ("none", "replay"):
@@ -365,7 +388,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 continue  # the prompt alone fills the context
             n_out = min(cfg.output_len, limit)
             kw = dict(max_new_tokens=n_out, temperature=cfg.temperature, eos_token_id=eos, seed=cfg.seed,
-                      cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile], on_double_bos="ignore")
+                      cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile], on_double_bos="ignore",
+                      exact=cfg.exact or False)
             if cfg.method == "replay":
                 k = cfg.k.get("replay", DEFAULT_K["eagle"])
                 drafter = hsd.ReplayDrafter(replay_continuation(model, ids, kw, k), k)
@@ -490,6 +514,15 @@ def parser() -> argparse.ArgumentParser:
                    help="auto: the checkpoint's dtype on a GPU, fp32 on CPU")
     p.add_argument("--no-cuda-graphs", action="store_true")
     p.add_argument("--compile", default="none", choices=tuple(COMPILE), help="generate(compile=...)")
+    p.add_argument("--tree", default="none", choices=TREES,
+                   help="EAGLE drafts a tree: EAGLE-2's dynamic tree or a static one (--tree-paths)")
+    p.add_argument("--tree-depth", type=int, default=6)
+    p.add_argument("--tree-top-k", type=int, default=10)
+    p.add_argument("--tree-nodes", type=int, default=60)
+    p.add_argument("--tree-paths", type=json.loads, default=None,
+                   help="static tree as vLLM's speculative_token_tree, e.g. '[[0],[1],[0,0]]'")
+    p.add_argument("--exact", type=int, nargs="?", const=16, default=0, metavar="ROWS",
+                   help="exact mode: every step a block of ROWS (16) rows, bf16 output identical to plain decoding")
     p.add_argument("--check-lossless", action="store_true", help="also decode plainly and compare tokens")
     p.add_argument("--print-output", action="store_true", help="print each output text")
     p.add_argument("--print-vllm-config", action="store_true", help="print vLLM's --speculative-config and exit")
@@ -519,8 +552,11 @@ def main(argv: list[str] | None = None) -> None:
                           device=a.device, dtype=a.dtype, cuda_graphs=not a.no_cuda_graphs,
                           check_lossless=a.check_lossless, eagle_dir=a.eagle_dir,
                           dataset_path=a.dataset_path if a.dataset_name == "hf" else None, hf_split=a.hf_split,
-                          compile=a.compile)
-    except ValueError as e:
+                          compile=a.compile, tree=a.tree, tree_depth=a.tree_depth, tree_top_k=a.tree_top_k,
+                          tree_nodes=a.tree_nodes,
+                          tree_paths=tuple(tuple(p) for p in a.tree_paths) if a.tree_paths else None,
+                          exact=a.exact)
+    except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:
         print(json.dumps(vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")))
