@@ -347,6 +347,7 @@ def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> 
             "decode_tokens_per_s": 1e3 / fwd["chain_q1"], "tokens_per_s": len(res.tokens) / wall}
 
 
+@torch.inference_mode()
 def prefill_ms(model, ids: list[int], cfg: BenchConfig, repeats: int = 5) -> float:
     """Median wall time of the prompt's prefill pass as ``generate`` runs it (first run excluded: warm-up)."""
     from hybridsd.target import target_for
