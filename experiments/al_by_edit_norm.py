@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridsd import results
+from simulate_al import json_safe  # noqa: E402  (experiments/simulate_al.py)
 from hybridsd.analytic import ModelFit, harmonic_al, harmonic_calibrate_ngram, model_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,18 +154,6 @@ def errors(preds: dict, table: list[dict]) -> list[dict]:
     return out
 
 
-def _clean(x):
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [_clean(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return None if not np.isfinite(x) else float(x)
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="spec_bench JSONL files (paths or globs)")
@@ -203,7 +192,7 @@ def main(argv=None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.with_name(a.out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(_clean(doc), indent=1) + "\n")
+        f.write(json.dumps(json_safe(doc), indent=1) + "\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, a.out)

@@ -225,12 +225,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def _clean(x):
+def json_safe(x):
     """JSON-safe copy (NaN -> None, numpy -> Python)."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple, np.ndarray)):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     if isinstance(x, (float, np.floating)):
         return None if not np.isfinite(x) else float(x)
     if isinstance(x, np.integer):
@@ -292,7 +292,7 @@ def _write(c: dict) -> None:
                                for p, ps in c["preds"].items()},
         "seconds": c["seconds"],
     }
-    args.out.with_suffix(".json").write_text(json.dumps(_clean(doc), indent=1) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(json_safe(doc), indent=1) + "\n")
     with args.out.with_suffix(".csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["split", "bin_lo", "bin_hi", "n", "mean_edit_norm", "mean_tokens", "policy", "al_corpus",
