@@ -137,18 +137,23 @@ class EagleDrafter(Drafter):
 
     def _graphed(self, m: int) -> torch.Tensor:
         """Catch up on the ``m`` queued pairs and draft ``k`` tokens greedily by one graph replay: ``[k]`` ids."""
+        return self._replay(_GraphedDraft, m, self.k).clone()  # the graph's output buffer is reused
+
+    def _replay(self, make, m: int, slots: int) -> torch.Tensor:
+        """Catch up on the ``m`` queued pairs and draft by one replay of the graph ``make(self, m, kv_len)``
+        captured for this (m, KV bucket), using ``slots`` draft slots past them: the graph's output buffer."""
         p = self.committed
-        self._ensure_capacity(p + m + self.k)
-        kv_len = self.cache.span(p + m + self.k)  # a bucket: the same graph serves many steps
+        self._ensure_capacity(p + m + slots)
+        kv_len = self.cache.span(p + m + slots)  # a bucket: the same graph serves many steps
         g = self._graphs.get((m, kv_len))
         if g is None:
-            g = self._graphs[(m, kv_len)] = _GraphedDraft(self, m, kv_len)
+            g = self._graphs[(m, kv_len)] = make(self, m, kv_len)
         g.load(self._pending, p)
         self._pending = []
-        last, tokens = g(next((o.graph for o in self._graphs.values() if o.graph is not None), None))
+        last, out = g(next((o.graph for o in self._graphs.values() if o.graph is not None), None))
         self.cache.rewind(p + m)
         self._last = last  # [1, 1, h] valid until this graph's next replay, which first sets a new _last
-        return tokens.clone()  # the graph's output buffer is reused
+        return out
 
     def _ensure_capacity(self, need: int) -> None:
         """Allocate the head cache, or grow it (doubling, committed slots kept) to hold ``need`` slots."""

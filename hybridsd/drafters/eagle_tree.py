@@ -159,19 +159,7 @@ class EagleTreeDrafter(EagleDrafter):
 
     def _graphed_tree(self, m: int) -> torch.Tensor:
         """Catch up on the ``m`` queued pairs and build a dynamic tree by one graph replay: :meth:`_build`'s output."""
-        p = self.committed
-        slots = self._slots(self.depth)
-        self._ensure_capacity(p + m + slots)
-        kv_len = self.cache.span(p + m + slots)
-        g = self._graphs.get((m, kv_len))
-        if g is None:
-            g = self._graphs[(m, kv_len)] = _GraphedTree(self, m, kv_len)
-        g.load(self._pending, p)
-        self._pending = []
-        last, packed = g(next((o.graph for o in self._graphs.values() if o.graph is not None), None))
-        self.cache.rewind(p + m)
-        self._last = last  # [1, 1, h] valid until this graph's next replay, which first sets a new _last
-        return packed  # read by the caller before any other replay
+        return self._replay(_GraphedTree, m, self._slots(self.depth))  # read by the caller before any other replay
 
     def _static_plan(self) -> None:
         """Per level: the nodes that have children (expanded), their slots and their children's ranks."""
