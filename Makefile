@@ -5,7 +5,7 @@ LATEXMK ?= latexmk
 .PHONY: paper figures clean-paper
 
 figures:
-	$(PYTHON) paper/make_figures.py
+	$(PYTHON) -m paper.make_figures
 
 paper: figures
 	cd paper && $(LATEXMK) -pdf -interaction=nonstopmode -halt-on-error -outdir=build hybridsd.tex

@@ -1,6 +1,6 @@
 """A split-K Triton kernel for few-row matmuls against ``F.linear`` on the 8B shape's matrices, 1 and 9 rows.
 
-    python experiments/bench_linear.py --out experiments/results/bench_linear.json
+    python -m experiments.bench_linear --out experiments/results/bench_linear.json
 
 Each timing is a CUDA graph of ``calls`` back-to-back multiplications cycling over copies of the weight
 that together exceed the L2 cache several times (as 32 layers would), median of CUDA-event timings of

@@ -6,7 +6,7 @@ span, so matches come and go) and "code-bytes" (UTF-8 bytes of real before/after
 code_edits_dev.jsonl, each after-file mostly copying its before-file). Each call ends the context
 at a different position just below the target length, so the figures mix hits and misses.
 
-    python experiments/bench_ngram.py [--calls 4000] [--out experiments/results/bench_ngram.json]
+    python -m experiments.bench_ngram [--calls 4000] [--out experiments/results/bench_ngram.json]
 """
 
 from __future__ import annotations

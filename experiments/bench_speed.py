@@ -1,6 +1,6 @@
 """Step times on the GPU against the memory-bandwidth floor and HF baselines, measured in one run.
 
-    python experiments/bench_speed.py --out experiments/results/bench_speed.json
+    python -m experiments.bench_speed --out experiments/results/bench_speed.json
 
 A Llama-3.1-8B-shaped ``LlamaForCausalLM`` in bf16 with random weights (a step's time does not
 depend on the weights' values), batch 1. Floor = weight bytes / device-to-device copy bandwidth

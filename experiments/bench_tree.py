@@ -1,6 +1,6 @@
 """Cost of draft trees on the GPU: verifying a 64-row tree against the bandwidth floor, and building an EAGLE-2 tree.
 
-    python experiments/bench_tree.py --out experiments/results/bench_tree.json
+    python -m experiments.bench_tree --out experiments/results/bench_tree.json
 
 A Llama-3.1-8B-shaped model in bf16 with random weights (``bench_speed.llama8b``), our target with CUDA
 graphs and ``torch.compile`` (``--compile``, default ``auto``). Timed by CUDA events (medians after
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_speed import copy_bandwidth, cuda_median_ms, llama8b
+from experiments.bench_speed import copy_bandwidth, cuda_median_ms, llama8b
 from hybridsd import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter

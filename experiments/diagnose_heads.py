@@ -1,6 +1,6 @@
 """Does decoding use a head exactly as training did? And how well does each head predict the answer region?
 
-    python experiments/diagnose_heads.py --prompts 3 --out experiments/results/zoo/head_diagnosis.json
+    python -m experiments.diagnose_heads --prompts 3 --out experiments/results/zoo/head_diagnosis.json
 
 For held-out code-edit prompts, the target's greedy answer is computed; then for each head (1) the training
 path (``hybridsd.eagle.train.unroll``, step 0) predicts every next-next token, and its agreement with the

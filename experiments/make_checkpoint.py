@@ -1,6 +1,6 @@
 """Write a random-weight target shaped like Llama-3.1-8B-Instruct and EAGLE-1/EAGLE-3 heads in the public layouts.
 
-    python experiments/make_checkpoint.py --out /tmp/llama31-random [--layers 32] [--device cuda]
+    python -m experiments.make_checkpoint --out /tmp/llama31-random [--layers 32] [--device cuda]
 
 Gives ``OUT/target`` (``config.json`` as Llama-3.1-8B-Instruct's: hidden 4096, 32 layers, 32/8 heads, vocab
 128256, rope llama3 scaling; bf16 safetensors shards; a generation config), ``OUT/eagle1`` and ``OUT/eagle3``

@@ -6,8 +6,8 @@ template's few tokens do not change what n-gram can copy), its reference output 
 ``hybridsd.simulate`` for the simulation. Models are fitted on a random half of the examples (per-bin
 corpus ALs, bootstrap CIs from resampling examples within bins) and scored per bin on the other half.
 
-    python experiments/simulate_al.py            # all 3,724 examples
-    python experiments/simulate_al.py --limit 400
+    python -m experiments.simulate_al            # all 3,724 examples
+    python -m experiments.simulate_al --limit 400
 """
 
 from __future__ import annotations

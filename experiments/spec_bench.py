@@ -4,7 +4,7 @@ Flags follow vLLM's ``examples/offline_inference/spec_decode.py`` (``--model-dir
 ``--method``, ``--num-spec-tokens``, ``--num-speculative-tokens-per-method``, ``--prompt_lookup_min/max``,
 ``--dataset-name hf --dataset-path``, ``--hf-output-len``, ...). A real model and a Hub dataset:
 
-    python experiments/spec_bench.py --model-dir meta-llama/Llama-3.1-8B-Instruct \\
+    python -m experiments.spec_bench --model-dir meta-llama/Llama-3.1-8B-Instruct \\
         --eagle-dir yuhuili/EAGLE-LLaMA3.1-Instruct-8B --method ngram-eagle \\
         --num-speculative-tokens-per-method '{"ngram": 5, "eagle": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 \\
         --tp 1 --dataset-name hf --dataset-path vdaita/edit_5k_char --num-prompts 90 --hf-output-len 2048 \\
@@ -18,7 +18,7 @@ weights are read.
 
 Data parallel, one shard of the prompts per process (GPU ``cuda:{LOCAL_RANK}`` when ``--device cuda``):
 
-    torchrun --nproc_per_node=4 experiments/spec_bench.py --method ngram-eagle ... --output OUT.jsonl
+    torchrun --nproc_per_node=4 -m experiments.spec_bench --method ngram-eagle ... --output OUT.jsonl
 
 Each rank writes ``OUT.jsonl.rank{r}.part``; rank 0 then merges them into OUT.jsonl in the prompts' order,
 so the file holds the rows a one-process run writes (timings and run_info aside).
@@ -45,9 +45,7 @@ import hybridsd as hsd
 from hybridsd import checkpoint, data, prompts, provenance
 from hybridsd.edit_distance import edit_norm
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dp  # noqa: E402  (experiments/distributed.py)
+from experiments import distributed as dp
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
 METHOD_ALIASES = {"vanilla": "none"}
@@ -329,7 +327,7 @@ def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> 
     (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
     (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate) against
     the measured ``tokens_per_s`` (prefill included)."""
-    from bench_speed import ours_ms  # experiments/bench_speed.py, the same step timing
+    from experiments.bench_speed import ours_ms  # the same step timing
 
     from hybridsd.target import target_for
 

@@ -1,9 +1,9 @@
 """Run spec_bench over the project's grid of methods, draft lengths, datasets and BOS modes, one JSONL per config.
 
-    python experiments/sweep.py --preset cpu-small --device cpu     # this CPU, about 10 minutes
-    python experiments/sweep.py --preset gpu-full                   # the H200 (resumable: rerun to continue)
-    python experiments/sweep.py --preset cpu-small --dry-run        # list the configs and prompt counts
-    torchrun --nproc_per_node=4 experiments/sweep.py --preset gpu-full   # 4 GPUs, each config's prompts sharded
+    python -m experiments.sweep --preset cpu-small --device cpu     # this CPU, about 10 minutes
+    python -m experiments.sweep --preset gpu-full                   # the H200 (resumable: rerun to continue)
+    python -m experiments.sweep --preset cpu-small --dry-run        # list the configs and prompt counts
+    torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
 
 Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per 0.05 edit-norm
 bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
@@ -34,9 +34,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dp  # noqa: E402
-import spec_bench as sb  # noqa: E402
+from experiments import distributed as dp
+from experiments import spec_bench as sb
 
 from hybridsd.data import default_data_dir  # noqa: E402
 from hybridsd.provenance import run_info  # noqa: E402
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
-    call = {"started": started, "command": f"{launcher} experiments/sweep.py " + " ".join(sys.argv[1:] if argv is None
+    call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(sys.argv[1:] if argv is None
                                                                                            else argv),
             "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(),
             **({"world_size": world} if world > 1 else {}), "configs": []}

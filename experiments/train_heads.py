@@ -1,7 +1,7 @@
 """Train the zoo target's EAGLE-1 and EAGLE-3 heads on text the target itself generates (one GPU).
 
-    python experiments/train_heads.py --data ../shared/data --out hybridsd/models/tiny-coder
-    python experiments/train_heads.py --target /tmp/new/tiny-coder --out /tmp/new/tiny-coder \
+    python -m experiments.train_heads --data ../shared/data --out hybridsd/models/tiny-coder
+    python -m experiments.train_heads --target /tmp/new/tiny-coder --out /tmp/new/tiny-coder \
         --init-heads hybridsd/models/tiny-coder      # a retrained target; heads start from the old ones
 
 1. Prompts: the Blazedit prompts of the code-edit rows outside the held-out split, with the change

@@ -10,8 +10,8 @@ Output (``hybridsd/models/tiny-coder/``): ``tokenizer.json`` plus what
 chat template, adds BOS when ``add_special_tokens=True`` (so the doubled-BOS mistake reproduces), has no
 normalizer and round-trips any text exactly (``decode(encode(code)) == code``).
 
-    python experiments/train_tokenizer.py            # full run (about 1-2 minutes on 2 cores)
-    python experiments/train_tokenizer.py --smoke    # tiny corpus, written to /tmp, for testing the script
+    python -m experiments.train_tokenizer            # full run (about 1-2 minutes on 2 cores)
+    python -m experiments.train_tokenizer --smoke    # tiny corpus, written to /tmp, for testing the script
 """
 
 from __future__ import annotations

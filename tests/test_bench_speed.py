@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
-
 from conftest import tiny_target
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import bench_speed  # noqa: E402
-
-import hybridsd as hsd  # noqa: E402
-from hybridsd.drafters.replay import ReplayDrafter  # noqa: E402
-from hybridsd.target import Target  # noqa: E402
+import hybridsd as hsd
+from experiments import bench_speed
+from hybridsd.drafters.replay import ReplayDrafter
+from hybridsd.target import Target
 
 
 def test_accepted_continuation_is_a_fixed_point_in_bf16():
