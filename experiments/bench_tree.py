@@ -2,9 +2,9 @@
 
     python -m experiments.bench_tree --out experiments/results/bench_tree.json
 
-A Llama-3.1-8B-shaped model in bf16 with random weights (``bench_speed.llama8b``), our target with CUDA
+A Llama-3.1-8B-shaped model in bf16 with random weights (``speed_steps.llama8b``), our target with CUDA
 graphs and ``torch.compile`` (``--compile``, default ``auto``). Timed by CUDA events (medians after
-warm-up, ``bench_speed.cuda_median_ms``) at each context:
+warm-up, ``speed_steps.cuda_median_ms``) at each context:
 
 - ``decode_ms``: one 1-token step; ``chain_q9_ms``: a 9-token chain block; ``tree_q64_ms``: the forward of
   a 64-row tree block (root + 63 nodes of a random tree of depth <= 7) with its tree mask;
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from experiments.bench_speed import copy_bandwidth, cuda_median_ms, llama8b
+from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b
 from hybridsd import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter

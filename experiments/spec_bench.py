@@ -327,7 +327,7 @@ def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> 
     (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
     (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate) against
     the measured ``tokens_per_s`` (prefill included)."""
-    from experiments.bench_speed import ours_ms  # the same step timing
+    from experiments.speed_steps import ours_ms  # bench_speed's step timing
 
     from hybridsd.target import target_for
 
