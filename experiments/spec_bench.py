@@ -46,6 +46,7 @@ from hybridsd import checkpoint, data, prompts, provenance
 from hybridsd.edit_distance import edit_norm
 
 from experiments import distributed as dp
+from experiments.speed_loop import accepted_continuation
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
 METHOD_ALIASES = {"vanilla": "none"}
@@ -310,18 +311,6 @@ def peak_memory_gb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-def replay_continuation(model, ids, kw: dict, k: int) -> list[int]:
-    """The plain greedy output, replayed until the speculative run reproduces it (a verify block may round
-    differently from one-token decoding in bf16): what ``ReplayDrafter`` drafts with every token accepted."""
-    cont = hsd.generate(model, ids, **kw).tokens
-    for _ in range(8):
-        out = hsd.generate(model, ids, drafter=hsd.ReplayDrafter(cont, k), **kw).tokens
-        if out == cont:
-            break
-        cont = out
-    return cont
-
-
 def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> dict:
     """For a replay row on CUDA: the graphed forward of 1 token (``decode_ms``) and of a verify block of k+1
     (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
@@ -415,7 +404,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                       exact=cfg.exact or False)
             if cfg.method == "replay":
                 k = cfg.k.get("replay", DEFAULT_K["eagle"])
-                drafter = hsd.ReplayDrafter(replay_continuation(model, ids, kw, k), k)
+                drafter = hsd.ReplayDrafter(accepted_continuation(model, ids, k, rounds=8, **kw), k)
             if cuda:
                 torch.cuda.synchronize()  # host sync: the timer starts with an idle device
             t0 = time.perf_counter()

@@ -195,7 +195,7 @@ def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 1
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     ids = torch.randint(0, min(1000, model.config.vocab_size), (ctx,))
-    cont = accepted_continuation(model, ids, new_tokens, k, False)
+    cont = accepted_continuation(model, ids, k, max_new_tokens=new_tokens, eos_token_id=[], compile=False)
 
     def run():
         return hsd.generate(model, ids, drafter=ReplayDrafter(cont, k), max_new_tokens=new_tokens, eos_token_id=[])

@@ -16,14 +16,14 @@ from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.target import _TARGETS, target_for
 
 
-def accepted_continuation(model, ids, n: int, k: int, compile, rounds: int = 12) -> list[int]:
-    """A continuation that :class:`ReplayDrafter` (``k``) drafts with every token accepted: in bf16 a verify
-    block may round differently from one-token decoding, so the plain output is replayed, and the speculative output
-    replayed again, until it reproduces itself (each round fixes at least one more step)."""
-    cont = hsd.generate(model, ids, max_new_tokens=n, eos_token_id=[], compile=compile).tokens
+def accepted_continuation(model, ids, k: int, rounds: int = 12, **kw) -> list[int]:
+    """A continuation that :class:`ReplayDrafter` (``k``) drafts with every token accepted, for ``generate()``
+    with the arguments ``kw``: in bf16 a verify block may round differently from one-token decoding, so the plain
+    output is replayed, and the speculative output replayed again, until it reproduces itself (each round fixes at
+    least one more step; at most ``rounds`` rounds)."""
+    cont = hsd.generate(model, ids, **kw).tokens
     for _ in range(rounds):
-        out = hsd.generate(model, ids, drafter=ReplayDrafter(cont, k), max_new_tokens=n, eos_token_id=[],
-                           compile=compile).tokens
+        out = hsd.generate(model, ids, drafter=ReplayDrafter(cont, k), **kw).tokens
         if out == cont:
             break
         cont = out
@@ -85,7 +85,7 @@ def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool | str = False, ne
     sync = torch.cuda.synchronize if next(model.parameters()).device.type == "cuda" else (lambda: None)
     vocab = min(1000, model.config.vocab_size)
     ids = torch.randint(0, vocab, (ctx,))
-    replay = accepted_continuation(model, ids, new_tokens, 8, compile)
+    replay = accepted_continuation(model, ids, 8, max_new_tokens=new_tokens, eos_token_id=[], compile=compile)
     out = {}
     for name, make in {"plain": lambda: None, "replay_k8": lambda: ReplayDrafter(replay, 8)}.items():
         def timed(n):

@@ -16,7 +16,7 @@ def test_accepted_continuation_is_a_fixed_point_in_bf16():
     """In bf16 the plain output need not survive verify passes; the fixed point does, every draft accepted."""
     model = tiny_target("llama", vocab=500, seed=1, layers=2).to(torch.bfloat16)
     ids = torch.randint(3, 500, (40,), generator=torch.Generator().manual_seed(0))
-    cont = speed_loop.accepted_continuation(model, ids, 48, 8, False)
+    cont = speed_loop.accepted_continuation(model, ids, 8, max_new_tokens=48, eos_token_id=[], compile=False)
     res = hsd.generate(model, ids, drafter=ReplayDrafter(cont, 8), max_new_tokens=48, eos_token_id=[])
     assert res.tokens == cont
     assert sum(s.accepted for s in res.stats.trace) == sum(s.drafted for s in res.stats.trace) == 48 - 1 - len(
