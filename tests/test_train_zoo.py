@@ -5,6 +5,7 @@ edits, the gate's prompt spread and its rank correlation. No training here: the 
 from __future__ import annotations
 
 import ast
+import random
 import sys
 from pathlib import Path
 
@@ -44,6 +45,40 @@ def join(parts):
 '''
 
 
+DONOR = '''import json
+
+
+def load(path):
+    """Read a JSON file."""
+    with open(path) as f:
+        data = json.load(f)
+    return {k.lower(): v for k, v in data.items()}
+
+
+class Cache:
+    def __init__(self):
+        self.items = {}
+        self.hits = 0
+'''
+
+
+@pytest.mark.parametrize("transform", [tz.t_rewrite_body, tz.t_insert_foreign])
+@pytest.mark.parametrize("seed", range(6))
+def test_donor_transforms_write_text_from_the_other_file(transform, seed):
+    """The donor transforms bring lines that are in the donor file and nowhere in the input, keep the file
+    parseable, and the located request names every changed place."""
+    text, donor = DONOR, SOURCE + "\n\ndef count(items):\n    n = 0\n    for x in items:\n        n += 1\n    return n\n"
+    lines = text.splitlines(keepends=True)
+    got = transform(text, ast.parse(text), lines, random.Random(seed), donor)
+    assert got is not None
+    instr, after = got
+    ast.parse(after)
+    new = {ln.strip() for ln in after.splitlines()} - {ln.strip() for ln in lines}
+    assert new and all(ln in {d.strip() for d in donor.splitlines()} for ln in new)
+    request = located_request(text, after, instr, 6)
+    assert len([ln for ln in request.splitlines() if ln.startswith("- ")]) == len(change_places(text, after, 6))
+
+
 def _slow_spearman(x, y):
     """Pearson correlation of average ranks, ranks by counting (the textbook definition)."""
     def ranks(v):
@@ -77,7 +112,7 @@ def test_gate_rows_spread_over_bins_and_respect_the_size_limit():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_synthetic_edits_carry_a_located_request(seed):
-    got = tz.synthetic_edit((seed, SOURCE, "located", 6))
+    got = tz.synthetic_edit((seed, SOURCE, DONOR, "located", 6))
     if got is None:
         pytest.skip("this seed's transforms did not apply")
     ast.parse(got["after"])
@@ -85,7 +120,7 @@ def test_synthetic_edits_carry_a_located_request(seed):
                                                  got["instruction"].splitlines()[0], 6)
     assert len([ln for ln in got["instruction"].splitlines() if ln.startswith("- ")]) == \
         len(change_places(got["before"], got["after"], 6))
-    plain = tz.synthetic_edit((seed, SOURCE, "subject", 6))
+    plain = tz.synthetic_edit((seed, SOURCE, DONOR, "subject", 6))
     assert plain["after"] == got["after"] and plain["instruction"] == got["instruction"].splitlines()[0]
 
 
