@@ -10,10 +10,10 @@
 #   tests   tests/test_cuda.py (CUDA graphs, compile, lossless fp32 on GPU, bf16 match rate)
 #   heads3  retrain the EAGLE-3 head with the full vocabulary as draft vocabulary (-> $OUT/heads/eagle3)
 #   gate    the retrained EAGLE-3 head (if heads3 ran) against EAGLE-1: spec_bench k=3 on held-out edits
-#   speed   experiments/bench_speed.py (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
+#   speed   experiments.bench_speed (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
 #   profile 8B-shape steps compiled (default and max-autotune), and the kernel split of a compiled step
 #           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments)
-#   sweep   experiments/sweep.py --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
+#   sweep   experiments.sweep --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
 #   echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
