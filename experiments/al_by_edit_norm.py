@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from hybridsd import results
+from experiments.distributed import write_atomic
 from experiments.simulate_al import json_safe
 from hybridsd.analytic import ModelFit, harmonic_al, harmonic_calibrate_ngram, model_error
 
@@ -190,12 +190,7 @@ def main(argv=None) -> int:
         simulated = [t for c in BINNINGS for t in bin_table(sim_df, edges, c, a.n_boot)] if len(sim_df) else []
         doc.update(simulated=simulated, sim_skipped_prompts=skipped, errors_vs_simulated=errors(preds, simulated))
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_name(a.out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(json_safe(doc), indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, a.out)
+    write_atomic(a.out, json.dumps(json_safe(doc), indent=1) + "\n")
     for t in measured:
         print(f"{t['binning']:16s} {t['variant']:18s} {t['bin']:14s} n={t['n']:3d} seq AL {t['seq_al']:.2f} "
               f"prec AL {t['precision_al']:.2f}")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.distributed import write_atomic
 from hybridsd.drafters.ngram import ngram_propose
 from hybridsd.provenance import run_info
 
@@ -107,7 +108,7 @@ def main() -> None:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"run_info": run_info(), "min_n": MIN_N, "max_n": MAX_N, "k": K, "results": results}
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(payload, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from experiments.distributed import write_atomic
 from experiments.speed_diagnostics import capacity_check, profile_loop, profile_step, step_conditions
 from experiments.speed_loop import hf_generate_ms_per_token, loop_overhead, zoo_speed
 from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_draft_ms, hf_eager_decode_ms,
@@ -79,7 +80,7 @@ def main() -> None:
 
     def save():
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
+        write_atomic(a.out, json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
     exact_cap = max(a.contexts) + EXACT_NEW_TOKENS + EXACT_ROWS

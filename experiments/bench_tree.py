@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from experiments.distributed import write_atomic
 from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b
 from hybridsd import provenance
 from hybridsd.drafters.base import ProposeRequest
@@ -120,12 +120,7 @@ def main() -> None:
         res["contexts"][str(ctx)] = r
         print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, a.out)
+    write_atomic(a.out, json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
+from experiments.distributed import write_atomic
 from hybridsd import data, prompts, provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.eagle.train import _target_pass, unroll
@@ -59,7 +60,8 @@ def main() -> None:
     exs = [e for e in data.load_code_edits() if e.id in keep and len(e.input_text) < 1500][: a.prompts]
     res = {"run_info": provenance.run_info(), "config": vars(a) | {"out": str(a.out)},
            "heads": {kind: diagnose(model, tok, head, exs, a.max_new, a.positions) for kind, head in heads.items()}}
-    a.out.write_text(json.dumps(res, indent=1))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(a.out, json.dumps(res, indent=1))
     print(json.dumps(res["heads"], indent=1))
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
+from experiments.distributed import write_atomic
 from hybridsd import provenance
 
 BOS, EOT, END_OF_TEXT = 0, 4, 1  # in the zoo tokenizer
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--out {a.out} exists and is not empty")
     info = build(a.out, a.layers, a.device)
     info["run_info"] = provenance.run_info()
-    (a.out / "make_checkpoint.json").write_text(json.dumps(info, indent=1))
+    write_atomic(a.out / "make_checkpoint.json", json.dumps(info, indent=1))
     print(json.dumps({k: v for k, v in info.items() if k != "run_info"}), file=sys.stderr)
 
 

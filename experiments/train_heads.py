@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
+from experiments.distributed import write_atomic
 from hybridsd import data, prompts, provenance
 from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
@@ -154,12 +154,7 @@ def main() -> None:
                                  "holdout_agreement": acc}
     report["wall_s"] = time.perf_counter() - t_start
     dest = a.out / f"heads_training_{'_'.join(a.kinds)}.json"
-    tmp = dest.with_name(dest.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(report, indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, dest)
+    write_atomic(dest, json.dumps(report, indent=1))
     log("done")
 
 

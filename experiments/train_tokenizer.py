@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from experiments.distributed import write_atomic
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 MT_BENCH = Path("/work/shared/data/mt_bench.jsonl")
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
             "code_files": len(code), "code_chars": sum(map(len, code)), "english_texts": len(english),
             "english_chars": sum(map(len, english)), "excluded_packages": sorted(EXCLUDED_PACKAGES),
             "vocab_size": len(tokenizer), "wall_s": round(time.time() - start, 1), **stats}
-    (out / "tokenizer_training.json").write_text(json.dumps(info, indent=2) + "\n")
+    write_atomic(out / "tokenizer_training.json", json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
 
 
