@@ -46,6 +46,7 @@ RESULTS = REPO / "experiments" / "results"
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 FIG, TAB = PAPER / "figures", PAPER / "tables"
 
+sys.path.insert(0, str(REPO))
 from hybridsd import results  # noqa: E402
 
 plt.rcParams.update({
