@@ -124,12 +124,13 @@ class TargetConfig:
     def __post_init__(self) -> None:
         if self.change_request not in CHANGE_REQUESTS:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
+        if not self.change_weight > 0:
+            raise ValueError(f"change_weight must be > 0, got {self.change_weight}")
 
 
 CHANGE_REQUESTS = ("located", "subject")
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
 FINETUNE = dict(pretrain_chars=0, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2, sft_epochs=3,
-                change_weight=8.0,
                 sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=250.0, deadline_s=350.0, reserve_s=60.0,
                 gate_time_s=50.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
@@ -908,6 +909,8 @@ def cmd_target(args) -> None:
     from transformers import AutoTokenizer
 
     overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
+    if args.change_weight is not None:
+        overrides["change_weight"] = args.change_weight
     cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
     t0 = time.time()
     random.seed(cfg.seed)
@@ -1104,6 +1107,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: --init, else tiny-coder)")
     p.add_argument("--change-request", choices=CHANGE_REQUESTS, default="located",
                    help="located: where and how much changes (hybridsd.edit_requests); subject: the subject alone")
+    p.add_argument("--change-weight", type=float, default=None,
+                   help="loss weight of the answer tokens where the edit departs from a copy (default 1)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
