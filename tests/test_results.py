@@ -1,4 +1,4 @@
-"""hybridsd.results on small hand-written spec_bench rows: loading, corpus ALs, bins, match rates."""
+"""experiments.results on small hand-written spec_bench rows: loading, corpus ALs, bins, match rates."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
-from hybridsd import results  # noqa: E402
+from experiments import results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def row(method, example_id, tokens, passes, drafts=0, accepted=0, app=(), *, k=None, policy="prefer-ngram",
         bos="single", ref=0.1, out_e=0.2, output=None, steps=None, device="cpu", dataset="code-edits"):
-    """One spec_bench row with just the fields hybridsd.results reads."""
+    """One spec_bench row with just the fields experiments.results reads."""
     r = {
         "config_key": f"{method}-{policy}-{bos}-{k}", "example_id": example_id, "dataset": dataset,
         "ref_edit_norm": ref, "prompt_tokens": 50, "output_edit_norm": out_e,
@@ -184,7 +184,7 @@ def test_compare_bos_sums_counters_over_paired_prompts(tmp_path):
 
 
 def speed_doc(commit, floor, contexts, **sections):
-    """A bench_speed.json document with just the fields hybridsd.results reads."""
+    """A bench_speed.json document with just the fields experiments.results reads."""
     return {"run_info": {"device": "GPU", "commit": commit, "date": "2026-01-01", "torch": "2.11"},
             "floor_ms": floor, "copy_bandwidth_TBps": 4.0, "weight_GB": 16.0, "layers": 32, "contexts": contexts,
             **sections}
@@ -580,7 +580,7 @@ def test_load_simulation_tables(tmp_path):
 
 
 def test_summarize_runs_cli_prints_corpus_al(runs):
-    out = subprocess.run([sys.executable, str(REPO / "experiments" / "summarize_runs.py"), str(runs / "a.jsonl")],
+    out = subprocess.run([sys.executable, "-m", "experiments.summarize_runs", str(runs / "a.jsonl")], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     ngram_line = next(line.split() for line in out.splitlines() if line.split()[1:3] == ["ngram", "5"])
     assert ngram_line[5:8] == ["2", "3.0", "3.0"]  # n, seq AL, precision AL

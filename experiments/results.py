@@ -308,7 +308,7 @@ def _bin_labels(edges: Sequence[Sequence[float]]) -> list[str]:
 
 
 def load_simulation(path: str | Path) -> dict:
-    """``experiments/simulate_al.json`` as tables: ``bins`` (split, bin, bin_lo, bin_hi, n, mean_e,
+    """``experiments/results/simulation/simulate_al.json`` as tables: ``bins`` (split, bin, bin_lo, bin_hi, n, mean_e,
     mean_tokens, policy, al (corpus), al_mean, precision_al), ``predictions`` (held-out half: policy, model,
     bin, mean_e, measured, predicted, error = predicted - measured), ``errors`` (policy, model, mae, rmse,
     max_abs, mean_rel, n, params), and ``run_info``, ``config``, ``models`` (descriptions) as stored."""
@@ -380,8 +380,8 @@ def _speed_name(name: str) -> tuple[str, str, str, int | None, str]:
 
 def _speed_docs(paths_or_globs) -> list[tuple[str, dict]]:
     """(run, document) of each bench_speed JSON file named (paths or glob patterns); run = the file's stem, or
-    "folder/stem" for files whose stems the call names more than once (``speed_session3/steps_and_baselines`` and
-    ``speed_session4/steps_and_baselines`` loaded together), so no two files share a run."""
+    "folder/stem" for files whose stems the call names more than once (two runs' ``steps_and_baselines.json``
+    from different folders loaded together), so no two files share a run."""
     paths = _paths(paths_or_globs)
     stems = [p.stem for p in paths]
     return [(f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem, json.loads(p.read_text()))
