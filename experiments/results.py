@@ -138,7 +138,7 @@ def bin_edit_norm(df, bins: Sequence[float] = EDIT_BINS, column: str = "ref_edit
     from hybridsd.data import bin_index
 
     edges = [float(b) for b in bins]
-    labels = _bin_labels(list(zip(edges[:-1], edges[1:])))
+    labels = bin_labels(list(zip(edges[:-1], edges[1:])))
     idx = bin_index(pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float), edges)
     ok = idx >= 0
     lo = np.where(ok, np.asarray(edges)[np.clip(idx, 0, None)], np.nan)
@@ -303,7 +303,8 @@ def provenance(df):
     return _group(df, cols).size().rename("rows").reset_index()
 
 
-def _bin_labels(edges: Sequence[Sequence[float]]) -> list[str]:
+def bin_labels(edges: Sequence[Sequence[float]]) -> list[str]:
+    """``[a, b)`` per bin (the last closed: ``[a, b]``), two decimals."""
     return [f"[{a:.2f}, {b:.2f}{']' if i == len(edges) - 1 else ')'}" for i, (a, b) in enumerate(edges)]
 
 
@@ -316,7 +317,7 @@ def load_simulation(path: str | Path) -> dict:
 
     doc = json.loads(Path(path).read_text())
     edges = doc["bins"]
-    labels = _bin_labels(edges)
+    labels = bin_labels(edges)
     nan = lambda v: math.nan if v is None else v  # noqa: E731
     bins, preds, errs = [], [], []
     policies = [k[: -len("_al_mean")] for k in doc["tables"]["all"] if k.endswith("_al_mean")]
