@@ -1,6 +1,5 @@
 """The GPU sweep of tiny-coder (experiments/results/sweeps/zoo_h200_bf16/): provenance, corpus AL per data set,
-method and k, per-position acceptance, single against doubled BOS; and the CPU sweep
-(experiments/results/sweeps/zoo_cpu_fp32/), secondary."""
+method and k, per-position acceptance, and single against doubled BOS."""
 
 from __future__ import annotations
 
@@ -13,10 +12,9 @@ import matplotlib.pyplot as plt
 from experiments import results
 from paper.sections.simulation import SIMULATION
 from paper.sections.style import VARIANT_COLOR, VARIANT_LABEL, savefig
-from paper.sections.tex import NUMBERS, RESULTS, TAB, commit_of, fmt, num, of_n, signed, table, tex_escape, write
+from paper.sections.tex import NUMBERS, RESULTS, commit_of, fmt, num, of_n, signed, table, tex_escape
 
 SWEEP_GPU = RESULTS / "sweeps" / "zoo_h200_bf16"
-SWEEP_CPU = RESULTS / "sweeps" / "zoo_cpu_fp32"
 DATASETS = ("code-edits", "editeval", "mt-bench")
 DATASET_TAG = {"code-edits": "Code", "editeval": "EditEval", "mt-bench": "MT"}
 DATASET_LABEL = {"code-edits": "code edits", "editeval": "EditEval", "mt-bench": "MT-Bench"}
@@ -183,51 +181,6 @@ def gpu_bos(df) -> None:
         num(f"bosMaxCode{VARIANT_TAG[var]}", float((d.seq_al_doubled - d.seq_al_single).abs().max()))
 
 
-def cpu_sweep() -> None:
-    """The CPU sweep (secondary): corpus AL per data set, method, k and BOS mode, and how many outputs equal plain
-    decoding's for the same prompt and settings (plain with a doubled BOS: against plain with a single one)."""
-    if not SWEEP_CPU.is_dir() or not any(SWEEP_CPU.glob("*.jsonl")):
-        write(TAB / "sweeps.tex", "No CPU sweep results (\\texttt{experiments/results/sweeps/zoo\\_cpu\\_fp32/}) "
-              "were present when this PDF was built.\n")
-        num("cpuRows", 0, "{:d}")
-        return
-    df = results.load_runs(str(SWEEP_CPU / "*.jsonl"))
-    by = ["dataset", "bos_mode", "variant", "k"]
-    al = results.corpus_al(df, by=by).set_index(by)
-    same = results.match_rate(df, by=by).set_index(by)
-    plain = results.bos_output_match(df[df.method == "none"], by=["dataset"]).set_index("dataset")
-    datasets = [d for d in DATASETS if d in set(df.dataset)]
-    keys = sorted({k[1:] for k in al.index}, key=lambda k: (k[0] != "single", VARIANTS.index(k[1]), K_ORDER[k[2]]))
-    lines = [f"\\begin{{tabular}}{{lll{'rrr' * len(datasets)}}}", r"\toprule",
-             " & & & " + " & ".join(f"\\multicolumn{{3}}{{c}}{{{DATASET_LABEL[d]}}}" for d in datasets) + r" \\",
-             "".join(f"\\cmidrule(lr){{{4 + 3 * i}-{6 + 3 * i}}}" for i in range(len(datasets))),
-             "method & $k$ & BOS & " + " & ".join(r"$n$ & AL & = plain" for _ in datasets) + r" \\", r"\midrule"]
-    for bos, var, k in keys:
-        cells = []
-        for ds in datasets:
-            if (ds, bos, var, k) not in al.index:
-                cells += ["", "--", ""]
-                continue
-            r = al.loc[(ds, bos, var, k)]
-            if var == "none":
-                m = plain.loc[ds] if bos == "doubled" and ds in plain.index else None
-            else:
-                m = same.loc[(ds, bos, var, k)] if (ds, bos, var, k) in same.index else None
-            cells += [str(int(r.n)), fmt(r.seq_al), "--" if m is None else f"{int(m.n_same)}/{int(m.n)}"]
-        lines.append(f"{VARIANT_LABEL[var]} & {k.replace('-', '--')} & {bos} & " + " & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    table("cpu_sweep", lines)
-    num("cpuRows", len(df), "{:d}")
-    num("cpuOutLen", ", ".join(str(int(v)) for v in sorted(set(df.output_len))), "{}")
-    infos = results.provenance(df)
-    num("cpuCommits", " and ".join(f"\\texttt{{{commit_of({'commit': c})[0]}}}" for c in sorted(set(infos.commit))),
-        "{}")
-    num("cpuDevice", tex_escape(" and ".join(sorted(set(infos.run_device)))), "{}")
-    calls = json.loads((SWEEP_CPU / "sweep.json").read_text())["calls"]
-    cmds = list(dict.fromkeys(re.sub(r" --out-dir \\S+", "", c["command"]) for c in calls))
-    num("cpuCmd", "; ".join(f"\\code{{{tex_escape(c)}}}" for c in cmds), "{}")
-
-
 def make():
     """Every number, table and figure of the sweep sections; returns the GPU sweep's rows."""
     df = load()
@@ -235,5 +188,4 @@ def make():
     gpu_al_table(df)
     gpu_rates_figure(df)
     gpu_bos(df)
-    cpu_sweep()
     return df

@@ -29,3 +29,4 @@ def make() -> None:
     num("treeBuildXDecode", r["eagle2_build_x_decode"])
     num("treeBlockOverChain", r["tree_q64_ms"] / r["chain_q9_ms"])
     num("treeStepOverDecode", r["tree_verify_step_ms"] / r["decode_ms"])
+    num("treeStepBuildOverDecode", (r["tree_verify_step_ms"] + r["eagle2_build_ms"]) / r["decode_ms"])
