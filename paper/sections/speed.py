@@ -279,15 +279,24 @@ def speed_diagnostic_numbers(runs) -> None:
     sc = results.load_step_conditions(LAUNCH).dropna(subset=["host_ms"])
     num("launchHostLow", sc.host_ms.min(), "{:.2f}")
     num("launchHostHigh", sc.host_ms.max(), "{:.2f}")
-    lin = results.linear_vs_splitk(results.load_bench_linear(LINEAR))
+    raw = results.load_bench_linear(LINEAR)
+    lin = results.linear_vs_splitk(raw)
+    sweep = raw[raw.kind == "splitk"]
+    num("linConfigs", len(sweep.drop_duplicates(["block_n", "block_k", "splits", "num_warps", "num_stages"])),
+        "{:d}")
+    num("linTimings", f"{len(raw):,}", "{}")
+    num("linRelErrMax", float(raw.rel_err.max()), "{:.4f}")
+    num("linFlinearTBLow", float(lin.flinear_TBps.min()), "{:.1f}")
+    num("linFlinearTBHigh", float(lin.flinear_TBps.max()), "{:.1f}")
     num("linCommit", commit_of({"commit": runs.loc[LINEAR.stem, "commit"]})[0], "{}")
     wide = lin.pivot_table(index="shape", columns="rows", values="flinear_us")
     num("linNineOverOneMax", 100 * float((wide[9] / wide[1] - 1).abs().max()), "{:.1f}")
     body = lin[lin["shape"] != "lm_head"]
     num("linBestOverLow", 100 * (body.best_over_flinear.min() - 1), "{:.0f}")
     num("linBestOverHigh", 100 * (body.best_over_flinear.max() - 1), "{:.0f}")
-    head = lin[lin["shape"] == "lm_head"]
+    head = lin[lin["shape"] == "lm_head"].set_index("rows")
     num("linHeadBest", 100 * (1 - head.best_over_flinear.min()), "{:.0f}")
+    num("linHeadNine", 100 * (1 - head.loc[9, "best_over_flinear"]), "{:.1f}")
     prof = results.load_speed_profile(CONDITIONS)
     cond = results.load_speed(CONDITIONS).set_index(["context", "name"]).ms
     num("profCommit", commit_of({"commit": runs.loc[CONDITIONS.stem, "commit"]})[0], "{}")
