@@ -30,6 +30,7 @@ def match() -> None:
     num("exactDevice", tex_escape(rows[0]["device"]), "{}")
     num("exactTorch", tex_escape(rows[0]["torch"]), "{}")
     num("exactDtype", rows[0]["dtype"].replace("torch.", ""), "{}")
+    num("exactMatchProv", provenance(rows[0]["run_info"]), "{}")
     lines = [r"\begin{tabular}{lrrrrr}", r"\toprule",
              r"model & prompts & new tokens & configurations & exact: = plain & not exact: = plain \\", r"\midrule"]
     for m in models:
