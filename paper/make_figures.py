@@ -1,6 +1,8 @@
 """Every figure, table and quoted number of paper/hybridsd.tex, from the results files.
 
     python -m paper.make_figures            # from the repository root; or: make figures
+    python -m paper.make_figures --out DIR  # the same files under DIR instead of paper/
+    python -m paper.make_figures --out DIR --no-figures   # numbers.tex and tables only (a quick check)
 
 Each part of the paper has its module in paper/sections/ and reads only its own files (no number is typed in by
 hand):
@@ -23,13 +25,21 @@ Writes paper/figures/*.pdf, paper/tables/*.tex and paper/numbers.tex (one ``\\ne
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
-from paper.sections import exact, real_models, simulation, speed, sweep, theory, trees, zoo
-from paper.sections.tex import PAPER, numbers_tex, write
+from paper.sections import exact, real_models, simulation, speed, sweep, tex, theory, trees, zoo
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=tex.PAPER, help="folder for figures/, tables/ and numbers.tex")
+    ap.add_argument("--no-figures", action="store_true", help="write numbers.tex and the tables only")
+    args = ap.parse_args(argv)
+    out = args.out
+    tex.FIG, tex.TAB = (None if args.no_figures else out / "figures"), out / "tables"
+    tex.NUMBERS.clear()
     simulation.make()
     zoo.make()
     gpu_sweep = sweep.make()
@@ -38,7 +48,7 @@ def main() -> int:
     trees.make()
     exact.make()
     real_models.make()
-    write(PAPER / "numbers.tex", numbers_tex())
+    tex.write(out / "numbers.tex", tex.numbers_tex())
     return 0
 
 

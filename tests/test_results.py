@@ -496,7 +496,7 @@ def test_speed_goals_outside_prefers_in_loop(in_loop_speed_files, older_speed_fi
     assert out.loc[("overhead_zoo", "graph", "plain"), "detail"].startswith("in_loop")
     replay = out.loc[("overhead_zoo", "graph_compiled", "replay_k8")]
     assert (replay.measured, replay.met, replay.context) == (0.06, False, 2048)
-    older = out.loc[("overhead", "graph", "replay_k8")]  # a file without in_loop: the measure against forwards timed apart
+    older = out.loc[("overhead", "graph", "replay_k8")]  # no in_loop in this file: against forwards timed apart
     assert older.measured == 0.1 and older.detail.startswith("forward timed apart")
 
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 logging.getLogger("fontTools").setLevel(logging.ERROR)
 import matplotlib.pyplot as plt  # noqa: E402
 
-from paper.sections.tex import FIG, REPO  # noqa: E402
+from paper.sections import tex  # noqa: E402
 
 plt.rcParams.update({
     "font.family": "serif", "font.serif": ["LM Roman 10", "DejaVu Serif"], "mathtext.fontset": "cm",
@@ -35,8 +35,12 @@ VARIANT_COLOR = {**METHOD_COLOR, "ngram-eagle tree": "#d62728"}
 
 
 def savefig(fig, name: str) -> None:
-    """paper/figures/<name>.pdf, without a creation date so that rebuilding the same figure gives the same file."""
-    FIG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIG / f"{name}.pdf", metadata={"CreationDate": None})
+    """paper/figures/<name>.pdf, without a creation date so that rebuilding the same figure gives the same file;
+    nothing when figures are off (``tex.FIG`` is None)."""
+    if tex.FIG is None:
+        plt.close(fig)
+        return
+    tex.FIG.mkdir(parents=True, exist_ok=True)
+    fig.savefig(tex.FIG / f"{name}.pdf", metadata={"CreationDate": None})
     plt.close(fig)
-    print(f"wrote {(FIG / name).relative_to(REPO)}.pdf")
+    print(f"wrote {tex.shown(tex.FIG / name)}.pdf")

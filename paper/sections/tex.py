@@ -11,7 +11,8 @@ PAPER = Path(__file__).resolve().parents[1]
 REPO = PAPER.parent
 RESULTS = REPO / "experiments" / "results"
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
-FIG, TAB = PAPER / "figures", PAPER / "tables"
+FIG: Path | None = PAPER / "figures"  # where figures go (make_figures --out moves them; None: no figures)
+TAB = PAPER / "tables"
 
 NUMBERS: dict[str, str] = {}
 
@@ -80,10 +81,15 @@ def signed(v: float) -> str:
     return "0.00" if round(v, 2) == 0 else f"{v:+.2f}"
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it."""
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+
+
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    print(f"wrote {path.relative_to(REPO)}")
+    print(f"wrote {shown(path)}")
 
 
 def table(name: str, lines: list[str]) -> None:

@@ -26,7 +26,8 @@ def _context_runs(source: list[int], output: list[int]) -> list[int]:
         lo, hi = 0, len(out) - pos
         while lo < hi:  # longest m with out[pos:pos+m] in src or out[:pos+m-1] (monotone in m)
             m = (lo + hi + 1) // 2
-            if out[pos:pos + m] in src + "\x00" + out[:pos + m - 1]:
+            piece = out[pos:pos + m]
+            if piece in src or piece in out[:pos + m - 1]:
                 lo = m
             else:
                 hi = m - 1
@@ -50,7 +51,8 @@ def theory_inputs(df):
     tok = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
     eos = set(json.loads((MODEL_DIR / "generation_config.json").read_text())["eos_token_id"])
     rows = df[(df.dataset == "code-edits") & (df.bos_mode == "single")].copy()
-    inputs = {e.id: e.input_text for e in data.load_code_edits() if e.id in set(rows.example_id)}
+    wanted = set(rows.example_id)
+    inputs = {e.id: e.input_text for e in data.load_code_edits() if e.id in wanted}
     ids = {i: tok.encode(t, add_special_tokens=False).ids for i, t in inputs.items()}
     cache: dict = {}
 
@@ -167,7 +169,8 @@ def theory_table(preds, errs) -> None:
             lines.append(r"\midrule")
         best = min(e["mae"] for e in errs[var].values())
         head = "1" if THEORY_POLICIES[var][1] is None else f"{pr['al_e']:.2f}"
-        params = {"harmonic_pr": f"$AL_E={head}$ ({'n-gram alone' if head == '1' else 'measured'}), $AL_N={NUMBERS['thALN']}$ (lowest bin)",
+        source = "n-gram alone" if head == "1" else "measured"
+        params = {"harmonic_pr": f"$AL_E={head}$ ({source}), $AL_N={NUMBERS['thALN']}$ (lowest bin)",
                   "harmonic_free": f"$AL_E={pr['free']['al_eagle']:.2f}$, $AL_N={pr['free']['al_ngram']:.2f}$",
                   "resync": f"$d={NUMBERS['thResyncD']}$, $a="
                             f"{NUMBERS['thResyncA'] if head == '1' else head}$, $b$, $\\ell$ (simulation)",
