@@ -16,6 +16,17 @@ REQUEST_TEXT = {"located": "located change requests", "subject": "the commit sub
 
 
 
+def latest_heads() -> dict[str, tuple[dict, dict]]:
+    """Per head kind, (training record, head entry) from the latest (by run date) heads_training_*.json of the zoo
+    model that trained that kind: the heads the model folder holds."""
+    out: dict[str, tuple[dict, dict]] = {}
+    records = [json.loads(p.read_text()) for p in MODEL_DIR.glob("heads_training_*.json")]
+    for rec in sorted(records, key=lambda r: r["run_info"]["date"]):
+        for kind, head in rec["heads"].items():
+            out[kind] = (rec, head)
+    return out
+
+
 def model() -> None:
     """The zoo model's training facts, its change requests and its EAGLE heads."""
     tc = json.loads((MODEL_DIR / "training_config.json").read_text())
@@ -35,10 +46,9 @@ def model() -> None:
     num("zooGateOutVsBefore", g["median_out_vs_before"])
     num("zooGateRefNorm", g["median_ref_norm"])
     num("zooGateStopped", g["stopped_at_eot"], "{:d}")
-    old = json.loads((MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text())
-    new = json.loads((MODEL_DIR / "heads_training_eagle3.json").read_text())
+    records = latest_heads()
     agree = lambda h: ", ".join(f"{a:.2f}" for a in h["holdout_agreement"])  # noqa: E731
-    one, new3 = old["heads"]["eagle1"], new["heads"]["eagle3"]
+    (_, one), (new, new3) = records["eagle1"], records["eagle3"]
     num("headsOneSteps", one["steps"], "{:d}")
     num("headsOneSeconds", one["train_s"], "{:.0f}")
     num("headsOneAgree", agree(one))
