@@ -1053,7 +1053,7 @@ def cmd_target(args) -> None:
     for name in TOKENIZER_FILES:
         if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
             shutil.copyfile(Path(tok_dir) / name, out / name)
-    from hybridsd.provenance import run_info
+    from experiments.provenance import run_info
 
     def write_record(gate: dict) -> dict:
         record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init) if args.init else None,
