@@ -1,7 +1,7 @@
 """AL against the edit norm: measured runs per bin with bootstrap CIs, the trace simulation of the same prompts on
 the target's own outputs beside them, and the analytic models over both.
 
-    python -m experiments.al_by_edit_norm RUNS.jsonl... [--theory experiments/results/simulate_al.json]
+    python -m experiments.al_by_edit_norm RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
 
 ``RUNS``: spec_bench JSONL files of several methods on the same code-edit prompts (greedy, so every method's
 output is the target's one output). For each binning (the reference's edit norm, as the PR bins, and the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridsd import results
+from experiments import results
 from experiments.distributed import write_atomic
 from experiments.simulate_al import json_safe
 from hybridsd.analytic import ModelFit, harmonic_al, harmonic_calibrate_ngram, model_error

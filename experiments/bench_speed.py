@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
+from experiments import provenance
 from experiments.distributed import write_atomic
 from experiments.speed_diagnostics import capacity_check, profile_loop, profile_step, step_conditions
 from experiments.speed_loop import hf_generate_ms_per_token, loop_overhead, zoo_speed
 from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_draft_ms, hf_eager_decode_ms,
                                      hf_static_compiled_ms, llama8b, ours_ms)
-from hybridsd import provenance
 from hybridsd.target import EXACT_ROWS, Target
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from experiments import provenance
 from experiments.distributed import write_atomic
 from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b
-from hybridsd import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree

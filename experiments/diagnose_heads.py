@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
+from experiments import provenance
 from experiments.distributed import write_atomic
-from hybridsd import data, prompts, provenance
+from hybridsd import data, prompts
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.eagle.train import _target_pass, unroll
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
+from experiments import provenance
 from experiments.distributed import write_atomic
-from hybridsd import provenance
 
 BOS, EOT, END_OF_TEXT = 0, 4, 1  # in the zoo tokenizer
 LLAMA31_8B = dict(

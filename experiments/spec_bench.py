@@ -42,7 +42,8 @@ import torch
 from tqdm import tqdm
 
 import hybridsd as hsd
-from hybridsd import checkpoint, data, prompts, provenance
+from hybridsd import checkpoint, data, prompts
+from experiments import provenance
 from hybridsd.edit_distance import edit_norm
 
 from experiments import distributed as dp

@@ -95,6 +95,7 @@ class TargetConfig:
     synthetic_max_chars: int = 5000
     real_epochs: int = 2                # copies of the real edits among one epoch's examples
     sft_epochs: int = 1
+    change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -123,6 +124,8 @@ class TargetConfig:
     def __post_init__(self) -> None:
         if self.change_request not in CHANGE_REQUESTS:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
+        if not self.change_weight > 0:
+            raise ValueError(f"change_weight must be > 0, got {self.change_weight}")
 
 
 CHANGE_REQUESTS = ("located", "subject")
@@ -666,14 +669,29 @@ def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
     return LlamaForCausalLM(config)
 
 
-def masked_loss(model, input_ids, targets):
-    """Mean cross-entropy over positions whose target is not -100 (logits computed only there)."""
+def masked_loss(model, input_ids, targets, weights=None):
+    """Mean cross-entropy over positions whose target is not -100 (logits computed only there); with
+    ``weights`` (same shape as ``targets``) the weighted mean."""
     import torch.nn.functional as F
 
     hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
     keep = targets != -100
     logits = model.lm_head(hidden[keep])
-    return F.cross_entropy(logits.float(), targets[keep])
+    if weights is None:
+        return F.cross_entropy(logits.float(), targets[keep])
+    w = weights[keep]
+    return (F.cross_entropy(logits.float(), targets[keep], reduction="none") * w).sum() / w.sum()
+
+
+def changed_positions(args: tuple[list[int], list[int]]) -> list[int]:
+    """Positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where an edit of ``before``
+    shows: every inserted or replacing token, and the token right after a deletion (pool worker)."""
+    before, after = args
+    out: list[int] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.extend(range(j1, j2) if j2 > j1 else [j1])
+    return sorted(set(out))
 
 
 class Phase:
@@ -699,15 +717,16 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
 
     tokens = seen = 0
     model.train()
-    for inputs, targets in batches:
+    for inputs, targets, *weights in batches:
         if phase.progress() >= 1.0:
             break
+        weights = weights[0].to(device, non_blocking=True) if weights else None
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = masked_loss(model, inputs, targets)
+            loss = masked_loss(model, inputs, targets, weights)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -729,9 +748,11 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
             "wall_s": round(wall, 1), "stopped_by": "time" if phase.step < phase.steps else "steps"}
 
 
-def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int) -> list[tuple[list[int], int]]:
-    """(token ids, prompt length) per (before, instruction, after): the templated prompt (one BOS), then the
-    answer ``after<|eot_id|>``.
+def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
+                 workers: int = 1) -> list[tuple[list[int], int, list[int]]]:
+    """(token ids, prompt length, changed answer positions) per (before, instruction, after): the templated
+    prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see :func:`changed_positions`, the
+    end-of-turn token included) are where the answer departs from a copy of ``before``.
 
     The template is rendered once around a marker (it copies message contents verbatim) and the texts are
     tokenized in parallel batches; the first example is checked against ``apply_chat_template``.
@@ -748,11 +769,20 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int) -> li
     a_ids = [e.ids for e in fast.encode_batch([a for _, _, a in triples], add_special_tokens=False)]
     if triples:
         assert p_ids[0] == tokenizer.encode(prompts[0], add_special_tokens=False)
-    return [(p + a + [eot], len(p)) for p, a in zip(p_ids, a_ids)]
+    b_ids = [e.ids for e in fast.encode_batch([b for b, _, _ in triples], add_special_tokens=False)]
+    pairs = list(zip(b_ids, a_ids))
+    if workers > 1:
+        with Pool(workers) as pool:
+            changed = pool.map(changed_positions, pairs, chunksize=32)
+    else:
+        changed = [changed_positions(x) for x in pairs]
+    return [(p + a + [eot], len(p), c + [len(a)]) for p, a, c in zip(p_ids, a_ids, changed)]
 
 
-def sft_batches(examples: list[tuple[list[int], int]], batch_tokens: int, pad: int, seed: int):
-    """Length-bucketed, right-padded batches of (inputs, targets); targets -100 outside the answers."""
+def sft_batches(examples: list[tuple[list[int], int, list[int]]], batch_tokens: int, pad: int, seed: int,
+                change_weight: float = 1.0):
+    """Length-bucketed, right-padded batches of (inputs, targets, weights); targets -100 outside the answers,
+    weights 1 on answer tokens and ``change_weight`` on the changed positions."""
     import torch
 
     rng = random.Random(seed)
@@ -771,11 +801,14 @@ def sft_batches(examples: list[tuple[list[int], int]], batch_tokens: int, pad: i
         width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
         inputs = torch.full((len(batch), width), pad, dtype=torch.long)
         targets = torch.full((len(batch), width), -100, dtype=torch.long)
+        weights = torch.zeros((len(batch), width))
         for row, i in enumerate(batch):
-            ids, n_prompt = examples[i]
+            ids, n_prompt, changed = examples[i]
             inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
             targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
-        yield inputs, targets
+            weights[row, n_prompt - 1: len(ids) - 1] = 1.0
+            weights[row, torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
+        yield inputs, targets, weights
 
 
 # ------------------------------------------------------------------------------------------ quality gate
@@ -876,6 +909,8 @@ def cmd_target(args) -> None:
     from transformers import AutoTokenizer
 
     overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
+    if args.change_weight is not None:
+        overrides["change_weight"] = args.change_weight
     cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
     t0 = time.time()
     random.seed(cfg.seed)
@@ -920,7 +955,8 @@ def cmd_target(args) -> None:
     del pre_texts
     sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
-    examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"]) if len(e[0]) <= cfg.sft_max_len]
+    examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
+                if len(e[0]) <= cfg.sft_max_len]
     eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
                                  special["eot"])
     eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
@@ -962,8 +998,8 @@ def cmd_target(args) -> None:
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
                     losses.append(masked_loss(model, x[:, :-1], x[:, 1:]).item())
             else:
-                for x, y in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
-                    losses.append(masked_loss(model, x.to(device), y.to(device)).item())
+                for x, y, _ in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
+                    losses.append(masked_loss(model, x.to(device), y.to(device)).item())  # unweighted
         model.train()
         return round(float(np.mean(losses)), 4) if losses else float("nan")
 
@@ -995,8 +1031,9 @@ def cmd_target(args) -> None:
         record_val("pretrain_end", pre_info["steps"])
     # (b) edit tuning
     per_epoch = sum(1 for _ in sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
-    batches = itertools.chain.from_iterable(sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e)
-                                            for e in range(cfg.sft_epochs))  # each epoch reshuffled
+    batches = itertools.chain.from_iterable(
+        sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight)
+        for e in range(cfg.sft_epochs))  # each epoch reshuffled
     left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
     phase = Phase("sft", per_epoch * cfg.sft_epochs, max(5.0, min(cfg.sft_time_s, left)), cfg.sft_lr,
                   cfg.sft_warmup_steps, 0.0)
@@ -1016,7 +1053,7 @@ def cmd_target(args) -> None:
     for name in TOKENIZER_FILES:
         if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
             shutil.copyfile(Path(tok_dir) / name, out / name)
-    from hybridsd.provenance import run_info
+    from experiments.provenance import run_info
 
     def write_record(gate: dict) -> dict:
         record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init) if args.init else None,
@@ -1070,6 +1107,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: --init, else tiny-coder)")
     p.add_argument("--change-request", choices=CHANGE_REQUESTS, default="located",
                    help="located: where and how much changes (hybridsd.edit_requests); subject: the subject alone")
+    p.add_argument("--change-weight", type=float, default=None,
+                   help="loss weight of the answer tokens where the edit departs from a copy (default 1)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)

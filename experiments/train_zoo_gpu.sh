@@ -12,6 +12,7 @@
 # On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
 # (the stages stop themselves: target <= 380 s, heads <= 180 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
+# TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--change-weight 8").
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
@@ -45,7 +46,7 @@ fi
 
 stamp "target"
 timeout "$TARGET_S" python3 -m experiments.train_zoo target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
-  $TARGET_ARGS 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
+  $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
 stamp "heads"

@@ -134,3 +134,38 @@ def test_real_request_modes():
 def test_config_rejects_an_unknown_request_mode():
     with pytest.raises(ValueError, match="change_request"):
         tz.TargetConfig(change_request="free")
+
+
+def _slow_changed(before, after):
+    """Positions of ``after`` not in the longest-common-subsequence alignment used by difflib, plus the token
+    after each deletion: recomputed by walking the opcodes' blocks one token at a time."""
+    import difflib
+    out = set()
+    sm = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    matched = {j + t for _, j, n in sm.get_matching_blocks() for t in range(n)}
+    out |= {j for j in range(len(after)) if j not in matched}
+    for tag, _, _, j1, j2 in sm.get_opcodes():
+        if tag == "delete":
+            out.add(j1)
+    return sorted(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
+def test_changed_positions(before, after):
+    got = tz.changed_positions((before, after))
+    assert got == _slow_changed(before, after)
+    if before == after:
+        assert got == []
+
+
+@pytest.mark.parametrize("example", [([7, 8, 9, 1, 2, 3, 4], 3, [1, 3]), ([7, 8, 1, 2, 4], 2, [0, 2])])
+def test_sft_batches_weight_the_changed_tokens(example):
+    ids, n_prompt, changed = example
+    (x, y, w), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0)
+    assert x[0, : len(ids) - 1].tolist() == ids[:-1]
+    for pos in range(len(ids) - n_prompt):  # answer token pos is predicted at n_prompt - 1 + pos
+        assert int(y[0, n_prompt - 1 + pos]) == ids[n_prompt + pos]
+        assert float(w[0, n_prompt - 1 + pos]) == (5.0 if pos in changed else 1.0)
+    assert int((y != -100).sum()) == len(ids) - n_prompt
+    assert float(w.sum()) == len(ids) - n_prompt + 4.0 * len(changed)
