@@ -36,9 +36,8 @@ from tqdm import tqdm
 
 from experiments import distributed as dp
 from experiments import spec_bench as sb
-
-from hybridsd.data import default_data_dir  # noqa: E402
-from experiments.provenance import run_info  # noqa: E402
+from experiments.provenance import run_info
+from hybridsd.data import default_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from experiments import distributed as dp
 from hybridsd import zoo
 
 REPO = Path(__file__).resolve().parents[1]
-from experiments import distributed as dp  # noqa: E402
 
 DATA = next((d for d in (os.environ.get("HYBRIDSD_DATA"), REPO.parent / "shared" / "data", "/work/shared/data")
              if d and (Path(d) / "code_edits_dev.jsonl").is_file()), None)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from experiments import distributed as dp
+
 REPO = Path(__file__).resolve().parents[1]
-from experiments import distributed as dp  # noqa: E402
 
 N_ROWS, N_CONFIGS = 400, 4
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from hybridsd import checkpoint, prompts, zoo
 from tiny_checkpoints import BOS, END_OF_TEXT, EOT, datasets_on_disk, target_folder
 
+from experiments import spec_bench
+from hybridsd import checkpoint, prompts, zoo
+
 REPO = Path(__file__).resolve().parents[1]
-from experiments import spec_bench  # noqa: E402
 
 # vLLM PR #24344's command lines, verbatim (background.md), then two EAGLE-3 ones in the same spelling
 PR_LINES = [

@@ -15,9 +15,9 @@ from conftest import tiny_target
 from tiny_checkpoints import datasets_on_disk, target_folder
 
 import hybridsd as hsd
+from experiments import spec_bench
 
 REPO = Path(__file__).resolve().parents[1]
-from experiments import spec_bench  # noqa: E402
 
 
 @pytest.fixture(scope="module")
