@@ -139,6 +139,41 @@ def test_tree_sampling_is_distributed_as_target():
     assert _chi2_ok(counts.ravel(), (p0[:, None] * p1).ravel().numpy())
 
 
+def _sequential_tree_sampling(tokens, parents, probs, sampled, logits, temp, g) -> tuple[int, int]:
+    """Recursive rejection sampling node by node (the slow reference), drawing as verify_tree does."""
+    p = torch.softmax(logits / temp, dim=-1)
+    u = torch.rand(len(parents), generator=g)
+    cur, resid = -1, p[0]
+    for i, par in enumerate(parents):
+        if par != cur:
+            continue
+        q = probs[i] if sampled[i] else torch.nn.functional.one_hot(tokens[i], p.shape[-1]).to(p.dtype)
+        if u[i] * q[tokens[i]] < resid[tokens[i]]:
+            cur, resid = i, p[i + 1]
+            continue
+        rest = (resid - q).clamp_min(0)
+        mass = rest.sum(-1, keepdim=True)
+        resid = torch.where(mass > 0, rest / mass.clamp_min(1e-30), resid)
+    return cur, int(torch.multinomial(resid, 1, generator=g)[0])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tree_sampling_matches_node_by_node_reference(seed):
+    """Sibling ranks judged at once give the node-by-node walk's result on the same random draws."""
+    rng = np.random.default_rng(seed)
+    n, v = int(rng.integers(1, 16)), int(rng.integers(2, 6))
+    parents = _random_parents(rng, n)
+    tokens = torch.as_tensor(rng.integers(0, v, size=n))  # duplicate siblings included
+    sampled = tuple(bool(x) for x in rng.random(n) < 0.4)
+    probs = torch.softmax(torch.as_tensor(rng.normal(size=(n, v)) * 2, dtype=torch.float32), -1)
+    logits = torch.as_tensor(rng.normal(size=(n + 1, v)) * 2, dtype=torch.float32)
+    tree = DraftTree(tokens, parents, ("a",) * n, probs, sampled)
+    for draw in range(20):
+        want = _sequential_tree_sampling(tokens, parents, probs, sampled, logits, 0.8,
+                                         torch.Generator().manual_seed(draw))
+        assert _judge(tree, logits, 0.8, torch.Generator().manual_seed(draw)) == want
+
+
 # ---- generation --------------------------------------------------------------------
 
 
