@@ -426,3 +426,29 @@ def test_split_kernel_serves_tree_blocks_in_the_triton_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_head_attention_of_one_sequence_equals_sdpa_with_gqa():
+    """A tree-masked head step (batch 1, a [T, S] bool mask: the grouped kernel) equals SDPA's GQA path."""
+    from hybridsd.kv_cache import StaticKVCache
+
+    model = tiny_target("llama", vocab=SMALL_V, seed=5)
+    head = EagleHead.from_target(model, kind="eagle3")
+    assert head.config.num_attention_heads != head.config.num_key_value_heads
+    cfg, F = head.config, head.config.feature_size
+    g = torch.Generator().manual_seed(0)
+    outs = []
+    for broadcast in (False, True):  # a [1, 1, T, S] mask takes SDPA's path
+        cache = StaticKVCache(1, cfg.num_key_value_heads, cfg.head_dim, 64)
+        head(torch.randn(1, 20, F, generator=torch.Generator().manual_seed(1)), torch.arange(20)[None] % SMALL_V,
+             torch.arange(20), cache)
+        parents = (-1, -1, 0, 0, 2, 1, -1)
+        _, vis = layout(parents, 20)
+        mask = torch.zeros(7, 40, dtype=torch.bool)
+        mask[:, :20] = True
+        mask[:, 20:27] = torch.as_tensor(vis[1:, 1:])
+        feats = torch.randn(1, 7, cfg.hidden_size, generator=g.manual_seed(2))
+        out = head(feats, torch.arange(7)[None] % SMALL_V, torch.as_tensor(20 + layout(parents, 0)[0][1:]), cache,
+                   slots=torch.arange(20, 27), attn_mask=mask[None, None] if broadcast else mask, kv_len=40)
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
