@@ -277,9 +277,11 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
     path = tree.path(node)
     new = [tokens[i] for i in path] + [nxt]
     rows = [1 + i for i in path]
-    if rows != list(range(1, len(rows) + 1)):  # bring the accepted path's cache entries next to the root
-        target.kv.move(torch.tensor(rows, device=dev) + start, torch.arange(start + 1, start + 1 + len(rows), device=dev))
+    index = torch.tensor([0] + rows + new).to(dev, non_blocking=True)  # [1 + 2n + 1]: one copy for what follows
+    n = len(rows)
+    if rows != list(range(1, n + 1)):  # bring the accepted path's cache entries next to the root
+        target.kv.move(index[1 : 1 + n] + start, torch.arange(start + 1, start + 1 + n, device=dev))
     committed = None
     if hidden is not None:
-        committed = hidden.index_select(0, torch.tensor([0] + rows, device=dev))  # [n+1, len*H]
-    return node, new, torch.tensor(new, dtype=torch.long, device=dev), committed
+        committed = hidden.index_select(0, index[: 1 + n])  # [n+1, len*H]
+    return node, new, index[1 + n :], committed

@@ -8,8 +8,9 @@ probabilities. In a draft tree the siblings of a node are tried in turn against 
 running residual distribution (recursive rejection sampling, as in SpecInfer and EAGLE-2).
 
 All functions stay on the device: they return tensors, and the caller reads them
-with a single host sync per step. Sampled tree verification judges every parent's
-children at once, one sibling rank at a time (a loop over ranks, not nodes).
+with a single host sync per step (index tensors made on the host are copied without
+one). Sampled tree verification judges every parent's children at once, one sibling
+rank at a time (a loop over ranks, not nodes).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def verify_tree(
     """
     if temperature == 0:
         target = logits.argmax(-1)  # [1+n]
-        rows = torch.tensor(parents, device=tokens.device) + 1  # [n] row of each node's parent
+        rows = torch.tensor(parents).to(tokens.device, non_blocking=True) + 1  # [n] row of each node's parent
         match = tokens == target.index_select(0, rows)  # [n]
         ok = ~(ancestors & ~match[None, :]).any(1)  # [n] the whole path matches
         score = ok * depths  # [n]
@@ -123,14 +124,14 @@ def verify_tree(
     u = torch.rand(n, device=dev, generator=generator)  # [n]
     q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # [n, V] deterministic nodes: one-hot
     if any(sampled):
-        rows = torch.tensor([i for i in range(n) if sampled[i]], device=dev)
+        rows = torch.tensor([i for i in range(n) if sampled[i]]).to(dev, non_blocking=True)
         q[rows] = probs.index_select(0, rows).to(p.dtype)
     uq = u * q.gather(1, tokens[:, None])[:, 0]  # [n] u * q(x): accept when below the residual at x
     # Whether a node passes, once its parent is reached, depends only on the parent's distribution and the
     # earlier siblings: all parents' children are judged at once, one sibling rank at a time.
     groups, order, ends = _sibling_ranks(parents)
     where = {par: j for j, par in enumerate(groups)}
-    plan = torch.tensor([g + 1 for g in groups] + order + [where[parents[i]] for i in order], device=dev)
+    plan = torch.tensor([g + 1 for g in groups] + order + [where[parents[i]] for i in order]).to(dev, non_blocking=True)
     G = len(groups)
     gmap = torch.full((1 + n,), -1, dtype=torch.long, device=dev)  # [1+n] row -> its group (-1: a leaf)
     gmap[plan[:G]] = torch.arange(G, device=dev)

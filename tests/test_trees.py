@@ -452,3 +452,21 @@ def test_head_attention_of_one_sequence_equals_sdpa_with_gqa():
                    slots=torch.arange(20, 27), attn_mask=mask[None, None] if broadcast else mask, kv_len=40)
         outs.append(out)
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_cache_move_equals_copies():
+    """StaticKVCache.move on CUDA (a graph per slot count, replayed) equals the copies made on the CPU."""
+    from hybridsd.kv_cache import StaticKVCache
+
+    caches = [StaticKVCache(3, 2, 8, 64, device=dev) for dev in ("cpu", "cuda")]
+    for layer in range(3):
+        for c in caches:
+            c.keys[layer].copy_(torch.arange(c.keys[layer].numel()).view_as(c.keys[layer]))
+            c.values[layer].copy_(-torch.arange(c.keys[layer].numel()).view_as(c.keys[layer]))
+    for src, dst in (([11, 13, 14], [10, 11, 12]), ([20, 22, 25], [19, 20, 21]), ([5], [3]), ([40, 44], [38, 39])):
+        for c in caches:
+            dev = c.keys[0].device
+            c.move(torch.tensor(src, device=dev), torch.tensor(dst, device=dev))
+    for a, b in zip((*caches[0].keys, *caches[0].values), (*caches[1].keys, *caches[1].values)):
+        assert torch.equal(a, b.cpu())
