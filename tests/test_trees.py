@@ -470,3 +470,25 @@ def test_graphed_cache_move_equals_copies():
             c.move(torch.tensor(src, device=dev), torch.tensor(dst, device=dev))
     for a, b in zip((*caches[0].keys, *caches[0].values), (*caches[1].keys, *caches[1].values)):
         assert torch.equal(a, b.cpu())
+
+
+def test_compiled_tree_levels_trace_whole_and_equal_eager(monkeypatch):
+    """A dynamic tree with ``compile``: the level step traces as one graph (no break) and builds the same tree
+    (traced by the aot_eager backend here; inductor's kernels run on the GPU)."""
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: compile(f, backend="aot_eager", fullgraph=True,
+                                                                  dynamic=kw.get("dynamic")))
+    model = tiny_target("llama", vocab=SMALL_V, seed=3)
+    head = EagleHead.from_target(model, kind="eagle3")
+    trees = []
+    for c in (False, True):
+        d = EagleTreeDrafter(head, depth=4, top_k=3, nodes=12, compile=c)
+        d.reset(10)
+        g = torch.Generator().manual_seed(0)
+        for m in (10, 3):
+            d.observe(torch.randn(m, head.config.feature_size, generator=g), torch.randint(0, SMALL_V, (m,), generator=g))
+            t = d.propose(ProposeRequest(np.zeros(1, dtype=np.int64), 8, torch.device("cpu")))
+            trees.append((t.tokens.tolist(), t.parents))
+    assert trees[:2] == trees[2:]
+    with pytest.raises(ValueError, match="compile"):
+        EagleTreeDrafter(head, compile="reduce-overhead")
