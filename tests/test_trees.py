@@ -486,7 +486,8 @@ def test_compiled_tree_levels_trace_whole_and_equal_eager(monkeypatch):
         d.reset(10)
         g = torch.Generator().manual_seed(0)
         for m in (10, 3):
-            d.observe(torch.randn(m, head.config.feature_size, generator=g), torch.randint(0, SMALL_V, (m,), generator=g))
+            d.observe(torch.randn(m, head.config.feature_size, generator=g),
+                      torch.randint(0, SMALL_V, (m,), generator=g))
             t = d.propose(ProposeRequest(np.zeros(1, dtype=np.int64), 8, torch.device("cpu")))
             trees.append((t.tokens.tolist(), t.parents))
     assert trees[:2] == trees[2:]
