@@ -81,7 +81,8 @@ class StaticKVCache:
             return self._move(src, dst)
         n = int(src.shape[0])
         if n not in self._moves:
-            index = torch.arange(n, device=src.device).repeat(2, 1)  # [2, n] src, dst: slots onto themselves till used
+            with torch.inference_mode(False):  # a plain buffer: written in and out of inference mode
+                index = torch.arange(n, device=src.device).repeat(2, 1)  # [2, n] src, dst: slots onto themselves
             self._moves[n] = capture(lambda: self._move(index[0], index[1]), src.device)[0], index
         graph, index = self._moves[n]
         index[0].copy_(src)

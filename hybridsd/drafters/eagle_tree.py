@@ -168,7 +168,7 @@ class EagleTreeDrafter(EagleDrafter):
             index[packed[i]] = len(parents)
             parents.append(-1 if par < 0 else index[par])
             toks.append(packed[2 * n + i])
-        return DraftTree(torch.tensor(toks, dtype=torch.long, device=device), tuple(parents),
+        return DraftTree(torch.tensor(toks, dtype=torch.long).to(device, non_blocking=True), tuple(parents),
                          (self.name,) * len(parents))
 
     def _graphed_tree(self, m: int) -> torch.Tensor:
