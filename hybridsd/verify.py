@@ -122,6 +122,8 @@ def verify_tree(
     p = torch.softmax(logits / temperature, dim=-1)  # [1+n, V]
     n, dev = len(parents), p.device
     u = torch.rand(n, device=dev, generator=generator)  # [n]
+    if not any(sampled):
+        return _one_hot_tree(tokens, parents, ancestors, depths, p, u, generator)
     q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # [n, V] deterministic nodes: one-hot
     if any(sampled):
         rows = torch.tensor([i for i in range(n) if sampled[i]]).to(dev, non_blocking=True)
@@ -160,6 +162,32 @@ def verify_tree(
     row = torch.where(g >= 0, resid.index_select(0, g.clamp_min(0).view(1))[0],
                       p.index_select(0, (cur + 1).view(1))[0])  # [V]
     nxt = torch.multinomial(row, 1, generator=generator)[0]
+    return torch.stack([cur, nxt])
+
+
+def _one_hot_tree(tokens, parents, ancestors, depths, p, u, generator) -> torch.Tensor:
+    """:func:`verify_tree` at temperature > 0 for a tree of deterministic nodes only, in closed form: after its earlier
+    siblings' tokens were rejected, the residual is ``p`` without those tokens, renormalized, so a node passes
+    iff ``u < p(x) / (1 - p(earlier siblings' tokens))`` (0 for a token an earlier sibling carries)."""
+    n, dev = tokens.shape[0], p.device
+    par = torch.tensor(parents).to(dev, non_blocking=True)  # [n]
+    order = torch.arange(n, device=dev)
+    earlier = (par[:, None] == par[None, :]) & (order[None, :] < order[:, None])  # [n, n] [j, i]: i a sibling before j
+    repeat = (earlier & (tokens[:, None] == tokens[None, :])).any(1)  # [n] an earlier sibling has the token
+    px = p.index_select(0, par + 1).gather(1, tokens[:, None])[:, 0]  # [n] p(x) at the parent
+    px = torch.where(repeat, torch.zeros_like(px), px)
+    taken = (earlier.to(p.dtype) * px[None, :]).sum(1)  # [n] mass of the earlier siblings' tokens
+    acc = u * (1 - taken) < px  # [n]
+    first = acc & ~(earlier & acc[None, :]).any(1)  # [n] its parent's first passing child
+    on_path = ~(ancestors & ~first[None, :]).any(1)  # [n]
+    score = on_path * depths
+    best = score.argmax()
+    cur = torch.where(score[best] > 0, best, torch.full_like(best, -1))  # the last accepted node
+    row = p.index_select(0, (cur + 1).view(1))[0]  # [V] its distribution, without its children's tokens
+    tried = torch.zeros_like(row).index_add_(0, tokens, (par == cur).to(row.dtype))  # [V]
+    rest = torch.where(tried > 0, torch.zeros_like(row), row)
+    rest = torch.where(rest.sum() > 0, rest, row)  # zero mass: a child passed for sure, cur is not last
+    nxt = torch.multinomial(rest, 1, generator=generator)[0]
     return torch.stack([cur, nxt])
 
 

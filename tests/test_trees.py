@@ -157,14 +157,15 @@ def _sequential_tree_sampling(tokens, parents, probs, sampled, logits, temp, g) 
     return cur, int(torch.multinomial(resid, 1, generator=g)[0])
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_tree_sampling_matches_node_by_node_reference(seed):
-    """Sibling ranks judged at once give the node-by-node walk's result on the same random draws."""
+@pytest.mark.parametrize("share", [0.4, 0.0])  # some sampled nodes; none (the closed form)
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_sampling_matches_node_by_node_reference(seed, share):
+    """Sibling ranks judged at once (or in closed form) give the node-by-node walk's result on the same draws."""
     rng = np.random.default_rng(seed)
     n, v = int(rng.integers(1, 16)), int(rng.integers(2, 6))
     parents = _random_parents(rng, n)
     tokens = torch.as_tensor(rng.integers(0, v, size=n))  # duplicate siblings included
-    sampled = tuple(bool(x) for x in rng.random(n) < 0.4)
+    sampled = tuple(bool(x) for x in rng.random(n) < share)
     probs = torch.softmax(torch.as_tensor(rng.normal(size=(n, v)) * 2, dtype=torch.float32), -1)
     logits = torch.as_tensor(rng.normal(size=(n + 1, v)) * 2, dtype=torch.float32)
     tree = DraftTree(tokens, parents, ("a",) * n, probs, sampled)
