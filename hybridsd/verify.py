@@ -9,8 +9,9 @@ running residual distribution (recursive rejection sampling, as in SpecInfer and
 
 All functions stay on the device: they return tensors, and the caller reads them
 with a single host sync per step (index tensors made on the host are copied without
-one). Sampled tree verification judges every parent's children at once, one sibling
-rank at a time (a loop over ranks, not nodes).
+one). Tree verification at temperature > 0 judges every parent's children at once, one
+sibling rank at a time (a loop over ranks, not nodes), or in closed form when every node
+is deterministic (EAGLE trees).
 """
 
 from __future__ import annotations
