@@ -232,8 +232,9 @@ class Attention(nn.Module):
             k, v = k.to(q.dtype), v.to(q.dtype)
         elif cache is not None:
             k, v = cache.update(k, v)  # [B, nkv, S, D]
-        if B == 1 and attn_mask is not None and attn_mask.dtype == torch.bool and attn_mask.shape == (T, k.shape[2]):
-            # one sequence (drafting): each KV head read once for its query group, by the target's attention kernel
+        one = B == 1 and not q.requires_grad and attn_mask is not None and attn_mask.dtype == torch.bool
+        if one and attn_mask.shape == (T, k.shape[2]):
+            # drafting one sequence: each KV head read once for its query group, by the target's attention kernel
             # (SDPA with a mask and GQA falls back to its fp32 math kernel on CUDA, repeating the keys)
             qg = q[0].reshape(self.nkv, self.nh // self.nkv * T, self.hd)  # [nkv, g*T, D], row j*T + t
             kernel = default_attention(q.device)
