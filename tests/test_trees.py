@@ -494,3 +494,23 @@ def test_compiled_tree_levels_trace_whole_and_equal_eager(monkeypatch):
     assert trees[:2] == trees[2:]
     with pytest.raises(ValueError, match="compile"):
         EagleTreeDrafter(head, compile="reduce-overhead")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_kernel_tree_block_on_cuda(dtype):
+    """The 8B shape's 64-row tree block (256 query rows per KV head: row tiles) by the split kernel against SDPA."""
+    from hybridsd.attention import grouped_attention
+
+    torch.manual_seed(0)
+    hkv, g, t, start, d = 8, 4, 64, 2000, 128
+    parents = _random_parents(np.random.default_rng(0), t - 1)
+    _, vis = layout(parents, start)
+    allowed = torch.zeros(t, 2304, dtype=torch.bool, device="cuda")
+    allowed[:, :start] = True
+    allowed[:, start:start + t] = torch.as_tensor(vis, device="cuda")
+    q = torch.randn(hkv, g * t, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(hkv, 2304, d, device="cuda", dtype=dtype) for _ in range(2))
+    got = grouped_attention(q, k, v, allowed, d ** -0.5, "split").float()
+    ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5, "sdpa")
+    assert (got - ref).abs().max().item() < (1e-4 if dtype == torch.float32 else 2e-2)
