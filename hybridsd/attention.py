@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("sdpa", "split")
-SPLIT_MAX_ROWS = 64  # query rows (g * T) one split-KV program holds
+SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds
+SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
@@ -26,7 +27,8 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which keys token ``t`` sees;
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
     (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
-    rows (decode and verify steps); longer ones (prefill) go to SDPA.
+    rows (decode and verify steps, draft trees included: a block of more than ``SPLIT_ROW_TILE`` rows is cut into
+    row tiles, each with programs of its own); longer ones (prefill) go to SDPA.
 
     Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
@@ -58,11 +60,13 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
-    per KV head, so that the grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
-    block_r = max(16, _next_pow2(rows))
+    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= SPLIT_ROW_TILE``), so that the
+    grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
+    block_r = max(16, _next_pow2(min(rows, SPLIT_ROW_TILE)))
+    row_tiles = -(-rows // block_r)
     block_n = 64 if head_dim <= 128 else 32
     tiles = -(-keys // block_n)
-    splits = max(1, min(tiles, 128 // max(1, kv_heads)))
+    splits = max(1, min(tiles, 128 // max(1, kv_heads * row_tiles)))
     chunk = -(-tiles // splits) * block_n
     return block_r, block_n, chunk, -(-keys // chunk)
 
@@ -86,9 +90,10 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     h, rows, d = q.shape
     t, s = allowed.shape
     block_r, block_n, chunk, splits = split_plan(rows, s, h, d)
+    row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
-    wrap(_kernel())[(h, splits)](
+    wrap(_kernel())[(h, splits, row_tiles)](
         q, keys, values, allowed, key_slots, branch, part, stats,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
@@ -116,7 +121,7 @@ def _kernel():
         h = tl.program_id(0)
         c = tl.program_id(1)
         splits = tl.num_programs(1)
-        r = tl.arange(0, BLOCK_R)
+        r = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
         d = tl.arange(0, D_PAD)
         row_ok = r < R
         q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
