@@ -137,15 +137,25 @@ def _kernel():
                 else:
                     s = tl.dot(q, tl.trans(k))
             else:
-                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
+                moved = 0  # keys of this tile that some view reads from another slot (a tree's branch)
                 for b in tl.static_range(NB):
-                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
-                    k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                    moved += tl.sum((tl.load(KSLOT + b * S + n, mask=key_ok, other=0) != n).to(tl.int32))
+                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
+                if moved == 0:  # every view reads the tile in place: one load, one product (same values)
+                    k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
                     if IEEE:
-                        s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
+                        s = tl.dot(q, tl.trans(k), input_precision="ieee")
                     else:
-                        s_b = tl.dot(q, tl.trans(k))
-                    s = tl.where(view[:, None] == b, s_b, s)
+                        s = tl.dot(q, tl.trans(k))
+                else:
+                    for b in tl.static_range(NB):
+                        slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
+                        k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                        if IEEE:
+                            s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
+                        else:
+                            s_b = tl.dot(q, tl.trans(k))
+                        s = tl.where(view[:, None] == b, s_b, s)
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
             s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
             # as a runtime argument torch.compile passes it as fp64)
@@ -161,14 +171,21 @@ def _kernel():
                     pv = tl.dot(p.to(v.dtype), v)
             else:
                 pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-                for b in tl.static_range(NB):
-                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                    v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                    p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
+                if moved == 0:  # as the loop below with the other views' exact zeros left out
+                    v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
                     if IEEE:
-                        pv += tl.dot(p_b, v, input_precision="ieee")
+                        pv += tl.dot(p.to(v.dtype), v, input_precision="ieee")
                     else:
-                        pv += tl.dot(p_b, v)
+                        pv += tl.dot(p.to(v.dtype), v)
+                else:
+                    for b in tl.static_range(NB):
+                        slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                        v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                        p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
+                        if IEEE:
+                            pv += tl.dot(p_b, v, input_precision="ieee")
+                        else:
+                            pv += tl.dot(p_b, v)
             acc = acc * alpha[:, None] + pv
             m = m_new
         base = (h * splits + c) * R
