@@ -32,7 +32,9 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
     is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
     step would use, whatever slots its tree branch occupies: each of the ``NB`` branch views runs the same code
-    and rows of the other branches add exact zeros, so a row's result depends only on its own keys.
+    and rows of the other branches add exact zeros, so a row's result depends only on its own keys. (The split
+    kernel reads a key tile that no view moves once, in place, with the same products: a chain's step, decode
+    included, never gathers.)
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -112,7 +114,8 @@ def _kernel():
                         SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                         D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
         # NB = 0: keys in slot order. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from
-        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros.
+        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros. A tile
+        # that every view reads in place is loaded once and multiplied once: the same values and products.
         h = tl.program_id(0)
         c = tl.program_id(1)
         splits = tl.num_programs(1)
