@@ -133,31 +133,23 @@ def _kernel():
             n = n0 + tl.arange(0, BLOCK_N)
             key_ok = n < S
             kv_mask = key_ok[:, None] & (d[None, :] < D)
-            if NB == 0:
-                k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-                if IEEE:
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                else:
-                    s = tl.dot(q, tl.trans(k))
+            k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
+            if IEEE:  # [BLOCK_R, BLOCK_N] the keys in place
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
+                s = tl.dot(q, tl.trans(k))
+            if NB > 0:
                 moved = 0  # keys of this tile that some view reads from another slot (a tree's branch)
                 for b in tl.static_range(NB):
                     moved += tl.sum((tl.load(KSLOT + b * S + n, mask=key_ok, other=0) != n).to(tl.int32))
-                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
-                if moved == 0:  # every view reads the tile in place: one load, one product (same values)
-                    k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-                    if IEEE:
-                        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                    else:
-                        s = tl.dot(q, tl.trans(k))
-                else:
+                if moved != 0:  # each row its own view's products (a tile no view moves: they are all `s`)
                     for b in tl.static_range(NB):
                         slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
-                        k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                        k_b = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
                         if IEEE:
-                            s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
+                            s_b = tl.dot(q, tl.trans(k_b), input_precision="ieee")
                         else:
-                            s_b = tl.dot(q, tl.trans(k))
+                            s_b = tl.dot(q, tl.trans(k_b))
                         s = tl.where(view[:, None] == b, s_b, s)
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
             s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
@@ -166,29 +158,28 @@ def _kernel():
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
             l = l * alpha + tl.sum(p, 1)
+            v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
             if NB == 0:
-                v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
                 if IEEE:
                     pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
                 else:
                     pv = tl.dot(p.to(v.dtype), v)
-            else:
+            else:  # accumulated from zero, as the views' sum below (where the other views add exact zeros)
                 pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-                if moved == 0:  # as the loop below with the other views' exact zeros left out
-                    v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                    if IEEE:
-                        pv += tl.dot(p.to(v.dtype), v, input_precision="ieee")
-                    else:
-                        pv += tl.dot(p.to(v.dtype), v)
+                if IEEE:
+                    pv += tl.dot(p.to(v.dtype), v, input_precision="ieee")
                 else:
+                    pv += tl.dot(p.to(v.dtype), v)
+                if moved != 0:
+                    pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
                     for b in tl.static_range(NB):
                         slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                        v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                        v_b = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
                         p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
                         if IEEE:
-                            pv += tl.dot(p_b, v, input_precision="ieee")
+                            pv += tl.dot(p_b, v_b, input_precision="ieee")
                         else:
-                            pv += tl.dot(p_b, v)
+                            pv += tl.dot(p_b, v_b)
             acc = acc * alpha[:, None] + pv
             m = m_new
         base = (h * splits + c) * R
