@@ -42,6 +42,7 @@ from hybridsd.data import default_data_dir
 REPO = Path(__file__).resolve().parents[1]
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
 HYBRIDS = ("ngram-eagle", "ngram-eagle3")
+DATASETS = tuple(d for d in sb.DATASETS if d != "hf")  # the project's JSONL sets (no Hub dataset)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Preset:
     per_bin: int = 1  # code-edits prompts per 0.05 edit-norm bin
     num_prompts: dict = field(default_factory=dict)  # editeval / mt-bench prompts
     hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
-    datasets: tuple[str, ...] = sb.DATASETS
+    datasets: tuple[str, ...] = DATASETS
     pr_grid: bool = False  # only the PR's configurations (n-gram k 5, EAGLE k 3, hybrids 5/3, trees)
 
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=sb.BenchConfig.device)
     p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
     p.add_argument("--dataset-path", default=None, help="folder with the jsonl files (default ../shared/data)")
-    p.add_argument("--datasets", nargs="+", choices=sb.DATASETS, default=None, help="only these datasets")
+    p.add_argument("--datasets", nargs="+", choices=DATASETS, default=None, help="only these datasets")
     p.add_argument("--methods", nargs="+", choices=sb.METHODS, default=None, help="only these methods")
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")

@@ -30,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hybridsd.attention import grouped_attention
 from hybridsd.kv_cache import StaticKVCache
+from hybridsd.target import default_attention
 
 KINDS = ("eagle1", "eagle3")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -230,6 +232,14 @@ class Attention(nn.Module):
             k, v = k.to(q.dtype), v.to(q.dtype)
         elif cache is not None:
             k, v = cache.update(k, v)  # [B, nkv, S, D]
+        one = B == 1 and not q.requires_grad and attn_mask is not None and attn_mask.dtype == torch.bool
+        if one and attn_mask.shape == (T, k.shape[2]):
+            # drafting one sequence: each KV head read once for its query group, by the target's attention kernel
+            # (SDPA with a mask and GQA falls back to its fp32 math kernel on CUDA, repeating the keys)
+            qg = q[0].reshape(self.nkv, self.nh // self.nkv * T, self.hd)  # [nkv, g*T, D], row j*T + t
+            kernel = default_attention(q.device)
+            o = grouped_attention(qg, k[0], v[0], attn_mask, self.hd ** -0.5, kernel)  # [T, nh*D]
+            return self.o_proj(o[None])
         causal = attn_mask is None
         if causal and k.shape[2] != T:
             raise ValueError("attn_mask is required when queries and keys differ in length")
