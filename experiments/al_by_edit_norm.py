@@ -163,10 +163,11 @@ def main(argv=None) -> int:
     ap.add_argument("--k-ngram", type=int, default=5)
     ap.add_argument("--k-eagle", type=int, default=3)
     ap.add_argument("--theory", type=Path, default=None, help="simulate_al.json with models fitted on other prompts")
-    ap.add_argument("--change-request", choices=("located", "subject"), default="located",
-                    help="how the runs' prompts were built (to rebuild them for the simulation)")
+    ap.add_argument("--change-request", choices=("located", "subject"), default="subject",
+                    help="how the runs' prompts were built, as spec_bench's --change-request (to rebuild them for "
+                    "the simulation)")
     ap.add_argument("--no-sim", action="store_true", help="skip the trace simulation")
-    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "al_by_edit_norm.json")
+    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "zoo" / "al_by_edit_norm.json")
     a = ap.parse_args(argv)
     if a.bins < 8:
         ap.error("--bins must be >= 8")
