@@ -34,9 +34,7 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
     is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
     step would use, whatever slots its tree branch occupies: each of the ``NB`` branch views runs the same code
-    and rows of the other branches add exact zeros, so a row's result depends only on its own keys. (The split
-    kernel reads a key tile that no view moves once, in place, with the same products: a chain's step, decode
-    included, never gathers.)
+    and rows of the other branches add exact zeros, so a row's result depends only on its own keys.
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -119,8 +117,7 @@ def _kernel():
                         SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                         D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
         # NB = 0: keys in slot order. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from
-        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros. A tile
-        # that every view reads in place is loaded once and multiplied once: the same values and products.
+        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros.
         h = tl.program_id(0)
         c = tl.program_id(1)
         splits = tl.num_programs(1)
@@ -138,24 +135,22 @@ def _kernel():
             n = n0 + tl.arange(0, BLOCK_N)
             key_ok = n < S
             kv_mask = key_ok[:, None] & (d[None, :] < D)
-            k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-            if IEEE:  # [BLOCK_R, BLOCK_N] the keys in place
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            if NB == 0:
+                k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
+                if IEEE:
+                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+                else:
+                    s = tl.dot(q, tl.trans(k))
             else:
-                s = tl.dot(q, tl.trans(k))
-            if NB > 0:
-                moved = 0  # keys of this tile that some view reads from another slot (a tree's branch)
+                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
                 for b in tl.static_range(NB):
-                    moved += tl.sum((tl.load(KSLOT + b * S + n, mask=key_ok, other=0) != n).to(tl.int32))
-                if moved != 0:  # each row its own view's products (a tile no view moves: they are all `s`)
-                    for b in tl.static_range(NB):
-                        slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
-                        k_b = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-                        if IEEE:
-                            s_b = tl.dot(q, tl.trans(k_b), input_precision="ieee")
-                        else:
-                            s_b = tl.dot(q, tl.trans(k_b))
-                        s = tl.where(view[:, None] == b, s_b, s)
+                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
+                    k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                    if IEEE:
+                        s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
+                    else:
+                        s_b = tl.dot(q, tl.trans(k))
+                    s = tl.where(view[:, None] == b, s_b, s)
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
             s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
             # as a runtime argument torch.compile passes it as fp64)
@@ -163,28 +158,22 @@ def _kernel():
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
             l = l * alpha + tl.sum(p, 1)
-            v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
             if NB == 0:
+                v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
                 if IEEE:
                     pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
                 else:
                     pv = tl.dot(p.to(v.dtype), v)
-            else:  # accumulated from zero, as the views' sum below (where the other views add exact zeros)
+            else:
                 pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-                if IEEE:
-                    pv += tl.dot(p.to(v.dtype), v, input_precision="ieee")
-                else:
-                    pv += tl.dot(p.to(v.dtype), v)
-                if moved != 0:
-                    pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-                    for b in tl.static_range(NB):
-                        slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                        v_b = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                        p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
-                        if IEEE:
-                            pv += tl.dot(p_b, v_b, input_precision="ieee")
-                        else:
-                            pv += tl.dot(p_b, v_b)
+                for b in tl.static_range(NB):
+                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                    v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                    p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
+                    if IEEE:
+                        pv += tl.dot(p_b, v, input_precision="ieee")
+                    else:
+                        pv += tl.dot(p_b, v)
             acc = acc * alpha[:, None] + pv
             m = m_new
         base = (h * splits + c) * R
