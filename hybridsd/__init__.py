@@ -29,7 +29,7 @@ _NAMES = {
     "NgramDrafter": "hybridsd.drafters.ngram",
     "ngram_propose": "hybridsd.drafters.ngram",
     "ReplayDrafter": "hybridsd.drafters.replay",
-    "EagleConfig": "hybridsd.eagle.model",
+    "EagleConfig": "hybridsd.eagle.config",
     "EagleHead": "hybridsd.eagle.model",
     "GenerateResult": "hybridsd.generate",
     "generate": "hybridsd.generate",
@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports thes
     from hybridsd.drafters.hybrid import HybridDrafter  # noqa: F401
     from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose  # noqa: F401
     from hybridsd.drafters.replay import ReplayDrafter  # noqa: F401
-    from hybridsd.eagle.model import EagleConfig, EagleHead  # noqa: F401
+    from hybridsd.eagle.config import EagleConfig  # noqa: F401
+    from hybridsd.eagle.model import EagleHead  # noqa: F401
     from hybridsd.generate import GenerateResult, generate  # noqa: F401
     from hybridsd.metrics import SpecStats, StepRecord  # noqa: F401
 
