@@ -6,18 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridsd.analytic import (
-    ModelFit,
-    RunsFit,
     al_from_rates,
     chain_al,
-    fit_edit_structure,
-    fit_harmonic,
-    fit_resync,
-    fit_resync_runs,
-    fit_new_share,
     harmonic_al,
     harmonic_calibrate_ngram,
-    model_error,
     new_share,
     normalized_al_exact,
     normalized_al_from_precision,
@@ -26,6 +18,8 @@ from hybridsd.analytic import (
     resync_al,
     resync_passes,
 )
+from hybridsd.fit import (ModelFit, RunsFit, fit_edit_structure, fit_harmonic, fit_new_share, fit_resync,
+                          fit_resync_runs, model_error)
 
 HYP = settings(max_examples=60, deadline=None)
 unit = st.floats(0.0, 1.0)
