@@ -48,7 +48,7 @@ def sampling_params(do_sample, temperature, top_k, top_p) -> tuple[float, int | 
     if not sample:
         if top_k or (top_p is not None and top_p < 1):
             warnings.warn("top_k and top_p apply only when sampling (do_sample=True or temperature > 0); decoding "
-                          "greedily", stacklevel=3)
+                          "greedily", stacklevel=4)  # the caller of generate (under its inference_mode wrapper)
         return 0.0, None, None
     return (1.0 if temperature is None else float(temperature), int(top_k) if top_k else None,
             float(top_p) if top_p is not None and top_p < 1 else None)
