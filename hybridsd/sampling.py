@@ -56,9 +56,9 @@ def sampling_params(do_sample, temperature, top_k, top_p) -> tuple[float, int | 
 
 def warp(logits: torch.Tensor, temperature: float, top_k: int | None = None,
          top_p: float | None = None) -> torch.Tensor:
-    """Sampling probabilities ``[..., V]`` (in the logits' dtype) of ``logits`` ``[..., V]`` at ``temperature`` > 0, restricted
-    to the ``top_k`` most likely tokens and then to the smallest set whose probability reaches ``top_p``
-    (None: no restriction; at least one token always stays), as HF's logits warpers compute them."""
+    """Sampling probabilities ``[..., V]`` (in the logits' dtype) of ``logits`` ``[..., V]`` at ``temperature``
+    > 0, restricted to the ``top_k`` most likely tokens and then to the smallest set whose probability reaches
+    ``top_p`` (None: no restriction; at least one token always stays), as HF's logits warpers compute them."""
     x = logits / temperature
     if top_k is not None or top_p is not None:
         from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper

@@ -77,9 +77,10 @@ def test_sampling_params_read_as_hf_users_write_them():
                             ((None, -1.0, None, None), ValueError, "temperature"),
                             ((None, float("nan"), None, None), ValueError, "temperature"),
                             ((None, 1.0, -1, None), ValueError, "top_k"), ((None, 1.0, 2.5, None), TypeError, "top_k"),
-                            ((None, 1.0, None, 0.0), ValueError, "top_p"), ((None, 1.0, None, 1.5), ValueError, "top_p"),
-                            ((None, 1.0, None, "0.9"), TypeError, "top_p"), (("yes", 1.0, None, None), TypeError,
-                                                                             "do_sample")]:
+                            ((None, 1.0, None, 0.0), ValueError, "top_p"),
+                            ((None, 1.0, None, 1.5), ValueError, "top_p"),
+                            ((None, 1.0, None, "0.9"), TypeError, "top_p"),
+                            (("yes", 1.0, None, None), TypeError, "do_sample")]:
         with pytest.raises(err, match=word):
             sampling_params(*args)
 
