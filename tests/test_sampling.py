@@ -112,14 +112,15 @@ def test_first_token_is_distributed_as_hf_generate(small):
     assert _chi2_ok(hf, p) and _chi2_ok(ours, p)
 
 
-def _exact(model, steps: int, temperature: float, top_k, top_p) -> dict[tuple, float]:
-    """P(first `steps` new tokens) by enumeration with full forwards and the written-out warping."""
+def _exact(model, ids: torch.Tensor, steps: int, temperature: float = 1.0, top_k=None,
+           top_p=None) -> dict[tuple, float]:
+    """P(first `steps` new tokens after `ids`) by enumeration with full forwards and the written-out warping."""
     probs = {}
     with torch.no_grad():
         for seq in itertools.product(range(V), repeat=steps):
-            full = torch.cat([IDS, torch.tensor(seq)])[None]
+            full = torch.cat([ids, torch.tensor(seq)])[None]
             logits = model(full).logits[0]
-            n = IDS.numel()
+            n = ids.numel()
             probs[seq] = float(np.prod([_warp_reference(logits[n - 1 + i], temperature, top_k, top_p)[seq[i]]
                                         for i in range(steps)]))
     return probs
@@ -149,7 +150,7 @@ CASES = [  # (temperature, top_k, top_p, drafter): chains (one-hot, sampled from
 def test_sequence_distribution_matches_plain_sampling(small, temperature, top_k, top_p, kind):
     """The first two new tokens (the second from verifying a draft) follow the warped target distribution,
     and no sequence outside its support ever appears."""
-    exact = _exact(small, 2, temperature, top_k, top_p)
+    exact = _exact(small, IDS, 2, temperature, top_k, top_p)
     keys = sorted(exact)
     index = {k: i for i, k in enumerate(keys)}
     counts = np.zeros(len(keys))
