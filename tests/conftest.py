@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, ProposeRequest
 from hybridsd.drafters.replay import ReplayDrafter
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
