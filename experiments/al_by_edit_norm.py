@@ -1,7 +1,7 @@
 """AL against the edit norm: measured runs per bin with bootstrap CIs, the trace simulation of the same prompts on
 the target's own outputs beside them, and the analytic models over both.
 
-    python experiments/al_by_edit_norm.py RUNS.jsonl... [--theory experiments/results/simulate_al.json]
+    python experiments/al_by_edit_norm.py RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
 
 ``RUNS``: spec_bench JSONL files of several methods on the same code-edit prompts (greedy, so every method's
 output is the target's one output). For each binning (the reference's edit norm, as the PR bins, and the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridsd import results
+from experiments import results
 from simulate_al import json_safe  # noqa: E402  (experiments/simulate_al.py)
 from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
 from hybridsd.fit import ModelFit, model_error

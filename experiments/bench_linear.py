@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hybridsd import provenance
+from experiments import provenance
 
 SPLITK_MAX_ROWS = 16  # rows one program holds (tl.dot needs at least 16)
 

@@ -6,7 +6,7 @@ span, so matches come and go) and "code-bytes" (UTF-8 bytes of real before/after
 code_edits_dev.jsonl, each after-file mostly copying its before-file). Each call ends the context
 at a different position just below the target length, so the figures mix hits and misses.
 
-    python experiments/bench_ngram.py [--calls 4000] [--out experiments/results/bench_ngram.json]
+    python experiments/bench_ngram.py [--calls 4000] [--out experiments/results/speed/bench_ngram.json]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridsd.drafters.ngram import ngram_propose
-from hybridsd.provenance import run_info
+from experiments.provenance import run_info
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared/data/code_edits_dev.jsonl"
@@ -83,7 +83,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=REPO / "experiments/results/bench_ngram.json")
+    ap.add_argument("--out", type=Path, default=REPO / "experiments/results/speed/bench_ngram.json")
     args = ap.parse_args()
 
     ngram_propose(np.zeros(16, dtype=np.int64), MIN_N, MAX_N, K)  # compile / load the kernel

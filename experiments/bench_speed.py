@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hybridsd import provenance
+from experiments import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.generate import _tree_layout

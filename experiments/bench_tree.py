@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from bench_speed import copy_bandwidth, cuda_median_ms, llama8b
-from hybridsd import provenance
+from experiments import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree

@@ -74,8 +74,8 @@ for stage in "$@"; do
               timeout 120 python3 experiments/spec_bench.py $A --method $m --num-speculative-tokens-per-method \
                 '{"ngram": 5, "eagle3": 3}' --output "$OUT/l31__$m.jsonl" >> "$OUT/real8b.log" 2>&1
             done
-            timeout 120 python3 experiments/spec_bench.py $A --method replay --num-spec-tokens 3 --num-prompts 2 \
-              --output-len 256 --output "$OUT/l31__replay.jsonl" >> "$OUT/real8b.log" 2>&1
+            timeout 150 python3 experiments/spec_bench.py $A --method replay --num-spec-tokens 3 --num-prompts 3 \
+              --output-len 512 --output "$OUT/l31__replay.jsonl" >> "$OUT/real8b.log" 2>&1
             timeout 150 python3 experiments/spec_bench.py $A --method ngram-eagle3 --num-speculative-tokens-per-method \
               '{"ngram": 5, "eagle3": 3}' --compile auto --num-prompts 1 --output-len 32 \
               --output "$OUT/l31__compile_auto.jsonl" >> "$OUT/real8b.log" 2>&1

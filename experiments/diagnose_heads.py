@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
-from hybridsd import data, prompts, provenance
+from hybridsd import data, prompts
+from experiments import provenance
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.eagle.train import _target_pass, unroll
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
-from hybridsd import provenance
+from experiments import provenance
 
 BOS, EOT, END_OF_TEXT = 0, 4, 1  # in the zoo tokenizer
 LLAMA31_8B = dict(

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from hybridsd.analytic import al_from_rates, harmonic_calibrate_ngram
-from hybridsd.fit import fit_edit_structure, fit_harmonic, fit_new_share, fit_resync, fit_resync_runs, model_error
 from hybridsd.data import bin_index, default_data_dir, load_code_edits
 from hybridsd.edit_distance import copied_runs, token_edit_norm
-from hybridsd.provenance import run_info
+from hybridsd.fit import fit_edit_structure, fit_harmonic, fit_new_share, fit_resync, fit_resync_runs, model_error
+from experiments.provenance import run_info
 from hybridsd.simulate import SimConfig, iter_simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=8000, help="vocab of the fallback BPE")
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS / "simulate_al")
+    ap.add_argument("--out", type=Path, default=RESULTS / "simulation" / "simulate_al")
     args = ap.parse_args(argv)
     if args.bins < 10:
         ap.error("--bins must be >= 10")

@@ -42,7 +42,8 @@ import torch
 from tqdm import tqdm
 
 import hybridsd as hsd
-from hybridsd import checkpoint, data, prompts, provenance
+from hybridsd import checkpoint, data, prompts
+from experiments import provenance
 from hybridsd.edit_distance import edit_norm
 
 if str(Path(__file__).resolve().parent) not in sys.path:
@@ -76,6 +77,7 @@ class BenchConfig:
     hybrid_policy: str = "prefer-ngram"
     dataset_name: str = "code-edits"
     split: str = "eval"
+    change_request: str = "located"
     min_distance: float | None = None
     max_distance: float | None = None
     output_len: int = 512
@@ -117,6 +119,8 @@ class BenchConfig:
             raise ValueError(f"--output-len must be >= 1, got {self.output_len}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        if self.change_request not in data.CHANGE_REQUESTS:
+            raise ValueError(f"--change-request must be one of {data.CHANGE_REQUESTS}, got {self.change_request!r}")
         if self.split not in ("eval", "all"):
             raise ValueError("--split must be 'eval' or 'all'")
         if self.dtype not in checkpoint.DTYPES:
@@ -280,7 +284,8 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
                                  min_distance=cfg.min_distance, max_distance=cfg.max_distance)
     else:
         exs = data.load_code_edits(Path(data_dir) / "code_edits_dev.jsonl" if data_dir else None,
-                                   min_distance=cfg.min_distance, max_distance=cfg.max_distance)
+                                   min_distance=cfg.min_distance, max_distance=cfg.max_distance,
+                                   change_request=cfg.change_request)
         if cfg.split == "eval" and cfg.model in hsd.zoo.names():
             split = json.loads((hsd.zoo.path(cfg.model) / "eval_split.json").read_text())
             keep = set(split["ids"])
@@ -312,6 +317,17 @@ def peak_memory_gb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
+def timed_generate(model, ids: list[int], drafter, kw: dict, cuda: bool):
+    """``generate``'s result and its wall seconds (the device idle at the start and done at the end)."""
+    if cuda:
+        torch.cuda.synchronize()  # host sync: the timer starts with an idle device
+    t0 = time.perf_counter()
+    res = hsd.generate(model, ids, drafter=drafter, **kw)
+    if cuda:
+        torch.cuda.synchronize()  # host sync: the timer stops when the device is done
+    return res, time.perf_counter() - t0
+
+
 def replay_continuation(model, ids, kw: dict, k: int) -> list[int]:
     """The plain greedy output, replayed until the speculative run reproduces it (a verify block may round
     differently from one-token decoding in bf16): what ``ReplayDrafter`` drafts with every token accepted."""
@@ -324,11 +340,13 @@ def replay_continuation(model, ids, kw: dict, k: int) -> list[int]:
     return cont
 
 
-def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> dict:
+def replay_timing(model, ids: list[int], res, timed_run, cfg: BenchConfig, repeats: int = 7) -> dict:
     """For a replay row on CUDA: the graphed forward of 1 token (``decode_ms``) and of a verify block of k+1
     (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
-    (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate) against
-    the measured ``tokens_per_s`` (prefill included)."""
+    (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate; and with the
+    prompt's measured prefill) against the measured ``tokens_per_s``: the median over ``repeats`` more timed
+    runs of the same generation (``timed_run()`` returns one run's wall seconds; the row's own run, the first
+    after the replay's warm-up, is kept apart as ``first_run_tokens_per_s``)."""
     from bench_speed import ours_ms  # experiments/bench_speed.py, the same step timing
 
     from hybridsd.target import target_for
@@ -340,11 +358,15 @@ def replay_timing(model, ids: list[int], res, wall: float, cfg: BenchConfig) -> 
     al = res.stats.seq_normalized_al
     pre = prefill_ms(model, ids, cfg)
     run_ms = pre + (res.stats.num_target_steps - 1) * fwd[f"chain_q{k + 1}"]  # the prefill, then verify steps
+    walls = [timed_run() for _ in range(repeats)]
     return {"k": k, "context": ctx, "decode_ms": fwd["chain_q1"], "verify_ms": fwd[f"chain_q{k + 1}"],
-            "prefill_ms": pre, "seq_normalized_al": al,
+            "prefill_ms": pre, "seq_normalized_al": al, "repeats": repeats,
             "predicted_tokens_per_s": 1e3 * al / fwd[f"chain_q{k + 1}"],
             "predicted_with_prefill_tokens_per_s": 1e3 * len(res.tokens) / run_ms,
-            "decode_tokens_per_s": 1e3 / fwd["chain_q1"], "tokens_per_s": len(res.tokens) / wall}
+            "decode_tokens_per_s": 1e3 / fwd["chain_q1"],
+            "tokens_per_s": len(res.tokens) / float(np.median(walls)),
+            "tokens_per_s_spread": [len(res.tokens) / max(walls), len(res.tokens) / min(walls)],
+            "first_run_tokens_per_s": len(res.tokens) / timed_run.first_wall}
 
 
 @torch.inference_mode()
@@ -418,17 +440,11 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
             if cfg.method == "replay":
                 k = cfg.k.get("replay", DEFAULT_K["eagle"])
                 drafter = hsd.ReplayDrafter(replay_continuation(model, ids, kw, k), k)
-            if cuda:
-                torch.cuda.synchronize()  # host sync: the timer starts with an idle device
-            t0 = time.perf_counter()
             try:
-                res = hsd.generate(model, ids, drafter=drafter, **kw)
-                if cuda:
-                    torch.cuda.synchronize()  # host sync: the timer stops when the device is done
+                res, wall = timed_generate(model, ids, drafter, kw, cuda)
             except Exception:  # noqa: BLE001 - one failing prompt must not end a sweep; no row, so a rerun retries
                 print(f"FAILED {cfg.method} {ex.id}:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
                 continue
-            wall = time.perf_counter() - t0
             res.stats.check()
             text = tok.decode(res.tokens, skip_special_tokens=True)
             if print_output:
@@ -443,7 +459,10 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 "config": asdict(cfg), "run_info": {**info, "peak_mem_gb": peak_memory_gb(device)},
             }
             if cfg.method == "replay" and cuda:
-                row["replay"] = replay_timing(model, ids, res, wall, cfg)
+                def again(cont=drafter.continuation, k=drafter.k):
+                    return timed_generate(model, ids, hsd.ReplayDrafter(cont, k), kw, cuda)[1]
+                again.first_wall = wall
+                row["replay"] = replay_timing(model, ids, res, again, cfg)
             if cfg.check_lossless and drafter is not None:
                 plain = hsd.generate(model, ids, **kw)
                 row["lossless"] = plain.tokens == res.tokens
@@ -522,6 +541,9 @@ def parser() -> argparse.ArgumentParser:
                    "JSONL file(s); otherwise the folder with the project's JSONL files (default ../shared/data)")
     p.add_argument("--hf-split", default="train")
     p.add_argument("--split", default="eval", choices=("eval", "all"))
+    p.add_argument("--change-request", default="located", choices=data.CHANGE_REQUESTS,
+                   help="code-edits prompts: the commit subject alone, or located (the places, scopes and sizes "
+                   "of the change named; the zoo target's format)")
     p.add_argument("--blazedit-min-distance", type=float, default=None)
     p.add_argument("--blazedit-max-distance", type=float, default=None)
     p.add_argument("--num-prompts", type=int, default=None)
@@ -571,6 +593,7 @@ def main(argv: list[str] | None = None) -> None:
                           k=speculative_tokens(method, a.k, a.num_speculative_tokens_per_method),
                           prompt_lookup_min=a.lookup_min, prompt_lookup_max=a.lookup_max,
                           hybrid_policy=a.hybrid_policy, dataset_name=a.dataset_name, split=a.split,
+                          change_request=a.change_request,
                           min_distance=a.blazedit_min_distance, max_distance=a.blazedit_max_distance,
                           output_len=a.hf_output_len or a.output_len, temperature=a.temperature, seed=a.seed,
                           chat_template=not a.skip_chat_template, bos_mode="doubled" if a.double_bos else "single",

@@ -2,8 +2,8 @@
 edit-norm bin, and output match rates.
 
     python experiments/summarize_runs.py 'results/llama31/*.jsonl' --table pr
-    python experiments/summarize_runs.py experiments/results/zoo/gate_call2.jsonl [--by output|reference]
-    python experiments/summarize_runs.py 'experiments/results/sweeps/cpu-small/*.jsonl' --bins fine
+    python experiments/summarize_runs.py experiments/results/zoo/eagle3_gate/gate_eagle3_k3.jsonl [--by output|reference]
+    python experiments/summarize_runs.py 'experiments/results/sweeps/zoo_cpu_fp32/*.jsonl' --bins fine
 
 The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,
 ``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR
@@ -15,7 +15,7 @@ Corpus AL = sum of tokens / sum of target passes over the rows in a cell (seq-no
 input file (what the n-gram drafter sees); ``--by reference`` by the reference edit's. The match rate is the
 share of prompts whose output equals the plain run's (method ``none``, same prompt and config): by stored
 tokens, or by output length and output edit norm for rows without tokens (a weaker proxy; the
-``compared_by`` column says which). The logic lives in :mod:`hybridsd.results`.
+``compared_by`` column says which). The logic lives in :mod:`experiments.results`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 
 import pandas as pd
 
-from hybridsd import results
+from experiments import results
 
 CONFIG = ["dataset", "variant", "k", "bos_mode", "dtype"]
 PR = ["dataset", "variant", "k"]

@@ -39,7 +39,7 @@ import distributed as dp  # noqa: E402
 import spec_bench as sb  # noqa: E402
 
 from hybridsd.data import default_data_dir  # noqa: E402
-from hybridsd.provenance import run_info  # noqa: E402
+from experiments.provenance import run_info  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
@@ -56,6 +56,7 @@ class Preset:
     num_prompts: dict = field(default_factory=dict)  # editeval / mt-bench prompts
     hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
     datasets: tuple[str, ...] = sb.DATASETS
+    pr_grid: bool = False  # only the PR's configurations (n-gram k 5, EAGLE k 3, hybrids 5/3, trees)
 
 
 PRESETS = {
@@ -68,6 +69,9 @@ PRESETS = {
                            per_bin=2, num_prompts={"editeval": 8, "mt-bench": 8}, hybrid_ks=((5, 3),)),
     # About 55 prompts x 111 configs, up to 1024 tokens (bf16 on CUDA): one to two hours of H200 time by the
     # same estimate, so several calls (rerun to continue) or --datasets / --methods to trim it.
+    # AL against edit norm on the zoo's held-out edits (located requests): the PR's configurations and EAGLE-3's
+    # dynamic tree, up to 8 prompts per 0.05 edit-norm bin, output capped at 1536 tokens.
+    "edit-norm": Preset(ks=(), output_len={"code-edits": 1536}, per_bin=8, datasets=("code-edits",), pr_grid=True),
     "gpu-full": Preset(ks=(1, 3, 5, 8), output_len={"code-edits": 1024, "editeval": 1024, "mt-bench": 768},
                        per_bin=2, num_prompts={"editeval": 16, "mt-bench": 16}, hybrid_ks=((5, 3),)),
 }
@@ -82,6 +86,16 @@ def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
 
     for ds in preset.datasets:
         base = dict(dataset_name=ds, output_len=preset.output_len[ds])
+        if preset.pr_grid:
+            pr = {"ngram": 5, "eagle": 3, "eagle3": 3}
+            add(f"{ds}__none", method="none", **base)
+            for m in SPEC_METHODS:
+                add(f"{ds}__{m}__pr", method=m, k=pr, **base)
+            add(f"{ds}__ngram-eagle-tree__pr", method="ngram-eagle", hybrid_policy="tree", k=pr, **base)
+            add(f"{ds}__eagle3-dynamic-tree", method="eagle3", tree="dynamic", k=pr, **base)
+            add(f"{ds}__ngram-eagle3-dynamic-tree", method="ngram-eagle3", hybrid_policy="tree", tree="dynamic", k=pr,
+                **base)
+            continue
         add(f"{ds}__none", method="none", **base)
         add(f"{ds}__none__bos-doubled", method="none", bos_mode="doubled", **base)
         for k in preset.ks:

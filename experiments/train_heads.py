@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
-from hybridsd import data, prompts, provenance
+from hybridsd import data, prompts
+from experiments import provenance
 from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
                                   init_eagle3_output, init_from_head, train_head)

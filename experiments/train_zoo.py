@@ -33,6 +33,7 @@ import ast
 import difflib
 import gzip
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -92,7 +93,9 @@ class TargetConfig:
     synthetic_sources: int = 40_000     # distinct files they are made from (a file can serve twice)
     synthetic_min_chars: int = 300
     synthetic_max_chars: int = 5000
-    real_epochs: int = 2
+    real_epochs: int = 2                # copies of the real edits among one epoch's examples
+    sft_epochs: int = 1
+    change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -121,12 +124,14 @@ class TargetConfig:
     def __post_init__(self) -> None:
         if self.change_request not in CHANGE_REQUESTS:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
+        if not self.change_weight > 0:
+            raise ValueError(f"change_weight must be > 0, got {self.change_weight}")
 
 
 CHANGE_REQUESTS = ("located", "subject")
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
-FINETUNE = dict(pretrain_chars=0, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=3,
-                sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=200.0, deadline_s=280.0, reserve_s=60.0,
+FINETUNE = dict(pretrain_chars=0, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2, sft_epochs=3,
+                sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=250.0, deadline_s=350.0, reserve_s=60.0,
                 gate_time_s=50.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
              pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20, deadline_s=150, reserve_s=30,
@@ -514,7 +519,72 @@ def t_add_function(text, tree, lines, rng):
     return instr, text.rstrip("\n") + "\n\n\n" + code
 
 
-TRANSFORMS = ((t_rename, 3), (t_delete_def, 2), (t_add_comment, 1), (t_remove_comments, 1), (t_add_docstring, 2),
+def _body_lines(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
+    """Lines ``[a, b)`` (0-based) of a function's body after its docstring, or None when under two lines."""
+    body = [s for s in node.body if s is not _docstring_expr(node)]
+    if not body:
+        return None
+    a, b = min([body[0].lineno] + [d.lineno for d in getattr(body[0], "decorator_list", [])]) - 1, node.end_lineno
+    if a + 1 <= node.lineno or b - a < 2 or not all(lines[i].strip() for i in (a, b - 1)):
+        return None  # a body on the header's line, or too short
+    return a, b
+
+
+def _functions(tree: ast.AST) -> list[ast.AST]:
+    return [n for n, _ in _defs(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def t_rewrite_body(text, tree, lines, rng, donor):
+    """Replace a function's body (after its docstring) by the body of a function of another file: new text
+    of the size of a real rewrite, not present anywhere in the prompt."""
+    try:
+        donor_tree = ast.parse(donor)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    donor_lines = donor.splitlines(keepends=True)
+    targets = [(n, r) for n in _functions(tree) if (r := _body_lines(n, lines))]
+    sources = [r for n in _functions(donor_tree) if (r := _body_lines(n, donor_lines)) and r[1] - r[0] <= 40]
+    if not targets or not sources:
+        return None
+    node, (a, b) = rng.choice(targets)
+    c, d = rng.choice(sources)
+    old_indent, new_indent = _indent(donor_lines[c]), _indent(lines[a])
+    if not all(l.startswith(old_indent) or not l.strip() for l in donor_lines[c:d]):
+        return None
+    body = [new_indent + l[len(old_indent):] if l.strip() else l for l in donor_lines[c:d]]
+    body[-1] = body[-1] if body[-1].endswith("\n") else body[-1] + "\n"
+    instr = _pick(rng, ("Rewrite the body of `{n}`.", "Reimplement {n}.", "Change how `{n}` works.",
+                        "New implementation of {n}."), n=node.name)
+    return instr, "".join(lines[:a] + body + lines[b:])
+
+
+def t_insert_foreign(text, tree, lines, rng, donor):
+    """Insert a top-level function or class of another file after a top-level definition of this one."""
+    try:
+        donor_tree = ast.parse(donor)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    donor_lines = donor.splitlines(keepends=True)
+    cands = [n for n in donor_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+             and 3 <= n.end_lineno - _block_start(n) <= 50 and not re.search(rf"\b{re.escape(n.name)}\b", text)]
+    anchors = [n.end_lineno for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                   ast.ClassDef))] + [len(lines)]
+    if not cands:
+        return None
+    node, at = rng.choice(cands), rng.choice(anchors)
+    block = donor_lines[_block_start(node): node.end_lineno]
+    block[-1] = block[-1] if block[-1].endswith("\n") else block[-1] + "\n"
+    head = lines[:at]
+    if head and not head[-1].endswith("\n"):
+        head[-1] += "\n"
+    kind = "class" if isinstance(node, ast.ClassDef) else "function"
+    instr = _pick(rng, ("Add the {k} `{n}`.", "Add a {k} {n}.", "Implement `{n}`.", "New {k}: {n}."), k=kind, n=node.name)
+    return instr, "".join(head + ["\n", "\n"] + block + (["\n", "\n"] if lines[at:] else []) + lines[at:])
+
+
+# Transforms that take text from a second file (``donor``): the new text of large rewrites.
+DONOR_TRANSFORMS = (t_rewrite_body, t_insert_foreign)
+TRANSFORMS = ((t_rewrite_body, 4), (t_insert_foreign, 2), (t_rename, 3), (t_delete_def, 2), (t_add_comment, 1), (t_remove_comments, 1), (t_add_docstring, 2),
               (t_remove_docstring, 2), (t_change_constant, 2), (t_sort_imports, 1), (t_add_import, 1),
               (t_remove_import, 1), (t_add_print, 1), (t_add_function, 1))
 
@@ -534,16 +604,16 @@ def change_request(before: str, after: str, subject: str, mode: str, max_places:
     return located_request(before, after, subject, max_places) if mode == "located" else subject
 
 
-def synthetic_edit(args: tuple[int, str, str, int]) -> dict | None:
-    """One synthetic edit of a Python file, or None: 1-3 transforms, instruction, before, after, kinds.
+def synthetic_edit(args: tuple[int, str, str, str, int]) -> dict | None:
+    """One synthetic edit of a Python file, or None: 1-4 transforms, instruction, before, after, kinds.
 
-    ``args``: (seed, file text, change-request mode, max places); the instruction is the change request
-    built from the transforms' own instructions."""
-    seed, text, mode, max_places = args
+    ``args``: (seed, file text, donor file text, change-request mode, max places); the instruction is the
+    change request built from the transforms' own instructions."""
+    seed, text, donor, mode, max_places = args
     rng = random.Random(seed)
     funcs, weights = zip(*TRANSFORMS)
     before, after, instructions, kinds = text, text, [], []
-    n_edits = rng.choices((1, 2, 3), (0.55, 0.33, 0.12))[0]
+    n_edits = rng.choices((1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1))[0]
     for _ in range(10):
         if len(kinds) == n_edits:
             break
@@ -554,7 +624,8 @@ def synthetic_edit(args: tuple[int, str, str, int]) -> dict | None:
         func = rng.choices(funcs, weights)[0]
         if func.__name__ in kinds:
             continue
-        got = func(after, tree, after.splitlines(keepends=True), rng)
+        extra = (donor,) if func in DONOR_TRANSFORMS else ()
+        got = func(after, tree, after.splitlines(keepends=True), rng, *extra)
         if got is None or got[1] == after:
             continue
         if len(got) == 3:  # a transform that rewrites the input instead (sorted imports)
@@ -565,6 +636,10 @@ def synthetic_edit(args: tuple[int, str, str, int]) -> dict | None:
         after = got[1]
         kinds.append(func.__name__)
     if not kinds:
+        return None
+    try:
+        ast.parse(after)
+    except (SyntaxError, ValueError, RecursionError):
         return None
     norm = line_edit_norm(before, after)
     if not 0 < norm <= 0.6:
@@ -594,14 +669,29 @@ def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
     return LlamaForCausalLM(config)
 
 
-def masked_loss(model, input_ids, targets):
-    """Mean cross-entropy over positions whose target is not -100 (logits computed only there)."""
+def masked_loss(model, input_ids, targets, weights=None):
+    """Mean cross-entropy over positions whose target is not -100 (logits computed only there); with
+    ``weights`` (same shape as ``targets``) the weighted mean."""
     import torch.nn.functional as F
 
     hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
     keep = targets != -100
     logits = model.lm_head(hidden[keep])
-    return F.cross_entropy(logits.float(), targets[keep])
+    if weights is None:
+        return F.cross_entropy(logits.float(), targets[keep])
+    w = weights[keep]
+    return (F.cross_entropy(logits.float(), targets[keep], reduction="none") * w).sum() / w.sum()
+
+
+def changed_positions(args: tuple[list[int], list[int]]) -> list[int]:
+    """Positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where an edit of ``before``
+    shows: every inserted or replacing token, and the token right after a deletion (pool worker)."""
+    before, after = args
+    out: list[int] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.extend(range(j1, j2) if j2 > j1 else [j1])
+    return sorted(set(out))
 
 
 class Phase:
@@ -627,15 +717,16 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
 
     tokens = seen = 0
     model.train()
-    for inputs, targets in batches:
+    for inputs, targets, *weights in batches:
         if phase.progress() >= 1.0:
             break
+        weights = weights[0].to(device, non_blocking=True) if weights else None
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = masked_loss(model, inputs, targets)
+            loss = masked_loss(model, inputs, targets, weights)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -657,9 +748,11 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
             "wall_s": round(wall, 1), "stopped_by": "time" if phase.step < phase.steps else "steps"}
 
 
-def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int) -> list[tuple[list[int], int]]:
-    """(token ids, prompt length) per (before, instruction, after): the templated prompt (one BOS), then the
-    answer ``after<|eot_id|>``.
+def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
+                 workers: int = 1) -> list[tuple[list[int], int, list[int]]]:
+    """(token ids, prompt length, changed answer positions) per (before, instruction, after): the templated
+    prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see :func:`changed_positions`, the
+    end-of-turn token included) are where the answer departs from a copy of ``before``.
 
     The template is rendered once around a marker (it copies message contents verbatim) and the texts are
     tokenized in parallel batches; the first example is checked against ``apply_chat_template``.
@@ -676,11 +769,20 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int) -> li
     a_ids = [e.ids for e in fast.encode_batch([a for _, _, a in triples], add_special_tokens=False)]
     if triples:
         assert p_ids[0] == tokenizer.encode(prompts[0], add_special_tokens=False)
-    return [(p + a + [eot], len(p)) for p, a in zip(p_ids, a_ids)]
+    b_ids = [e.ids for e in fast.encode_batch([b for b, _, _ in triples], add_special_tokens=False)]
+    pairs = list(zip(b_ids, a_ids))
+    if workers > 1:
+        with Pool(workers) as pool:
+            changed = pool.map(changed_positions, pairs, chunksize=32)
+    else:
+        changed = [changed_positions(x) for x in pairs]
+    return [(p + a + [eot], len(p), c + [len(a)]) for p, a, c in zip(p_ids, a_ids, changed)]
 
 
-def sft_batches(examples: list[tuple[list[int], int]], batch_tokens: int, pad: int, seed: int):
-    """Length-bucketed, right-padded batches of (inputs, targets); targets -100 outside the answers."""
+def sft_batches(examples: list[tuple[list[int], int, list[int]]], batch_tokens: int, pad: int, seed: int,
+                change_weight: float = 1.0):
+    """Length-bucketed, right-padded batches of (inputs, targets, weights); targets -100 outside the answers,
+    weights 1 on answer tokens and ``change_weight`` on the changed positions."""
     import torch
 
     rng = random.Random(seed)
@@ -699,11 +801,14 @@ def sft_batches(examples: list[tuple[list[int], int]], batch_tokens: int, pad: i
         width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
         inputs = torch.full((len(batch), width), pad, dtype=torch.long)
         targets = torch.full((len(batch), width), -100, dtype=torch.long)
+        weights = torch.zeros((len(batch), width))
         for row, i in enumerate(batch):
-            ids, n_prompt = examples[i]
+            ids, n_prompt, changed = examples[i]
             inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
             targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
-        yield inputs, targets
+            weights[row, n_prompt - 1: len(ids) - 1] = 1.0
+            weights[row, torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
+        yield inputs, targets, weights
 
 
 # ------------------------------------------------------------------------------------------ quality gate
@@ -804,6 +909,8 @@ def cmd_target(args) -> None:
     from transformers import AutoTokenizer
 
     overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
+    if args.change_weight is not None:
+        overrides["change_weight"] = args.change_weight
     cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
     t0 = time.time()
     random.seed(cfg.seed)
@@ -827,8 +934,9 @@ def cmd_target(args) -> None:
     pre_texts, edit_sources, data_stats = pretraining_texts(cfg)
     t_read = time.time() - t0
     with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
-        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % len(edit_sources)], cfg.change_request, cfg.max_places)
-                for i in range(int(1.25 * cfg.synthetic_examples))]
+        n_src = len(edit_sources)
+        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
+                 cfg.change_request, cfg.max_places) for i in range(int(1.25 * cfg.synthetic_examples))]
         synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
         requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
                             chunksize=16)
@@ -847,7 +955,8 @@ def cmd_target(args) -> None:
     del pre_texts
     sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
-    examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"]) if len(e[0]) <= cfg.sft_max_len]
+    examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
+                if len(e[0]) <= cfg.sft_max_len]
     eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
                                  special["eot"])
     eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
@@ -889,8 +998,8 @@ def cmd_target(args) -> None:
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
                     losses.append(masked_loss(model, x[:, :-1], x[:, 1:]).item())
             else:
-                for x, y in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
-                    losses.append(masked_loss(model, x.to(device), y.to(device)).item())
+                for x, y, _ in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
+                    losses.append(masked_loss(model, x.to(device), y.to(device)).item())  # unweighted
         model.train()
         return round(float(np.mean(losses)), 4) if losses else float("nan")
 
@@ -921,10 +1030,14 @@ def cmd_target(args) -> None:
                                on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
         record_val("pretrain_end", pre_info["steps"])
     # (b) edit tuning
-    batches = list(sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
+    per_epoch = sum(1 for _ in sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
+    batches = itertools.chain.from_iterable(
+        sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight)
+        for e in range(cfg.sft_epochs))  # each epoch reshuffled
     left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
-    phase = Phase("sft", len(batches), max(5.0, min(cfg.sft_time_s, left)), cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
-    sft_info = train_phase(model, optimizer(cfg.sft_lr), iter(batches), phase, cfg, device, log["sft"],
+    phase = Phase("sft", per_epoch * cfg.sft_epochs, max(5.0, min(cfg.sft_time_s, left)), cfg.sft_lr,
+                  cfg.sft_warmup_steps, 0.0)
+    sft_info = train_phase(model, optimizer(cfg.sft_lr), batches, phase, cfg, device, log["sft"],
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
     record_val("sft_end", sft_info["steps"])
 
@@ -940,7 +1053,7 @@ def cmd_target(args) -> None:
     for name in TOKENIZER_FILES:
         if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
             shutil.copyfile(Path(tok_dir) / name, out / name)
-    from hybridsd.provenance import run_info
+    from experiments.provenance import run_info
 
     def write_record(gate: dict) -> dict:
         record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init) if args.init else None,
@@ -994,6 +1107,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: --init, else tiny-coder)")
     p.add_argument("--change-request", choices=CHANGE_REQUESTS, default="located",
                    help="located: where and how much changes (hybridsd.edit_requests); subject: the subject alone")
+    p.add_argument("--change-weight", type=float, default=None,
+                   help="loss weight of the answer tokens where the edit departs from a copy (default 1)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retrain the zoo in one call on one GPU (about 8.5 minutes on one H200): the tiny-coder target fine-tuned on
+# Retrain the zoo in one call on one GPU (about 9.5 minutes on one H200): the tiny-coder target fine-tuned on
 # located change requests (train_zoo.py target --init, with its quality gate on held-out prompts), then its
 # EAGLE-1 and EAGLE-3 heads (train_heads.py, started from the current heads), then an archive of the new folder.
 #
@@ -10,8 +10,9 @@
 # `cat tiny-coder.tar.part-* | tar -x -C DEST`). Expects, as device_run.sh: .whl/ (rapidfuzz wheels) and
 # .cache/code_edits_dev.jsonl.gz carried along on the GPU machine; without .cache/ it reads ../shared/data.
 # On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
-# (the stages stop themselves: target <= 340 s, heads <= 200 s). Install the result in place with
+# (the stages stop themselves: target <= 380 s, heads <= 180 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
+# TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--change-weight 8").
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
@@ -39,18 +40,18 @@ if [ "$SMOKE" = "--smoke" ]; then
   TARGET_ARGS="--smoke"; TARGET_S=300; HEADS_S=300
   HEAD_ARGS="--device cpu --limit 4 --gen-seconds 1 --gen-batch 2 --max-new 16 --steps 2 --seq-len 128 --batch-size 2 --max-before-chars 1200"
 else
-  TARGET_ARGS=""; TARGET_S=${TARGET_S:-340}; HEADS_S=${HEADS_S:-200}
+  TARGET_ARGS=""; TARGET_S=${TARGET_S:-380}; HEADS_S=${HEADS_S:-180}
   HEAD_ARGS="--gen-seconds ${GEN_S:-15} --gen-batch 64 --max-new 512 --seconds-per-head ${HEAD_S:-60} --ttt-steps 3 ${HEAD_ARGS:-}"
 fi
 
 stamp "target"
 timeout "$TARGET_S" python3 experiments/train_zoo.py target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
-  $TARGET_ARGS 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
+  $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
 stamp "heads"
 timeout "$HEADS_S" python3 experiments/train_heads.py --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
-  --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 4096 $HEAD_ARGS 2>&1 \
+  --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
   | grep --line-buffered -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
 
 stamp "archive"

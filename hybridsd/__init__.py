@@ -36,13 +36,13 @@ _NAMES = {
     "SpecStats": "hybridsd.metrics",
     "StepRecord": "hybridsd.metrics",
 }
-_SUBMODULES = ("analytic", "data", "edit_distance", "fit", "metrics", "prompts", "provenance", "simulate", "zoo")
+_SUBMODULES = ("analytic", "data", "edit_distance", "fit", "metrics", "prompts", "simulate", "zoo")
 
 __all__ = sorted(_NAMES) + ["zoo"]
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports these on first use
-    from hybridsd import analytic, data, edit_distance, fit, metrics, prompts, provenance, simulate, zoo  # noqa: F401
+    from hybridsd import analytic, data, edit_distance, fit, metrics, prompts, simulate, zoo  # noqa: F401
     from hybridsd.drafters.base import Draft, Drafter, ProposeRequest  # noqa: F401
     from hybridsd.drafters.eagle import EagleDrafter  # noqa: F401
     from hybridsd.drafters.eagle_tree import EagleTreeDrafter  # noqa: F401

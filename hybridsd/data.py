@@ -112,13 +112,30 @@ def instructcoder_prompt(input_code: str, instruction: str) -> str:
     return f"{input_code}\n\n{instruction}{INSTRUCTCODER_SUFFIX}"
 
 
+CHANGE_REQUESTS = ("subject", "located")
+
+
 def load_code_edits(path: str | Path | None = None, *, min_distance: float | None = None,
-                    max_distance: float | None = None, limit: int | None = None) -> list[Example]:
-    """``code_edits_dev.jsonl`` as Blazedit prompts (``before`` edited by ``instruction``; reference
-    ``after``), keeping rows with ``min_distance <= char_edit_norm <= max_distance``, at most ``limit``."""
+                    max_distance: float | None = None, limit: int | None = None,
+                    change_request: str = "subject", max_places: int = 6) -> list[Example]:
+    """``code_edits_dev.jsonl`` as Blazedit prompts (``before`` edited as the change request asks; reference
+    ``after``), keeping rows with ``min_distance <= char_edit_norm <= max_distance``, at most ``limit``.
+
+    ``change_request``: ``"subject"``, the commit subject (``instruction``) alone, or ``"located"``, the
+    subject with every changed place named by line, scope and size
+    (:func:`hybridsd.edit_requests.located_request`, at most ``max_places`` places; the zoo's format)."""
+    if change_request not in CHANGE_REQUESTS:
+        raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {change_request!r}")
+    from hybridsd.edit_requests import located_request
+
+    def request(r: dict) -> str:
+        if change_request == "subject":
+            return r["instruction"]
+        return located_request(r["before"], r["after"], r["instruction"], max_places)
+
     meta_keys = ("repo", "commit", "path", "license", "instruction")
     examples = (
-        Example(id=r["id"], source="code_edits", prompt=blazedit_prompt(r["before"], r["instruction"]),
+        Example(id=r["id"], source="code_edits", prompt=blazedit_prompt(r["before"], request(r)),
                 reference=r["after"], edit_norm=float(r["char_edit_norm"]), input_text=r["before"],
                 meta={k: r[k] for k in meta_keys if k in r})
         for _, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"))

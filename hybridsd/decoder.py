@@ -31,7 +31,7 @@ AUTO_MODES = ("max-autotune-no-cudagraphs", None)  # compile="auto": (1-token st
 def compile_modes(compile: bool | str) -> tuple[str | None, str | None]:
     """``torch.compile`` modes of 1-token steps and of blocks: a mode name (or True: torch's default) for both,
     or ``"auto"``: :data:`AUTO_MODES`, the fastest of each on an H200 (max-autotune's fused GEMVs for decoding,
-    cuBLAS for verify blocks: ``experiments/results/speed_session4/steps_and_baselines.json``)."""
+    cuBLAS for verify blocks: ``experiments/results/speed/steps_and_baselines.json``)."""
     if compile == "auto":
         return AUTO_MODES
     mode = compile if isinstance(compile, str) else None

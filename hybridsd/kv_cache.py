@@ -25,7 +25,7 @@ class StaticKVCache:
     ``capacity`` is the requested one rounded up to a multiple of :data:`SLOT_ALIGN`, so every span a step
     attends over (:meth:`span`) is one too: whole key tiles, and mask rows that start aligned. On the 8B shape
     a span of 2283 slots made a 9-token step 0.4 ms slower than one of 2112
-    (``experiments/results/speed_session4/launch.json``, ``capacity_check``).
+    (``experiments/results/speed/launch.json``, ``capacity_check``).
     """
 
     def __init__(

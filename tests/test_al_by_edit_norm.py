@@ -14,7 +14,7 @@ pytest.importorskip("pandas")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import al_by_edit_norm as ab  # noqa: E402
 
-from hybridsd import results  # noqa: E402
+from experiments import results  # noqa: E402
 
 
 def _row(method, i, ref_e, out_e, tokens, passes, drafts, accepted, per_pos):

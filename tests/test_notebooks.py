@@ -14,20 +14,15 @@ pytest.importorskip("seaborn")
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results"
 DATA = Path(os.environ.get("HYBRIDSD_DATA") or REPO.parent / "shared" / "data")  # as hybridsd.data finds it
-SWEEP = RESULTS / "sweeps" / "cpu-small"
+SWEEP_GPU, SWEEP_CPU = RESULTS / "sweeps" / "zoo_h200_bf16", RESULTS / "sweeps" / "zoo_cpu_fp32"
 NEEDS = {
-    "theory_vs_measurement": [RESULTS / "simulate_al.json", RESULTS / "sweeps" / "gpu-one-call",
-                              SWEEP / "code-edits__ngram__k5.jsonl",
-                              DATA / "code_edits_dev.jsonl"],
-    "hybrid_al": [RESULTS / "sweeps" / "gpu-one-call", RESULTS / "sweeps" / "gpu-one-call" / "sweep.json"],
-    "bos_sensitivity": [RESULTS / "sweeps" / "gpu-one-call", SWEEP],
-    "speed": [*(RESULTS / "speed_session4" / f for f in ("steps_and_baselines.json", "steps_auto.json",
-                                                          "overhead_zoo.json", "launch.json", "bench_linear.json",
-                                                          "conditions.json", "overhead.json",
-                                                          "loop_profile_graph.json", "gpu_tests.log")),
-              *(RESULTS / "speed_session3" / f for f in ("steps_and_baselines.json", "steps_eagle_profile.json",
-                                                          "overhead.json", "zoo.json")),
-              RESULTS / "bench_speed.json", RESULTS / "bench_speed_ctx512.json", RESULTS / "sweeps" / "gpu-one-call"],
+    "theory_vs_measurement": [RESULTS / "simulation" / "simulate_al.json", SWEEP_GPU,
+                              SWEEP_CPU / "code-edits__ngram__k5.jsonl", DATA / "code_edits_dev.jsonl"],
+    "hybrid_al": [SWEEP_GPU, SWEEP_GPU / "sweep.json"],
+    "bos_sensitivity": [SWEEP_GPU, SWEEP_CPU],
+    "speed": [*(RESULTS / "speed" / f for f in ("steps_and_baselines.json", "steps_auto.json", "overhead_zoo.json",
+                                               "launch.json", "bench_linear.json", "conditions.json", "overhead.json",
+                                               "loop_profile_graph.json", "gpu_tests.log")), SWEEP_GPU],
 }
 
 

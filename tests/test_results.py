@@ -1,4 +1,4 @@
-"""hybridsd.results on small hand-written spec_bench rows: loading, corpus ALs, bins, match rates."""
+"""experiments.results on small hand-written spec_bench rows: loading, corpus ALs, bins, match rates."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
-from hybridsd import results  # noqa: E402
+from experiments import results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def row(method, example_id, tokens, passes, drafts=0, accepted=0, app=(), *, k=None, policy="prefer-ngram",
         bos="single", ref=0.1, out_e=0.2, output=None, steps=None, device="cpu", dataset="code-edits"):
-    """One spec_bench row with just the fields hybridsd.results reads."""
+    """One spec_bench row with just the fields experiments.results reads."""
     r = {
         "config_key": f"{method}-{policy}-{bos}-{k}", "example_id": example_id, "dataset": dataset,
         "ref_edit_norm": ref, "prompt_tokens": 50, "output_edit_norm": out_e,
@@ -184,7 +184,7 @@ def test_compare_bos_sums_counters_over_paired_prompts(tmp_path):
 
 
 def speed_doc(commit, floor, contexts, **sections):
-    """A bench_speed.json document with just the fields hybridsd.results reads."""
+    """A bench_speed.json document with just the fields experiments.results reads."""
     return {"run_info": {"device": "GPU", "commit": commit, "date": "2026-01-01", "torch": "2.11"},
             "floor_ms": floor, "copy_bandwidth_TBps": 4.0, "weight_GB": 16.0, "layers": 32, "contexts": contexts,
             **sections}
@@ -286,8 +286,8 @@ def test_load_zoo_speed_and_forward(speed_files):
 
 
 @pytest.fixture
-def session3_files(tmp_path):
-    """Three files shaped like session 3's: the step configurations with HF baselines, a run with the EAGLE head
+def older_speed_files(tmp_path):
+    """Three files without in-loop timings: the step configurations with HF baselines, a run with the EAGLE head
     and a kernel profile, and a loop-overhead run whose drafts were all accepted."""
     steps = speed_doc("e59", 4.0, {"512": {"hf_static_compiled_q1": 6.0, "hf_static_compiled_q8": 10.0,
                                            "graph_chain_q1": 7.0, "graph_chain_q2": 7.6,
@@ -322,8 +322,8 @@ def session3_files(tmp_path):
     return paths
 
 
-def test_load_speed_labels_new_configurations(session3_files):
-    sp = results.load_speed(session3_files[0]).set_index("name")
+def test_load_speed_labels_new_configurations(older_speed_files):
+    sp = results.load_speed(older_speed_files[0]).set_index("name")
     assert sp.loc["graph_autotune_tree_q9", ["config", "impl", "layout", "block"]].tolist() == [
         "graph_autotune", "CUDA graph + compile (max-autotune)", "tree", 9]
     assert sp.loc["graph_compiled_sdpa_chain_q1", ["config", "impl", "block", "x_floor"]].tolist() == [
@@ -333,14 +333,14 @@ def test_load_speed_labels_new_configurations(session3_files):
                                               "failed: RuntimeError: x") and math.isnan(hf.ms)
     assert sp.loc["hf_static_compiled_q1", ["config", "impl"]].tolist() == ["hf_static_compiled",
                                                                            "HF static cache + compile"]
-    runs = results.load_speed_runs(session3_files).set_index("run")
+    runs = results.load_speed_runs(older_speed_files).set_index("run")
     assert runs.loc["steps", "configs"] == ["graph", "graph_autotune", "graph_compiled_sdpa", "graph_compiled_hf"]
     assert runs.loc["eagle", "sections"] == ["profile"] and runs.loc["overhead", "sections"] == ["loop_overhead"]
     assert pd.isna(runs.loc["steps", "compile_mode"]) and pd.isna(runs.loc["eagle", "configs"])
 
 
-def test_speed_vs_baselines_same_run_context_and_block(session3_files, speed_files):
-    sp = results.speed_vs_baselines(results.load_speed(session3_files[:2])).set_index(["run", "name"])
+def test_speed_vs_baselines_same_run_context_and_block(older_speed_files, speed_files):
+    sp = results.speed_vs_baselines(results.load_speed(older_speed_files[:2])).set_index(["run", "name"])
     assert sp.loc[("steps", "graph_autotune_chain_q1"), "x_hf_static"] == pytest.approx(0.8)  # 4.8 / 6.0
     assert sp.loc[("steps", "graph_chain_q1"), "hf_static_ms"] == 6.0
     assert sp.loc[("steps", "graph_chain_q9"), "x_hf_static"] == 0.8  # block 9 against HF's largest, 8
@@ -352,30 +352,30 @@ def test_speed_vs_baselines_same_run_context_and_block(session3_files, speed_fil
     assert pd.isna(old.loc[("speed_b", "eagle1_graph_per_draft_token"), "x_hf_static"])
 
 
-def test_load_loop_overhead_drafted_and_accepted(session3_files):
-    lo = results.load_loop_overhead(session3_files).set_index("drafter")
+def test_load_loop_overhead_drafted_and_accepted(older_speed_files):
+    lo = results.load_loop_overhead(older_speed_files).set_index("drafter")
     assert set(lo.run) == {"overhead"}  # the other two files have no section
     assert lo.loc["replay_k8", ["steps", "tokens", "drafted", "accepted"]].tolist() == [2, 10, 8, 8]
     assert (lo.loc["plain", "drafted"], lo.loc["replay_k8", "outside_forward"]) == (0, 0.1)
 
 
-def test_load_speed_profile_kinds_and_top_kernels(session3_files):
-    prof = results.load_speed_profile(session3_files)
+def test_load_speed_profile_kinds_and_top_kernels(older_speed_files):
+    prof = results.load_speed_profile(older_speed_files)
     assert set(prof.run) == {"eagle"}
     one = prof[prof.block == 1].set_index("kind")
     assert one.ms_per_step.to_dict() == {"matmul": 3.0, "attention": 0.5, "other": 0.5}
     assert one.share.to_dict() == {"matmul": 0.75, "attention": 0.125, "other": 0.125}
     assert set(one.kernel_ms) == {4.0} and set(one.compile) == {"max-autotune-no-cudagraphs"}
     assert prof[prof.block == 9].kind.tolist() == ["matmul", "other"]  # a kind the profile lacks adds no row
-    top = results.load_speed_profile_top(session3_files)
+    top = results.load_speed_profile_top(older_speed_files)
     assert top[["block", "rank", "name", "ms_per_step", "share"]].values.tolist() == [
         [1, 1, "gemv", 2.0, 0.5], [1, 2, "split_kv_kernel", 0.5, 0.125], [9, 1, "gemm", 4.0, 0.8]]
-    assert results.load_speed_profile(session3_files[0]).empty
+    assert results.load_speed_profile(older_speed_files[0]).empty
 
 
-def test_speed_goals_per_run_context_and_config(session3_files):
-    sp = results.load_speed(session3_files)
-    goals = results.speed_goals(sp, results.load_loop_overhead(session3_files[2]))
+def test_speed_goals_per_run_context_and_config(older_speed_files):
+    sp = results.load_speed(older_speed_files)
+    goals = results.speed_goals(sp, results.load_loop_overhead(older_speed_files[2]))
     g = goals.set_index(["goal", "run", "config"])
     assert g.loc[("decode", "steps", "graph_autotune"), "measured"] == pytest.approx(1.2)  # 4.8 / 4.0
     assert bool(g.loc[("decode", "steps", "graph_autotune"), "met"])
@@ -409,8 +409,8 @@ def test_speed_goal_summary_partly_met():
 
 
 @pytest.fixture
-def session4_files(tmp_path):
-    """Files shaped like session 4's: a loop-overhead run with a section per configuration and in-loop timings
+def in_loop_speed_files(tmp_path):
+    """Files with in-loop timings: a loop-overhead run with a section per configuration and in-loop timings
     (the compiled drafting steps not timed apart), a compile="auto" step run, and the diagnostics (capacity check,
     step conditions, the split-K sweep)."""
     def in_loop(wall, fwd, share):
@@ -468,8 +468,8 @@ def session4_files(tmp_path):
     return paths
 
 
-def test_load_loop_overhead_every_section_with_in_loop_columns(session4_files, session3_files):
-    lo = results.load_loop_overhead(session4_files[0])
+def test_load_loop_overhead_every_section_with_in_loop_columns(in_loop_speed_files, older_speed_files):
+    lo = results.load_loop_overhead(in_loop_speed_files[0])
     assert lo[["section", "config", "drafter"]].values.tolist() == [
         ["loop_overhead", "graph", "plain"], ["loop_overhead_graph_compiled", "graph_compiled", "replay_k8"],
         ["loop_overhead_graph_compiled", "graph_compiled", "plain"]]
@@ -483,25 +483,25 @@ def test_load_loop_overhead_every_section_with_in_loop_columns(session4_files, s
     no_inner = lo.iloc[2]
     assert pd.isna(no_inner.in_loop_steps) and math.isnan(no_inner.in_loop_outside_forward)
     assert str(lo.in_loop_steps.dtype) == "Int64" and lo.outside_forward.dtype == float
-    old = results.load_loop_overhead(session3_files[2])  # a file without in_loop still loads
+    old = results.load_loop_overhead(older_speed_files[2])  # a file without in_loop still loads
     assert old.section.tolist() == ["loop_overhead"] * 2 and old.in_loop_outside_forward.isna().all()
 
 
-def test_speed_goals_outside_prefers_in_loop(session4_files, session3_files):
-    lo = results.load_loop_overhead([session4_files[0], session3_files[2]])
-    out = results.speed_goals(results.load_speed(session4_files[1]), lo)
+def test_speed_goals_outside_prefers_in_loop(in_loop_speed_files, older_speed_files):
+    lo = results.load_loop_overhead([in_loop_speed_files[0], older_speed_files[2]])
+    out = results.speed_goals(results.load_speed(in_loop_speed_files[1]), lo)
     out = out[out.goal == "outside"].set_index(["run", "config", "drafter"])
     assert len(out) == 4  # compiled plain has neither measure: skipped
     assert out.loc[("overhead_zoo", "graph", "plain"), "measured"] == 0.015  # in_loop, not the older 0.032
     assert out.loc[("overhead_zoo", "graph", "plain"), "detail"].startswith("in_loop")
     replay = out.loc[("overhead_zoo", "graph_compiled", "replay_k8")]
     assert (replay.measured, replay.met, replay.context) == (0.06, False, 2048)
-    older = out.loc[("overhead", "graph", "replay_k8")]  # session 3's file: the measure against forwards timed apart
+    older = out.loc[("overhead", "graph", "replay_k8")]  # no in_loop in this file: against forwards timed apart
     assert older.measured == 0.1 and older.detail.startswith("forward timed apart")
 
 
-def test_speed_goals_for_compile_auto(session4_files):
-    goals = results.speed_goals(results.load_speed(session4_files[1])).set_index(["goal", "config"])
+def test_speed_goals_for_compile_auto(in_loop_speed_files):
+    goals = results.speed_goals(results.load_speed(in_loop_speed_files[1])).set_index(["goal", "config"])
     auto = goals.xs("graph_auto", level="config")
     assert auto.measured.to_dict() == pytest.approx({"decode": 1.2, "verify": 1.3, "tree": 1.0})
     assert auto.met.all() and set(auto.impl) == {results._SPEED_IMPL["graph_auto"]}
@@ -517,8 +517,8 @@ def test_speed_runs_with_shared_stems_stay_apart(tmp_path, speed_files):
     assert results.load_speed(tmp_path / "s4" / "steps.json").run.iloc[0] == "steps"  # alone: the stem
 
 
-def test_load_speed_runs_sections_and_files_without_steps(session4_files):
-    runs = results.load_speed_runs(session4_files).set_index("run")
+def test_load_speed_runs_sections_and_files_without_steps(in_loop_speed_files):
+    runs = results.load_speed_runs(in_loop_speed_files).set_index("run")
     assert runs.loc["overhead_zoo", "sections"] == ["loop_overhead", "loop_overhead_graph_compiled"]
     assert runs.loc["launch", "sections"] == ["step_conditions", "capacity_check"]
     assert runs.loc["steps_auto", "configs"] == ["graph", "graph_auto"]
@@ -526,16 +526,16 @@ def test_load_speed_runs_sections_and_files_without_steps(session4_files):
     assert math.isnan(lin.floor_ms) and lin.contexts == [] and lin.sections == ["rows"] and lin.conditions == "alone"
 
 
-def test_load_capacity_check_long_form(session4_files):
-    cap = results.load_capacity_check(session4_files)
+def test_load_capacity_check_long_form(in_loop_speed_files):
+    cap = results.load_capacity_check(in_loop_speed_files)
     assert set(cap.run) == {"launch"} and len(cap) == 12  # 2 rounds x 2 capacities x 3 steps
     nine = cap[cap.step == "chain_q9"].pivot_table(index="round", columns="capacity", values="ms")
     assert (nine[2283] - nine[2112]).tolist() == pytest.approx([0.4, 0.4])
     assert cap[["layout", "block"]].drop_duplicates().values.tolist() == [["chain", 1], ["chain", 9], ["tree", 9]]
 
 
-def test_load_step_conditions_old_and_new_fields(session4_files):
-    sc = results.load_step_conditions(session4_files).set_index("run")
+def test_load_step_conditions_old_and_new_fields(in_loop_speed_files):
+    sc = results.load_step_conditions(in_loop_speed_files).set_index("run")
     new, old = sc.loc["launch"], sc.loc["conditions"]
     assert (new.config, new.block, new.capacity, new.host_ms, new.replay2_ms) == ("graph_compiled", 9, 2283, 0.01,
                                                                                  10.9)
@@ -543,8 +543,8 @@ def test_load_step_conditions_old_and_new_fields(session4_files):
     assert pd.isna(old.capacity) and math.isnan(old.host_ms)
 
 
-def test_bench_linear_against_splitk(session4_files):
-    lin = results.load_bench_linear(session4_files)
+def test_bench_linear_against_splitk(in_loop_speed_files):
+    lin = results.load_bench_linear(in_loop_speed_files)
     assert set(lin.run) == {"bench_linear"} and len(lin) == 6
     assert pd.isna(lin.splits.iloc[0]) and lin.splits.iloc[1] == 8 and pd.isna(lin.num_warps.iloc[1])
     vs = results.linear_vs_splitk(lin).set_index("shape")
@@ -580,7 +580,7 @@ def test_load_simulation_tables(tmp_path):
 
 
 def test_summarize_runs_cli_prints_corpus_al(runs):
-    out = subprocess.run([sys.executable, str(REPO / "experiments" / "summarize_runs.py"), str(runs / "a.jsonl")],
+    out = subprocess.run([sys.executable, "-m", "experiments.summarize_runs", str(runs / "a.jsonl")], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     ngram_line = next(line.split() for line in out.splitlines() if line.split()[1:3] == ["ngram", "5"])
     assert ngram_line[5:8] == ["2", "3.0", "3.0"]  # n, seq AL, precision AL

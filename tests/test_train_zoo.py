@@ -5,6 +5,7 @@ edits, the gate's prompt spread and its rank correlation. No training here: the 
 from __future__ import annotations
 
 import ast
+import random
 import sys
 from pathlib import Path
 
@@ -44,6 +45,40 @@ def join(parts):
 '''
 
 
+DONOR = '''import json
+
+
+def load(path):
+    """Read a JSON file."""
+    with open(path) as f:
+        data = json.load(f)
+    return {k.lower(): v for k, v in data.items()}
+
+
+class Cache:
+    def __init__(self):
+        self.items = {}
+        self.hits = 0
+'''
+
+
+@pytest.mark.parametrize("transform", [tz.t_rewrite_body, tz.t_insert_foreign])
+@pytest.mark.parametrize("seed", range(6))
+def test_donor_transforms_write_text_from_the_other_file(transform, seed):
+    """The donor transforms bring lines that are in the donor file and nowhere in the input, keep the file
+    parseable, and the located request names every changed place."""
+    text, donor = DONOR, SOURCE + "\n\ndef count(items):\n    n = 0\n    for x in items:\n        n += 1\n    return n\n"
+    lines = text.splitlines(keepends=True)
+    got = transform(text, ast.parse(text), lines, random.Random(seed), donor)
+    assert got is not None
+    instr, after = got
+    ast.parse(after)
+    new = {ln.strip() for ln in after.splitlines()} - {ln.strip() for ln in lines}
+    assert new and all(ln in {d.strip() for d in donor.splitlines()} for ln in new)
+    request = located_request(text, after, instr, 6)
+    assert len([ln for ln in request.splitlines() if ln.startswith("- ")]) == len(change_places(text, after, 6))
+
+
 def _slow_spearman(x, y):
     """Pearson correlation of average ranks, ranks by counting (the textbook definition)."""
     def ranks(v):
@@ -77,7 +112,7 @@ def test_gate_rows_spread_over_bins_and_respect_the_size_limit():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_synthetic_edits_carry_a_located_request(seed):
-    got = tz.synthetic_edit((seed, SOURCE, "located", 6))
+    got = tz.synthetic_edit((seed, SOURCE, DONOR, "located", 6))
     if got is None:
         pytest.skip("this seed's transforms did not apply")
     ast.parse(got["after"])
@@ -85,7 +120,7 @@ def test_synthetic_edits_carry_a_located_request(seed):
                                                  got["instruction"].splitlines()[0], 6)
     assert len([ln for ln in got["instruction"].splitlines() if ln.startswith("- ")]) == \
         len(change_places(got["before"], got["after"], 6))
-    plain = tz.synthetic_edit((seed, SOURCE, "subject", 6))
+    plain = tz.synthetic_edit((seed, SOURCE, DONOR, "subject", 6))
     assert plain["after"] == got["after"] and plain["instruction"] == got["instruction"].splitlines()[0]
 
 
@@ -99,3 +134,38 @@ def test_real_request_modes():
 def test_config_rejects_an_unknown_request_mode():
     with pytest.raises(ValueError, match="change_request"):
         tz.TargetConfig(change_request="free")
+
+
+def _slow_changed(before, after):
+    """Positions of ``after`` not in the longest-common-subsequence alignment used by difflib, plus the token
+    after each deletion: recomputed by walking the opcodes' blocks one token at a time."""
+    import difflib
+    out = set()
+    sm = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    matched = {j + t for _, j, n in sm.get_matching_blocks() for t in range(n)}
+    out |= {j for j in range(len(after)) if j not in matched}
+    for tag, _, _, j1, j2 in sm.get_opcodes():
+        if tag == "delete":
+            out.add(j1)
+    return sorted(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
+def test_changed_positions(before, after):
+    got = tz.changed_positions((before, after))
+    assert got == _slow_changed(before, after)
+    if before == after:
+        assert got == []
+
+
+@pytest.mark.parametrize("example", [([7, 8, 9, 1, 2, 3, 4], 3, [1, 3]), ([7, 8, 1, 2, 4], 2, [0, 2])])
+def test_sft_batches_weight_the_changed_tokens(example):
+    ids, n_prompt, changed = example
+    (x, y, w), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0)
+    assert x[0, : len(ids) - 1].tolist() == ids[:-1]
+    for pos in range(len(ids) - n_prompt):  # answer token pos is predicted at n_prompt - 1 + pos
+        assert int(y[0, n_prompt - 1 + pos]) == ids[n_prompt + pos]
+        assert float(w[0, n_prompt - 1 + pos]) == (5.0 if pos in changed else 1.0)
+    assert int((y != -100).sum()) == len(ids) - n_prompt
+    assert float(w.sum()) == len(ids) - n_prompt + 4.0 * len(changed)

@@ -1,0 +1,1 @@
+"""Project scripts: benchmarks, sweeps, training and result loaders (not part of the installed library)."""

@@ -1,0 +1,207 @@
+"""Theory against the GPU sweep's measured ALs: per bin of the outputs' new-token share (code edits, single BOS),
+each analytic model with its parameters from the parts and the trace simulation."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiments import results
+from paper.sections.simulation import SIMULATION
+from paper.sections.style import MODEL_STYLE, VARIANT_LABEL, savefig
+from paper.sections.sweep import VARIANT_TAG
+from paper.sections.tex import MODEL_DIR, NUMBERS, mae_cell, num, table
+
+
+def _context_runs(source: list[int], output: list[int]) -> list[int]:
+    """Runs of ``output`` copyable from the context, greedily: at each position the longest stretch that occurs
+    in ``source`` or earlier in ``output`` (overlap allowed, as prompt lookup can copy a repetition it is
+    inside); a position with no such stretch is a new token."""
+    enc = lambda s: "".join(chr(0x100 + t) for t in s)  # noqa: E731 - tokens as characters: fast substring tests
+    src, out = enc(source), enc(output)
+    runs, pos = [], 0
+    while pos < len(out):
+        lo, hi = 0, len(out) - pos
+        while lo < hi:  # longest m with out[pos:pos+m] in src or out[:pos+m-1] (monotone in m)
+            m = (lo + hi + 1) // 2
+            piece = out[pos:pos + m]
+            if piece in src or piece in out[:pos + m - 1]:
+                lo = m
+            else:
+                hi = m - 1
+        if lo:
+            runs.append(lo)
+            pos += lo
+        else:
+            pos += 1
+    return runs
+
+
+def theory_inputs(df):
+    """Code-edit rows (single BOS) with ``length`` (output tokens), ``runs`` (copied from the input by the
+    token-level Levenshtein alignment), ``ctx_runs`` (copyable from input or earlier output) and ``new_share``
+    (1 - input-copied tokens / output tokens)."""
+    from tokenizers import Tokenizer
+
+    from hybridsd import data
+    from hybridsd.edit_distance import copied_runs
+
+    tok = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    eos = set(json.loads((MODEL_DIR / "generation_config.json").read_text())["eos_token_id"])
+    rows = df[(df.dataset == "code-edits") & (df.bos_mode == "single")].copy()
+    wanted = set(rows.example_id)
+    inputs = {e.id: e.input_text for e in data.load_code_edits() if e.id in wanted}
+    ids = {i: tok.encode(t, add_special_tokens=False).ids for i, t in inputs.items()}
+    cache: dict = {}
+
+    def parse(ex, out):
+        key = (ex, tuple(out))
+        if key not in cache:
+            body = list(out)
+            while body and body[-1] in eos:
+                body.pop()
+            cache[key] = (copied_runs(ids[ex], body), _context_runs(ids[ex], body))
+        return cache[key]
+
+    parsed = [parse(e, o) for e, o in zip(rows.example_id, rows.output_tokens)]
+    rows["runs"] = [p[0] for p in parsed]
+    rows["ctx_runs"] = [p[1] for p in parsed]
+    rows["length"] = rows.output_tokens.map(len).astype(float)
+    rows["new_share"] = 1 - rows.runs.map(sum) / rows.length
+    return rows
+
+
+THEORY_POLICIES = {"ngram": ("5", None), "ngram-eagle": ("5/3", "eagle"), "ngram-eagle tree": ("5/3", "eagle"),
+                   "ngram-eagle3": ("5/3", "eagle3")}
+THEORY_MODELS = {"harmonic_pr": "harmonic, parts (PR)", "harmonic_free": "harmonic, both fitted (in-sample)",
+                 "resync": "re-sync, edit share", "resync_runs": "re-sync, runs from the input",
+                 "resync_ctx": "re-sync, runs from input + output"}
+THEORY_STYLE = {**MODEL_STYLE, "resync_ctx": dict(color="#17becf", ls="-", lw=1.6)}
+
+
+def _bin_groups(part, edges):
+    """Bin index per row (into ``edges``) and the non-empty bins in order."""
+    from hybridsd.data import bin_index
+
+    idx = bin_index(part.new_share.to_numpy(), edges)
+    return idx, sorted(set(idx[idx >= 0]))
+
+
+def make(df) -> None:
+    """Measured AL per bin of the outputs' new-token share against each model, parameters from the parts."""
+    from hybridsd.analytic import harmonic_al, resync_al, resync_passes
+    from hybridsd.fit import fit_harmonic, model_error
+
+    rows = theory_inputs(df)
+    edges = list(results.COARSE_BINS)
+    sim = json.loads(SIMULATION.read_text())
+    sfit, struct, k_sim = sim["fits"]["ngram"], sim["edit_structure"], sim["config"]["k_ngram"]
+    alone = results.corpus_al(rows, by=["variant", "k"]).set_index(["variant", "k"]).seq_al
+    ng = rows[(rows.variant == "ngram") & (rows.k == "5")]
+    idx, present = _bin_groups(ng, edges)
+    al_n = float(ng.tokens[idx == present[0]].sum() / ng.passes[idx == present[0]].sum())
+    plain = rows[rows.variant == "none"]
+    num("thN", len(plain), "{:d}")
+    num("thNlow", int((_bin_groups(plain, edges)[0] == 0).sum()), "{:d}")
+    num("thLowBin", results.bin_labels(list(zip(edges[:-1], edges[1:])))[0], "{}")
+    num("thShareNewMedian", float(np.median(plain.new_share)))
+    num("thShareCtxMedian", float(np.median(1 - plain.ctx_runs.map(sum) / plain.length)), "{:.3f}")
+    num("thALN", al_n)
+    num("thResyncD", sfit["resync"]["params"]["resync"], "{:.1f}")
+    num("thResyncA", sfit["resync"]["params"]["novel_rate"])
+    num("thRunsD", sfit["resync_runs"]["params"]["resync"], "{:.1f}")
+    num("thRunsA", sfit["resync_runs"]["params"]["novel_rate"])
+    num("thK", k_sim, "{:d}")
+    preds, errs = {}, {}
+    for var, (k, head) in THEORY_POLICIES.items():
+        part = rows[(rows.variant == var) & (rows.k == k)]
+        idx, present = _bin_groups(part, edges)
+        tok = np.array([part.tokens[idx == b].sum() for b in present], dtype=float)
+        meas = tok / np.array([part.passes[idx == b].sum() for b in present], dtype=float)
+        x = np.array([part.new_share[idx == b].mean() for b in present])
+        ln = np.array([part.length[idx == b].mean() for b in present])
+        n = np.array([(idx == b).sum() for b in present])
+        al_e = 1.0 if head is None else float(alone[(head, "3")])
+        a_e = sfit["resync"]["params"]["novel_rate"] if head is None else al_e
+        a_r = sfit["resync_runs"]["params"]["novel_rate"] if head is None else al_e
+        groups = np.searchsorted(present, idx)
+        groups[idx < 0] = -1
+
+        def runs_al(col, a):
+            passes = resync_passes(list(part[col]), part.length.to_numpy(), k=k_sim,
+                                   resync=sfit["resync_runs"]["params"]["resync"], novel_rate=a)
+            return np.array([part.length.to_numpy()[groups == g].sum() / passes[groups == g].sum()
+                             for g in range(len(present))])
+
+        free = fit_harmonic(x, meas, n_boot=0)
+        p = {"harmonic_pr": harmonic_al(x, al_e, al_n), "harmonic_free": free.predict(x),
+             "resync": resync_al(x, ln, k=k_sim, segment_len=struct["segment_len"], base_edits=struct["base_edits"],
+                                 resync=sfit["resync"]["params"]["resync"], novel_rate=a_e),
+             "resync_runs": runs_al("runs", a_r), "resync_ctx": runs_al("ctx_runs", a_r)}
+        preds[var] = dict(x=x, n=n, measured=meas, p=p, al_e=al_e, free=free.params)
+        errs[var] = {m: model_error(v, meas) for m, v in p.items()}
+        tag = VARIANT_TAG[var]
+        num(f"thALE{tag}", al_e)
+        for m, mt in (("harmonic_pr", "HarmPR"), ("harmonic_free", "HarmFree"), ("resync", "Resync"),
+                      ("resync_runs", "Runs"), ("resync_ctx", "Ctx")):
+            num(f"thMae{tag}{mt}", errs[var][m]["mae"])
+            num(f"thMax{tag}{mt}", errs[var][m]["max_abs"])
+        num(f"thFreeAE{tag}", free.params["al_eagle"])
+        num(f"thFreeAN{tag}", free.params["al_ngram"])
+        num(f"thMeasLow{tag}", meas[0])
+        num(f"thMeasHigh{tag}", meas[-1])
+    num("thHighBin", results.bin_labels(list(zip(edges[:-1], edges[1:])))[present[-1]], "{}")
+    num("thBins", "[" + ", ".join(f"{b:g}" for b in edges) + "]", "{}")
+    input_models = ("harmonic_pr", "resync", "resync_runs")
+    for tag, vars_ in (("Ngram", ["ngram"]), ("Hyb", [v for v in THEORY_POLICIES if v != "ngram"])):
+        maes = [errs[v][m]["mae"] for v in vars_ for m in input_models]
+        num(f"thRange{tag}Input", f"{min(maes):.2f}--{max(maes):.2f}", "{}")
+    theory_table(preds, errs)
+    theory_figure(preds)
+
+
+def theory_table(preds, errs) -> None:
+    lines = [r"\begin{tabular}{llp{5.6cm}rr}", r"\toprule", r"policy & model & parameters & MAE & max \\",
+             r"\midrule"]
+    for i, (var, pr) in enumerate(preds.items()):
+        if i:
+            lines.append(r"\midrule")
+        best = min(e["mae"] for e in errs[var].values())
+        head = "1" if THEORY_POLICIES[var][1] is None else f"{pr['al_e']:.2f}"
+        source = "n-gram alone" if head == "1" else "measured"
+        params = {"harmonic_pr": f"$AL_E={head}$ ({source}), $AL_N={NUMBERS['thALN']}$ (lowest bin)",
+                  "harmonic_free": f"$AL_E={pr['free']['al_eagle']:.2f}$, $AL_N={pr['free']['al_ngram']:.2f}$",
+                  "resync": f"$d={NUMBERS['thResyncD']}$, $a="
+                            f"{NUMBERS['thResyncA'] if head == '1' else head}$, $b$, $\\ell$ (simulation)",
+                  "resync_runs": f"$d={NUMBERS['thRunsD']}$, $a={NUMBERS['thRunsA'] if head == '1' else head}$",
+                  "resync_ctx": "as above"}
+        for j, (m, label) in enumerate(THEORY_MODELS.items()):
+            e = errs[var][m]
+            mae = mae_cell(e["mae"], best, 2)
+            lines.append(f"{VARIANT_LABEL[var] if j == 0 else ''} & {label} & {params[m]} & {mae} & "
+                         f"{e['max_abs']:.2f} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    table("gpu_theory", lines)
+
+
+def theory_figure(preds) -> None:
+    fig, axes = plt.subplots(1, len(preds), figsize=(6.9, 2.35), sharey=True)
+    for ax, (var, pr) in zip(axes, preds.items()):
+        for m, label in THEORY_MODELS.items():
+            ax.plot(pr["x"], pr["p"][m], label=label, **THEORY_STYLE.get(m, {}))
+        ax.plot(pr["x"], pr["measured"], "o", color="k", ms=3.2, label="measured (GPU sweep)", zorder=5)
+        for x, y, n in zip(pr["x"], pr["measured"], pr["n"]):
+            ax.annotate(str(n), (x, y), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=5.5)
+        ax.set_title(VARIANT_LABEL[var].replace(", tree", " (tree)").replace(" + ", " +\n")
+                     + f", $k$={THEORY_POLICIES[var][0]}", fontsize=7.5)
+        ax.set_xlabel("new-token share $e$ (bin mean)")
+        ax.set_ylim(0.8, 6.2)
+    axes[0].set_ylabel("sequence-normalized AL")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.16), frameon=False)
+    fig.tight_layout(w_pad=0.5)
+    savefig(fig, "gpu_theory")
+
+

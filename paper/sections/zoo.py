@@ -1,0 +1,109 @@
+"""The zoo model: tiny-coder's training and change requests (hybridsd/models/tiny-coder/training_config.json), its
+EAGLE heads (heads_training_*.json) and EAGLE-3 against EAGLE-1 on the same held-out edits
+(experiments/results/zoo/eagle3_gate/)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from experiments import results
+from paper.sections.sweep import cap_count
+from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, fmt, num, of_n, provenance, table
+
+GATE = RESULTS / "zoo" / "eagle3_gate"
+REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
+
+
+
+def latest_heads() -> dict[str, tuple[dict, dict]]:
+    """Per head kind, (training record, head entry) from the latest (by run date) heads_training_*.json of the zoo
+    model that trained that kind: the heads the model folder holds."""
+    out: dict[str, tuple[dict, dict]] = {}
+    records = [json.loads(p.read_text()) for p in MODEL_DIR.glob("heads_training_*.json")]
+    for rec in sorted(records, key=lambda r: r["run_info"]["date"]):
+        for kind, head in rec["heads"].items():
+            out[kind] = (rec, head)
+    return out
+
+
+def model() -> None:
+    """The zoo model's training facts, its change requests and its EAGLE heads."""
+    tc = json.loads((MODEL_DIR / "training_config.json").read_text())
+    num("zooParams", tc["parameters"] / 1e6, "{:.1f}")
+    num("zooTrainMin", tc["wall_s"] / 60, "{:.1f}")
+    num("zooPretrainMB", tc["data"]["pretrain_chars"] / 1e6, "{:.0f}")
+    num("zooSyntheticEdits", f"{tc['data']['synthetic_examples']:,}", "{}")
+    num("zooRealRows", f"{tc['data']['sft_real_rows']:,}", "{}")
+    num("zooEvalRows", tc["data"]["eval_rows"], "{:d}")
+    num("zooEvalRepos", ", ".join(r.split("/")[1] for r in tc["data"]["eval_repos"]), "{}")
+    num("zooLayers", tc["config"]["num_layers"], "{:d}")
+    num("zooHidden", tc["config"]["hidden_size"], "{:d}")
+    num("zooChangeRequests", REQUEST_TEXT[tc["config"].get("change_request", "subject")], "{}")
+    num("zooTrainProv", provenance(tc["run_info"]), "{}")
+    g = tc["quality_gate"]
+    num("zooGateN", g["n"], "{:d}")
+    num("zooGateOutVsBefore", g["median_out_vs_before"])
+    num("zooGateRefNorm", g["median_ref_norm"])
+    num("zooGateStopped", g["stopped_at_eot"], "{:d}")
+    records = latest_heads()
+    agree = lambda h: ", ".join(f"{a:.2f}" for a in h["holdout_agreement"])  # noqa: E731
+    (_, one), (new, new3) = records["eagle1"], records["eagle3"]
+    num("headsOneSteps", one["steps"], "{:d}")
+    num("headsOneSeconds", one["train_s"], "{:.0f}")
+    num("headsOneAgree", agree(one))
+    num("headsPositions", len(one["holdout_agreement"]), "{:d}")
+    num("headsThreeSteps", new3["steps"], "{:d}")
+    num("headsThreeSeconds", new3["train_s"], "{:.0f}")
+    num("headsThreeAgree", agree(new3))
+    num("headsThreeTTT", new["config"]["ttt_steps"], "{:d}")
+    num("headsThreeVocab", new["config"]["draft_vocab"], "{:d}")
+    num("headsThreeProv", provenance(new["run_info"]), "{}")
+    num("headsThreeInit", "from the target's" if new["config"].get("init_from_target") else "from scratch", "{}")
+
+
+
+
+def eagle3_gate() -> None:
+    """The EAGLE-3 head against EAGLE-1 on the same held-out edits, k = 3: table and macros."""
+    df = results.load_runs([str(GATE / "gate_eagle1_k3.jsonl"), str(GATE / "gate_eagle3_k3.jsonl")])
+    al = results.corpus_al(df, by=["variant"]).set_index("variant")
+    num("gateN", int(al.n.max()), "{:d}")
+    num("gateOutLen", int(df.output_len.iloc[0]), "{:d}")
+    num("gateK", int(df.k_eagle.iloc[0]), "{:d}")
+    first = json.loads((GATE / "gate_eagle3_k3.jsonl").read_text().splitlines()[0])
+    num("gateProv", provenance(first["run_info"]), "{}")
+    num("gateCapped", cap_count(df[df.variant == "eagle"]), "{:d}")
+    pair = df.pivot_table(index="example_id", columns="variant", values="output_tokens", aggfunc="first")
+    same = sum(a == b for a, b in zip(pair["eagle"], pair["eagle3"]))
+    num("gateSameOut", of_n(same, len(pair)), "{}")
+    heads = {"eagle": ("EAGLE-1", "headsOneSteps", "headsOneAgree"),
+             "eagle3": ("EAGLE-3", "headsThreeSteps", "headsThreeAgree")}
+    lines = [r"\begin{tabular}{lrlrrrl}", r"\toprule",
+             r"head & training steps & held-out agreement & seq.\ AL & prec.\ AL & TPOT (ms) & $r_1, r_2, r_3$ \\",
+             r"\midrule"]
+    for var, (label, steps, agree) in heads.items():
+        r = al.loc[var]
+        rates = ", ".join(f"{r[f'r{i}']:.2f}" for i in (1, 2, 3))
+        lines.append(f"{label} & {NUMBERS[steps]} & {{\\scriptsize {NUMBERS[agree]}}} & {fmt(r.seq_al)} & "
+                     f"{fmt(r.precision_al)} & {fmt(r.tpot_ms)} & {{\\scriptsize {rates}}} \\\\")
+        tag = {"eagle": "EagleOne", "eagle3": "EagleThree"}[var]
+        num(f"gateAL{tag}", r.seq_al)
+        num(f"gatePrec{tag}", r.precision_al)
+        num(f"gateRates{tag}", rates, "{}")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    table("gate", lines)
+    num("gateGain", al.loc["eagle3"].seq_al - al.loc["eagle"].seq_al)
+    log = (GATE / "gpu_tests.log").read_text()
+    m = re.search(r"(\d+) passed", log)
+    num("gpuTestsPassed", m.group(1) if m else "?", "{}")
+    num("gpuTestsFailed", "no" if not re.search(r"\d+ failed", log) else re.search(r"(\d+) failed", log).group(1),
+        "{}")
+
+
+# ----------------------------------------------------------------------------- GPU speed
+
+
+def make() -> None:
+    model()
+    eagle3_gate()

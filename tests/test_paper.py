@@ -1,0 +1,96 @@
+"""The paper builds from its committed figures, tables and numbers.tex, which make_figures reproduces from the
+results files, and its first page renders; documents say nothing about how the work went ("session")."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "paper"
+
+
+def _documents() -> list[Path]:
+    """README.md, paper/*.tex, notebooks/*.ipynb and hybridsd/**/*.py."""
+    return [REPO / "README.md", *sorted(PAPER.glob("*.tex")), *sorted((REPO / "notebooks").glob("*.ipynb")),
+            *sorted((REPO / "hybridsd").rglob("*.py"))]
+
+
+def test_documents_do_not_say_session():
+    hits = [f"{p.relative_to(REPO)}:{i}: {line.strip()[:100]}"
+            for p in _documents() if p.is_file()
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if re.search("session", line, re.I)]
+    assert not hits, "\n".join(hits)
+
+
+def test_every_input_of_the_paper_is_committed():
+    """Each \\input and \\includegraphics of hybridsd.tex names a file in paper/ (the generated ones are committed)."""
+    tex = (PAPER / "hybridsd.tex").read_text()
+    names = re.findall(r"\\input\{([^}]+)\}", tex) + re.findall(r"\\includegraphics(?:\[[^]]*\])?\{([^}]+)\}", tex)
+    assert len(names) > 10
+    missing = [n for n in names if not (PAPER / n).is_file()]
+    assert not missing, missing
+
+
+def test_every_number_macro_the_paper_uses_is_defined():
+    """Macros of numbers.tex are letters only and defined once; every lowercase-initial camel-case macro the paper
+    uses (``\\simN``, ``\\gpuALCodeNgramFive``) is one of them."""
+    defined = re.findall(r"\\newcommand\{\\([A-Za-z]+)\}", (PAPER / "numbers.tex").read_text())
+    assert len(defined) == len(set(defined)) > 100
+    tex = (PAPER / "hybridsd.tex").read_text()
+    own = {"code", "AL"}
+    used = {m for m in re.findall(r"\\([a-z]+[A-Z][A-Za-z]*)", tex)} - own
+    assert not used - set(defined), sorted(used - set(defined))
+
+
+def test_committed_numbers_and_tables_are_what_make_figures_writes(tmp_path):
+    """No number is typed in by hand or left stale: regenerating from experiments/results gives the committed
+    numbers.tex and tables (figures are not drawn here)."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("tokenizers")
+    from hybridsd import data
+
+    try:
+        data.default_data_dir()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    from paper import make_figures
+
+    assert make_figures.main(["--out", str(tmp_path), "--no-figures"]) == 0
+    assert (tmp_path / "numbers.tex").read_text() == (PAPER / "numbers.tex").read_text()
+    names = sorted(p.name for p in (tmp_path / "tables").iterdir())
+    assert names == sorted(p.name for p in (PAPER / "tables").iterdir())
+    for new in (tmp_path / "tables").iterdir():
+        assert new.read_text() == (PAPER / "tables" / new.name).read_text(), new.name
+
+
+@pytest.mark.skipif(shutil.which("latexmk") is None or shutil.which("pdftoppm") is None,
+                    reason="needs latexmk and pdftoppm (apt-get install latexmk poppler-utils texlive-...)")
+def test_paper_builds_and_first_page_renders(tmp_path):
+    src = tmp_path / "paper"
+    src.mkdir()
+    for name in ("hybridsd.tex", "numbers.tex"):
+        shutil.copy(PAPER / name, src / name)
+    for folder in ("figures", "tables"):
+        shutil.copytree(PAPER / folder, src / folder)
+    build = subprocess.run(["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-outdir=build",
+                            "hybridsd.tex"], cwd=src, capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-2000:]
+    pdf = src / "build" / "hybridsd.pdf"
+    assert pdf.stat().st_size > 50_000
+    log = (src / "build" / "hybridsd.log").read_text(errors="replace")
+    assert "undefined references" not in log and "Citation" not in log, "unresolved references"
+    subprocess.run(["pdftoppm", "-png", "-r", "60", "-f", "1", "-l", "1", "-singlefile", str(pdf),
+                    str(tmp_path / "page1")], check=True, timeout=60)
+    png = tmp_path / "page1.png"
+    assert png.stat().st_size > 20_000
+    from PIL import Image
+
+    img = Image.open(png).convert("L")
+    assert img.width > 400 and img.height > 500
+    dark = sum(img.histogram()[:128]) / (img.width * img.height)
+    assert 0.01 < dark < 0.5, dark  # text on a white page: neither blank nor black
