@@ -9,10 +9,15 @@ warm-up, ``bench_speed.cuda_median_ms``) at each context:
 - ``decode_ms``: one 1-token step; ``chain_q9_ms``: a 9-token chain block; ``tree_q64_ms``: the forward of
   a 64-row tree block (root + 63 nodes of a random tree of depth <= 7) with its tree mask;
 - ``tree_verify_step_ms``: generate's whole verify step on a 60-node tree (forward padded to 64 rows, greedy
-  verification, compaction of the accepted path's KV, the step's host read);
+  verification, the step's host read); random tokens, so no node is accepted;
+- ``tree_verify_step_accept_ms``: the same step on the tree whose deepest path carries the target's own greedy
+  tokens, so that path is accepted (``accepted_depth`` nodes) and its KV compacted next to the root;
 - ``eagle2_build_ms``: an EAGLE-3-shaped head (one 8B-shaped layer, 32k draft vocabulary) catching up on 4
   committed pairs and building a dynamic tree (depth 6, top-k 10, 60 nodes, host read included);
-- ratios: each time over the floor (weight bytes / device copy bandwidth) and the build over a decode step.
+  ``eagle2_build_compiled_ms``: the same with the tree's level step compiled (unless ``--compile none``);
+- ratios: each time over the floor (weight bytes / device copy bandwidth) and the builds over a decode step.
+
+The results file is written after each context and again after the compiled build.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree
 from hybridsd.eagle.model import EagleHead
-from hybridsd.generate import _verify_step
+from hybridsd.generate import _tree_block, _verify_step
 from hybridsd.target import Target
 
 
@@ -64,15 +69,30 @@ def target_times(target: Target, ctx: int) -> dict:
     out["tree_q64_ms"] = cuda_median_ms(lambda: target.forward(feed, ctx, positions=pos, visible=vis))
     tree = DraftTree(torch.randint(0, 1000, (60,), device=dev), random_tree(60, 6, 1), ("bench",) * 60)
     out["tree_verify_step_ms"] = cuda_median_ms(lambda: _verify_step(target, one, ctx, tree, (), 0.0, None))
+    tree = accepted_path_tree(target, one, ctx, tree)
+    node = _verify_step(target, one, ctx, tree, (), 0.0, None)[0]
+    out["tree_verify_step_accept_ms"] = cuda_median_ms(lambda: _verify_step(target, one, ctx, tree, (), 0.0, None))
+    out["accepted_depth"] = len(tree.path(node))
     return out
 
 
+def accepted_path_tree(target: Target, root: torch.Tensor, ctx: int, tree: DraftTree) -> DraftTree:
+    """``tree`` with its deepest path's tokens set, level by level, to the target's greedy tokens in the tree block
+    generate verifies (so greedy verification accepts that path)."""
+    tokens = tree.tokens.clone()  # [n]
+    for i in tree.path(int(np.argmax(tree.depths))):
+        feed, positions, visible = _tree_block(target, torch.cat([root, tokens]), tree, ctx)
+        logits, _ = target.forward(feed, ctx, positions=positions, visible=visible)
+        tokens[i] = logits[1 + tree.parents[i]].argmax()  # the parent's row (the root's: row 0)
+    return DraftTree(tokens, tree.parents, tree.sources)
+
+
 @torch.inference_mode()
-def eagle2_build_ms(model, ctx: int, depth: int, top_k: int, nodes: int) -> float:
+def eagle2_build_ms(model, ctx: int, depth: int, top_k: int, nodes: int, compile: bool | str = False) -> float:
     """Catch-up on 4 committed pairs and an EAGLE-2 tree by an EAGLE-3-shaped head, in ms."""
     head = EagleHead.from_target(model, kind="eagle3", dtype=next(model.parameters()).dtype)
     dev, dtype = head.fc.weight.device, head.fc.weight.dtype
-    d = EagleTreeDrafter(head, depth=depth, top_k=top_k, nodes=nodes)
+    d = EagleTreeDrafter(head, depth=depth, top_k=top_k, nodes=nodes, compile=compile)
     F = head.config.feature_size
     tokens = np.zeros(ctx + 8, dtype=np.int64)
     request = ProposeRequest(tokens, depth, dev)
@@ -115,17 +135,30 @@ def main() -> None:
     for ctx in a.contexts:
         r = target_times(target, ctx)
         r["eagle2_build_ms"] = eagle2_build_ms(model, ctx, a.depth, a.top_k, a.nodes)
-        r |= {f"{k[:-3]}_x_floor": v / floor_ms for k, v in list(r.items()) if k != "eagle2_build_ms"}
+        r |= {f"{k[:-3]}_x_floor": v / floor_ms for k, v in list(r.items()) if k.endswith("_ms") and "build" not in k}
         r["eagle2_build_x_decode"] = r["eagle2_build_ms"] / r["decode_ms"]
         res["contexts"][str(ctx)] = r
         print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_suffix(".tmp")
+        write(res, a.out)
+    if compile:  # last: a compilation that fails leaves the results above written
+        for ctx in a.contexts:
+            r = res["contexts"][str(ctx)]
+            r["eagle2_build_compiled_ms"] = eagle2_build_ms(model, ctx, a.depth, a.top_k, a.nodes, compile=True)
+            r["eagle2_build_compiled_x_decode"] = r["eagle2_build_compiled_ms"] / r["decode_ms"]
+            print(f"ctx {ctx}: eagle2_build_compiled_ms {r['eagle2_build_compiled_ms']:.3f} "
+                  f"({r['eagle2_build_compiled_x_decode']:.3f} x decode)", flush=True)
+        write(res, a.out)
+
+
+def write(res: dict, out: Path) -> None:
+    """``res`` as JSON at ``out``, atomically."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
     with open(tmp, "w") as f:
         json.dump(res, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, a.out)
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("sdpa", "split")
-SPLIT_MAX_ROWS = 64  # query rows (g * T) one split-KV program holds
+SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds
+SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
@@ -26,13 +27,16 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which keys token ``t`` sees;
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
     (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
-    rows (decode and verify steps); longer ones (prefill) go to SDPA.
+    rows (decode and verify steps, draft trees included: a block of more than ``SPLIT_ROW_TILE`` rows is cut into
+    row tiles, each with programs of its own); longer ones (prefill) go to SDPA.
 
     Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
     is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
     step would use, whatever slots its tree branch occupies: each of the ``NB`` branch views runs the same code
-    and rows of the other branches add exact zeros, so a row's result depends only on its own keys.
+    and rows of the other branches add exact zeros, so a row's result depends only on its own keys. (The split
+    kernel reads a key tile that no view moves once, in place, with the same products: a chain's step, decode
+    included, never gathers.)
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -58,11 +62,13 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
-    per KV head, so that the grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
-    block_r = max(16, _next_pow2(rows))
+    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= SPLIT_ROW_TILE``), so that the
+    grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
+    block_r = max(16, _next_pow2(min(rows, SPLIT_ROW_TILE)))
+    row_tiles = -(-rows // block_r)
     block_n = 64 if head_dim <= 128 else 32
     tiles = -(-keys // block_n)
-    splits = max(1, min(tiles, 128 // max(1, kv_heads)))
+    splits = max(1, min(tiles, 128 // max(1, kv_heads * row_tiles)))
     chunk = -(-tiles // splits) * block_n
     return block_r, block_n, chunk, -(-keys // chunk)
 
@@ -86,9 +92,10 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     h, rows, d = q.shape
     t, s = allowed.shape
     block_r, block_n, chunk, splits = split_plan(rows, s, h, d)
+    row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
-    wrap(_kernel())[(h, splits)](
+    wrap(_kernel())[(h, splits, row_tiles)](
         q, keys, values, allowed, key_slots, branch, part, stats,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
@@ -112,11 +119,12 @@ def _kernel():
                         SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                         D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
         # NB = 0: keys in slot order. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from
-        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros.
+        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros. A tile
+        # that every view reads in place is loaded once and multiplied once: the same values and products.
         h = tl.program_id(0)
         c = tl.program_id(1)
         splits = tl.num_programs(1)
-        r = tl.arange(0, BLOCK_R)
+        r = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
         d = tl.arange(0, D_PAD)
         row_ok = r < R
         q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
@@ -130,22 +138,24 @@ def _kernel():
             n = n0 + tl.arange(0, BLOCK_N)
             key_ok = n < S
             kv_mask = key_ok[:, None] & (d[None, :] < D)
-            if NB == 0:
-                k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-                if IEEE:
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                else:
-                    s = tl.dot(q, tl.trans(k))
+            k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
+            if IEEE:  # [BLOCK_R, BLOCK_N] the keys in place
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
-                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
+                s = tl.dot(q, tl.trans(k))
+            if NB > 0:
+                moved = 0  # keys of this tile that some view reads from another slot (a tree's branch)
                 for b in tl.static_range(NB):
-                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
-                    k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-                    if IEEE:
-                        s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
-                    else:
-                        s_b = tl.dot(q, tl.trans(k))
-                    s = tl.where(view[:, None] == b, s_b, s)
+                    moved += tl.sum((tl.load(KSLOT + b * S + n, mask=key_ok, other=0) != n).to(tl.int32))
+                if moved != 0:  # each row its own view's products (a tile no view moves: they are all `s`)
+                    for b in tl.static_range(NB):
+                        slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
+                        k_b = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                        if IEEE:
+                            s_b = tl.dot(q, tl.trans(k_b), input_precision="ieee")
+                        else:
+                            s_b = tl.dot(q, tl.trans(k_b))
+                        s = tl.where(view[:, None] == b, s_b, s)
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
             s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
             # as a runtime argument torch.compile passes it as fp64)
@@ -153,22 +163,28 @@ def _kernel():
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
             l = l * alpha + tl.sum(p, 1)
+            v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
             if NB == 0:
-                v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
                 if IEEE:
                     pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
                 else:
                     pv = tl.dot(p.to(v.dtype), v)
-            else:
+            else:  # accumulated from zero, as the views' sum below (where the other views add exact zeros)
                 pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-                for b in tl.static_range(NB):
-                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                    v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                    p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
-                    if IEEE:
-                        pv += tl.dot(p_b, v, input_precision="ieee")
-                    else:
-                        pv += tl.dot(p_b, v)
+                if IEEE:
+                    pv += tl.dot(p.to(v.dtype), v, input_precision="ieee")
+                else:
+                    pv += tl.dot(p.to(v.dtype), v)
+                if moved != 0:
+                    pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+                    for b in tl.static_range(NB):
+                        slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                        v_b = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                        p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
+                        if IEEE:
+                            pv += tl.dot(p_b, v_b, input_precision="ieee")
+                        else:
+                            pv += tl.dot(p_b, v_b)
             acc = acc * alpha[:, None] + pv
             m = m_new
         base = (h * splits + c) * R

@@ -252,6 +252,15 @@ def _pad_block(feed, positions, visible, start):
     return feed, positions, visible
 
 
+def _tree_block(target: Target, feed, tree: DraftTree, start: int):
+    """The target's block for ``feed`` = ``[root, tree tokens]`` at ``start``: ``(tokens, positions, visible)``,
+    padded (:func:`_pad_block`) when the target runs graphs or compiled steps (few graphs and compilations)."""
+    positions, visible = tree.layout(start)
+    if (target.cuda_graphs or target.compiled) and feed.shape[0] > TREE_SIZES and not target.exact:
+        return _pad_block(feed, positions, visible, start)
+    return feed, positions, visible
+
+
 def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, temperature, generator, top_k=None,
                  top_p=None):
     """One target pass over the newest token and the draft tree; commits the accepted path's cache.
@@ -276,9 +285,7 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
         n = packed[0]
         return n - 1, packed[1 : n + 2], toks[: n + 1], None if hidden is None else hidden[: n + 1].clone()
     q = 1 + len(tree)
-    positions, visible = tree.layout(start)
-    if (target.cuda_graphs or target.compiled) and q > TREE_SIZES and not target.exact:  # few graphs and compilations
-        feed, positions, visible = _pad_block(feed, positions, visible, start)
+    feed, positions, visible = _tree_block(target, feed, tree, start)
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
     res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors).to(dev, non_blocking=True),
                       torch.as_tensor(tree.depths).to(dev, non_blocking=True), tree.probs, tree.sampled,
@@ -287,9 +294,11 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
     path = tree.path(node)
     new = [tokens[i] for i in path] + [nxt]
     rows = [1 + i for i in path]
-    if rows != list(range(1, len(rows) + 1)):  # bring the accepted path's cache entries next to the root
-        target.kv.move(torch.tensor(rows, device=dev) + start, torch.arange(start + 1, start + 1 + len(rows), device=dev))
+    index = torch.tensor([0] + rows + new).to(dev, non_blocking=True)  # [1 + 2n + 1]: one copy for what follows
+    n = len(rows)
+    if rows != list(range(1, n + 1)):  # bring the accepted path's cache entries next to the root
+        target.kv.move(index[1 : 1 + n] + start, torch.arange(start + 1, start + 1 + n, device=dev))
     committed = None
     if hidden is not None:
-        committed = hidden.index_select(0, torch.tensor([0] + rows, device=dev))  # [n+1, len*H]
-    return node, new, torch.tensor(new, dtype=torch.long, device=dev), committed
+        committed = hidden.index_select(0, index[: 1 + n])  # [n+1, len*H]
+    return node, new, index[1 + n :], committed

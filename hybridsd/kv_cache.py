@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from hybridsd.cuda_graph import capture
+
 
 SLOT_ALIGN = 64  # capacities are rounded up to a multiple of this many slots
 
@@ -47,6 +49,7 @@ class StaticKVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.capacity = capacity
         self.length = 0  # committed slots [0, length) hold the real sequence
+        self._moves: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # CUDA: move's graph per slot count
 
     @property
     def num_layers(self) -> int:
@@ -72,6 +75,20 @@ class StaticKVCache:
         self.length = length
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Copy the entries at slots ``src`` (``[n]``) to slots ``dst`` (``[n]``) in every layer."""
+        """Copy the entries at slots ``src`` (``[n]``) to slots ``dst`` (``[n]``) in every layer. On CUDA the copies
+        are one CUDA graph per ``n`` (one launch, not four per layer)."""
+        if not self.keys[0].is_cuda:
+            return self._move(src, dst)
+        n = int(src.shape[0])
+        if n not in self._moves:
+            with torch.inference_mode(False):  # a plain buffer: written in and out of inference mode
+                index = torch.arange(n, device=src.device).repeat(2, 1)  # [2, n] src, dst: slots onto themselves
+            self._moves[n] = capture(lambda: self._move(index[0], index[1]), src.device)[0], index
+        graph, index = self._moves[n]
+        index[0].copy_(src)
+        index[1].copy_(dst)
+        graph.replay()
+
+    def _move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         for cache in (*self.keys, *self.values):
             cache.index_copy_(2, dst, cache.index_select(2, src))

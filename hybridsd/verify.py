@@ -10,11 +10,15 @@ With ``top_k`` / ``top_p`` the target distribution is the warped one (:func:`hyb
 so the output is distributed as plain sampling with those settings.
 
 All functions stay on the device: they return tensors, and the caller reads them
-with a single host sync per step.
+with a single host sync per step (index tensors made on the host are copied without
+one). Tree verification at temperature > 0 judges every parent's children at once, one
+sibling rank at a time (a loop over ranks, not nodes), or in closed form when every node
+is deterministic (EAGLE trees).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from hybridsd.sampling import warp
@@ -123,7 +127,7 @@ def verify_tree(
     """
     if temperature == 0:
         target = logits.argmax(-1)  # [1+n]
-        rows = torch.tensor(parents, device=tokens.device) + 1  # [n] row of each node's parent
+        rows = torch.tensor(parents).to(tokens.device, non_blocking=True) + 1  # [n] row of each node's parent
         match = tokens == target.index_select(0, rows)  # [n]
         ok = ~(ancestors & ~match[None, :]).any(1)  # [n] the whole path matches
         score = ok * depths  # [n]
@@ -131,22 +135,84 @@ def verify_tree(
         node = torch.where(score[best] > 0, best, torch.full_like(best, -1))
         return torch.stack([node, target[node + 1]])
     p = warp(logits, temperature, top_k, top_p)  # [1+n, V]
-    n = len(parents)
-    u = torch.rand(n, device=p.device, generator=generator)  # [n]
+    n, dev = len(parents), p.device
+    u = torch.rand(n, device=dev, generator=generator)  # [n]
+    if not any(sampled):
+        return _one_hot_tree(tokens, parents, ancestors, depths, p, u, generator)
     q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # [n, V] deterministic nodes: one-hot
     if any(sampled):
-        rows = torch.tensor([i for i in range(n) if sampled[i]], device=p.device)
+        rows = torch.tensor([i for i in range(n) if sampled[i]]).to(dev, non_blocking=True)
         q[rows] = probs.index_select(0, rows).to(p.dtype)
     uq = u * q.gather(1, tokens[:, None])[:, 0]  # [n] u * q(x): accept when below the residual at x
-    cur = torch.full((), -1, dtype=torch.long, device=p.device)  # the last accepted node
-    resid = p[0]  # [V] residual of cur's children tried so far
-    for i, par in enumerate(parents):
-        live = cur == par  # node i is a candidate now
-        acc = live & (uq[i] < resid[tokens[i]])
-        rest = (resid - q[i]).clamp_min(0)
-        mass = rest.sum()
-        rest = torch.where(mass > 0, rest / mass.clamp_min(1e-30), resid)  # zero mass: rejection had prob. 0
-        resid = torch.where(acc, p[i + 1], torch.where(live, rest, resid))
-        cur = torch.where(acc, torch.full_like(cur, i), cur)
-    nxt = torch.multinomial(resid, 1, generator=generator)[0]
+    # Whether a node passes, once its parent is reached, depends only on the parent's distribution and the
+    # earlier siblings: all parents' children are judged at once, one sibling rank at a time.
+    groups, order, ends = _sibling_ranks(parents)
+    where = {par: j for j, par in enumerate(groups)}
+    plan = torch.tensor([g + 1 for g in groups] + order + [where[parents[i]] for i in order]).to(dev, non_blocking=True)
+    G = len(groups)
+    gmap = torch.full((1 + n,), -1, dtype=torch.long, device=dev)  # [1+n] row -> its group (-1: a leaf)
+    gmap[plan[:G]] = torch.arange(G, device=dev)
+    nodes, grp = plan[G : G + n], plan[G + n :]  # [n] nodes by (sibling rank, index) and their groups
+    resid = p.index_select(0, plan[:G])  # [G, V] each parent's residual after its children tried so far
+    done = torch.zeros(G, dtype=torch.bool, device=dev)  # a child of the group passed
+    first = torch.zeros(n, dtype=torch.bool, device=dev)  # [n] node i is its parent's accepted child
+    begin = 0
+    for end in ends:  # the nodes of one sibling rank: distinct parents
+        idx, g = nodes[begin:end], grp[begin:end]  # [m], [m]
+        r = resid.index_select(0, g)  # [m, V]
+        qi = q.index_select(0, idx)  # [m, V]
+        acc = uq.index_select(0, idx) < r.gather(1, tokens.index_select(0, idx)[:, None])[:, 0]  # [m]
+        first.index_copy_(0, idx, acc & ~done.index_select(0, g))
+        done.index_copy_(0, g, done.index_select(0, g) | acc)
+        rest = (r - qi).clamp_min(0)
+        mass = rest.sum(-1, keepdim=True)
+        rest = torch.where(mass > 0, rest / mass.clamp_min(1e-30), r)  # zero mass: rejection had prob. 0
+        resid.index_copy_(0, g, rest)
+        begin = end
+    on_path = ~(ancestors & ~first[None, :]).any(1)  # [n] every node of the path was its parent's first pass
+    score = on_path * depths  # [n]
+    best = score.argmax()
+    cur = torch.where(score[best] > 0, best, torch.full_like(best, -1))  # the last accepted node
+    g = gmap[cur + 1]  # cur's group: all its children failed; a leaf: its own distribution
+    row = torch.where(g >= 0, resid.index_select(0, g.clamp_min(0).view(1))[0],
+                      p.index_select(0, (cur + 1).view(1))[0])  # [V]
+    nxt = torch.multinomial(row, 1, generator=generator)[0]
     return torch.stack([cur, nxt])
+
+
+def _one_hot_tree(tokens, parents, ancestors, depths, p, u, generator) -> torch.Tensor:
+    """:func:`verify_tree` at temperature > 0 for a tree of deterministic nodes only, in closed form: after its earlier
+    siblings' tokens were rejected, the residual is ``p`` without those tokens, renormalized, so a node passes
+    iff ``u < p(x) / (1 - p(earlier siblings' tokens))`` (0 for a token an earlier sibling carries)."""
+    n, dev = tokens.shape[0], p.device
+    par = torch.tensor(parents).to(dev, non_blocking=True)  # [n]
+    order = torch.arange(n, device=dev)
+    earlier = (par[:, None] == par[None, :]) & (order[None, :] < order[:, None])  # [n, n] [j, i]: i a sibling before j
+    repeat = (earlier & (tokens[:, None] == tokens[None, :])).any(1)  # [n] an earlier sibling has the token
+    px = p.index_select(0, par + 1).gather(1, tokens[:, None])[:, 0]  # [n] p(x) at the parent
+    px = torch.where(repeat, torch.zeros_like(px), px)
+    taken = (earlier.to(p.dtype) * px[None, :]).sum(1)  # [n] mass of the earlier siblings' tokens
+    acc = u * (1 - taken) < px  # [n]
+    first = acc & ~(earlier & acc[None, :]).any(1)  # [n] its parent's first passing child
+    on_path = ~(ancestors & ~first[None, :]).any(1)  # [n]
+    score = on_path * depths
+    best = score.argmax()
+    cur = torch.where(score[best] > 0, best, torch.full_like(best, -1))  # the last accepted node
+    row = p.index_select(0, (cur + 1).view(1))[0]  # [V] its distribution, without its children's tokens
+    tried = torch.zeros_like(row).index_add_(0, tokens, (par == cur).to(row.dtype))  # [V]
+    rest = torch.where(tried > 0, torch.zeros_like(row), row)
+    rest = torch.where(rest.sum() > 0, rest, row)  # zero mass: a child passed for sure, cur is not last
+    nxt = torch.multinomial(rest, 1, generator=generator)[0]
+    return torch.stack([cur, nxt])
+
+
+def _sibling_ranks(parents: tuple[int, ...]) -> tuple[list[int], list[int], list[int]]:
+    """The nodes with children (``-1`` = the root, in order of first child), all nodes ordered by (rank among
+    their siblings, index), and where each rank ends in that order."""
+    rank, count = [], {}
+    for par in parents:
+        rank.append(count.get(par, 0))
+        count[par] = rank[-1] + 1
+    order = sorted(range(len(parents)), key=lambda i: (rank[i], i))
+    ends = np.cumsum(np.bincount(rank)).tolist()
+    return list(count), order, ends

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from hybridsd.attention import grouped_attention, split_plan
+from hybridsd.attention import SPLIT_ROW_TILE, grouped_attention, split_plan
 
 CASES = [  # (kv heads, group, block tokens, keys, head dim)
     (2, 2, 1, 7, 16), (3, 4, 9, 300, 24), (1, 1, 3, 64, 128), (2, 4, 5, 200, 32), (8, 4, 1, 700, 64),
@@ -24,10 +24,11 @@ CASES = [  # (kv heads, group, block tokens, keys, head dim)
                                                (7, 4097, 3, 80), (128, 100, 32, 256)])
 def test_split_plan_covers_every_key_once(rows, keys, heads, d):
     block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d)
-    assert block_r >= max(16, rows) and block_r & (block_r - 1) == 0
+    assert block_r >= max(16, min(rows, SPLIT_ROW_TILE)) and block_r <= max(16, SPLIT_ROW_TILE)
+    assert block_r & (block_r - 1) == 0
     assert chunk % block_n == 0
     assert (splits - 1) * chunk < keys <= splits * chunk  # no empty program, no key left out
-    assert heads * splits <= max(128, heads)
+    assert heads * splits * -(-rows // block_r) <= max(128, heads * -(-rows // block_r))
 
 
 def test_split_kernel_in_the_triton_interpreter():

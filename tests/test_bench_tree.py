@@ -35,5 +35,7 @@ def test_benchmark_parts_run_on_the_cpu(monkeypatch):
     monkeypatch.setattr(bench_tree, "cuda_median_ms", _calls)
     model = tiny_target("llama", vocab=1000, seed=2, layers=2)
     r = bench_tree.target_times(Target(model, 128), 20)
-    assert set(r) == {"decode_ms", "chain_q9_ms", "tree_q64_ms", "tree_verify_step_ms"}
+    assert set(r) == {"decode_ms", "chain_q9_ms", "tree_q64_ms", "tree_verify_step_ms", "tree_verify_step_accept_ms",
+                      "accepted_depth"}
+    assert r["accepted_depth"] == 6  # the deepest path of the random tree, with the target's tokens
     assert bench_tree.eagle2_build_ms(model, 20, 6, 10, 60) == 1.0  # the step asserts a 60-node tree

@@ -189,10 +189,47 @@ def test_split_kv_attention_equals_sdpa(dtype, t, s, g, hkv, d):
 
 
 # Exact mode in bf16: every drafter and k gives plain decoding's tokens (asserted); without exact mode the share of
-# prompts whose output equals plain decoding's is measured and recorded (one JSON line per configuration, appended
-# to the file named by $HYBRIDSD_EXACT_JSON when set, and printed).
+# prompts whose output equals plain decoding's is measured and recorded. One JSON line per configuration and mode
+# (exact_same or nonexact_same), appended to the file named by $HYBRIDSD_EXACT_JSON when set, and printed.
 EXACT_KS = [int(k) for k in os.environ.get("HYBRIDSD_EXACT_KS", "1,2,3,5,8").split(",")]
-NONEXACT_COMPILED_KS = [int(k) for k in os.environ.get("HYBRIDSD_NONEXACT_COMPILED_KS", "5").split(",") if k]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows,g,hkv,d,s", [(16, 4, 8, 128, 2560), (4, 4, 8, 128, 768), (9, 3, 2, 64, 300)])
+def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d, s):
+    """The split kernel in exact mode on the GPU: a tree's rows (their branch read through moved slots, the
+    tiles holding them on the gathering path) equal, bit for bit, the rows of the same tokens laid out as a chain
+    (every tile read in place) and each token's own one-row decode step."""
+    from hybridsd.attention import split_kv_attention
+
+    torch.manual_seed(rows)
+    start = s // 128 * 64 - rows // 2  # a block across a tile boundary (64 keys): two tiles on the gathering path
+    right = (rows - 1) // 2  # the tree: newest token, branch 0 of `wrong` tokens, branch 1 of `right` tokens
+    wrong = rows - 1 - right
+    q = torch.randn(hkv, g * rows, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(hkv, s, d, device="cuda", dtype=dtype) for _ in range(2))
+    moved = torch.arange(start + 1 + wrong, start + rows, device="cuda")  # branch 1's slots
+    key_slots = torch.arange(s, device="cuda").repeat(2, 1)
+    key_slots[1, start + 1 : start + 1 + right] = moved
+    branch = torch.tensor([0] * (1 + wrong) + [1] * right, device="cuda")
+    depth = torch.tensor([0, *range(1, wrong + 1), *range(1, right + 1)], device="cuda")
+    allowed = torch.arange(s, device="cuda")[None] <= (start + depth)[:, None]  # [rows, s] in virtual order
+    tree = split_kv_attention(q, k, v, allowed, d**-0.5, key_slots=key_slots, branch=branch).view(rows, -1)
+    k2, v2 = k.clone(), v.clone()  # branch 1 as a chain at its own positions' slots
+    k2[:, start + 1 : start + 1 + right], v2[:, start + 1 : start + 1 + right] = k[:, moved], v[:, moved]
+    identity = torch.arange(s, device="cuda").repeat(2, 1)
+    chain = split_kv_attention(q, k2, v2, allowed, d**-0.5, key_slots=identity,
+                               branch=torch.zeros(rows, dtype=torch.long, device="cuda")).view(rows, -1)
+    ones = torch.ones(hkv, g, 1, d, device="cuda", dtype=dtype)
+    for r in range(1 + wrong, rows):
+        assert torch.equal(tree[r], chain[r]), r
+        # the token alone: its query rows in a block of `rows` rows (the others padding), keys by position
+        alone = q.view(hkv, g, rows, d)[:, :, r : r + 1] * ones
+        alone = torch.cat([alone, ones.expand(-1, -1, rows - 1, -1)], dim=2).reshape(hkv, g * rows, d)
+        seen = torch.arange(s, device="cuda")[None] <= (start + depth[r]).expand(rows, 1)
+        one = split_kv_attention(alone, k2, v2, seen, d**-0.5, key_slots=identity,
+                                 branch=torch.zeros(rows, dtype=torch.long, device="cuda")).view(rows, -1)
+        assert torch.equal(one[0], tree[r]), r
 
 
 def _exact_drafters(k: int, heads: dict) -> dict:
@@ -212,28 +249,27 @@ def _record(row: dict) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def _match_grid(model, heads, prompts_, new_tokens: int, compile, name: str, nonexact_ks: list[int]) -> list[str]:
-    """Runs the grid; returns the exact-mode configurations whose output differed from plain (to assert empty)."""
+def _match_grid(model, heads, prompts_, new_tokens: int, compile, name: str) -> list[str]:
+    """Runs the grid, exact mode first, then without it (each mode's runs together: one target, one set of
+    compilations); returns the exact-mode configurations whose output differed from plain (to assert empty)."""
     common = dict(max_new_tokens=new_tokens, eos_token_id=[], compile=compile)
-    plain = {False: [generate(model, ids, **common).tokens for ids in prompts_]}
+    rows_of = {k: max(EXACT_ROWS, 2 * k + 1) for k in EXACT_KS}  # the tree: two branches of k tokens and the newest
     failures = []
-    for k in EXACT_KS:
-        rows = max(EXACT_ROWS, 2 * k + 1)  # the tree: two branches of k tokens and the newest token
-        if rows not in plain:
-            plain[rows] = [generate(model, ids, exact=rows, **common).tokens for ids in prompts_]
-        for dname, drafter in _exact_drafters(k, heads).items():
-            row = {"model": name, "dtype": str(model.dtype), "compile": compile, "drafter": dname, "k": k,
-                   "exact_rows": rows, "prompts": len(prompts_), "new_tokens": new_tokens,
-                   "torch": torch.__version__, "device": torch.cuda.get_device_name()}
-            for exact in (rows, False):
-                if exact is False and k not in nonexact_ks:
-                    continue
+    for mode in ("exact", "nonexact"):
+        plain = {}
+        for k in EXACT_KS:
+            exact = rows_of[k] if mode == "exact" else False
+            if exact not in plain:
+                plain[exact] = [generate(model, ids, exact=exact, **common).tokens for ids in prompts_]
+            for dname, drafter in _exact_drafters(k, heads).items():
                 same = [generate(model, ids, drafter=drafter, exact=exact, **common).tokens == ref
                         for ids, ref in zip(prompts_, plain[exact])]
-                row["exact_same" if exact else "nonexact_same"] = f"{sum(same)}/{len(same)}"
+                _record({"model": name, "dtype": str(model.dtype), "compile": compile, "drafter": dname, "k": k,
+                         "exact_rows": rows_of[k], "prompts": len(prompts_), "new_tokens": new_tokens,
+                         "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                         f"{mode}_same": f"{sum(same)}/{len(same)}"})
                 if exact and not all(same):
                     failures.append(f"{dname} k={k} compile={compile}: {sum(same)}/{len(same)}")
-            _record(row)
     return failures
 
 
@@ -245,7 +281,7 @@ def test_exact_mode_bf16_equals_plain_on_tiny_models(family, compile):
     for head in heads.values():
         head.reset_parameters(std=0.2)  # confident, varied drafts
     prompts_ = [p.cuda() for p in PROMPTS]
-    failures = _match_grid(model, heads, prompts_, 48, compile, f"tiny-{family}", [] if compile else EXACT_KS)
+    failures = _match_grid(model, heads, prompts_, 48, compile, f"tiny-{family}")
     assert not failures, failures
 
 
@@ -265,6 +301,5 @@ def test_exact_mode_bf16_equals_plain_on_the_zoo(compile):
     ids = [torch.tensor(hsd.prompts.build_prompt_ids(tok, e.prompt), device="cuda") for e in exs]
     prompts_ = [p for p in ids if 257 <= p.numel() <= 495][:16]
     assert len(prompts_) == 16
-    failures = _match_grid(model, heads, prompts_, 256, compile, "tiny-coder", NONEXACT_COMPILED_KS if compile
-                           else EXACT_KS)
+    failures = _match_grid(model, heads, prompts_, 256, compile, "tiny-coder")
     assert not failures, failures

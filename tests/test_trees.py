@@ -139,6 +139,42 @@ def test_tree_sampling_is_distributed_as_target():
     assert _chi2_ok(counts.ravel(), (p0[:, None] * p1).ravel().numpy())
 
 
+def _sequential_tree_sampling(tokens, parents, probs, sampled, logits, temp, g) -> tuple[int, int]:
+    """Recursive rejection sampling node by node (the slow reference), drawing as verify_tree does."""
+    p = torch.softmax(logits / temp, dim=-1)
+    u = torch.rand(len(parents), generator=g)
+    cur, resid = -1, p[0]
+    for i, par in enumerate(parents):
+        if par != cur:
+            continue
+        q = probs[i] if sampled[i] else torch.nn.functional.one_hot(tokens[i], p.shape[-1]).to(p.dtype)
+        if u[i] * q[tokens[i]] < resid[tokens[i]]:
+            cur, resid = i, p[i + 1]
+            continue
+        rest = (resid - q).clamp_min(0)
+        mass = rest.sum(-1, keepdim=True)
+        resid = torch.where(mass > 0, rest / mass.clamp_min(1e-30), resid)
+    return cur, int(torch.multinomial(resid, 1, generator=g)[0])
+
+
+@pytest.mark.parametrize("share", [0.4, 0.0])  # some sampled nodes; none (the closed form)
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_sampling_matches_node_by_node_reference(seed, share):
+    """Sibling ranks judged at once (or in closed form) give the node-by-node walk's result on the same draws."""
+    rng = np.random.default_rng(seed)
+    n, v = int(rng.integers(1, 16)), int(rng.integers(2, 6))
+    parents = _random_parents(rng, n)
+    tokens = torch.as_tensor(rng.integers(0, v, size=n))  # duplicate siblings included
+    sampled = tuple(bool(x) for x in rng.random(n) < share)
+    probs = torch.softmax(torch.as_tensor(rng.normal(size=(n, v)) * 2, dtype=torch.float32), -1)
+    logits = torch.as_tensor(rng.normal(size=(n + 1, v)) * 2, dtype=torch.float32)
+    tree = DraftTree(tokens, parents, ("a",) * n, probs, sampled)
+    for draw in range(20):
+        want = _sequential_tree_sampling(tokens, parents, probs, sampled, logits, 0.8,
+                                         torch.Generator().manual_seed(draw))
+        assert _judge(tree, logits, 0.8, torch.Generator().manual_seed(draw)) == want
+
+
 # ---- generation --------------------------------------------------------------------
 
 
@@ -359,3 +395,122 @@ def test_graphed_eagle2_tree_equals_eager():
             out.append((t.tokens.tolist(), t.parents))
         trees.append(out)
     assert trees[0] == trees[1]
+
+
+def test_split_kernel_serves_tree_blocks_in_the_triton_interpreter():
+    """A tree block of more query rows than one split-KV program holds (row tiles) against SDPA, fp32."""
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, torch
+        from hybridsd.attention import SPLIT_ROW_TILE, grouped_attention, split_kv_attention
+        from hybridsd.drafters.tree import layout
+        torch.manual_seed(0)
+        rng = np.random.default_rng(0)
+        for hkv, g, t, start, d in ((2, 4, 37, 150, 16), (1, 3, 30, 70, 32)):
+            parents = [int(rng.integers(-1, i)) for i in range(t - 1)]
+            _, vis = layout(parents, start)
+            allowed = torch.zeros(t, start + t + 5, dtype=torch.bool)
+            allowed[:, :start] = True
+            allowed[:, start:start + t] = torch.as_tensor(vis)
+            q = torch.randn(hkv, g * t, d)
+            k, v = torch.randn(hkv, allowed.shape[1], d), torch.randn(hkv, allowed.shape[1], d)
+            assert g * t > SPLIT_ROW_TILE
+            got = split_kv_attention(q, k, v, allowed, d ** -0.5)
+            ref = grouped_attention(q, k, v, allowed, d ** -0.5)
+            assert (got - ref).abs().max().item() < 1e-5, (got - ref).abs().max().item()
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_head_attention_of_one_sequence_equals_sdpa_with_gqa():
+    """A tree-masked head step (batch 1, a [T, S] bool mask: the grouped kernel) equals SDPA's GQA path."""
+    from hybridsd.kv_cache import StaticKVCache
+
+    model = tiny_target("llama", vocab=SMALL_V, seed=5)
+    head = EagleHead.from_target(model, kind="eagle3")
+    assert head.config.num_attention_heads != head.config.num_key_value_heads
+    cfg, F = head.config, head.config.feature_size
+    g = torch.Generator().manual_seed(0)
+    outs = []
+    for broadcast in (False, True):  # a [1, 1, T, S] mask takes SDPA's path
+        cache = StaticKVCache(1, cfg.num_key_value_heads, cfg.head_dim, 64)
+        head(torch.randn(1, 20, F, generator=torch.Generator().manual_seed(1)), torch.arange(20)[None] % SMALL_V,
+             torch.arange(20), cache)
+        parents = (-1, -1, 0, 0, 2, 1, -1)
+        _, vis = layout(parents, 20)
+        mask = torch.zeros(7, 40, dtype=torch.bool)
+        mask[:, :20] = True
+        mask[:, 20:27] = torch.as_tensor(vis[1:, 1:])
+        feats = torch.randn(1, 7, cfg.hidden_size, generator=g.manual_seed(2))
+        out = head(feats, torch.arange(7)[None] % SMALL_V, torch.as_tensor(20 + layout(parents, 0)[0][1:]), cache,
+                   slots=torch.arange(20, 27), attn_mask=mask[None, None] if broadcast else mask, kv_len=40)
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_cache_move_equals_copies():
+    """StaticKVCache.move on CUDA (a graph per slot count, replayed) equals the copies made on the CPU."""
+    from hybridsd.kv_cache import StaticKVCache
+
+    caches = [StaticKVCache(3, 2, 8, 64, device=dev) for dev in ("cpu", "cuda")]
+    for layer in range(3):
+        for c in caches:
+            c.keys[layer].copy_(torch.arange(c.keys[layer].numel()).view_as(c.keys[layer]))
+            c.values[layer].copy_(-torch.arange(c.keys[layer].numel()).view_as(c.keys[layer]))
+    for src, dst in (([11, 13, 14], [10, 11, 12]), ([20, 22, 25], [19, 20, 21]), ([5], [3]), ([40, 44], [38, 39])):
+        for c in caches:
+            dev = c.keys[0].device
+            c.move(torch.tensor(src, device=dev), torch.tensor(dst, device=dev))
+    for a, b in zip((*caches[0].keys, *caches[0].values), (*caches[1].keys, *caches[1].values)):
+        assert torch.equal(a, b.cpu())
+
+
+def test_compiled_tree_levels_trace_whole_and_equal_eager(monkeypatch):
+    """A dynamic tree with ``compile``: the level step traces as one graph (no break) and builds the same tree
+    (traced by the aot_eager backend here; inductor's kernels run on the GPU)."""
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: compile(f, backend="aot_eager", fullgraph=True,
+                                                                  dynamic=kw.get("dynamic")))
+    model = tiny_target("llama", vocab=SMALL_V, seed=3)
+    head = EagleHead.from_target(model, kind="eagle3")
+    trees = []
+    for c in (False, True):
+        d = EagleTreeDrafter(head, depth=4, top_k=3, nodes=12, compile=c)
+        d.reset(10)
+        g = torch.Generator().manual_seed(0)
+        for m in (10, 3):
+            d.observe(torch.randn(m, head.config.feature_size, generator=g),
+                      torch.randint(0, SMALL_V, (m,), generator=g))
+            t = d.propose(ProposeRequest(np.zeros(1, dtype=np.int64), 8, torch.device("cpu")))
+            trees.append((t.tokens.tolist(), t.parents))
+    assert trees[:2] == trees[2:]
+    with pytest.raises(ValueError, match="compile"):
+        EagleTreeDrafter(head, compile="reduce-overhead")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_kernel_tree_block_on_cuda(dtype):
+    """The 8B shape's 64-row tree block (256 query rows per KV head: row tiles) by the split kernel against SDPA."""
+    from hybridsd.attention import grouped_attention
+
+    torch.manual_seed(0)
+    hkv, g, t, start, d = 8, 4, 64, 2000, 128
+    parents = _random_parents(np.random.default_rng(0), t - 1)
+    _, vis = layout(parents, start)
+    allowed = torch.zeros(t, 2304, dtype=torch.bool, device="cuda")
+    allowed[:, :start] = True
+    allowed[:, start:start + t] = torch.as_tensor(vis, device="cuda")
+    q = torch.randn(hkv, g * t, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(hkv, 2304, d, device="cuda", dtype=dtype) for _ in range(2))
+    got = grouped_attention(q, k, v, allowed, d ** -0.5, "split").float()
+    ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5, "sdpa")
+    assert (got - ref).abs().max().item() < (1e-4 if dtype == torch.float32 else 2e-2)

@@ -38,13 +38,22 @@ class EagleTreeDrafter(EagleDrafter):
 
     With ``cuda_graphs`` (a head on CUDA, a dynamic tree of full depth), the catch-up of ``m`` queued pairs
     and the tree's construction are one CUDA graph per ``m`` (``m <= MAX_GRAPHED_PAIRS``) and KV bucket.
+    ``compile`` (True or a ``torch.compile`` mode without CUDA graphs) compiles a dynamic tree's level step
+    (the head on the frontier and its log-probabilities; static shapes, one compilation per KV bucket).
     """
 
     def __init__(self, head: EagleHead, depth: int = 6, top_k: int = 10, nodes: int = 60, *,
-                 paths: Sequence[Sequence[int]] | None = None, cuda_graphs: bool = True) -> None:
+                 paths: Sequence[Sequence[int]] | None = None, cuda_graphs: bool = True,
+                 compile: bool | str = False) -> None:
         for name, v in (("depth", depth), ("top_k", top_k), ("nodes", nodes)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if not isinstance(compile, (bool, str)) or compile in ("reduce-overhead", "max-autotune"):
+            raise ValueError(f"compile must be a bool or a torch.compile mode without CUDA graphs, got {compile!r}")
+        self._level = self._head_level
+        if compile:
+            mode = compile if isinstance(compile, str) else None
+            self._level = torch.compile(self._head_level, mode=mode, dynamic=False)
         self.paths = paths
         if paths is not None:
             order, self._parents, self._ranks = paths_to_parents(paths)
@@ -92,10 +101,15 @@ class EagleTreeDrafter(EagleDrafter):
             return self._static(depth, p, request.device)
         return self._dynamic(depth, p, request.device)
 
-    def _step(self, feats, tokens, position, slots, mask):
+    def _step(self, feats, tokens, position, slots, mask, level=None):
         """The head on one level's nodes (``[E]`` tokens, all at ``position``, an int or a ``[1]`` tensor):
-        outputs ``[1, E, h]`` and log-probabilities ``[E, Vout]``. A depth-d node sits at position p + d - 1."""
+        outputs ``[1, E, h]`` and log-probabilities ``[E, Vout]``. A depth-d node sits at position p + d - 1.
+        ``level``: the function that runs it (default :meth:`_head_level`)."""
         positions = torch.zeros_like(slots) + position  # [E]
+        return (level or self._head_level)(feats, tokens, positions, slots, mask)
+
+    def _head_level(self, feats, tokens, positions, slots, mask):
+        """:meth:`_step` at ``positions`` ``[E]`` (what ``compile`` compiles)."""
         out = self.head(feats, tokens[None], positions, self.cache, slots=slots, attn_mask=mask,
                         kv_len=mask.shape[-1])  # [1, E, h]
         return out, torch.log_softmax(self.head.logits(out)[0].float(), dim=-1)
@@ -125,7 +139,7 @@ class EagleTreeDrafter(EagleDrafter):
         for d in range(1, depth):
             slots = p + K * (d - 1) + rows  # [K]
             mask.scatter_(1, slots[:, None], True)  # each node sees itself besides its ancestors
-            out, logp = self._step(feats, tokens, p + d - 1, slots, mask)
+            out, logp = self._step(feats, tokens, p + d - 1, slots, mask, self._level)
             s, ix = logp.topk(K, dim=-1)  # [K, K] each frontier node's K children
             cand = (scores[:, None] + s).flatten()  # [K*K] joint log-probability of each child
             cand_tokens = head.to_target(ix.flatten())  # [K*K]
@@ -154,7 +168,7 @@ class EagleTreeDrafter(EagleDrafter):
             index[packed[i]] = len(parents)
             parents.append(-1 if par < 0 else index[par])
             toks.append(packed[2 * n + i])
-        return DraftTree(torch.tensor(toks, dtype=torch.long, device=device), tuple(parents),
+        return DraftTree(torch.tensor(toks, dtype=torch.long).to(device, non_blocking=True), tuple(parents),
                          (self.name,) * len(parents))
 
     def _graphed_tree(self, m: int) -> torch.Tensor:

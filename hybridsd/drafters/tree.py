@@ -106,23 +106,18 @@ class DraftTree:
                    tuple(sampled))
 
     @cached_property
+    def _structure(self) -> tuple[np.ndarray, np.ndarray]:
+        return structure(self.parents)
+
+    @property
     def depths(self) -> np.ndarray:
         """``[n]`` depth of each node (1 for the root's children)."""
-        d = np.zeros(len(self), dtype=np.int64)
-        for i, p in enumerate(self.parents):
-            d[i] = 1 if p < 0 else d[p] + 1
-        return d
+        return self._structure[0]
 
-    @cached_property
+    @property
     def ancestors(self) -> np.ndarray:
         """``[n, n]`` bool: ``[i, j]`` when node j is node i or one of its ancestors."""
-        n = len(self)
-        a = np.zeros((n, n), dtype=bool)
-        for i, p in enumerate(self.parents):
-            if p >= 0:
-                a[i] = a[p]
-            a[i, i] = True
-        return a
+        return self._structure[1]
 
     def is_chain(self) -> bool:
         """Whether the nodes form one chain in order (node i's parent is node i - 1)."""
@@ -159,21 +154,38 @@ class DraftTree:
 
     def layout(self, start: int) -> tuple[np.ndarray, np.ndarray]:
         """Positions ``[1 + n]`` and visibility ``[1 + n, 1 + n]`` of the root (at ``start``) and the nodes."""
-        return layout(self.parents, start)
+        return _layout(self.depths, self.ancestors, start)
+
+
+def structure(parents: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Depths ``[n]`` (1 for the root's children) and ancestors ``[n, n]`` (bool, ``[i, j]``: node j is node i or
+    an ancestor of it) of nodes with ``parents`` (``-1`` = the root, parents first); one pass per tree level."""
+    par = np.asarray(parents, dtype=np.int64).reshape(-1)
+    n = len(par)
+    depths = np.ones(n, dtype=np.int64)
+    ancestors = np.eye(n, dtype=bool)
+    rows, up = np.arange(n), par.copy()  # up[i]: the ancestor of node i reached so far (-1: past the root)
+    while (live := up >= 0).any():
+        ancestors[rows[live], up[live]] = True
+        depths += live
+        up = np.where(live, par[np.maximum(up, 0)], -1)
+    return depths, ancestors
+
+
+def _layout(depths: np.ndarray, ancestors: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`layout` from the nodes' :func:`structure`."""
+    n = len(depths)
+    positions = np.concatenate([[start], start + depths]).astype(np.int64)  # [1 + n]
+    visible = np.zeros((1 + n, 1 + n), dtype=bool)
+    visible[:, 0] = True
+    visible[1:, 1:] = ancestors
+    return positions, visible
 
 
 def layout(parents: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions ``[1 + n]`` and visibility ``[1 + n, 1 + n]`` (each row: the root, the node's ancestors and
     itself) of a root at position ``start`` followed by nodes with ``parents`` (``-1`` = the root)."""
-    n = len(parents)
-    positions = np.full(1 + n, start, dtype=np.int64)
-    visible = np.zeros((1 + n, 1 + n), dtype=bool)
-    visible[:, 0] = True
-    for i, p in enumerate(parents):
-        positions[1 + i] = positions[1 + p] + 1  # p = -1 reads the root's row
-        visible[1 + i] = visible[1 + p]
-        visible[1 + i, 1 + i] = True
-    return positions, visible
+    return _layout(*structure(parents), start)
 
 
 def paths_to_parents(paths: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int], list[int]]:

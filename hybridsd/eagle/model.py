@@ -27,9 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hybridsd.attention import grouped_attention
 from hybridsd.eagle import loader
 from hybridsd.eagle.config import EagleConfig, config_from_target, rope_inv_freq
 from hybridsd.kv_cache import StaticKVCache
+from hybridsd.target import default_attention
+
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
@@ -98,6 +101,14 @@ class Attention(nn.Module):
             k, v = k.to(q.dtype), v.to(q.dtype)
         elif cache is not None:
             k, v = cache.update(k, v)  # [B, nkv, S, D]
+        one = B == 1 and not q.requires_grad and attn_mask is not None and attn_mask.dtype == torch.bool
+        if one and attn_mask.shape == (T, k.shape[2]):
+            # drafting one sequence: each KV head read once for its query group, by the target's attention kernel
+            # (SDPA with a mask and GQA falls back to its fp32 math kernel on CUDA, repeating the keys)
+            qg = q[0].reshape(self.nkv, self.nh // self.nkv * T, self.hd)  # [nkv, g*T, D], row j*T + t
+            kernel = default_attention(q.device)
+            o = grouped_attention(qg, k[0], v[0], attn_mask, self.hd ** -0.5, kernel)  # [T, nh*D]
+            return self.o_proj(o[None])
         causal = attn_mask is None
         if causal and k.shape[2] != T:
             raise ValueError("attn_mask is required when queries and keys differ in length")

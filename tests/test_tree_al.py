@@ -1,0 +1,79 @@
+"""experiments/tree_al.py: the per-(depth, rank) acceptance fit, the analytic prediction and the run recording."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_target
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import tree_al  # noqa: E402
+
+from hybridsd.analytic import tree_al as analytic_tree_al  # noqa: E402
+from hybridsd.drafters.eagle_tree import EagleTreeDrafter  # noqa: E402
+from hybridsd.eagle.model import EagleHead  # noqa: E402
+from hybridsd.generate import generate  # noqa: E402
+
+
+def _simulate(rng, rate, steps: int):
+    """Random trees walked from the root: each child, tried in order, passes w.p. ``rate(depth, rank)``."""
+    out = []
+    for _ in range(steps):
+        n = int(rng.integers(1, 12))
+        parents = tuple(int(rng.integers(-1, i)) for i in range(n))
+        keys = tree_al._keys(parents)
+        path, node = [], -1
+        while True:
+            nxt = next((c for c in range(n) if parents[c] == node and rng.random() < rate(*keys[c])), None)
+            if nxt is None:
+                break
+            path.append(nxt)
+            node = nxt
+        out.append((parents, path))
+    return out
+
+
+def test_cross_fitted_prediction_matches_simulated_acceptance():
+    rng = np.random.default_rng(0)
+    rate = lambda d, r: 0.8 / (d + r)  # noqa: E731
+    steps = _simulate(rng, rate, 4000)
+    res = tree_al.compare(steps)
+    truth = np.mean([analytic_tree_al(p, [rate(*k) for k in tree_al._keys(p)], sequential=True) for p, _ in steps])
+    assert res["measured_al"] == pytest.approx(truth, abs=0.03)
+    assert res["predicted_al"] == pytest.approx(res["measured_al"], abs=0.03)
+    assert res["steps"] == 4000 and res["rates"]["1,0"][1] == 4000  # every step tries the root's first child
+    with pytest.raises(ValueError, match="folds"):
+        tree_al.compare(steps[:1])
+
+
+def test_acceptance_table_counts_tries_after_failed_siblings():
+    # root children 0, 1, 2; node 3 under 1; path [1, 3]: 0 tried and failed, 1 passed, 2 never tried
+    table = tree_al.acceptance_table([((-1, -1, -1, 1), [1, 3])])
+    assert table == {(1, 0): (0, 1), (1, 1): (1, 1), (2, 0): (1, 1)}
+    assert tree_al.sibling_ranks((-1, -1, 0, 0, -1, 2)).tolist() == [0, 1, 0, 1, 2, 0]
+
+
+def test_accepted_path_follows_tokens():
+    tokens, parents = [5, 5, 7, 8, 9], (-1, -1, 0, 1, 3)
+    assert tree_al.accepted_path(tokens, parents, [5, 8, 9]) == [1, 3, 4]  # the first 5 leads nowhere
+    assert tree_al.accepted_path(tokens, parents, []) == []
+    with pytest.raises(ValueError, match="no path"):
+        tree_al.accepted_path(tokens, parents, [7])
+
+
+def test_recorded_run_gives_each_tree_step_its_path():
+    model = tiny_target("llama", vocab=9, seed=3, initializer_range=0.2)
+    head = EagleHead.from_target(model, kind="eagle3")
+    rec = tree_al.Recorder(EagleTreeDrafter(head, depth=3, top_k=3, nodes=8))
+    ids = torch.arange(1, 12) % 9
+    res = generate(model, ids, drafter=rec, max_new_tokens=20, eos_token_id=[])
+    steps = tree_al.steps_of(res, rec.trees)
+    tree_steps = [r for r in res.stats.trace if r.tree_tokens]
+    assert len(steps) == len(tree_steps) == len(rec.trees) > 0
+    assert [len(path) for _, path in steps] == [r.accepted for r in tree_steps]
+    assert res.tokens == generate(model, ids, max_new_tokens=20, eos_token_id=[]).tokens
