@@ -12,6 +12,7 @@ import torch
 
 from conftest import OracleDrafter, tiny_target
 from hybridsd.drafters.eagle import EagleDrafter
+from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
 from hybridsd.eagle.model import EagleHead
@@ -130,7 +131,8 @@ def _drafter(kind: str, head: EagleHead | None):
     ngram = NgramDrafter(k=2, min_n=1, max_n=2)
     make = {"plain": lambda: None, "ngram": lambda: ngram, "eagle": lambda: EagleDrafter(head, k=2),
             "tree": lambda: HybridDrafter(ngram, OracleDrafter([], 2, sample=True, vocab=V), "tree"),
-            "eagle-tree": lambda: HybridDrafter(ngram, EagleDrafter(head, k=2), "tree")}
+            "eagle-tree": lambda: HybridDrafter(ngram, EagleDrafter(head, k=2), "tree"),
+            "eagle2-tree": lambda: EagleTreeDrafter(head, depth=2, top_k=2, nodes=5)}  # deterministic nodes
     return make[kind]()
 
 
@@ -143,6 +145,7 @@ CASES = [  # (temperature, top_k, top_p, drafter): chains (one-hot, sampled from
     (1.0, None, 0.8, "tree"),
     (1.2, None, 0.6, "eagle"),
     (0.9, 4, 0.75, "eagle-tree"),
+    (1.0, 3, 0.9, "eagle2-tree"),  # a tree of deterministic nodes only: the verifier's closed form
 ]
 
 
