@@ -1,7 +1,7 @@
 """AL against the edit norm: measured runs per bin with bootstrap CIs, the trace simulation of the same prompts on
 the target's own outputs beside them, and the analytic models over both.
 
-    python experiments/al_by_edit_norm.py RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
+    python -m experiments.al_by_edit_norm RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
 
 ``RUNS``: spec_bench JSONL files of several methods on the same code-edit prompts (greedy, so every method's
 output is the target's one output). For each binning (the reference's edit norm, as the PR bins, and the
@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from experiments import results
-from simulate_al import json_safe  # noqa: E402  (experiments/simulate_al.py)
+from experiments.distributed import write_atomic
+from experiments.simulate_al import json_safe
 from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
 from hybridsd.fit import ModelFit, model_error
 
@@ -164,10 +164,11 @@ def main(argv=None) -> int:
     ap.add_argument("--k-ngram", type=int, default=5)
     ap.add_argument("--k-eagle", type=int, default=3)
     ap.add_argument("--theory", type=Path, default=None, help="simulate_al.json with models fitted on other prompts")
-    ap.add_argument("--change-request", choices=("located", "subject"), default="located",
-                    help="how the runs' prompts were built (to rebuild them for the simulation)")
+    ap.add_argument("--change-request", choices=("located", "subject"), default="subject",
+                    help="how the runs' prompts were built, as spec_bench's --change-request (to rebuild them for "
+                    "the simulation)")
     ap.add_argument("--no-sim", action="store_true", help="skip the trace simulation")
-    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "al_by_edit_norm.json")
+    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "zoo" / "al_by_edit_norm.json")
     a = ap.parse_args(argv)
     if a.bins < 8:
         ap.error("--bins must be >= 8")
@@ -191,12 +192,7 @@ def main(argv=None) -> int:
         simulated = [t for c in BINNINGS for t in bin_table(sim_df, edges, c, a.n_boot)] if len(sim_df) else []
         doc.update(simulated=simulated, sim_skipped_prompts=skipped, errors_vs_simulated=errors(preds, simulated))
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_name(a.out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(json_safe(doc), indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, a.out)
+    write_atomic(a.out, json.dumps(json_safe(doc), indent=1) + "\n")
     for t in measured:
         print(f"{t['binning']:16s} {t['variant']:18s} {t['bin']:14s} n={t['n']:3d} seq AL {t['seq_al']:.2f} "
               f"prec AL {t['precision_al']:.2f}")

@@ -6,7 +6,7 @@ span, so matches come and go) and "code-bytes" (UTF-8 bytes of real before/after
 code_edits_dev.jsonl, each after-file mostly copying its before-file). Each call ends the context
 at a different position just below the target length, so the figures mix hits and misses.
 
-    python experiments/bench_ngram.py [--calls 4000] [--out experiments/results/speed/bench_ngram.json]
+    python -m experiments.bench_ngram [--calls 4000] [--out experiments/results/speed/bench_ngram.json]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.distributed import write_atomic
 from hybridsd.drafters.ngram import ngram_propose
 from experiments.provenance import run_info
 
@@ -107,7 +108,7 @@ def main() -> None:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"run_info": run_info(), "min_n": MIN_N, "max_n": MAX_N, "k": K, "results": results}
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(payload, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

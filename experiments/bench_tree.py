@@ -1,10 +1,10 @@
 """Cost of draft trees on the GPU: verifying a 64-row tree against the bandwidth floor, and building an EAGLE-2 tree.
 
-    python experiments/bench_tree.py --out experiments/results/bench_tree.json
+    python -m experiments.bench_tree --out experiments/results/bench_tree.json
 
-A Llama-3.1-8B-shaped model in bf16 with random weights (``bench_speed.llama8b``), our target with CUDA
+A Llama-3.1-8B-shaped model in bf16 with random weights (``speed_steps.llama8b``), our target with CUDA
 graphs and ``torch.compile`` (``--compile``, default ``auto``). Timed by CUDA events (medians after
-warm-up, ``bench_speed.cuda_median_ms``) at each context:
+warm-up, ``speed_steps.cuda_median_ms``) at each context:
 
 - ``decode_ms``: one 1-token step; ``chain_q9_ms``: a 9-token chain block; ``tree_q64_ms``: the forward of
   a 64-row tree block (root + 63 nodes of a random tree of depth <= 7) with its tree mask;
@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_speed import copy_bandwidth, cuda_median_ms, llama8b
 from experiments import provenance
+from experiments.distributed import write_atomic
+from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree
@@ -153,12 +153,7 @@ def main() -> None:
 def write(res: dict, out: Path) -> None:
     """``res`` as JSON at ``out``, atomically."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@
 #   tests   tests/test_cuda.py (CUDA graphs, compile, lossless fp32 on GPU, bf16 match rate)
 #   heads3  retrain the EAGLE-3 head with the full vocabulary as draft vocabulary (-> $OUT/heads/eagle3)
 #   gate    the retrained EAGLE-3 head (if heads3 ran) against EAGLE-1: spec_bench k=3 on held-out edits
-#   speed   experiments/bench_speed.py (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
+#   speed   experiments.bench_speed (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
 #   profile 8B-shape steps compiled (default and max-autotune), and the kernel split of a compiled step
 #           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments)
-#   sweep   experiments/sweep.py --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
+#   sweep   experiments.sweep --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
 #   echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
@@ -36,23 +36,23 @@ for stage in "$@"; do
     tests)  HYBRIDSD_INSTAFAIL=1 timeout ${TESTS_S:-170} python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_cuda.py \
               tests/test_generate.py -k "cuda or compiled" > "$OUT/tests.log" 2>&1
             grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E |^!! " "$OUT/tests.log" | head -60 | tee -a "$log" ;;
-    heads3) timeout 280 python3 experiments/train_heads.py --data /tmp/d --out "$OUT/heads" --kinds eagle3 \
+    heads3) timeout 280 python3 -m experiments.train_heads --data /tmp/d --out "$OUT/heads" --kinds eagle3 \
               --draft-vocab 10240 --ttt-steps 3 --gen-seconds 20 --gen-batch 64 --max-new 512 \
               --seconds-per-head ${HEAD_S:-120} ${HEAD_ARGS:-} 2>&1 | grep -vE "step [0-9]+ loss" | tee -a "$log" ;;
     gate)   [ -f "$OUT/heads/eagle3/model.safetensors" ] && cp "$OUT"/heads/eagle3/* hybridsd/models/tiny-coder/eagle3/
             for m in eagle eagle3; do
-              timeout 60 python3 experiments/spec_bench.py --method $m --num-speculative-tokens 3 --num-prompts 12 \
+              timeout 60 python3 -m experiments.spec_bench --method $m --num-speculative-tokens 3 --num-prompts 12 \
                 --output-len 384 --output "$OUT/gate/$m.jsonl" 2>&1 | tail -2 | tee -a "$log"
             done
-            python3 experiments/summarize_runs.py "$OUT"/gate/*.jsonl 2>&1 | tail -8 | tee -a "$log" ;;
-    speed)  timeout ${SPEED_S:-380} python3 experiments/bench_speed.py --out "$OUT/bench_speed.json" ${SPEED_ARGS:-} 2>&1 \
+            python3 -m experiments.summarize_runs "$OUT"/gate/*.jsonl 2>&1 | tail -8 | tee -a "$log" ;;
+    speed)  timeout ${SPEED_S:-380} python3 -m experiments.bench_speed --out "$OUT/bench_speed.json" ${SPEED_ARGS:-} 2>&1 \
               | grep -v Warning | tail -70 | tee -a "$log" ;;
-    profile) timeout ${PROFILE_S:-400} python3 experiments/bench_speed.py --out "$OUT/bench_profile.json" \
+    profile) timeout ${PROFILE_S:-400} python3 -m experiments.bench_speed --out "$OUT/bench_profile.json" \
               ${PROFILE_ARGS:---contexts 2048 --configs graph_compiled graph_autotune --skip hf-compile hf-generate eagle overhead zoo} \
               --profile 2>&1 | grep -v Warning | tail -40 | tee -a "$log" ;;
     sweep)  [ -d .cache/sweeps ] && mkdir -p "$OUT/sweeps" && cp -n .cache/sweeps/* "$OUT/sweeps/"  # resume a carried run
             ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
-            timeout ${SWEEP_S:-540} torchrun --standalone --nproc_per_node="$ngpu" experiments/sweep.py \
+            timeout ${SWEEP_S:-540} torchrun --standalone --nproc_per_node="$ngpu" -m experiments.sweep \
               --preset gpu-one-call --out-dir "$OUT/sweeps" ${SWEEP_ARGS:-} > "$OUT/sweep_full.log" 2>&1
             grep -v "it/s\]" "$OUT/sweep_full.log" | grep -A 30 -m 3 "FAILED\|Traceback" | head -80 | tee -a "$log"
             grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log" ;;
@@ -61,22 +61,22 @@ for stage in "$@"; do
               tests/test_trees.py tests/test_real_models.py tests/test_bad_input.py -k "cuda or graphed or compiled or exact or another_device" \
               > "$OUT/gpu_tests.log" 2>&1
             grep -E "^(FAILED|ERROR)|passed|failed|^!! " "$OUT/gpu_tests.log" | head -40 | tee -a "$log" ;;
-    bench-exact) timeout ${BENCH_S:-300} python3 experiments/bench_speed.py --contexts 2048 512 \
+    bench-exact) timeout ${BENCH_S:-300} python3 -m experiments.bench_speed --contexts 2048 512 \
               --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead zoo \
               --out "$OUT/speed_exact.json" 2>&1 | grep -v Warning | tail -30 | tee -a "$log" ;;
-    bench-tree) timeout ${BENCH_S:-300} python3 experiments/bench_tree.py --compile default --out "$OUT/bench_tree.json" \
+    bench-tree) timeout ${BENCH_S:-300} python3 -m experiments.bench_tree --compile default --out "$OUT/bench_tree.json" \
               2>&1 | grep -v Warning | tail -30 | tee -a "$log" ;;
     real8b) D=/tmp/l31; rm -rf $D; export HF_HUB_OFFLINE=1
-            python3 experiments/make_checkpoint.py --out $D >> "$OUT/real8b.log" 2>&1
+            python3 -m experiments.make_checkpoint --out $D >> "$OUT/real8b.log" 2>&1
             python3 -c "import json;open('$D/mt_bench.jsonl','w').write(''.join(json.dumps({'question_id':i,'turns':[t]})+'\n' for i,t in enumerate(['Write a haiku about rain.','Explain TCP slow start.','Write a Python function that sorts a list.'])))"
             A="--model-dir $D/target --eagle-dir $D/eagle3 --dataset-name mt-bench --dataset-path $D --device cuda --output-len 96"
             for m in none ngram eagle3 ngram-eagle3; do
-              timeout 120 python3 experiments/spec_bench.py $A --method $m --num-speculative-tokens-per-method \
+              timeout 120 python3 -m experiments.spec_bench $A --method $m --num-speculative-tokens-per-method \
                 '{"ngram": 5, "eagle3": 3}' --output "$OUT/l31__$m.jsonl" >> "$OUT/real8b.log" 2>&1
             done
-            timeout 150 python3 experiments/spec_bench.py $A --method replay --num-spec-tokens 3 --num-prompts 3 \
+            timeout 150 python3 -m experiments.spec_bench $A --method replay --num-spec-tokens 3 --num-prompts 3 \
               --output-len 512 --output "$OUT/l31__replay.jsonl" >> "$OUT/real8b.log" 2>&1
-            timeout 150 python3 experiments/spec_bench.py $A --method ngram-eagle3 --num-speculative-tokens-per-method \
+            timeout 150 python3 -m experiments.spec_bench $A --method ngram-eagle3 --num-speculative-tokens-per-method \
               '{"ngram": 5, "eagle3": 3}' --compile auto --num-prompts 1 --output-len 32 \
               --output "$OUT/l31__compile_auto.jsonl" >> "$OUT/real8b.log" 2>&1
             grep -a "spec_bench:\|wrote\|Error\|error" "$OUT/real8b.log" | tail -20 | tee -a "$log" ;;

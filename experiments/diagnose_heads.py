@@ -1,6 +1,6 @@
 """Does decoding use a head exactly as training did? And how well does each head predict the answer region?
 
-    python experiments/diagnose_heads.py --prompts 3 --out experiments/results/zoo/head_diagnosis.json
+    python -m experiments.diagnose_heads --prompts 3 --out experiments/results/zoo/head_diagnosis.json
 
 For held-out code-edit prompts, the target's greedy answer is computed; then for each head (1) the training
 path (``hybridsd.eagle.train.unroll``, step 0) predicts every next-next token, and its agreement with the
@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
-from hybridsd import data, prompts
 from experiments import provenance
+from experiments.distributed import write_atomic
+from hybridsd import data, prompts
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.eagle.train import _target_pass, unroll
 
@@ -60,7 +61,8 @@ def main() -> None:
     exs = [e for e in data.load_code_edits() if e.id in keep and len(e.input_text) < 1500][: a.prompts]
     res = {"run_info": provenance.run_info(), "config": vars(a) | {"out": str(a.out)},
            "heads": {kind: diagnose(model, tok, head, exs, a.max_new, a.positions) for kind, head in heads.items()}}
-    a.out.write_text(json.dumps(res, indent=1))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(a.out, json.dumps(res, indent=1))
     print(json.dumps(res["heads"], indent=1))
 
 

@@ -1,6 +1,6 @@
 """Data-parallel helpers for the experiment scripts under torchrun: one shard of prompts per process (GPU).
 
-    torchrun --nproc_per_node=4 experiments/spec_bench.py ...   # rank r decodes todo[r::4]
+    torchrun --nproc_per_node=4 -m experiments.spec_bench ...   # rank r decodes todo[r::4]
 
 Each rank appends its rows to its own shard ``<out>.rank{r}.part`` beside the output; after a barrier rank 0
 merges the shards into the output in the examples' order and deletes them. The ranks read each other's files,

@@ -1,6 +1,6 @@
 """Write a random-weight target shaped like Llama-3.1-8B-Instruct and EAGLE-1/EAGLE-3 heads in the public layouts.
 
-    python experiments/make_checkpoint.py --out /tmp/llama31-random [--layers 32] [--device cuda]
+    python -m experiments.make_checkpoint --out /tmp/llama31-random [--layers 32] [--device cuda]
 
 Gives ``OUT/target`` (``config.json`` as Llama-3.1-8B-Instruct's: hidden 4096, 32 layers, 32/8 heads, vocab
 128256, rope llama3 scaling; bf16 safetensors shards; a generation config), ``OUT/eagle1`` and ``OUT/eagle3``
@@ -23,6 +23,7 @@ import torch
 
 import hybridsd as hsd
 from experiments import provenance
+from experiments.distributed import write_atomic
 
 BOS, EOT, END_OF_TEXT = 0, 4, 1  # in the zoo tokenizer
 LLAMA31_8B = dict(
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--out {a.out} exists and is not empty")
     info = build(a.out, a.layers, a.device)
     info["run_info"] = provenance.run_info()
-    (a.out / "make_checkpoint.json").write_text(json.dumps(info, indent=1))
+    write_atomic(a.out / "make_checkpoint.json", json.dumps(info, indent=1))
     print(json.dumps({k: v for k, v in info.items() if k != "run_info"}), file=sys.stderr)
 
 

@@ -1,6 +1,6 @@
 """Quickstart: every drafter on the project's own small model, on the CPU, with exact stats.
 
-    python experiments/quickstart.py
+    python -m experiments.quickstart
 
 Loads ``tiny-coder`` (a 16.5M-parameter Llama trained for code edits) and its EAGLE heads from the
 repository, asks it for one code edit, and decodes the answer plainly and with each drafter. Every

@@ -75,12 +75,12 @@ for ds in blazedit mt-bench instructcoder; do
   for cfg in vanilla ngram eagle eagle3 ngram-eagle ngram-eagle3 ngram-eagle-tree; do
     echo "== $ds $cfg" >&2
     # shellcheck disable=SC2086  # the config strings are word lists by design
-    "${LAUNCH[@]}" experiments/spec_bench.py --model-dir "$MODEL" --tp 1 --dataset-name hf ${DATASETS[$ds]} \
+    "${LAUNCH[@]}" -m experiments.spec_bench --model-dir "$MODEL" --tp 1 --dataset-name hf ${DATASETS[$ds]} \
       ${CONFIGS[$cfg]} --device "$DEVICE" $EXTRA --output "$OUT/${ds}__${cfg}.jsonl"
   done
 done
 
-"$PYTHON" experiments/summarize_runs.py "$OUT/*.jsonl" --table pr | tee "$OUT/pr_table.txt"
+"$PYTHON" -m experiments.summarize_runs "$OUT/*.jsonl" --table pr | tee "$OUT/pr_table.txt"
 RESULTS_DIR="$OUT" MODEL="$MODEL" "$PYTHON" - <<'EOF'
 import os
 from pathlib import Path

@@ -452,8 +452,8 @@ def load_speed_runs(paths_or_globs):
     ``configs`` (our target configurations it timed, from ``args``), ``compile_mode`` (``args.compile_mode``:
     torch.compile's mode for "graph_compiled" and its variants; None = the default mode), ``sections`` (the other
     parts it holds, of :data:`SPEED_SECTIONS` and the ``loop_overhead_<config>`` sections; "rows" is
-    ``bench_linear.py``'s table), ``conditions`` (the stored note on the host's state) and ``args`` (the
-    command-line arguments, a dict, in files that store them); missing when absent (``bench_linear.py``'s files have
+    the split-K matmul table), ``conditions`` (the stored note on the host's state) and ``args`` (the
+    command-line arguments, a dict, in files that store them); missing when absent (the split-K matmul files have
     no floor and no contexts)."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
@@ -615,7 +615,7 @@ LINEAR_COLUMNS = ("shape", "n", "k", "rows", "kind", "us", "TBps", "rel_err", "b
 
 
 def load_bench_linear(paths_or_globs):
-    """``experiments/bench_linear.py`` files (a split-K Triton matmul against ``F.linear`` per weight matrix of the
+    """The split-K matmul benchmark's files (a split-K Triton matmul against ``F.linear`` per weight matrix of the
     8B shape): one row per stored row, ``run``, ``shape`` ("qkv", "o", "gate_up", "down", "lm_head"), ``n``, ``k``
     (the weight's out and in features), ``rows`` (tokens), ``kind`` ("F.linear"; "splitk": one kernel
     configuration of the sweep; "splitk_plan": the configuration the kernel's own plan picks), ``us`` (median

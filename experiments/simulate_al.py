@@ -6,14 +6,15 @@ template's few tokens do not change what n-gram can copy), its reference output 
 ``hybridsd.simulate`` for the simulation. Models are fitted on a random half of the examples (per-bin
 corpus ALs, bootstrap CIs from resampling examples within bins) and scored per bin on the other half.
 
-    python experiments/simulate_al.py            # all 3,724 examples
-    python experiments/simulate_al.py --limit 400
+    python -m experiments.simulate_al            # all 3,724 examples
+    python -m experiments.simulate_al --limit 400
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.distributed import write_atomic
 from hybridsd.analytic import al_from_rates, harmonic_calibrate_ngram
 from hybridsd.data import bin_index, default_data_dir, load_code_edits
 from hybridsd.edit_distance import copied_runs, token_edit_norm
@@ -292,19 +294,20 @@ def _write(c: dict) -> None:
                                for p, ps in c["preds"].items()},
         "seconds": c["seconds"],
     }
-    args.out.with_suffix(".json").write_text(json.dumps(json_safe(doc), indent=1) + "\n")
-    with args.out.with_suffix(".csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["split", "bin_lo", "bin_hi", "n", "mean_edit_norm", "mean_tokens", "policy", "al_corpus",
-                    "al_mean", "precision_al", *(f"pred_{m}" for m in MODELS)])
-        for split, t in c["tables"].items():
-            for b in range(len(edges) - 1):
-                for p in POLICIES:
-                    pr = [c["preds"][p][m][b] if split == "test" and p in c["preds"] else np.nan for m in MODELS]
-                    row = [split, edges[b], edges[b + 1], t["n"][b], t["mean_e"][b], t["mean_tokens"][b], p,
-                           t[f"{p}_al"][b], t[f"{p}_al_mean"][b], t[f"{p}_precision_al"][b], *pr]
-                    w.writerow(["" if isinstance(v, float) and not np.isfinite(v) else
-                                (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v) for v in row])
+    write_atomic(args.out.with_suffix(".json"), json.dumps(json_safe(doc), indent=1) + "\n")
+    table = io.StringIO(newline="")
+    w = csv.writer(table)
+    w.writerow(["split", "bin_lo", "bin_hi", "n", "mean_edit_norm", "mean_tokens", "policy", "al_corpus",
+                "al_mean", "precision_al", *(f"pred_{m}" for m in MODELS)])
+    for split, t in c["tables"].items():
+        for b in range(len(edges) - 1):
+            for p in POLICIES:
+                pr = [c["preds"][p][m][b] if split == "test" and p in c["preds"] else np.nan for m in MODELS]
+                row = [split, edges[b], edges[b + 1], t["n"][b], t["mean_e"][b], t["mean_tokens"][b], p,
+                       t[f"{p}_al"][b], t[f"{p}_al_mean"][b], t[f"{p}_precision_al"][b], *pr]
+                w.writerow(["" if isinstance(v, float) and not np.isfinite(v) else
+                            (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v) for v in row])
+    write_atomic(args.out.with_suffix(".csv"), table.getvalue())
 
 
 def _fmt(v, nd=2):

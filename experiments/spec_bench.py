@@ -4,7 +4,7 @@ Flags follow vLLM's ``examples/offline_inference/spec_decode.py`` (``--model-dir
 ``--method``, ``--num-spec-tokens``, ``--num-speculative-tokens-per-method``, ``--prompt_lookup_min/max``,
 ``--dataset-name hf --dataset-path``, ``--hf-output-len``, ...). A real model and a Hub dataset:
 
-    python experiments/spec_bench.py --model-dir meta-llama/Llama-3.1-8B-Instruct \\
+    python -m experiments.spec_bench --model-dir meta-llama/Llama-3.1-8B-Instruct \\
         --eagle-dir yuhuili/EAGLE-LLaMA3.1-Instruct-8B --method ngram-eagle \\
         --num-speculative-tokens-per-method '{"ngram": 5, "eagle": 3}' --prompt_lookup_max 5 --prompt_lookup_min 2 \\
         --tp 1 --dataset-name hf --dataset-path vdaita/edit_5k_char --num-prompts 90 --hf-output-len 2048 \\
@@ -18,7 +18,7 @@ weights are read.
 
 Data parallel, one shard of the prompts per process (GPU ``cuda:{LOCAL_RANK}`` when ``--device cuda``):
 
-    torchrun --nproc_per_node=4 experiments/spec_bench.py --method ngram-eagle ... --output OUT.jsonl
+    torchrun --nproc_per_node=4 -m experiments.spec_bench --method ngram-eagle ... --output OUT.jsonl
 
 Each rank writes ``OUT.jsonl.rank{r}.part``; rank 0 then merges them into OUT.jsonl in the prompts' order,
 so the file holds the rows a one-process run writes (timings and run_info aside).
@@ -46,9 +46,8 @@ from hybridsd import checkpoint, data, prompts
 from experiments import provenance
 from hybridsd.edit_distance import edit_norm
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dp  # noqa: E402  (experiments/distributed.py)
+from experiments import distributed as dp
+from experiments.speed_loop import accepted_continuation
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
 METHOD_ALIASES = {"vanilla": "none"}
@@ -77,7 +76,7 @@ class BenchConfig:
     hybrid_policy: str = "prefer-ngram"
     dataset_name: str = "code-edits"
     split: str = "eval"
-    change_request: str = "located"
+    change_request: str = "subject"
     min_distance: float | None = None
     max_distance: float | None = None
     output_len: int = 512
@@ -152,7 +151,7 @@ class BenchConfig:
 
 
 ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
-                "tree_paths", "exact")
+                "tree_paths", "exact", "change_request")
 TREES = ("none", "dynamic", "static")
 
 
@@ -328,18 +327,6 @@ def timed_generate(model, ids: list[int], drafter, kw: dict, cuda: bool):
     return res, time.perf_counter() - t0
 
 
-def replay_continuation(model, ids, kw: dict, k: int) -> list[int]:
-    """The plain greedy output, replayed until the speculative run reproduces it (a verify block may round
-    differently from one-token decoding in bf16): what ``ReplayDrafter`` drafts with every token accepted."""
-    cont = hsd.generate(model, ids, **kw).tokens
-    for _ in range(8):
-        out = hsd.generate(model, ids, drafter=hsd.ReplayDrafter(cont, k), **kw).tokens
-        if out == cont:
-            break
-        cont = out
-    return cont
-
-
 def replay_timing(model, ids: list[int], res, timed_run, cfg: BenchConfig, repeats: int = 7) -> dict:
     """For a replay row on CUDA: the graphed forward of 1 token (``decode_ms``) and of a verify block of k+1
     (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
@@ -347,7 +334,7 @@ def replay_timing(model, ids: list[int], res, timed_run, cfg: BenchConfig, repea
     prompt's measured prefill) against the measured ``tokens_per_s``: the median over ``repeats`` more timed
     runs of the same generation (``timed_run()`` returns one run's wall seconds; the row's own run, the first
     after the replay's warm-up, is kept apart as ``first_run_tokens_per_s``)."""
-    from bench_speed import ours_ms  # experiments/bench_speed.py, the same step timing
+    from experiments.speed_steps import ours_ms  # bench_speed's step timing
 
     from hybridsd.target import target_for
 
@@ -439,7 +426,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                       exact=cfg.exact or False)
             if cfg.method == "replay":
                 k = cfg.k.get("replay", DEFAULT_K["eagle"])
-                drafter = hsd.ReplayDrafter(replay_continuation(model, ids, kw, k), k)
+                drafter = hsd.ReplayDrafter(accepted_continuation(model, ids, k, rounds=8, **kw), k)
             try:
                 res, wall = timed_generate(model, ids, drafter, kw, cuda)
             except Exception:  # noqa: BLE001 - one failing prompt must not end a sweep; no row, so a rerun retries
@@ -541,9 +528,9 @@ def parser() -> argparse.ArgumentParser:
                    "JSONL file(s); otherwise the folder with the project's JSONL files (default ../shared/data)")
     p.add_argument("--hf-split", default="train")
     p.add_argument("--split", default="eval", choices=("eval", "all"))
-    p.add_argument("--change-request", default="located", choices=data.CHANGE_REQUESTS,
-                   help="code-edits prompts: the commit subject alone, or located (the places, scopes and sizes "
-                   "of the change named; the zoo target's format)")
+    p.add_argument("--change-request", default="subject", choices=data.CHANGE_REQUESTS,
+                   help="code-edits prompts: the commit subject alone (the installed zoo target's format), or "
+                   "located (the places, scopes and sizes of the change named; train_zoo_gpu.sh's format)")
     p.add_argument("--blazedit-min-distance", type=float, default=None)
     p.add_argument("--blazedit-max-distance", type=float, default=None)
     p.add_argument("--num-prompts", type=int, default=None)

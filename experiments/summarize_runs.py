@@ -1,9 +1,9 @@
 """Summarize spec_bench JSONL rows: the PR-style table per method and dataset, corpus-level AL per config and
 edit-norm bin, and output match rates.
 
-    python experiments/summarize_runs.py 'results/llama31/*.jsonl' --table pr
-    python experiments/summarize_runs.py experiments/results/zoo/eagle3_gate/gate_eagle3_k3.jsonl [--by output|reference]
-    python experiments/summarize_runs.py 'experiments/results/sweeps/zoo_cpu_fp32/*.jsonl' --bins fine
+    python -m experiments.summarize_runs 'results/llama31/*.jsonl' --table pr
+    python -m experiments.summarize_runs experiments/results/zoo/eagle3_gate/gate_eagle3_k3.jsonl [--by output|reference]
+    python -m experiments.summarize_runs 'experiments/results/sweeps/zoo_cpu_fp32/*.jsonl' --bins fine
 
 The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,
 ``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR

@@ -1,9 +1,9 @@
 """Run spec_bench over the project's grid of methods, draft lengths, datasets and BOS modes, one JSONL per config.
 
-    python experiments/sweep.py --preset cpu-small --device cpu     # this CPU, about 10 minutes
-    python experiments/sweep.py --preset gpu-full                   # the H200 (resumable: rerun to continue)
-    python experiments/sweep.py --preset cpu-small --dry-run        # list the configs and prompt counts
-    torchrun --nproc_per_node=4 experiments/sweep.py --preset gpu-full   # 4 GPUs, each config's prompts sharded
+    python -m experiments.sweep --preset cpu-small --device cpu     # this CPU, about 10 minutes
+    python -m experiments.sweep --preset gpu-full                   # the H200 (resumable: rerun to continue)
+    python -m experiments.sweep --preset cpu-small --dry-run        # list the configs and prompt counts
+    torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
 
 Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per 0.05 edit-norm
 bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
@@ -34,16 +34,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dp  # noqa: E402
-import spec_bench as sb  # noqa: E402
-
-from hybridsd.data import default_data_dir  # noqa: E402
-from experiments.provenance import run_info  # noqa: E402
+from experiments import distributed as dp
+from experiments import spec_bench as sb
+from experiments.provenance import run_info
+from hybridsd.data import default_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
 HYBRIDS = ("ngram-eagle", "ngram-eagle3")
+DATASETS = tuple(d for d in sb.DATASETS if d != "hf")  # the project's JSONL sets (no Hub dataset)
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Preset:
     per_bin: int = 1  # code-edits prompts per 0.05 edit-norm bin
     num_prompts: dict = field(default_factory=dict)  # editeval / mt-bench prompts
     hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
-    datasets: tuple[str, ...] = sb.DATASETS
+    datasets: tuple[str, ...] = DATASETS
     pr_grid: bool = False  # only the PR's configurations (n-gram k 5, EAGLE k 3, hybrids 5/3, trees)
 
 
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=sb.BenchConfig.device)
     p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
     p.add_argument("--dataset-path", default=None, help="folder with the jsonl files (default ../shared/data)")
-    p.add_argument("--datasets", nargs="+", choices=sb.DATASETS, default=None, help="only these datasets")
+    p.add_argument("--datasets", nargs="+", choices=DATASETS, default=None, help="only these datasets")
     p.add_argument("--methods", nargs="+", choices=sb.METHODS, default=None, help="only these methods")
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
-    call = {"started": started, "command": f"{launcher} experiments/sweep.py " + " ".join(sys.argv[1:] if argv is None
+    call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(sys.argv[1:] if argv is None
                                                                                            else argv),
             "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(),
             **({"world_size": world} if world > 1 else {}), "configs": []}

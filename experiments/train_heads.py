@@ -1,7 +1,7 @@
 """Train the zoo target's EAGLE-1 and EAGLE-3 heads on text the target itself generates (one GPU).
 
-    python experiments/train_heads.py --data ../shared/data --out hybridsd/models/tiny-coder
-    python experiments/train_heads.py --target /tmp/new/tiny-coder --out /tmp/new/tiny-coder \
+    python -m experiments.train_heads --data ../shared/data --out hybridsd/models/tiny-coder
+    python -m experiments.train_heads --target /tmp/new/tiny-coder --out /tmp/new/tiny-coder \
         --init-heads hybridsd/models/tiny-coder      # a retrained target; heads start from the old ones
 
 1. Prompts: the Blazedit prompts of the code-edit rows outside the held-out split, with the change
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +24,9 @@ from pathlib import Path
 import torch
 
 import hybridsd as hsd
-from hybridsd import data, prompts
 from experiments import provenance
+from experiments.distributed import write_atomic
+from hybridsd import data, prompts
 from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
                                   init_eagle3_output, init_from_head, train_head)
@@ -155,12 +155,7 @@ def main() -> None:
                                  "holdout_agreement": acc}
     report["wall_s"] = time.perf_counter() - t_start
     dest = a.out / f"heads_training_{'_'.join(a.kinds)}.json"
-    tmp = dest.with_name(dest.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(report, indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, dest)
+    write_atomic(dest, json.dumps(report, indent=1))
     log("done")
 
 

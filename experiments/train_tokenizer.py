@@ -10,8 +10,8 @@ Output (``hybridsd/models/tiny-coder/``): ``tokenizer.json`` plus what
 chat template, adds BOS when ``add_special_tokens=True`` (so the doubled-BOS mistake reproduces), has no
 normalizer and round-trips any text exactly (``decode(encode(code)) == code``).
 
-    python experiments/train_tokenizer.py            # full run (about 1-2 minutes on 2 cores)
-    python experiments/train_tokenizer.py --smoke    # tiny corpus, written to /tmp, for testing the script
+    python -m experiments.train_tokenizer            # full run (about 1-2 minutes on 2 cores)
+    python -m experiments.train_tokenizer --smoke    # tiny corpus, written to /tmp, for testing the script
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import sysconfig
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from experiments.distributed import write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
             "code_files": len(code), "code_chars": sum(map(len, code)), "english_texts": len(english),
             "english_chars": sum(map(len, english)), "excluded_packages": sorted(EXCLUDED_PACKAGES),
             "vocab_size": len(tokenizer), "wall_s": round(time.time() - start, 1), **stats}
-    (out / "tokenizer_training.json").write_text(json.dumps(info, indent=2) + "\n")
+    write_atomic(out / "tokenizer_training.json", json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
 
 

@@ -45,12 +45,12 @@ else
 fi
 
 stamp "target"
-timeout "$TARGET_S" python3 experiments/train_zoo.py target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
+timeout "$TARGET_S" python3 -m experiments.train_zoo target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
   $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
 stamp "heads"
-timeout "$HEADS_S" python3 experiments/train_heads.py --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
+timeout "$HEADS_S" python3 -m experiments.train_heads --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
   --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
   | grep --line-buffered -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
 

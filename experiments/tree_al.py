@@ -1,7 +1,7 @@
 """Analytic tree AL against measurement: per-node acceptance fitted on some verify steps of a tree run predicts
 the accepted length of the others through ``analytic.tree_al``.
 
-    python experiments/tree_al.py --method eagle3 --tree dynamic --num-prompts 8 --output-len 128 \
+    python -m experiments.tree_al --method eagle3 --tree dynamic --num-prompts 8 --output-len 128 \
         --out experiments/results/trees/tree_al.json
 
 The run is spec_bench's (same model, head, prompts and drafter for the same options); every verify step's tree
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-import spec_bench
-from hybridsd import analytic, checkpoint, prompts, provenance
+from experiments import provenance, spec_bench
+from experiments.distributed import write_atomic
+from hybridsd import analytic, checkpoint, prompts
 from hybridsd.drafters.base import Drafter
 from hybridsd.drafters.tree import DraftTree, structure
 
@@ -214,12 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"tree_al: {res['steps']} steps, measured AL {res['measured_al']:.3f}, predicted {res['predicted_al']:.3f} "
           f"(in-sample {res['in_sample_predicted_al']:.3f})", file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, a.out)
+    write_atomic(a.out, json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

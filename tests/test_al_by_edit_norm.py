@@ -4,15 +4,12 @@ ALs and CIs against a loop over the rows, the harmonic model's calibration, erro
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pandas")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import al_by_edit_norm as ab  # noqa: E402
+from experiments import al_by_edit_norm as ab  # noqa: E402
 
 from experiments import results  # noqa: E402
 

@@ -1,27 +1,22 @@
-"""The speed benchmark's CPU-runnable parts on a tiny model (the GPU figures come from the device)."""
+"""The speed benchmark's CPU-runnable parts on a tiny model (the GPU figures come from the device): its loop
+timing (speed_loop), diagnostics (speed_diagnostics) and closing table (bench_speed)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
-
 from conftest import tiny_target
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import bench_speed  # noqa: E402
-
-import hybridsd as hsd  # noqa: E402
-from hybridsd.drafters.replay import ReplayDrafter  # noqa: E402
-from hybridsd.target import Target  # noqa: E402
+import hybridsd as hsd
+from experiments import bench_speed, speed_diagnostics, speed_loop
+from hybridsd.drafters.replay import ReplayDrafter
+from hybridsd.target import Target
 
 
 def test_accepted_continuation_is_a_fixed_point_in_bf16():
     """In bf16 the plain output need not survive verify passes; the fixed point does, every draft accepted."""
     model = tiny_target("llama", vocab=500, seed=1, layers=2).to(torch.bfloat16)
     ids = torch.randint(3, 500, (40,), generator=torch.Generator().manual_seed(0))
-    cont = bench_speed.accepted_continuation(model, ids, 48, 8, False)
+    cont = speed_loop.accepted_continuation(model, ids, 8, max_new_tokens=48, eos_token_id=[], compile=False)
     res = hsd.generate(model, ids, drafter=ReplayDrafter(cont, 8), max_new_tokens=48, eos_token_id=[])
     assert res.tokens == cont
     assert sum(s.accepted for s in res.stats.trace) == sum(s.drafted for s in res.stats.trace) == 48 - 1 - len(
@@ -30,9 +25,9 @@ def test_accepted_continuation_is_a_fixed_point_in_bf16():
 
 def test_profiles_run_on_the_cpu():
     model = tiny_target("llama", vocab=300, seed=2, layers=2)
-    step = bench_speed.profile_step(Target(model, 64), 20, 3, steps=2)
+    step = speed_diagnostics.profile_step(Target(model, 64), 20, 3, steps=2)
     assert step["q"] == 3 and step["top"] and sum(step["ms_per_step_by_kind"].values()) > 0
-    loop = bench_speed.profile_loop(model, 24, k=4, new_tokens=20)
+    loop = speed_diagnostics.profile_loop(model, 24, k=4, new_tokens=20)
     assert loop["accepted"] == loop["drafted"] > 0
     assert loop["steps"] == 5  # the prefill (1 token) and 4 passes of up to 4 + 1 tokens: 1 + 5 + 5 + 5 + 4
     assert loop["wall_ms_per_step"] > 0 and loop["top_host"]
@@ -48,7 +43,7 @@ def test_device_gaps_on_a_synthetic_trace():
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 90, "dur": 40},
         {"ph": "i", "cat": "kernel", "name": "instant", "ts": 0},
     ]}
-    g = bench_speed.device_gaps(trace, steps=2)
+    g = speed_diagnostics.device_gaps(trace, steps=2)
     assert g["device_busy_ms_per_step"] == (15 + 35) / 1e3 / 2
     assert g["device_idle_ms_per_step"] == 100 / 1e3 / 2
     assert g["gaps_over_50us"] == 1
@@ -60,7 +55,7 @@ def test_device_gaps_on_a_synthetic_trace():
 def test_loop_overhead_times_steps_from_inside_on_the_cpu():
     model = tiny_target("llama", vocab=300, seed=3, layers=2)
     fwd = {f"chain_q{q}": 0.01 for q in range(1, 10)}
-    out = bench_speed.loop_overhead(model, 24, fwd, new_tokens=30)
+    out = speed_loop.loop_overhead(model, 24, fwd, new_tokens=30)
     plain, replay = out["plain"], out["replay_k8"]
     assert plain["steps"] == 29 and plain["drafted"] == 0
     assert replay["accepted"] == replay["drafted"] == 30 - 1 - replay["steps"]
@@ -69,13 +64,24 @@ def test_loop_overhead_times_steps_from_inside_on_the_cpu():
         assert loop["steps"] == r["steps"]
         assert 0 < loop["forward_ms"] <= loop["wall_ms"] and loop["outside_forward"] > 0
         assert abs(r["forward_ms_per_step"] - 0.01) < 1e-12
-    partial = bench_speed.loop_overhead(model, 24, {"chain_q1": 0.01}, new_tokens=30)
+    partial = speed_loop.loop_overhead(model, 24, {"chain_q1": 0.01}, new_tokens=30)
     assert abs(partial["plain"]["forward_ms_per_step"] - 0.01) < 1e-12 and partial["replay_k8"]["outside_forward"] is None
 
 
 def test_step_conditions_run_on_the_cpu():
     model = tiny_target("llama", vocab=300, seed=4, layers=2)
-    out = bench_speed.step_conditions(model, 30, q=3, iters=4)
+    out = speed_diagnostics.step_conditions(model, 30, q=3, iters=4)
     assert out["q"] == 3 and out["compile"] is False
     assert out["capacity"] >= 30 + 3 * (4 + 6) + 1 and out["capacity"] % 64 == 0  # the advancing starts fit
     assert all(out[k] > 0 for k in ("fixed", "advancing", "host_gap", "fresh_tokens", "verify_after"))
+
+
+def test_summary_table_relates_each_step_to_the_floor_and_the_baselines():
+    res = {"floor_ms": 2.0, "weight_GB": 16.0, "copy_bandwidth_TBps": 8.0, "contexts": {"512": {
+        "hf_eager_decode": 20.0, "hf_static_compiled_q1": 5.0, "graph_chain_q1": 4.0, "graph_compiled_chain_q1":
+        "failed: RuntimeError: x"}}}
+    lines = bench_speed.summary_table(res).splitlines()
+    assert lines[0] == "floor 2.00 ms (16.00 GB at 8.00 TB/s)"
+    step = next(x for x in lines if "graph_chain_q1" in x).split()
+    assert step[2:] == ["4.00", "2.00", "0.20", "0.80"]  # ms, x floor, x HF eager, x HF compiled
+    assert next(x for x in lines if "graph_compiled_chain_q1" in x).endswith("failed: RuntimeError: x")

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
-
 from conftest import tiny_target
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import bench_tree  # noqa: E402
-
-from hybridsd.target import Target  # noqa: E402
+from experiments import bench_tree
+from hybridsd.target import Target
 
 
 def _calls(fn, iters: int = 2, warmup: int = 0) -> float:

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from experiments import distributed as dp
 from hybridsd import zoo
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "experiments"))
-import distributed as dp  # noqa: E402
 
 DATA = next((d for d in (os.environ.get("HYBRIDSD_DATA"), REPO.parent / "shared" / "data", "/work/shared/data")
              if d and (Path(d) / "code_edits_dev.jsonl").is_file()), None)
@@ -39,15 +38,14 @@ def _strip(rows: list[dict]) -> list[dict]:
 def test_spec_bench_torchrun_matches_one_process(tmp_path):
     env = {**os.environ, "HYBRIDSD_DATA": str(DATA), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     one, par = tmp_path / "one.jsonl", tmp_path / "dp.jsonl"
-    bench = str(REPO / "experiments" / "spec_bench.py")
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", bench,
-                *ARGS, "--output", str(par)]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                "-m", "experiments.spec_bench", *ARGS, "--output", str(par)]
 
     def call(cmd):
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
-    call([sys.executable, bench, *ARGS, "--output", str(one)])
+    call([sys.executable, "-m", "experiments.spec_bench", *ARGS, "--output", str(one)])
     call(torchrun)
     want = _rows(one)
     assert len(want) == 3

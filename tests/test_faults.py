@@ -9,6 +9,7 @@ The writer is a stand-in for spec_bench / sweep that calls the same file functio
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -18,18 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from experiments import distributed as dp
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "experiments"))
-import distributed as dp  # noqa: E402
 
 N_ROWS, N_CONFIGS = 400, 4
 
-# argv: experiments folder, mode (bench | sweep), work folder
+# argv: mode (bench | sweep), work folder; run from the repository root
 WRITER = r'''
 import json, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-import distributed as dp
+from experiments import distributed as dp
 
 N_ROWS, N_CONFIGS = %d, %d
 
@@ -50,7 +50,7 @@ def bench(out, key):  # spec_bench.run's file handling
             f.flush()
 
 
-mode, folder = sys.argv[2], Path(sys.argv[3])
+mode, folder = sys.argv[1], Path(sys.argv[2])
 if mode == "bench":
     bench(folder / "x.jsonl", "cfg")
 else:  # sweep.main: one file per config, the manifest rewritten after each (sweep.record_call's calls)
@@ -88,12 +88,13 @@ class Harness:
         self.work = folder / "work"
         self.work.mkdir()
         self.mode, self.rng = mode, rng
+        self.env = {**os.environ, "PYTHONPATH": str(REPO)}  # the writer imports experiments.distributed
         self.kills = {}  # stage the writer was in when killed -> count
 
     def run(self, after: str | None = None, delay: float = 0.0) -> bool:
         """One writer run; killed ``delay`` seconds after it prints ``after`` (None: after it starts), unless it
         finishes first. True when it finished."""
-        p = subprocess.Popen([sys.executable, str(self.script), str(REPO / "experiments"), self.mode, str(self.work)],
+        p = subprocess.Popen([sys.executable, str(self.script), self.mode, str(self.work)], env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = []
         if after is not None:
@@ -206,7 +207,7 @@ def test_killed_sweep_resumes(tmp_path):
 
 @pytest.mark.parametrize("text", ['{"calls": [{"star', "\xff not json", "[1, 2]", '{"calls": 3}'])
 def test_sweep_manifest_damaged_is_reported_kept_and_rebuilt(tmp_path, capsys, text):
-    import sweep
+    from experiments import sweep
 
     path = tmp_path / "sweep.json"
     path.write_bytes(text.encode("latin-1"))

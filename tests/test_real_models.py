@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from hybridsd import checkpoint, prompts, zoo
 from tiny_checkpoints import BOS, END_OF_TEXT, EOT, datasets_on_disk, target_folder
 
+from experiments import spec_bench
+from hybridsd import checkpoint, prompts, zoo
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "experiments"))
-import spec_bench  # noqa: E402
 
 # vLLM PR #24344's command lines, verbatim (background.md), then two EAGLE-3 ones in the same spelling
 PR_LINES = [
@@ -97,7 +96,7 @@ def test_pr_table(study, capsys):
     if "runs-llama" not in study:
         pytest.skip("needs test_pr_command_lines_are_lossless[llama]")
     pytest.importorskip("pandas")
-    import summarize_runs
+    from experiments import summarize_runs
 
     summarize_runs.main([str(study["runs-llama"] / "*.jsonl"), "--table", "pr"])
     out = capsys.readouterr().out
@@ -119,7 +118,7 @@ def test_replay_drafts_the_plain_output(study, tmp_path):
 
 def test_make_checkpoint_folder_runs(tmp_path):
     """make_checkpoint's code path at a tiny shape (the GPU run makes the 8B one): spec_bench reads it from disk."""
-    import make_checkpoint
+    from experiments import make_checkpoint
 
     small = dict(vocab_size=10240, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=1024)

@@ -15,10 +15,9 @@ from conftest import tiny_target
 from tiny_checkpoints import datasets_on_disk, target_folder
 
 import hybridsd as hsd
+from experiments import spec_bench
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "experiments"))
-import spec_bench  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +132,10 @@ def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
 
 
 def test_subprocess_prints_one_line_and_no_traceback(inputs, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, str(REPO / "experiments" / "spec_bench.py"), "--model-dir", "nobody/no-such-model",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "experiments.spec_bench", "--model-dir", "nobody/no-such-model",
             "--method", "ngram", "--output", str(tmp_path / "o.jsonl")]
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "nobody/no-such-model" in r.stderr

@@ -1,23 +1,20 @@
-"""The zoo trainer's data and gate helpers (experiments/train_zoo.py): located requests on synthetic and real
-edits, the gate's prompt spread and its rank correlation. No training here: the GPU script is smoke-tested by
-``bash experiments/train_zoo_gpu.sh /tmp/out --smoke``."""
+"""The zoo trainer's data and gate helpers (train_zoo, edit_corpus, synthetic_edits): located requests on
+synthetic and real edits, the gate's prompt spread and its rank correlation. No training here: the GPU script is
+smoke-tested by ``bash experiments/train_zoo_gpu.sh /tmp/out --smoke``."""
 
 from __future__ import annotations
 
 import ast
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import train_zoo as tz  # noqa: E402
-
-from hybridsd.edit_requests import change_places, located_request  # noqa: E402
+from experiments import edit_corpus, synthetic_edits
+from experiments import train_zoo as tz
+from hybridsd.edit_requests import change_places, located_request
 
 SOURCE = '''"""Helpers."""
 import os
@@ -62,7 +59,7 @@ class Cache:
 '''
 
 
-@pytest.mark.parametrize("transform", [tz.t_rewrite_body, tz.t_insert_foreign])
+@pytest.mark.parametrize("transform", [synthetic_edits.t_rewrite_body, synthetic_edits.t_insert_foreign])
 @pytest.mark.parametrize("seed", range(6))
 def test_donor_transforms_write_text_from_the_other_file(transform, seed):
     """The donor transforms bring lines that are in the donor file and nowhere in the input, keep the file
@@ -112,7 +109,7 @@ def test_gate_rows_spread_over_bins_and_respect_the_size_limit():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_synthetic_edits_carry_a_located_request(seed):
-    got = tz.synthetic_edit((seed, SOURCE, DONOR, "located", 6))
+    got = synthetic_edits.synthetic_edit((seed, SOURCE, DONOR, "located", 6))
     if got is None:
         pytest.skip("this seed's transforms did not apply")
     ast.parse(got["after"])
@@ -120,14 +117,14 @@ def test_synthetic_edits_carry_a_located_request(seed):
                                                  got["instruction"].splitlines()[0], 6)
     assert len([ln for ln in got["instruction"].splitlines() if ln.startswith("- ")]) == \
         len(change_places(got["before"], got["after"], 6))
-    plain = tz.synthetic_edit((seed, SOURCE, DONOR, "subject", 6))
+    plain = synthetic_edits.synthetic_edit((seed, SOURCE, DONOR, "subject", 6))
     assert plain["after"] == got["after"] and plain["instruction"] == got["instruction"].splitlines()[0]
 
 
 def test_real_request_modes():
     row = {"before": SOURCE, "after": SOURCE.replace("LIMIT = 10", "LIMIT = 20"), "instruction": "Raise the limit"}
-    assert tz.real_request((row, "subject", 6)) == "Raise the limit"
-    located = tz.real_request((row, "located", 6))
+    assert edit_corpus.real_request((row, "subject", 6)) == "Raise the limit"
+    located = edit_corpus.real_request((row, "located", 6))
     assert located.startswith("Raise the limit\n") and "line 6 (`LIMIT = 10`): replace it" in located
 
 

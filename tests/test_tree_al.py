@@ -1,23 +1,17 @@
-"""experiments/tree_al.py: the per-(depth, rank) acceptance fit, the analytic prediction and the run recording."""
+"""experiments.tree_al: the per-(depth, rank) acceptance fit, the analytic prediction and the run recording."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_target
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import tree_al  # noqa: E402
-
-from hybridsd.analytic import tree_al as analytic_tree_al  # noqa: E402
-from hybridsd.drafters.eagle_tree import EagleTreeDrafter  # noqa: E402
-from hybridsd.eagle.model import EagleHead  # noqa: E402
-from hybridsd.generate import generate  # noqa: E402
+from experiments import tree_al
+from hybridsd.analytic import tree_al as analytic_tree_al
+from hybridsd.drafters.eagle_tree import EagleTreeDrafter
+from hybridsd.eagle.model import EagleHead
+from hybridsd.generate import generate
 
 
 def _simulate(rng, rate, steps: int):

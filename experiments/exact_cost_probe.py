@@ -1,6 +1,6 @@
 """Where exact mode's step time goes on the 8B shape: its attention kernel alone, and whole steps of fewer rows.
 
-    python experiments/results/exact/exact_cost_probe.py --out experiments/results/exact/exact_cost_probe.json
+    python -m experiments.exact_cost_probe --out experiments/results/exact/exact_cost_probe.json
 
 1. ``attention``: the split-KV kernel on one layer's shapes (8 KV heads x 4 queries, head dim 128, the key span
    of a 2048-token context), microseconds per call (a CUDA graph of 64 calls): the plain kernel on 1 and
@@ -8,26 +8,23 @@
    holding a moved key (the gathering path on every tile, what each exact step cost before tiles were read in
    place).
 2. ``steps``: a whole exact-mode step (``compile="auto"``) of ``rows`` rows after 2048 tokens, as
-   ``bench_speed.py`` times ``graph_auto_exact``, for row counts below its 16, beside the floor measured here.
+   ``bench_speed`` times ``graph_auto_exact``, for row counts below its 16, beside the floor measured here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # experiments/: bench_speed
-import bench_speed as bench  # noqa: E402
-
-from hybridsd import provenance  # noqa: E402
-from hybridsd.attention import split_kv_attention  # noqa: E402
-from hybridsd.kv_cache import bucket  # noqa: E402
-from hybridsd.target import Target  # noqa: E402
+from experiments import provenance
+from experiments import speed_steps as bench
+from experiments.distributed import write_atomic
+from hybridsd.attention import split_kv_attention
+from hybridsd.kv_cache import bucket
+from hybridsd.target import Target
 
 CTX = 2048
 
@@ -72,12 +69,7 @@ def main() -> None:
     res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "attention_us": {}, "steps": {}}
 
     def save():
-        tmp = a.out.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(res, indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, a.out)
+        write_atomic(a.out, json.dumps(res, indent=1))
 
     span = bucket(CTX + bench.EXACT_NEW_TOKENS + 16)
     for rows in () if a.no_attention else (16, 8, 4):

@@ -1,0 +1,89 @@
+"""The zoo's training corpus: the real edits of ``code_edits_dev.jsonl`` (loaded, split by whole repository
+into training and evaluation rows) with their change requests in the Blazedit prompt, and this machine's Python
+sources as pretraining text and as the files that synthetic edits (``synthetic_edits``) change."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+from pathlib import Path
+
+from experiments.train_tokenizer import python_files, read_text, source_roots
+from hybridsd.data import blazedit_prompt
+from hybridsd.edit_requests import located_request
+
+REPO = Path(__file__).resolve().parents[1]
+EDITS_CANDIDATES = (REPO / ".cache" / "code_edits_dev.jsonl.gz", Path("/work/shared/data/code_edits_dev.jsonl"))
+# Whole repositories held out of all training: the evaluation files come from unseen repositories.
+EVAL_REPOS = ("marshmallow-code/marshmallow", "more-itertools/more-itertools")
+
+
+def load_edits(path: Path | None = None) -> list[dict]:
+    """Rows of code_edits_dev.jsonl (from the gzipped copy in .cache/ when present)."""
+    path = path or next(p for p in EDITS_CANDIDATES if p.exists())
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def split_edits(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, eval): eval is every row of the ``EVAL_REPOS``."""
+    return [r for r in rows if r["repo"] not in EVAL_REPOS], [r for r in rows if r["repo"] in EVAL_REPOS]
+
+
+def eval_split_record(rows: list[dict]) -> dict:
+    """The content of ``eval_split.json``."""
+    train, held = split_edits(rows)
+    return {"rule": "all rows of these repositories (whole-repository holdout)", "repos": list(EVAL_REPOS),
+            "n": len(held), "n_train": len(train), "ids": [r["id"] for r in held]}
+
+
+def blazedit_messages(before: str, instruction: str) -> list[dict]:
+    """The user turn of a Blazedit-format edit request."""
+    return [{"role": "user", "content": blazedit_prompt(before, instruction)}]
+
+
+def pretraining_texts(cfg) -> tuple[list[str], list[str], dict]:
+    """(pretraining texts, candidate files for synthetic edits, stats), from this machine's Python sources.
+
+    ``cfg``: the target's :class:`train_zoo.TargetConfig` (its seed, ``pretrain_*`` and ``synthetic_*`` sizes).
+    A seeded shuffle of the sorted file list, deduplicated by content; pretraining takes files until
+    ``pretrain_chars``; synthetic edits take the files of suitable size from the whole list.
+    """
+    files = python_files(source_roots())
+    random.Random(cfg.seed).shuffle(files)
+    seen: set[bytes] = set()
+    pretrain, edit_sources, total = [], [], 0
+    want_sources = cfg.synthetic_sources
+    for path in files:
+        text = read_text(path)
+        if text is None or len(text) < 200:
+            continue
+        digest = hashlib.sha1(text.encode()).digest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        if cfg.synthetic_min_chars <= len(text) <= cfg.synthetic_max_chars and len(edit_sources) < want_sources:
+            edit_sources.append(text)
+        if total < cfg.pretrain_chars and len(text) <= cfg.pretrain_max_file_chars and \
+                max(map(len, text.splitlines())) <= 1000:  # skips minified or generated data files
+            pretrain.append(text)
+            total += len(text)
+        if total >= cfg.pretrain_chars and len(edit_sources) >= want_sources:
+            break
+    stats = {"python_files_found": len(files), "pretrain_files": len(pretrain), "pretrain_chars": total,
+             "edit_source_files": len(edit_sources)}
+    return pretrain, edit_sources, stats
+
+
+def change_request(before: str, after: str, subject: str, mode: str, max_places: int) -> str:
+    """The change request of an edit: located (see ``hybridsd.edit_requests``) or the subject alone."""
+    return located_request(before, after, subject, max_places) if mode == "located" else subject
+
+
+def real_request(args: tuple[dict, str, int]) -> str:
+    """The change request of a code_edits row (pool worker)."""
+    row, mode, max_places = args
+    return change_request(row["before"], row["after"], row["instruction"], mode, max_places)

@@ -1,0 +1,234 @@
+"""Why a step or the loop is slower than the floor: the graphed step under one loop condition at a time, a
+graph's launch cost, KV capacity, and ``torch.profiler`` views of a step's kernels and of the loop's device gaps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import hybridsd as hsd
+from experiments.speed_loop import accepted_continuation
+from experiments.speed_steps import ours_ms
+from hybridsd.drafters.replay import ReplayDrafter
+from hybridsd.target import Target, target_for
+from hybridsd.verify import greedy_chain
+
+
+@torch.inference_mode()
+def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, iters: int = 20) -> dict:
+    """The graphed ``q``-token forward (through ``target_for``, as ``generate()`` gets it) timed as
+    :func:`cuda_median_ms` does, under one condition of the loop at a time: ``fixed`` (same start slot each
+    call), ``advancing`` (start moves by ``q``), ``host_gap`` (0.5 ms of host work before each call),
+    ``fresh_tokens`` (the block made from a host list each call, as a drafter's tokens are) and ``verify_after``
+    (greedy verification and its host read after each call, outside the timed span). Medians in ms; on the
+    CPU the times are host times."""
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    vocab = min(1000, model.config.vocab_size)
+    target = target_for(model, ctx + q * (iters + 6) + 1, cuda_graphs=cuda, compile=compile)
+    target.forward(torch.randint(0, vocab, (ctx,), device=device), 0, last_logits_only=True)
+    block = torch.randint(0, vocab, (q,), device=device)
+    host_block = block.tolist()
+
+    def busy_wait(s: float) -> None:
+        t = time.perf_counter()
+        while time.perf_counter() - t < s:
+            pass
+
+    def timed(start_of=lambda i: ctx, before=None, tokens=lambda: block, after=None) -> float:
+        times = []
+        for i in range(iters + 5):
+            if before:
+                before()
+            toks = tokens()
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+            h = time.perf_counter()
+            logits, _ = target.forward(toks, start_of(i))
+            if cuda:
+                b.record()
+                b.synchronize()  # host sync: the timing's end
+            ms = a.elapsed_time(b) if cuda else 1e3 * (time.perf_counter() - h)
+            if after:
+                after(toks, logits)
+            if i >= 5:  # warm-up excluded
+                times.append(ms)
+        return statistics.median(times)
+
+    def verify(toks, logits):
+        n, tok = greedy_chain(toks[1:], logits)
+        torch.cat([n.view(1), tok]).tolist()  # host sync: the step's read
+
+    out = {"q": q, "compile": compile, "capacity": target.capacity, "fixed": timed(),
+           "advancing": timed(start_of=lambda i: ctx + q * i), "host_gap": timed(before=lambda: busy_wait(5e-4)),
+           "fresh_tokens": timed(tokens=lambda: torch.tensor(host_block, device=device)),
+           "verify_after": timed(after=verify)}
+    if cuda:
+        out |= graph_launch(target._graphs[(q, (), target.kv.span(ctx + q))].graph)
+    return out
+
+
+def graph_launch(graph, iters: int = 20) -> dict:
+    """A captured graph's launch: ``host_ms`` (host time of ``replay()``), ``replay_ms`` (CUDA events around one
+    replay, so the launch's host time counts where the device waits for it) and ``replay2_ms`` (two replays back
+    to back: the second launch overlaps the first's execution). Medians."""
+    host, one, two = [], [], []
+    for i in range(iters + 3):
+        torch.cuda.synchronize()
+        a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        a.record()
+        t = time.perf_counter()
+        graph.replay()
+        h = time.perf_counter() - t
+        b.record()
+        graph.replay()
+        c.record()
+        c.synchronize()  # host sync: the timing's end
+        if i >= 3:
+            host.append(1e3 * h)
+            one.append(a.elapsed_time(b))
+            two.append(a.elapsed_time(c))
+    return {"host_ms": statistics.median(host), "replay_ms": statistics.median(one), "replay2_ms": statistics.median(two)}
+
+
+@torch.inference_mode()
+def capacity_check(model, ctx: int, compile: bool | str, capacities: tuple[int, ...], rounds: int = 2) -> list[dict]:
+    """The 1- and 9-token graphed steps (as :func:`ours_ms`) of targets that differ only in KV capacity, timed in
+    turn ``rounds`` times (A B A B: a drift over the run shows as a difference between rounds, not capacities)."""
+    rows = []
+    for r in range(rounds):
+        for cap in capacities:
+            t = Target(model, cap, cuda_graphs=True, compile=compile)
+            rows.append({"round": r, "capacity": cap, "kv_len": t.kv.span(ctx + 9), **ours_ms(t, ctx, [1, 9])})
+            t.kv = None
+            del t
+    return rows
+
+
+@torch.inference_mode()
+def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15) -> dict:
+    """Where a step's device time goes: ``torch.profiler`` over ``steps`` un-graphed steps of ``target`` (use a
+    compiled one to see the fused kernels), kernels summed by kind (matmul, attention, other) plus the top ones."""
+    cuda = target.device.type == "cuda"
+    vocab = min(1000, target.model.config.vocab_size)
+    ids = torch.randint(0, vocab, (ctx,), device=target.device)
+    block = torch.randint(0, vocab, (q,), device=target.device)
+    target.kv.rewind(0)
+    target.forward(ids, 0, last_logits_only=True)
+    for _ in range(3):  # warm-up (and compilation)
+        target.forward(block, ctx)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            target.forward(block, ctx)
+        if cuda:
+            torch.cuda.synchronize()
+    # CUDA: kernels only (their own device time); CPU: operators' total time (nested, so kinds overlap)
+    attr = "self_device_time_total" if cuda else "cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, attr, 0) > 0
+              and (not cuda or str(getattr(e, "device_type", "")).endswith("CUDA"))]
+    kinds = {"attention": ("attention", "flash", "fmha", "sdpa", "softmax", "split_kv"),  # checked first
+             "matmul": ("gemm", "gemv", "matmul", "mm", "cutlass", "sm90", "nvjet")}
+
+    def kind(name: str) -> str:
+        low = name.lower()
+        return next((k for k, keys in kinds.items() if any(w in low for w in keys)), "other")
+
+    by_kind: dict[str, float] = {}
+    for e in events:
+        by_kind[kind(e.key)] = by_kind.get(kind(e.key), 0.0) + getattr(e, attr) / 1e3 / steps
+    ranked = sorted(events, key=lambda e: -getattr(e, attr))[:top]
+    return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind,
+            "top": [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
+                    for e in ranked]}
+
+
+def device_gaps(trace: dict, steps: int, top: int = 12) -> dict:
+    """Where the device sits idle in a chrome trace (``torch.profiler``'s export): device busy time (the union of
+    kernels, copies and memsets), the idle time between the first and last device event, both per step, and the
+    longest idle gaps with the host calls that ran during each (by overlap)."""
+    evs = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    dev = sorted((e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    host = [e for e in evs if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver", "python_function")]
+    busy, gaps, end = 0.0, [], None
+    for e in dev:  # union of intervals, gaps between them
+        a, b = e["ts"], e["ts"] + e["dur"]
+        if end is None or a > end:
+            if end is not None:
+                gaps.append((a - end, end, a))
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    idle = sum(g[0] for g in gaps)
+
+    def during(a, b):
+        names: dict[str, float] = {}
+        for h in host:
+            o = min(b, h["ts"] + h["dur"]) - max(a, h["ts"])
+            if o > 0:
+                names[h["name"][:80]] = names.get(h["name"][:80], 0.0) + o
+        return [{"name": n, "overlap_us": v} for n, v in sorted(names.items(), key=lambda x: -x[1])[:6]]
+
+    longest = sorted(gaps, reverse=True)[:top]
+    return {"device_busy_ms_per_step": busy / 1e3 / max(steps, 1), "device_idle_ms_per_step": idle / 1e3 / max(steps, 1),
+            "gaps_over_50us": sum(g[0] > 50 for g in gaps),
+            "longest_gaps": [{"us": g, "host_calls": during(a, b)} for g, a, b in longest]}
+
+
+@torch.inference_mode()
+def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 15, trace_out: Path | None = None) -> dict:
+    """Where the time of ``generate()``'s drafting steps goes: ``torch.profiler`` over a run that drafts ``k``
+    tokens a step, all accepted (:func:`accepted_continuation`), after a warm-up run. ``device_ms_per_step``: all
+    device kernels and copies (the graph's included) per step; ``wall_ms_per_step``: the profiled run's wall time
+    per step (prefill included); ``top_device`` and ``top_host`` (operators and runtime calls by self time)."""
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    ids = torch.randint(0, min(1000, model.config.vocab_size), (ctx,))
+    cont = accepted_continuation(model, ids, k, max_new_tokens=new_tokens, eos_token_id=[], compile=False)
+
+    def run():
+        return hsd.generate(model, ids, drafter=ReplayDrafter(cont, k), max_new_tokens=new_tokens, eos_token_id=[])
+
+    run()  # warm-up: graph captures
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts, with_stack=False) as prof:
+        sync()
+        t = time.perf_counter()
+        res = run()
+        sync()
+        wall = time.perf_counter() - t
+    steps = len(res.stats.trace) + 1  # the prefill is a pass too
+    events = prof.key_averages()
+    on_device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0
+                 and str(getattr(e, "device_type", "")).endswith("CUDA")]
+    host = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+
+    def rows(evs, attr):
+        return [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
+                for e in evs]
+
+    with tempfile.TemporaryDirectory() as tmp:  # the timeline: where the device waits for the host
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        timeline = device_gaps(json.loads(path.read_text()), steps)
+        if trace_out is not None:
+            trace_out.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(trace_out, "wb") as f:
+                f.write(path.read_bytes())
+    return {"ctx": ctx, "k": k, "steps": steps, "tokens": res.stats.num_tokens, "timeline": timeline,
+            "accepted": sum(s.accepted for s in res.stats.trace), "drafted": sum(s.drafted for s in res.stats.trace),
+            "wall_ms_per_step": 1e3 * wall / steps,
+            "device_ms_per_step": sum(e.self_device_time_total for e in on_device) / 1e3 / steps,
+            "top_device": rows(sorted(on_device, key=lambda e: -e.self_device_time_total)[:top], "self_device_time_total"),
+            "top_host": rows(host, "self_cpu_time_total")}

@@ -1,0 +1,133 @@
+"""One step's time on the GPU: CUDA-event medians, the copy bandwidth that sets the memory floor, the
+Llama-3.1-8B-shaped model, HF's decode-step baselines, our target's chain and tree steps and the EAGLE-1 draft."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import torch
+
+import hybridsd as hsd
+from hybridsd.drafters.base import ProposeRequest
+from hybridsd.generate import _tree_layout
+from hybridsd.kv_cache import bucket
+from hybridsd.target import Target
+
+EXACT_NEW_TOKENS = 256  # exact-mode steps attend over the span of a run generating this many tokens after ctx
+
+
+def cuda_median_ms(fn, iters: int = 30, warmup: int = 5) -> float:
+    """Median milliseconds of ``fn()`` by CUDA events, warm-up excluded."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus written."""
+    src = torch.randn(2**30, device="cuda", dtype=torch.float32)  # 4 GiB
+    dst = torch.empty_like(src)
+    ms = cuda_median_ms(lambda: dst.copy_(src), iters=10)
+    return 2 * src.numel() * 4 / (ms / 1e3)
+
+
+def llama8b(layers: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                      tie_word_embeddings=False)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    return model
+
+
+def hf_eager_decode_ms(model, ctx: int) -> float:
+    """HF's own decode step: one token on a DynamicCache holding ``ctx`` tokens."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    ids = torch.randint(0, 1000, (1, ctx), device="cuda")
+    with torch.inference_mode():
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+        one = ids[:, :1]
+
+        def step():  # the cache grows by one token per call: 25 calls on top of ctx, negligible
+            model(input_ids=one, past_key_values=cache, use_cache=True)
+
+        return cuda_median_ms(step, iters=20)
+
+
+def hf_static_compiled_ms(model, ctx: int, q: int) -> float | str:
+    """HF ``StaticCache`` + ``torch.compile(mode="reduce-overhead")``: a step of ``q`` tokens (error text if it fails)."""
+    from transformers import StaticCache
+
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=ctx + 256)
+        ids = torch.randint(0, 1000, (1, ctx), device="cuda")
+        step_ids = ids[:, :q]
+        fwd = torch.compile(model.forward, mode="reduce-overhead")
+        with torch.inference_mode():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            return cuda_median_ms(lambda: fwd(input_ids=step_ids, past_key_values=cache, use_cache=True),
+                                  iters=10, warmup=5)
+    except Exception as e:  # noqa: BLE001 - the baseline's failure is itself a result
+        return f"failed: {type(e).__name__}: {str(e)[:200]}"
+
+
+@torch.inference_mode()
+def eagle_draft_ms(model, ctx: int) -> dict:
+    """EAGLE-1 head on the target: catch-up of 4 committed pairs plus a k-token chain, graphed and eager;
+    ``per_draft_token`` = (k=3 - k=1) / 2."""
+    head = hsd.EagleHead.from_target(model, kind="eagle1", dtype=torch.bfloat16)
+    h = model.config.hidden_size
+    tokens = np.zeros(ctx + 8, dtype=np.int64)
+    hidden = torch.randn(4, h, device="cuda", dtype=torch.bfloat16)  # [4, h]
+    nxt = torch.randint(0, 1000, (4,), device="cuda")  # [4]
+    out = {}
+    for graphs in (True, False):
+        tag = "graph" if graphs else "eager"
+        for k in (1, 3):
+            d = hsd.EagleDrafter(head, k=k, cuda_graphs=graphs)
+            d.reset(ctx)
+            d.observe(torch.randn(ctx, h, device="cuda", dtype=torch.bfloat16),
+                      torch.randint(0, 1000, (ctx,), device="cuda"))
+            d.propose(ProposeRequest(tokens, k, torch.device("cuda")))
+
+            def step():
+                d.cache.rewind(ctx)
+                d.observe(hidden, nxt)
+                d.propose(ProposeRequest(tokens, k, torch.device("cuda")))
+
+            out[f"{tag}_catchup4_k{k}"] = cuda_median_ms(step)
+        out[f"{tag}_per_draft_token"] = (out[f"{tag}_catchup4_k3"] - out[f"{tag}_catchup4_k1"]) / 2
+    return out
+
+
+@torch.inference_mode()
+def ours_ms(target: Target, ctx: int, qs: list[int]) -> dict:
+    """Our target step for each block size q (chain) after ``ctx`` committed tokens, plus a 2-branch tree of 9.
+    In exact mode every step is a block of ``target.exact`` rows over the span of a run of
+    :data:`EXACT_NEW_TOKENS` tokens after ``ctx`` (what ``generate(exact=...)`` would use)."""
+    ids = torch.randint(0, 1000, (ctx,), device="cuda")
+    if target.exact:
+        target.exact_span = bucket(ctx + EXACT_NEW_TOKENS + target.exact)
+    target.kv.rewind(0)
+    target.forward(ids, 0, last_logits_only=True)
+    out = {}
+    for q in qs:
+        block = torch.randint(0, 1000, (q,), device="cuda")
+        out[f"chain_q{q}"] = cuda_median_ms(lambda: target.forward(block, ctx))
+    pos, vis, _ = _tree_layout([4, 4], ctx)
+    block = torch.randint(0, 1000, (9,), device="cuda")
+    out["tree_q9"] = cuda_median_ms(lambda: target.forward(block, ctx, positions=pos, visible=vis))
+    return out
