@@ -100,7 +100,8 @@ class Harness:
         if after is not None:
             while (line := p.stdout.readline()) and line.strip() != after:
                 seen.append(line.strip())
-            seen.append(after if line else "")
+            if line:  # at EOF the writer finished before printing ``after``: its last line is "done"
+                seen.append(after)
         try:
             p.wait(timeout=delay)
         except subprocess.TimeoutExpired:
