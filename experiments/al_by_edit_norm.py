@@ -28,7 +28,8 @@ import numpy as np
 from experiments import results
 from experiments.distributed import write_atomic
 from experiments.simulate_al import json_safe
-from hybridsd.analytic import ModelFit, harmonic_al, harmonic_calibrate_ngram, model_error
+from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
+from hybridsd.fit import ModelFit, model_error
 
 REPO = Path(__file__).resolve().parents[1]
 # spec_bench variant -> trace-simulation policy (and the simulate_al.json fits of it)

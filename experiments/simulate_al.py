@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from experiments.distributed import write_atomic
-from hybridsd.analytic import (al_from_rates, fit_edit_structure, fit_harmonic, fit_new_share, fit_resync,
-                               fit_resync_runs, harmonic_calibrate_ngram, model_error)
+from hybridsd.analytic import al_from_rates, harmonic_calibrate_ngram
 from hybridsd.data import bin_index, default_data_dir, load_code_edits
 from hybridsd.edit_distance import copied_runs, token_edit_norm
+from hybridsd.fit import fit_edit_structure, fit_harmonic, fit_new_share, fit_resync, fit_resync_runs, model_error
 from experiments.provenance import run_info
 from hybridsd.simulate import SimConfig, iter_simulate
 

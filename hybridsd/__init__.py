@@ -29,20 +29,20 @@ _NAMES = {
     "NgramDrafter": "hybridsd.drafters.ngram",
     "ngram_propose": "hybridsd.drafters.ngram",
     "ReplayDrafter": "hybridsd.drafters.replay",
-    "EagleConfig": "hybridsd.eagle.model",
+    "EagleConfig": "hybridsd.eagle.config",
     "EagleHead": "hybridsd.eagle.model",
     "GenerateResult": "hybridsd.generate",
     "generate": "hybridsd.generate",
     "SpecStats": "hybridsd.metrics",
     "StepRecord": "hybridsd.metrics",
 }
-_SUBMODULES = ("analytic", "data", "edit_distance", "metrics", "prompts", "simulate", "zoo")
+_SUBMODULES = ("analytic", "data", "edit_distance", "fit", "metrics", "prompts", "simulate", "zoo")
 
 __all__ = sorted(_NAMES) + ["zoo"]
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports these on first use
-    from hybridsd import analytic, data, edit_distance, metrics, prompts, simulate, zoo  # noqa: F401
+    from hybridsd import analytic, data, edit_distance, fit, metrics, prompts, simulate, zoo  # noqa: F401
     from hybridsd.drafters.base import Draft, Drafter, ProposeRequest  # noqa: F401
     from hybridsd.drafters.eagle import EagleDrafter  # noqa: F401
     from hybridsd.drafters.eagle_tree import EagleTreeDrafter  # noqa: F401
@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports thes
     from hybridsd.drafters.hybrid import HybridDrafter  # noqa: F401
     from hybridsd.drafters.ngram import NgramConfig, NgramDrafter, ngram_propose  # noqa: F401
     from hybridsd.drafters.replay import ReplayDrafter  # noqa: F401
-    from hybridsd.eagle.model import EagleConfig, EagleHead  # noqa: F401
+    from hybridsd.eagle.config import EagleConfig  # noqa: F401
+    from hybridsd.eagle.model import EagleHead  # noqa: F401
     from hybridsd.generate import GenerateResult, generate  # noqa: F401
     from hybridsd.metrics import SpecStats, StepRecord  # noqa: F401
 

@@ -14,6 +14,7 @@ import torch
 from hybridsd.drafters.base import Drafter, ProposeRequest
 from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
+from hybridsd.sampling import sampling_params
 from hybridsd.target import Target, context_length, exact_rows, target_for
 from hybridsd.verify import sample_token, verify_chain, verify_tree
 
@@ -120,7 +121,7 @@ def generate(
     input_ids,
     drafter: Drafter | None = None,
     max_new_tokens: int = 256,
-    temperature: float = 0.0,
+    temperature: float | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     seed: int | None = None,
     cuda_graphs: bool | None = None,
@@ -128,12 +129,18 @@ def generate(
     attention: str | None = None,
     on_double_bos: str = "warn",
     exact: bool | int = False,
+    do_sample: bool | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> GenerateResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
 
-    Greedy (``temperature == 0``) output equals plain greedy decoding token for token;
-    with ``temperature > 0`` it is distributed as plain sampling at that temperature,
-    and ``seed`` makes a run reproducible. ``eos_token_id`` (default: the model's
+    Greedy output equals plain greedy decoding token for token; sampled output is distributed as plain
+    sampling with the same settings, and ``seed`` makes a run reproducible. Sampling is chosen as in HF's
+    ``generate``: ``do_sample=True`` (``temperature`` defaults to 1; 0 is an error), or ``do_sample`` left
+    None and ``temperature > 0``; ``do_sample=False`` is greedy whatever the temperature. ``top_k`` (0: off)
+    and ``top_p`` (1: off) restrict each sampled token as HF's logits warpers do (temperature, then top-k,
+    then top-p), and drafts are verified against that warped distribution. ``eos_token_id`` (default: the model's
     generation config) stops the sequence after that token. ``drafter=None`` decodes
     one token per target pass with the same engine (the baseline). ``cuda_graphs``
     (default: on for CUDA models) replays each verification block size as a CUDA graph;
@@ -159,7 +166,7 @@ def generate(
     vocab = _vocab_size(model)
     ids = _prompt_ids(input_ids, vocab)
     _check_number("max_new_tokens", max_new_tokens, integer=True, low=1)
-    _check_number("temperature", temperature)
+    temperature, top_k, top_p = sampling_params(do_sample, temperature, top_k, top_p)  # temperature 0: greedy
     if seed is not None:
         _check_number("seed", seed, integer=True, low=-math.inf)
     if drafter is not None:
@@ -190,7 +197,7 @@ def generate(
     stats = SpecStats()
     prompt = ids.to(device)
     logits, hidden = target.forward(prompt, 0, hidden_layers=layers, last_logits_only=True)
-    first = sample_token(logits[-1], temperature, generator)  # [1]
+    first = sample_token(logits[-1], temperature, generator, top_k, top_p)  # [1]
     out = [int(first.item())]  # host sync: the first token
     stats.record_prefill(1)
     if drafter is not None:
@@ -206,10 +213,11 @@ def generate(
         budget = max_new_tokens - len(out) - 1  # leave room for the target's own token
         tree = None
         if drafter is not None and budget > 0:
-            request = ProposeRequest(context[: start + 1], budget, device, temperature, generator)
+            request = ProposeRequest(context[: start + 1], budget, device, temperature, generator, top_k, top_p)
             tree = DraftTree.join(drafter.propose(request))
             tree = tree.clip(budget) if tree is not None else None
-        node, new, new_dev, committed = _verify_step(target, last, start, tree, layers, temperature, generator)
+        node, new, new_dev, committed = _verify_step(target, last, start, tree, layers, temperature, generator,
+                                                     top_k, top_p)
         n = len(new) - 1
         last = new_dev[-1:]  # [1] on device
         kept = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))  # EOS ends the sequence
@@ -253,7 +261,8 @@ def _tree_block(target: Target, feed, tree: DraftTree, start: int):
     return feed, positions, visible
 
 
-def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, temperature, generator):
+def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, temperature, generator, top_k=None,
+                 top_p=None):
     """One target pass over the newest token and the draft tree; commits the accepted path's cache.
 
     Returns ``(node, new_tokens, new_tokens_on_device, committed_hidden)``: ``node`` is the last accepted
@@ -263,14 +272,15 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
     """
     if tree is None:
         logits, hidden = target.forward(last, start, hidden_layers=layers)
-        tok = sample_token(logits[0], temperature, generator)  # [1]
+        tok = sample_token(logits[0], temperature, generator, top_k, top_p)  # [1]
         committed = None if hidden is None else hidden.clone()
         return -1, [int(tok.item())], tok, committed  # host sync: the step's token
     dev = target.device
     feed = torch.cat([last, tree.tokens])  # [1 + n]
     if tree.is_chain() and len(set(tree.sampled)) == 1:  # a chain: its rows are already [root, draft...]
         logits, hidden = target.forward(feed, start, hidden_layers=layers)
-        n, toks = verify_chain(tree.tokens, tree.probs if tree.sampled[0] else None, logits, temperature, generator)
+        n, toks = verify_chain(tree.tokens, tree.probs if tree.sampled[0] else None, logits, temperature, generator,
+                               top_k, top_p)
         packed = torch.cat([n.view(1), toks]).tolist()  # host sync: the step's one read
         n = packed[0]
         return n - 1, packed[1 : n + 2], toks[: n + 1], None if hidden is None else hidden[: n + 1].clone()
@@ -279,7 +289,7 @@ def _verify_step(target: Target, last, start, tree: DraftTree | None, layers, te
     logits, hidden = target.forward(feed, start, positions=positions, visible=visible, hidden_layers=layers)
     res = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors).to(dev, non_blocking=True),
                       torch.as_tensor(tree.depths).to(dev, non_blocking=True), tree.probs, tree.sampled,
-                      logits[:q], temperature, generator)  # [2]
+                      logits[:q], temperature, generator, top_k, top_p)  # [2]
     node, nxt, *tokens = torch.cat([res, tree.tokens]).tolist()  # host sync: the step's one read
     path = tree.path(node)
     new = [tokens[i] for i in path] + [nxt]

@@ -6,6 +6,8 @@ sampling (Leviathan et al. 2023; Chen et al. 2023) keeps the output distributed
 exactly as plain sampling; a deterministic draft (n-gram) has one-hot proposal
 probabilities. In a draft tree the siblings of a node are tried in turn against the
 running residual distribution (recursive rejection sampling, as in SpecInfer and EAGLE-2).
+With ``top_k`` / ``top_p`` the target distribution is the warped one (:func:`hybridsd.sampling.warp`),
+so the output is distributed as plain sampling with those settings.
 
 All functions stay on the device: they return tensors, and the caller reads them
 with a single host sync per step (index tensors made on the host are copied without
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from hybridsd.sampling import warp
 
 
 def _one_hot_or(q: torch.Tensor | None, draft: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:
@@ -45,14 +49,17 @@ def sample_chain(
     logits: torch.Tensor,
     temperature: float,
     generator: torch.Generator | None,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rejection-sample ``draft`` (``[k]``, drawn from ``q`` ``[k, V]`` or one-hot) against ``logits`` ``[k+1, V]``.
+    """Rejection-sample ``draft`` (``[k]``, drawn from ``q`` ``[k, V]`` or one-hot) against ``logits`` ``[k+1, V]``
+    warped by ``temperature``, ``top_k`` and ``top_p``.
 
     Returns ``(n, tokens)`` as :func:`greedy_chain`: ``tokens[n]`` is drawn from the
     residual ``max(p_n - q_n, 0)`` after a rejection, or from ``p_k`` when all k passed.
     """
     k, vocab = draft.shape[0], logits.shape[-1]
-    p = torch.softmax(logits / temperature, dim=-1)  # [k+1, V]
+    p = warp(logits, temperature, top_k, top_p)  # [k+1, V]
     qd = _one_hot_or(q, draft, vocab, p.dtype)  # [k, V]
     px = p[:k].gather(1, draft[:, None])[:, 0]  # [k]
     qx = qd.gather(1, draft[:, None])[:, 0]  # [k]
@@ -73,19 +80,23 @@ def verify_chain(
     logits: torch.Tensor,
     temperature: float,
     generator: torch.Generator | None,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One branch: :func:`greedy_chain` at temperature 0, else :func:`sample_chain`; ``logits`` ``[k+1, V]``
     are the target's at the root and at each draft token."""
     if temperature == 0:
         return greedy_chain(draft, logits)
-    return sample_chain(draft, q, logits, temperature, generator)
+    return sample_chain(draft, q, logits, temperature, generator, top_k, top_p)
 
 
-def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
-    """One token (``[1]``) from ``logits`` (``[V]``): argmax at temperature 0, else a sample of softmax(logits/T)."""
+def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
+                 top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
+    """One token (``[1]``) from ``logits`` (``[V]``): argmax at temperature 0, else a sample of the warped
+    distribution (:func:`~hybridsd.sampling.warp`)."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
+    return torch.multinomial(warp(logits, temperature, top_k, top_p), 1, generator=generator)
 
 
 def verify_tree(
@@ -98,6 +109,8 @@ def verify_tree(
     logits: torch.Tensor,
     temperature: float,
     generator: torch.Generator | None,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """Judge a draft tree (see :class:`~hybridsd.drafters.tree.DraftTree`) from one target pass.
 
@@ -109,7 +122,8 @@ def verify_tree(
     Greedy: the deepest node whose path equals the target's argmax at each parent (the first on
     ties). Temperature > 0: from the root, each node's children are tried in order against the running
     residual (accept w.p. ``min(1, p(x) / q(x))``, else ``p <- norm(max(p - q, 0))``), descending into the
-    first accepted one; the token after the last accepted node is drawn from the residual there.
+    first accepted one; the token after the last accepted node is drawn from the residual there. The target's
+    distributions ``p`` are warped by ``temperature``, ``top_k`` and ``top_p``.
     """
     if temperature == 0:
         target = logits.argmax(-1)  # [1+n]
@@ -120,7 +134,7 @@ def verify_tree(
         best = score.argmax()  # first maximum
         node = torch.where(score[best] > 0, best, torch.full_like(best, -1))
         return torch.stack([node, target[node + 1]])
-    p = torch.softmax(logits / temperature, dim=-1)  # [1+n, V]
+    p = warp(logits, temperature, top_k, top_p)  # [1+n, V]
     n, dev = len(parents), p.device
     u = torch.rand(n, device=dev, generator=generator)  # [n]
     if not any(sampled):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, ProposeRequest
 from hybridsd.drafters.replay import ReplayDrafter
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
@@ -43,6 +43,26 @@ def tiny_target(family: str = "llama", vocab: int = VOCAB, seed: int = 0, layers
 @pytest.fixture(scope="session", params=["llama", "qwen2"])
 def target(request):
     return tiny_target(request.param)
+
+
+@pytest.fixture(scope="session")
+def trained_heads(target):
+    """EAGLE-1 and EAGLE-3 heads for ``target`` that accept often: trained (60 CPU steps, ~2 s each) on the
+    target's own greedy continuations of ``prompts(8)``, so drafting them exercises acceptance and rollback."""
+    from hybridsd.eagle import train
+    from hybridsd.eagle.model import EagleHead
+
+    seqs = train.generate_sequences(target, prompts(8), 48, eos_token_id=None, batch_size=8)
+    heads = {}
+    for kind in ("eagle1", "eagle3"):
+        torch.manual_seed(0)
+        head = EagleHead.from_target(target, kind)
+        if kind == "eagle3":
+            train.init_eagle3_output(head, target)
+        train.train_head(head, target, seqs, steps=60, batch_size=8, lr=1e-2, seq_len=96, log_every=60, ttt_steps=2,
+                         noise=0.0)
+        heads[kind] = head.eval().requires_grad_(False)
+    return heads
 
 
 def prompts(n: int, vocab: int = VOCAB, seed: int = 0) -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Closed forms, AL conversions, the re-sync model and its fits."""
+"""Closed forms, AL conversions and the re-sync model (their fits: test_fit.py)."""
 
 import numpy as np
 import pytest
@@ -6,19 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridsd.analytic import (
-    ModelFit,
-    RunsFit,
     al_from_rates,
     chain_al,
-    fit_edit_structure,
-    fit_harmonic,
-    fit_resync,
-    fit_resync_runs,
-    fit_new_share,
     harmonic_al,
     harmonic_calibrate_ngram,
-    model_error,
-    new_share,
     normalized_al_exact,
     normalized_al_from_precision,
     precision_al_exact,
@@ -196,124 +187,6 @@ def test_resync_passes_misdirected_drafts():
 
 # ----------------------------------------------------------------------------- fits
 
-def test_fit_harmonic_recovers_parameters():
-    e = np.linspace(0.02, 0.6, 12)
-    rng = np.random.default_rng(0)
-    y = harmonic_al(e, 2.4, 5.5) + rng.normal(0, 0.01, e.size)
-    fit = fit_harmonic(e, y, n_boot=100)
-    assert fit.params == pytest.approx({"al_eagle": 2.4, "al_ngram": 5.5}, rel=0.03)
-    assert fit.fitted == ("al_eagle", "al_ngram")
-    for name, true in (("al_eagle", 2.4), ("al_ngram", 5.5)):
-        lo, hi = fit.ci[name]
-        assert lo <= fit.params[name] <= hi and hi - lo < 0.5
-    assert fit.predict(e) == pytest.approx(harmonic_al(e, **fit.params))
-    fixed = fit_harmonic(e, y, al_eagle=1.0, n_boot=0)
-    assert fixed.params["al_eagle"] == 1.0 and fixed.fitted == ("al_ngram",) and fixed.ci == {}
-    assert fixed.as_dict()["params"]["al_eagle"] == 1.0
-
-
-def test_fit_harmonic_with_bootstrap_replicates_and_errors():
-    e = np.linspace(0.0, 0.6, 10)
-    y = harmonic_al(e, 2.0, 5.0)
-    reps = y + np.random.default_rng(1).normal(0, 0.02, (30, e.size))
-    fit = fit_harmonic(e, y, boot=reps)
-    assert fit.n_boot == 30
-    assert fit.ci["al_ngram"][0] < 5.0 < fit.ci["al_ngram"][1]
-    with pytest.raises(ValueError):
-        fit_harmonic(e, y, boot=reps[:, :3])
-    with pytest.raises(ValueError):
-        fit_harmonic(e, y[:3])
-    with pytest.raises(ValueError):
-        fit_harmonic(e[:1], y[:1])  # two parameters, one point
-    with pytest.raises(ValueError):
-        ModelFit(model="nope", params={}, ci={}, fitted=())
-
-
-def test_fit_resync_recovers_parameters():
-    e = np.tile(np.linspace(0.02, 0.6, 10), 2)
-    length = np.repeat([300.0, 900.0], 10)
-    truth = {"resync": 6.0, "novel_rate": 2.2}
-    structure = {"segment_len": 30.0, "base_edits": 3.0}
-    y = resync_al(e, length, k=5, **structure, **truth)
-    fit = fit_resync(e, y, length, k=5, n_boot=20, **structure)
-    assert {n: fit.params[n] for n in truth} == pytest.approx(truth, rel=1e-3)
-    assert fit.rmse < 1e-6
-    assert fit.predict(e, length) == pytest.approx(y)
-    assert set(fit.ci) == set(truth)
-    with pytest.raises(ValueError):
-        fit_resync(e, y, length, k=5, weights=-1.0, **structure)
-
-
-def test_fit_edit_structure_recovers_parameters():
-    rng = np.random.default_rng(2)
-    e, length = rng.uniform(0, 0.6, 200), rng.uniform(100, 1000, 200)
-    assert fit_edit_structure(e, length, 3 + e * length / 25) == pytest.approx(
-        {"base_edits": 3.0, "segment_len": 25.0})
-    with pytest.raises(ValueError):
-        fit_edit_structure(e, length, np.full(200, 3.0))
-
-
-def test_fit_resync_runs_recovers_parameters():
-    rng = np.random.default_rng(3)
-    runs, length, groups = [], [], []
-    for g in range(8):
-        for _ in range(25):
-            r = rng.geometric(1 / (150 - 15 * g), size=rng.integers(2, 8))
-            new = rng.integers(1, 10 + 10 * g, size=r.size).sum()
-            runs.append(r.tolist())
-            length.append(r.sum() + new)
-            groups.append(g)
-    length, groups = np.array(length), np.array(groups)
-    truth = {"resync": 4.0, "novel_rate": 2.0}
-    passes = resync_passes(runs, length, k=5, **truth)
-    y = np.bincount(groups, weights=length) / np.bincount(groups, weights=passes)
-    fit = fit_resync_runs(runs, length, groups, y, k=5, n_boot=10)
-    assert isinstance(fit, RunsFit)
-    assert {n: fit.params[n] for n in truth} == pytest.approx(truth, abs=0.05)
-    assert fit.predict(runs, length, groups) == pytest.approx(y, rel=1e-3)
-    assert fit.predict(runs, length) == pytest.approx(length / passes, rel=1e-2)
-    skip = groups.copy()
-    skip[:25] = -1
-    assert np.isnan(fit.predict(runs, length, skip)[0])
-    with pytest.raises(ValueError):
-        fit_resync_runs(runs, length, groups, y[:3], k=5)
-
-
-def test_model_error():
-    err = model_error([1.0, 2.0, 4.0, np.nan], [1.0, 3.0, 2.0, 5.0])
-    assert err == pytest.approx({"mae": 1.0, "rmse": np.sqrt(5 / 3), "max_abs": 2.0, "mean_rel": (1 / 3 + 1) / 3,
-                                 "n": 3})
-    assert model_error([np.nan], [1.0])["n"] == 0
-    with pytest.raises(ValueError):
-        model_error([1.0], [1.0, 2.0])
-
-
-@HYP
-@given(x=st.lists(st.floats(1.0, 10.0), min_size=1, max_size=20))
-def test_model_error_of_exact_predictions_is_zero(x):
-    err = model_error(x, x)
-    assert err["mae"] == err["rmse"] == err["max_abs"] == err["mean_rel"] == 0.0
-
-
-# ---- review fixes: bounds, calibration point, new-token share ------------------------------------------
-
-
-def test_harmonic_fit_keeps_each_al_within_k_plus_one():
-    e = np.linspace(0.0, 0.3, 8)
-    y = 1.0 / (e + (1 - e) / 9.0)  # n-gram alone with a copy rate no k=5 pass can reach
-    unbounded = fit_harmonic(e, y, al_eagle=1.0, n_boot=0)
-    assert unbounded.params["al_ngram"] > 6.0  # what the bare fit does
-    bounded = fit_harmonic(e, y, al_eagle=1.0, k_ngram=5, n_boot=20)
-    assert bounded.params["al_ngram"] <= 6.0 + 1e-9 and bounded.ci["al_ngram"][1] <= 6.0 + 1e-9
-    both = fit_harmonic(e, 1.0 / (e / 5.0 + (1 - e) / 9.0), k_ngram=5, k_eagle=3, n_boot=0)
-    assert both.params["al_ngram"] <= 6.0 + 1e-9 and both.params["al_eagle"] <= 4.0 + 1e-9
-    assert both.settings == {"k_ngram": 5.0, "k_eagle": 3.0}
-    with pytest.raises(ValueError, match="al_ngram=7.0 lies outside"):
-        fit_harmonic(e, y, al_eagle=1.0, al_ngram=7.0, k_ngram=5)
-    with pytest.raises(ValueError, match="k_ngram"):
-        fit_harmonic(e, y, k_ngram=0)
-
-
 @HYP
 @given(e=st.floats(0.0, 0.9), ae=al, an=al)
 def test_harmonic_calibration_reproduces_its_point(e, ae, an):
@@ -333,31 +206,3 @@ def test_harmonic_calibration_cap_and_errors():
     assert harmonic_calibrate_ngram(5.0, 0.2, 1.0, k=5) == 6.0  # with k: the cap
     with pytest.raises(ValueError, match="edit_norm"):
         harmonic_calibrate_ngram(2.0, 1.0)
-
-
-def test_new_share_constants_are_recovered_and_clipped():
-    rng = np.random.default_rng(0)
-    e = rng.uniform(0, 0.6, 300)
-    y = np.clip(0.02 + 1.7 * e + rng.normal(0, 0.01, e.size), 0, 1)
-    c = fit_new_share(e, y)
-    assert c["share_intercept"] == pytest.approx(0.02, abs=0.01) and c["share_slope"] == pytest.approx(1.7, abs=0.05)
-    assert new_share(np.array([0.0, 0.9]), **c) == pytest.approx([c["share_intercept"], 1.0])
-    with pytest.raises(ValueError, match="new_share"):
-        fit_new_share(e, y + 1)
-    with pytest.raises(ValueError, match="share_slope"):
-        new_share(0.1, share_intercept=0.0, share_slope=-1.0)
-
-
-def test_fit_resync_converts_a_character_edit_norm_to_the_new_token_share():
-    share = {"share_intercept": 0.01, "share_slope": 1.6}
-    structure = {"segment_len": 25.0, "base_edits": 1.5}
-    e_char = np.linspace(0.02, 0.35, 10)
-    length = np.full(e_char.size, 600.0)
-    y = resync_al(new_share(e_char, **share), length, k=5, resync=6.0, novel_rate=1.0, **structure)
-    fit = fit_resync(e_char, y, length, k=5, novel_rate=1.0, share=share, n_boot=0, **structure)
-    assert fit.params["resync"] == pytest.approx(6.0, abs=0.05)
-    assert fit.predict(e_char, length) == pytest.approx(y, rel=1e-4)
-    naive = fit_resync(e_char, y, length, k=5, resync=6.0, novel_rate=1.0, n_boot=0, **structure)
-    assert np.max(np.abs(naive.predict(e_char, length) - y)) > 0.1  # feeding the char norm as the share misleads
-    with pytest.raises(ValueError, match="share must hold"):
-        fit_resync(e_char, y, length, k=5, share={"slope": 1.0}, **structure)

@@ -18,7 +18,6 @@ from conftest import VOCAB, tiny_target
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
-from hybridsd.eagle.loader import load_head
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import generate
 
@@ -247,7 +246,7 @@ LOADER_CASES = [  # (case, damage(folder, model), words the message must hold)
 def test_loader_names_the_problem(ckpt, model, case, damage, words):
     damage(ckpt, model)
     with pytest.raises((ValueError, FileNotFoundError)) as e:
-        load_head(ckpt, model)
+        EagleHead.from_pretrained(ckpt, target=model)
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
@@ -258,15 +257,15 @@ def test_loader_never_reads_outside_the_folder(ckpt, model, monkeypatch):
     real = loader._read_file
     monkeypatch.setattr(loader, "_read_file", lambda f: read.append(f) or real(f))
     with pytest.raises(ValueError, match="outside"):
-        load_head(ckpt, model)
+        EagleHead.from_pretrained(ckpt, target=model)
     assert read == []
 
 
 def test_loader_accepts_the_targets_embedding_and_an_explicit_own_one(ckpt, model):
     _with_embedding(ckpt, model.get_input_embeddings().weight.to(torch.bfloat16).float())  # a rounded copy
-    assert load_head(ckpt, model).embed_tokens is None
+    assert EagleHead.from_pretrained(ckpt, target=model).embed_tokens is None
     _with_embedding(ckpt, torch.randn_like(model.get_input_embeddings().weight))
-    assert load_head(ckpt, model, use_checkpoint_embeddings=True).embed_tokens is not None
+    assert EagleHead.from_pretrained(ckpt, target=model, use_checkpoint_embeddings=True).embed_tokens is not None
     _to_bin(ckpt, cut=False)
-    assert load_head(ckpt, model, use_checkpoint_embeddings=True).embed_tokens is not None
+    assert EagleHead.from_pretrained(ckpt, target=model, use_checkpoint_embeddings=True).embed_tokens is not None
 

@@ -15,7 +15,8 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.eagle import loader
-from hybridsd.eagle.model import EagleConfig, EagleHead
+from hybridsd.eagle.config import EagleConfig, rope_inv_freq
+from hybridsd.eagle.model import EagleHead
 
 V, H, I, NH, NKV, L = 97, 64, 128, 4, 2, 4
 HD = H // NH
@@ -192,6 +193,47 @@ def test_config_validation():
                                     rope_scaling={"type": "linear", "factor": 2.0, "rope_theta": 5.0})))
     assert c3.target_layers == (2, 2, 1) and c3.rope_scaling == {"rope_type": "linear", "factor": 2.0}
     assert EagleConfig(**(base | dict(rope_scaling={"rope_type": "default"}))).rope_scaling is None
+
+
+def _inv_freq_formula(cfg: EagleConfig) -> torch.Tensor:
+    """Rotary inverse frequencies written out from the Llama 3.1 paper's scaling rule (fp32)."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2).float() / d))
+    rs = cfg.rope_scaling
+    if rs is None:
+        return inv
+    if rs["rope_type"] == "linear":
+        return inv / rs["factor"]
+    out = []
+    for f in inv.tolist():
+        wavelen, old = 2 * math.pi / f, rs["original_max_position_embeddings"]
+        if wavelen < old / rs["high_freq_factor"]:
+            out.append(f)
+        elif wavelen > old / rs["low_freq_factor"]:
+            out.append(f / rs["factor"])
+        else:
+            smooth = (old / wavelen - rs["low_freq_factor"]) / (rs["high_freq_factor"] - rs["low_freq_factor"])
+            out.append((1 - smooth) * f / rs["factor"] + smooth * f)
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "linear", "factor": 4.0}, LLAMA3_ROPE,
+                                     dict(LLAMA3_ROPE, factor=32.0, original_max_position_embeddings=8192)])
+@pytest.mark.parametrize("head_dim,theta", [(16, 10000.0), (40, 500000.0)])
+def test_rope_inv_freq_matches_the_formula_and_the_target(scaling, head_dim, theta):
+    """The head rotates by the frequencies the rule gives and its HF Llama target uses, on the CPU even when the
+    head is built under a meta device context."""
+    cfg = EagleConfig(kind="eagle1", hidden_size=4 * head_dim, intermediate_size=8, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=11, target_layers=(-1,), rope_theta=theta,
+                      rope_scaling=scaling, max_position_embeddings=131072)
+    with torch.device("meta"):
+        got = rope_inv_freq(cfg)
+    assert got.device.type == "cpu" and got.dtype == torch.float32 and got.shape == (head_dim // 2,)
+    torch.testing.assert_close(got, _inv_freq_formula(cfg), rtol=1e-6, atol=0)
+    hf = LlamaRotaryEmbedding(LlamaConfig(hidden_size=cfg.hidden_size, num_attention_heads=4, head_dim=head_dim,
+                                          max_position_embeddings=131072,
+                                          rope_parameters=dict(scaling or {"rope_type": "default"}, rope_theta=theta)))
+    torch.testing.assert_close(got, hf.inv_freq.float(), rtol=1e-6, atol=0)
 
 
 def test_from_target_reads_config():
@@ -500,7 +542,7 @@ def req(ids, budget=8, temperature=0.0, generator=None):
 def test_drafter_greedy_matches_slow_reference(target, kind):
     head = random_head(target, kind)
     d = EagleDrafter(head, k=4)
-    assert d.name == ("eagle" if kind == "eagle1" else "eagle3") and d.max_tokens == 4
+    assert d.name == kind and d.max_tokens == 4
     assert d.hidden_layers == head.config.target_layers
     ids = sequence(target, 12)
     feats = observe_all(d, target, ids, [11])

@@ -100,13 +100,16 @@ class Harness:
         if after is not None:
             while (line := p.stdout.readline()) and line.strip() != after:
                 seen.append(line.strip())
-            seen.append(after if line else "")
+            if line:  # at EOF the writer finished before printing ``after``: its last line is "done"
+                seen.append(after)
         try:
             p.wait(timeout=delay)
         except subprocess.TimeoutExpired:
             p.send_signal(signal.SIGKILL)
-        out, err = p.communicate()
-        seen += out.split()
+        seen += p.stdout.read().split()  # through readline's buffered reader: communicate() would skip its buffer
+        err = p.stderr.read()
+        p.wait()
+        p.stdout.close(), p.stderr.close()
         if seen and seen[-1] == "done":  # finished (perhaps killed while the interpreter shut down)
             return True
         assert p.returncode == -signal.SIGKILL, err

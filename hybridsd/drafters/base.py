@@ -57,7 +57,9 @@ class ProposeRequest:
 
     ``tokens`` holds the whole committed sequence (prompt and generated tokens,
     the last one not yet fed to the target) on the host. ``budget`` is the most
-    draft tokens the step can accept (deeper nodes are cut off).
+    draft tokens the step can accept (deeper nodes are cut off). ``temperature`` (0: greedy), ``top_k`` and
+    ``top_p`` are the target's sampling settings; a drafter that samples may draw from its distribution
+    warped the same way (:func:`hybridsd.sampling.warp`), which the verifier's rejection sampling rewards.
     """
 
     tokens: np.ndarray  # [T] int64, host
@@ -65,6 +67,8 @@ class ProposeRequest:
     device: torch.device = torch.device("cpu")  # where Draft.tokens must live
     temperature: float = 0.0
     generator: torch.Generator | None = None
+    top_k: int | None = None
+    top_p: float | None = None
 
 
 class Drafter(ABC):

@@ -8,6 +8,7 @@ from hybridsd.cuda_graph import capture
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.eagle.model import EagleHead
 from hybridsd.kv_cache import StaticKVCache
+from hybridsd.sampling import warp
 
 
 class EagleDrafter(Drafter):
@@ -35,7 +36,7 @@ class EagleDrafter(Drafter):
         self.k = k
         self.cuda_graphs = cuda_graphs
         self._graphs: dict[tuple[int, int], _GraphedDraft] = {}  # by (caught-up pairs, slots attended)
-        self.name = "eagle" if head.config.kind == "eagle1" else "eagle3"
+        self.name = head.config.kind  # "eagle1" or "eagle3", in stats as everywhere
         self.hidden_layers = head.config.target_layers
         self.cache: StaticKVCache | None = None
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # ([m, F], [m]) queued pairs
@@ -107,7 +108,7 @@ class EagleDrafter(Drafter):
         for j in range(n):
             logits = head.logits(feat)[0, -1].float()  # [Vout]
             if request.temperature > 0:
-                probs = torch.softmax(logits / request.temperature, dim=-1)  # [Vout]
+                probs = warp(logits, request.temperature, request.top_k, request.top_p)  # [Vout]
                 idx = torch.multinomial(probs, 1, generator=request.generator)  # [1]
                 rows.append(head.target_probs(probs))  # [V]
             else:

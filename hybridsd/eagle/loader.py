@@ -9,6 +9,9 @@ EAGLE-3 (e.g. ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``): ``d2t [Vd]``, ``t2d [V]`
 ``lm_head.weight [Vd, h]``, optionally ``embed_tokens.weight``.
 Both come with a Llama-style ``config.json`` (``num_hidden_layers`` 1; EAGLE-3 adds
 ``draft_vocab_size``; no ``rope_theta`` means 10000).
+
+This module reads and checks files; :meth:`hybridsd.eagle.model.EagleHead.from_pretrained` and
+``save_pretrained`` build and save heads with it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hybridsd.eagle.model import EagleConfig, EagleHead
+from hybridsd.eagle.config import EagleConfig
 
 OPTIONAL_KEYS = ("embed_tokens.weight",)
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some old checkpoints carry
@@ -183,18 +186,12 @@ def check_state_dict(sd: dict[str, torch.Tensor], expected: dict[str, torch.Size
             raise ValueError(f"missing key {k!r} (shape {list(shape)}) in the checkpoint")
 
 
-def load_head(path_or_hub_id: str | Path, target: nn.Module, *, device=None, dtype: torch.dtype | None = None,
-              use_checkpoint_embeddings: bool = False, revision: str | None = None) -> EagleHead:
-    """Load an EAGLE-1/EAGLE-3 head for the HF causal LM ``target``.
-
-    The kind is detected from the keys. The head lands on the target embedding's
-    device and dtype unless ``device``/``dtype`` say otherwise. An ``embed_tokens.weight``
-    in the checkpoint is shape-checked and, with ``use_checkpoint_embeddings``, used
-    (and kept) instead of the target's embedding; without it, it must equal the target's (up to dtype
-    rounding), or the head was made for another model and loading fails. Every error names the file or key:
-    a non-JSON ``config.json`` or one without a required key, a shard index entry outside the folder, a
-    truncated weights file, a tensor of the wrong shape.
-    """
+def read_checkpoint(path_or_hub_id: str | Path, target: nn.Module, revision: str | None = None
+                    ) -> tuple[Path, EagleConfig, dict[str, torch.Tensor]]:
+    """The folder, head config and tensors of the checkpoint at ``path_or_hub_id`` (a folder or Hub id) for the
+    HF causal LM ``target``; the kind is detected from the keys. Every error names the file or key: a non-JSON
+    ``config.json`` or one without a required key, a shard index entry outside the folder, a truncated weights
+    file, an ``fc.weight`` for another hidden size."""
     folder = resolve(path_or_hub_id, revision)
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
@@ -202,40 +199,41 @@ def load_head(path_or_hub_id: str | Path, target: nn.Module, *, device=None, dty
     raw = _read_json(cfg_file, *REQUIRED_KEYS)
     sd = {k: v for k, v in read_state_dict(folder).items() if not k.endswith(IGNORED_SUFFIXES)}
     kind = detect_kind(sd)
-    emb = target.get_input_embeddings()
-    V, h = emb.weight.shape
+    h = target.get_input_embeddings().weight.shape[1]
     # shapes first, so that a checkpoint for another target fails on a named weight
     fc = sd.get("fc.weight")
     want_in = 2 * h if kind == "eagle1" else 3 * h
     if fc is not None and tuple(fc.shape) != (h, want_in):
         raise ValueError(f"'fc.weight': the checkpoint has shape {list(fc.shape)}, "
                          f"a head for this target (hidden size {h}) needs {[h, want_in]}")
-    cfg = config_from_json(raw, kind, target, sd)
-    lm_head = target.get_output_embeddings() if kind == "eagle1" else None
-    with torch.device("meta"):
-        head = EagleHead(cfg, emb, lm_head)
-    expected = {k: v.shape for k, v in head.state_dict().items()} | {"embed_tokens.weight": torch.Size((V, h))}
-    check_state_dict(sd, expected)
-    if kind == "eagle3":
-        ids = torch.arange(cfg.draft_vocab_size) + sd["d2t"]
+    return folder, config_from_json(raw, kind, target, sd), sd
+
+
+def check_weights(folder: Path, sd: dict[str, torch.Tensor], expected: dict[str, torch.Size],
+                  embedding: torch.Tensor, use_checkpoint_embeddings: bool) -> torch.Tensor | None:
+    """Check the tensors ``sd`` read from ``folder`` against a head's ``expected`` shapes and the target's
+    ``embedding [V, h]``; pop and return the checkpoint's own ``embed_tokens.weight`` when
+    ``use_checkpoint_embeddings`` (else None). Without that flag a shipped embedding must equal the target's
+    (up to dtype rounding), or the head was made for another model: ``ValueError``."""
+    V, h = embedding.shape
+    check_state_dict(sd, dict(expected) | {"embed_tokens.weight": torch.Size((V, h))})
+    if "d2t" in sd:
+        ids = torch.arange(sd["d2t"].shape[0]) + sd["d2t"]
         if ids.min() < 0 or ids.max() >= V:  # host check at load time only
             raise ValueError(f"'d2t' maps draft ids outside the target vocabulary [0, {V})")
-    emb_w = sd.pop("embed_tokens.weight", None)
-    if emb_w is not None and not use_checkpoint_embeddings and not emb.weight.is_meta:
-        diff = embedding_difference(emb_w, emb.weight)
+    own = sd.pop("embed_tokens.weight", None)
+    if own is not None and not use_checkpoint_embeddings and not embedding.is_meta:
+        diff = embedding_difference(own, embedding)
         if diff > EMBEDDING_TOLERANCE:
             raise ValueError(f"'embed_tokens.weight' in {folder} is not the target's input embedding (relative "
                              f"difference {diff:.3f}): the head was trained for another model; pass "
                              "use_checkpoint_embeddings=True to draft with the checkpoint's copy anyway")
-    head.load_state_dict(sd, strict=True, assign=True)
-    if use_checkpoint_embeddings and emb_w is not None:
-        head.own_embeddings(emb_w)
-    return head.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype)
+    return own if use_checkpoint_embeddings else None
 
 
-def config_json(head: EagleHead) -> dict:
-    """The Llama-style ``config.json`` dict of ``head`` (as the public checkpoints write it)."""
-    c = head.config
+def config_json(c: EagleConfig, dtype: torch.dtype) -> dict:
+    """The Llama-style ``config.json`` dict of a head with config ``c`` and weights in ``dtype`` (as the public
+    checkpoints write it)."""
     out = {
         "architectures": ["LlamaForCausalLM" if c.kind == "eagle1" else "LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -252,7 +250,7 @@ def config_json(head: EagleHead) -> dict:
         "max_position_embeddings": c.max_position_embeddings,
         "vocab_size": c.vocab_size,
         "tie_word_embeddings": False,
-        "torch_dtype": DTYPE_NAMES.get(head.fc.weight.dtype, str(head.fc.weight.dtype).removeprefix("torch.")),
+        "torch_dtype": DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch.")),
     }
     if c.kind == "eagle1":
         out["bias"] = c.bias
@@ -262,12 +260,23 @@ def config_json(head: EagleHead) -> dict:
     return out
 
 
-def save_head(head: EagleHead, path: str | Path) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (the head's own tensors, in their dtypes)."""
+def write_checkpoint(path: str | Path, config: dict, state_dict: dict[str, torch.Tensor]) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (the tensors in their dtypes) into the folder ``path``,
+    each atomically (a temporary file in the folder, synced, then renamed over the old one)."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-    save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(config_json(head), indent=2) + "\n")
+    sd = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}  # host copies
+    tmp = path / ".model.safetensors.tmp"
+    save_file(sd, str(tmp), metadata={"format": "pt"})
+    _replace(tmp, path / "model.safetensors")
+    tmp = path / ".config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    _replace(tmp, path / "config.json")
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)

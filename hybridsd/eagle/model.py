@@ -21,148 +21,17 @@ they are not parameters of the head and never appear in its ``state_dict``.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from hybridsd.attention import grouped_attention
+from hybridsd.eagle import loader
+from hybridsd.eagle.config import EagleConfig, config_from_target, rope_inv_freq
 from hybridsd.kv_cache import StaticKVCache
 from hybridsd.target import default_attention
-
-KINDS = ("eagle1", "eagle3")
-ROPE_TYPES = ("default", "linear", "llama3")
-
-
-@dataclass(frozen=True)
-class EagleConfig:
-    """Shape and hyper-parameters of an EAGLE head (one decoder layer).
-
-    ``target_layers``: indices into the target's HF ``hidden_states`` that the head
-    reads, concatenated in this order (EAGLE-1: ``(-1,)``, the final-normed output;
-    EAGLE-3: ``(2, L // 2, L - 3)`` for a target of ``L`` layers).
-    ``rope_scaling``: ``None`` or a dict with ``rope_type`` in ``linear``/``llama3``
-    and that type's fields (``factor``; for llama3 also ``low_freq_factor``,
-    ``high_freq_factor``, ``original_max_position_embeddings``).
-    ``draft_vocab_size``: EAGLE-3 only (``None`` for EAGLE-1).
-    ``bias``: EAGLE-1 only, whether ``fc`` has a bias.
-    """
-
-    kind: str
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    target_layers: tuple[int, ...]
-    head_dim: int | None = None  # None: hidden_size // num_attention_heads
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = field(default=None, hash=False)
-    draft_vocab_size: int | None = None
-    bias: bool = False
-    max_position_embeddings: int = 2048
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                     "vocab_size", "max_position_embeddings"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads={self.num_key_value_heads}")
-        if self.head_dim is None:
-            if self.hidden_size % self.num_attention_heads:
-                raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
-                                 f"num_attention_heads={self.num_attention_heads}; give head_dim")
-            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
-        if not isinstance(self.head_dim, int) or self.head_dim < 2 or self.head_dim % 2:
-            raise ValueError(f"head_dim must be a positive even int, got {self.head_dim!r}")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
-        layers = tuple(self.target_layers)
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-            raise ValueError(f"target_layers must be ints, got {self.target_layers!r}")
-        object.__setattr__(self, "target_layers", layers)
-        want = 1 if self.kind == "eagle1" else 3
-        if len(layers) != want:
-            raise ValueError(f"{self.kind} reads {want} target layer(s), got target_layers={layers}")
-        if self.kind == "eagle1":
-            if self.draft_vocab_size is not None:
-                raise ValueError("draft_vocab_size is for eagle3 only; EAGLE-1 drafts over the target vocabulary")
-        else:
-            if self.bias:
-                raise ValueError("bias is for eagle1 only (the EAGLE-3 fc has no bias)")
-            vd = self.draft_vocab_size
-            if not isinstance(vd, int) or not 1 <= vd <= self.vocab_size:
-                raise ValueError(f"eagle3 needs 1 <= draft_vocab_size <= vocab_size={self.vocab_size}, got {vd!r}")
-        object.__setattr__(self, "rope_scaling", _normalize_rope_scaling(self.rope_scaling))
-
-    @property
-    def out_vocab_size(self) -> int:
-        """Width of the head's logits: the draft vocabulary (EAGLE-3) or the target's (EAGLE-1)."""
-        return self.draft_vocab_size if self.kind == "eagle3" else self.vocab_size
-
-    @property
-    def feature_size(self) -> int:
-        """Width of the target features ``observe`` receives (``len(target_layers) * hidden_size``)."""
-        return len(self.target_layers) * self.hidden_size
-
-
-def _normalize_rope_scaling(rs: Any) -> dict | None:
-    if rs is None:
-        return None
-    if not isinstance(rs, dict):
-        raise ValueError(f"rope_scaling must be a dict or None, got {type(rs).__name__}")
-    rs = {k: v for k, v in rs.items() if k not in ("rope_theta", "type")} | {
-        "rope_type": rs.get("rope_type", rs.get("type", "default"))}
-    kind = rs["rope_type"]
-    if rs.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError(f"partial rotary embeddings are not supported, got {rs}")
-    if kind not in ROPE_TYPES:
-        raise ValueError(f"rope_scaling type {kind!r} is not supported (supported: {ROPE_TYPES})")
-    if kind == "default":
-        return None
-    need = ("factor",) if kind == "linear" else (
-        "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    for key in need:
-        if key not in rs:
-            raise ValueError(f"rope_scaling of type {kind!r} needs {key!r}, got {rs}")
-    if not rs["factor"] > 0:
-        raise ValueError(f"rope_scaling factor must be > 0, got {rs['factor']}")
-    if kind == "llama3" and not rs["high_freq_factor"] > rs["low_freq_factor"]:
-        raise ValueError(f"llama3 rope_scaling needs high_freq_factor > low_freq_factor, got {rs}")
-    return rs
-
-
-def rope_inv_freq(cfg: EagleConfig) -> torch.Tensor:
-    """Rotary inverse frequencies ``[head_dim // 2]`` (fp32), with linear or llama3 scaling applied."""
-    d = cfg.head_dim
-    exps = torch.arange(0, d, 2, dtype=torch.int64, device="cpu").float() / d  # cpu even under a meta context
-    inv = 1.0 / (cfg.rope_theta ** exps)  # [d/2]
-    rs = cfg.rope_scaling
-    if rs is None:
-        return inv
-    factor = float(rs["factor"])
-    if rs["rope_type"] == "linear":
-        return inv / factor
-    # llama3: keep high frequencies, divide low ones by `factor`, interpolate in between
-    old_len = float(rs["original_max_position_embeddings"])
-    lo, hi = float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
-    wavelen = 2 * math.pi / inv
-    scaled = torch.where(wavelen > old_len / lo, inv / factor, inv)
-    smooth = (old_len / wavelen - lo) / (hi - lo)
-    mid = ~(wavelen < old_len / hi) & ~(wavelen > old_len / lo)
-    return torch.where(mid, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -318,17 +187,33 @@ class EagleHead(nn.Module):
         return head.to(device=device or emb.weight.device, dtype=dtype)
 
     @classmethod
-    def from_pretrained(cls, path_or_hub_id: str | Path, *, target: nn.Module, **kwargs) -> EagleHead:
-        """Load a head saved in the public EAGLE layouts; see :func:`hybridsd.eagle.loader.load_head`."""
-        from hybridsd.eagle.loader import load_head
+    def from_pretrained(cls, path_or_hub_id: str | Path, *, target: nn.Module, device=None,
+                        dtype: torch.dtype | None = None, use_checkpoint_embeddings: bool = False,
+                        revision: str | None = None) -> EagleHead:
+        """Load an EAGLE-1/EAGLE-3 head saved in the public layouts (see :mod:`hybridsd.eagle.loader`) for the
+        HF causal LM ``target``, from a folder or a Hub id.
 
-        return load_head(path_or_hub_id, target, **kwargs)
+        The kind is detected from the keys. The head lands on the target embedding's device and dtype unless
+        ``device``/``dtype`` say otherwise. An ``embed_tokens.weight`` in the checkpoint is shape-checked and,
+        with ``use_checkpoint_embeddings``, used (and kept) instead of the target's embedding; without it, it
+        must equal the target's (up to dtype rounding), or the head was made for another model and loading
+        fails. Every error names the file or key: a non-JSON ``config.json`` or one without a required key, a
+        shard index entry outside the folder, a truncated weights file, a tensor of the wrong shape.
+        """
+        folder, cfg, sd = loader.read_checkpoint(path_or_hub_id, target, revision)
+        emb = target.get_input_embeddings()
+        with torch.device("meta"):
+            head = cls(cfg, emb, target.get_output_embeddings() if cfg.kind == "eagle1" else None)
+        expected = {k: v.shape for k, v in head.state_dict().items()}
+        own = loader.check_weights(folder, sd, expected, emb.weight, use_checkpoint_embeddings)
+        head.load_state_dict(sd, strict=True, assign=True)
+        if own is not None:
+            head.own_embeddings(own)
+        return head.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write ``config.json`` + ``model.safetensors`` in the public layout."""
-        from hybridsd.eagle.loader import save_head
-
-        save_head(self, path)
+        loader.write_checkpoint(path, loader.config_json(self.config, self.fc.weight.dtype), self.state_dict())
 
     def reset_parameters(self, std: float = 0.02) -> None:
         """Llama-style init: normal(0, std) linear weights, zero biases, unit norms."""
@@ -439,33 +324,3 @@ class EagleHead(nn.Module):
             return probs
         out = probs.new_zeros(*probs.shape[:-1], self.config.vocab_size)
         return out.index_copy_(probs.ndim - 1, self.draft_ids(), probs)
-
-
-def config_from_target(tc: Any, kind: str = "eagle1", **overrides) -> EagleConfig:
-    """An :class:`EagleConfig` matching an HF (Llama-like) target config ``tc``."""
-    heads = tc.num_attention_heads
-    rp = getattr(tc, "rope_parameters", None) or getattr(tc, "rope_scaling", None) or {}
-    if rp and not isinstance(rp, dict):
-        rp = dict(rp)
-    theta = rp.get("rope_theta", getattr(tc, "rope_theta", None)) or 10000.0
-    scaling = rp if rp.get("rope_type", rp.get("type", "default")) != "default" else None
-    L = tc.num_hidden_layers
-    vocab = tc.vocab_size
-    kw = dict(
-        kind=kind,
-        hidden_size=tc.hidden_size,
-        intermediate_size=tc.intermediate_size,
-        num_attention_heads=heads,
-        num_key_value_heads=getattr(tc, "num_key_value_heads", None) or heads,
-        head_dim=getattr(tc, "head_dim", None) or tc.hidden_size // heads,
-        vocab_size=vocab,
-        target_layers=(-1,) if kind == "eagle1" else (2, L // 2, L - 3),
-        rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
-        rope_theta=float(theta),
-        rope_scaling=dict(scaling) if scaling else None,
-        draft_vocab_size=min(vocab, 32000) if kind == "eagle3" else None,
-        bias=False,
-        max_position_embeddings=getattr(tc, "max_position_embeddings", 2048),
-    )
-    kw.update(overrides)
-    return EagleConfig(**kw)

@@ -91,7 +91,8 @@ def _bin_groups(part, edges):
 
 def make(df) -> None:
     """Measured AL per bin of the outputs' new-token share against each model, parameters from the parts."""
-    from hybridsd.analytic import fit_harmonic, harmonic_al, model_error, resync_al, resync_passes
+    from hybridsd.analytic import harmonic_al, resync_al, resync_passes
+    from hybridsd.fit import fit_harmonic, model_error
 
     rows = theory_inputs(df)
     edges = list(results.COARSE_BINS)
