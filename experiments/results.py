@@ -60,12 +60,14 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
     kn = kd.get("ngram") if m == "ngram" or m in HYBRIDS else None
     ke = kd.get(_eagle_kind(m)) if _eagle_kind(m) else None
     policy = cfg.get("hybrid_policy", "prefer-ngram") if m in HYBRIDS else None
+    tree = cfg.get("tree", "none")  # EAGLE's own draft: a chain, or an EAGLE-2 dynamic / static tree
     dtype = cfg.get("dtype", "auto")
     if dtype == "auto":  # hybridsd.zoo.load's default
         dtype = "bf16" if str(cfg.get("device", "cpu")).startswith("cuda") else "fp32"
     out = {
         "file": file, "config_key": r["config_key"], "method": m, "policy": policy,
-        "variant": m + (" tree" if policy == "tree" else ""), "k": _k_label(m, kn, ke),
+        "variant": m + (" tree" if policy == "tree" else "") + (f" ({tree} eagle tree)" if tree != "none" else ""),
+        "tree": tree, "k": _k_label(m, kn, ke),
         "k_ngram": kn, "k_eagle": ke, "bos_mode": cfg.get("bos_mode", "single"),
         "temperature": cfg.get("temperature", 0.0), "output_len": cfg.get("output_len"),
         "dataset": r.get("dataset", cfg.get("dataset_name")), "split": cfg.get("split"), "model": cfg.get("model"),
@@ -96,7 +98,7 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     """One row per spec_bench JSONL row of the given files (paths or glob patterns).
 
     Columns: the config (``method``, ``policy`` (hybrids only, else missing), ``variant`` (method, plus " tree"
-    for the tree policy), ``k`` (a label: "-" for plain, "5/3" for a hybrid with k_ngram 5 and k_eagle 3),
+    for the tree policy, plus " (dynamic eagle tree)" when EAGLE drafts a tree), ``tree``, ``k`` (a label: "-" for plain, "5/3" for a hybrid with k_ngram 5 and k_eagle 3),
     ``k_ngram``, ``k_eagle``, ``bos_mode``, ``temperature``, ``output_len``, ``dataset``, ``device``,
     ``dtype`` ("auto" resolved as the zoo loader does: bf16 on CUDA, fp32 on CPU), ``setting`` (a label such
     as "CPU fp32, <= 128 tokens"), ...), the prompt

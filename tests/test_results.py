@@ -585,3 +585,17 @@ def test_summarize_runs_cli_prints_corpus_al(runs):
     ngram_line = next(line.split() for line in out.splitlines() if line.split()[1:3] == ["ngram", "5"])
     assert ngram_line[5:8] == ["2", "3.0", "3.0"]  # n, seq AL, precision AL
     assert "match rate" in out
+
+
+def test_eagle_tree_runs_are_their_own_variant(tmp_path):
+    """A run whose EAGLE drafts a dynamic tree is not pooled with the chain of the same method and k."""
+    chain = row("eagle3", "p1", 10, 4, drafts=3, accepted=6, app=[3, 2, 1])
+    tree = row("eagle3", "p1", 10, 2, drafts=1, accepted=8, app=[1, 1, 1, 1, 1, 1])
+    tree["config"]["tree"], tree["config_key"] = "dynamic", "tree"
+    hybrid = row("ngram-eagle3", "p1", 10, 2, drafts=1, accepted=8, policy="tree")
+    hybrid["config"]["tree"] = "dynamic"
+    df = results.load_runs(str(write(tmp_path / "t.jsonl", [chain, tree, hybrid])))
+    assert list(df.variant) == ["eagle3", "eagle3 (dynamic eagle tree)", "ngram-eagle3 tree (dynamic eagle tree)"]
+    assert list(df.tree) == ["none", "dynamic", "dynamic"]
+    al = results.corpus_al(df, by=["variant"]).set_index("variant").seq_al
+    assert al["eagle3"] == 10 / 4 and al["eagle3 (dynamic eagle tree)"] == 10 / 2
