@@ -1,13 +1,26 @@
-"""Draft trees on the GPU (experiments/results/trees/bench_tree.json): a 64-row tree block and generate's whole
-verify step on a 60-node tree against the bandwidth floor, and the cost of building an EAGLE-2 tree."""
+"""Draft trees: on the GPU (experiments/results/trees/bench_tree.json) a 64-row tree block and generate's whole
+verify step on a 60-node tree against the bandwidth floor, and the cost of building an EAGLE-2 tree; on the zoo
+(trees/zoo_cpu_fp32*, trees/tree_al.json) the AL of EAGLE-3's dynamic tree against its chains and of the hybrid tree
+per edit-norm bin, and the analytic tree AL against the measured one."""
 
 from __future__ import annotations
 
 import json
 
-from paper.sections.tex import RESULTS, num, provenance
+from experiments import results
+from experiments.al_by_edit_norm import bin_table
+from paper.sections.tex import RESULTS, num, provenance, table
 
 BENCH_TREE = RESULTS / "trees" / "bench_tree.json"
+ZOO_RUNS = RESULTS / "trees" / "zoo_cpu_fp32"
+ZOO_BINS = RESULTS / "trees" / "zoo_cpu_fp32_edit_bins"
+TREE_AL = RESULTS / "trees" / "tree_al.json"
+TREE = "eagle3 (dynamic eagle tree)"
+HYBRID = "ngram-eagle3 tree (dynamic eagle tree)"
+# (variant, k label) -> row label of the AL table
+ROWS = {("ngram", "5"): "n-gram, $k=5$", ("eagle3", "3"): "EAGLE-3 chain, $k=3$",
+        ("eagle3", "6"): "EAGLE-3 chain, $k=6$", (TREE, "3"): "EAGLE-3 dynamic tree",
+        (HYBRID, "5/3"): "n-gram branch + EAGLE-3 tree"}
 
 
 def make() -> None:
@@ -27,6 +40,46 @@ def make() -> None:
         num(f"tree{tag}X", r[f"{key}_x_floor"])
     num("treeBuildMs", r["eagle2_build_ms"])
     num("treeBuildXDecode", r["eagle2_build_x_decode"])
+    num("treeBuildCompiledMs", r["eagle2_build_compiled_ms"])
+    num("treeBuildCompiledXDecode", r["eagle2_build_compiled_x_decode"])
     num("treeBlockOverChain", r["tree_q64_ms"] / r["chain_q9_ms"])
     num("treeStepOverDecode", r["tree_verify_step_ms"] / r["decode_ms"])
     num("treeStepBuildOverDecode", (r["tree_verify_step_ms"] + r["eagle2_build_ms"]) / r["decode_ms"])
+    zoo_al()
+
+
+def zoo_al() -> None:
+    """The AL table of the zoo's tree runs, tree over chain ratios, the hybrid tree per edit-norm bin, and the
+    analytic tree AL against the measured one."""
+    runs = results.load_runs(str(ZOO_RUNS / "*.jsonl"))
+    first = sorted(ZOO_RUNS.glob("*.jsonl"))[0]
+    num("treeZooProv", provenance(json.loads(first.open().readline())["run_info"]), "{}")
+    num("treeZooPrompts", int(runs.groupby(["dataset", "variant", "k"]).size().min()), "{:d}")
+    num("treeZooTokens", int(runs.output_len.max()), "{:d}")
+    al = results.corpus_al(runs, by=["dataset", "variant", "k"]).set_index(["variant", "k", "dataset"]).seq_al
+    lines = [r"\begin{tabular}{lrr}", r"\toprule", r"drafter & code edits & MT-Bench \\", r"\midrule"]
+    for (v, k), label in ROWS.items():
+        lines.append(f"{label} & {al[v, k, 'code-edits']:.2f} & {al[v, k, 'mt-bench']:.2f} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    table("tree_al", lines)
+    for ds, tag in (("code-edits", "Code"), ("mt-bench", "Mt")):
+        num(f"treeZoo{tag}OverChainThree", al[TREE, "3", ds] / al["eagle3", "3", ds])
+        num(f"treeZoo{tag}OverChainSix", al[TREE, "3", ds] / al["eagle3", "6", ds])
+    bins = results.load_runs(str(ZOO_BINS / "*.jsonl"))
+    num("treeBinsPrompts", int(bins.groupby("variant").size().min()), "{:d}")
+    edges = [round(0.075 * i, 3) for i in range(9)]
+    wins = total = 0
+    for column in ("ref_edit_norm", "output_edit_norm"):
+        cells = {}
+        for r in bin_table(bins, edges, column, n_boot=0):
+            cells.setdefault(r["bin"], {})[r["variant"]] = r["seq_al"]
+        for c in cells.values():
+            total += 1
+            wins += c[HYBRID] >= max(c["ngram"], c[TREE])
+    num("treeBinsWins", wins, "{:d}")
+    num("treeBinsTotal", total, "{:d}")
+    ta = json.loads(TREE_AL.read_text())
+    num("treeAlSteps", ta["steps"], "{:d}")
+    num("treeAlMeasured", ta["measured_al"])
+    num("treeAlPredicted", ta["predicted_al"])
+    num("treeAlErr", 100 * (ta["predicted_al"] / ta["measured_al"] - 1), "{:+.1f}")
