@@ -769,3 +769,29 @@ def load_hf_generate(paths_or_globs):
             for run, doc in _speed_docs(paths_or_globs)
             for mode, ms in (doc.get("hf_generate_ms_per_token") or {}).items()]
     return _frame(rows, ["run", "mode", "ms_per_token"])
+
+
+def bin_table(df, edges, column: str, n_boot: int, seed: int = 0, ci: float = 0.95) -> list[dict]:
+    """Per (variant, bin of ``column``): n, mean edit norm, mean tokens, corpus seq AL and precision AL with
+    percentile CIs over ``n_boot`` resamplings of the bin's rows (prompts)."""
+    import numpy as np
+
+    df = bin_edit_norm(df, edges, column)
+    rng = np.random.default_rng(seed)
+    q = [(1 - ci) / 2 * 100, (1 + ci) / 2 * 100]
+    out = []
+    for (variant, b), part in df.dropna(subset=["bin"]).groupby(["variant", "bin"], observed=True, sort=True):
+        tok, pas = part["tokens"].to_numpy(float), part["passes"].to_numpy(float)
+        dr, acc = part["drafts"].to_numpy(float), part["accepted"].to_numpy(float)
+        draw = rng.integers(0, len(part), size=(n_boot, len(part)))
+        seq = tok[draw].sum(1) / pas[draw].sum(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            prec = 1 + acc[draw].sum(1) / dr[draw].sum(1)
+        prec = prec[np.isfinite(prec)]
+        out.append({"binning": column, "variant": variant, "bin": str(b), "bin_lo": float(part["bin_lo"].iloc[0]),
+                    "bin_hi": float(part["bin_hi"].iloc[0]), "n": int(len(part)),
+                    "mean_e": float(part[column].mean()), "mean_tokens": float(tok.mean()),
+                    "seq_al": tok.sum() / pas.sum(), "seq_al_ci": list(np.percentile(seq, q)) if n_boot else None,
+                    "precision_al": 1 + acc.sum() / dr.sum() if dr.sum() else float("nan"),
+                    "precision_al_ci": list(np.percentile(prec, q)) if n_boot and prec.size else None})
+    return out

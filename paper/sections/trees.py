@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from experiments import results
-from experiments.al_by_edit_norm import bin_table
+from experiments.results import bin_table
 from paper.sections.tex import RESULTS, num, provenance, table
 
 BENCH_TREE = RESULTS / "trees" / "bench_tree.json"
