@@ -327,13 +327,14 @@ def timed_generate(model, ids: list[int], drafter, kw: dict, cuda: bool):
     return res, time.perf_counter() - t0
 
 
-def replay_timing(model, ids: list[int], res, timed_run, cfg: BenchConfig, repeats: int = 7) -> dict:
+def replay_timing(model, ids: list[int], res, first_wall: float, drafter, kw: dict, cfg: BenchConfig,
+                  repeats: int = 7) -> dict:
     """For a replay row on CUDA: the graphed forward of 1 token (``decode_ms``) and of a verify block of k+1
     (``verify_ms``) at the run's middle context, measured apart, and the tokens/s they predict
     (``seq_normalized_al / verify_ms``, i.e. AL x decode/verify step time x the plain decode rate; and with the
     prompt's measured prefill) against the measured ``tokens_per_s``: the median over ``repeats`` more timed
-    runs of the same generation (``timed_run()`` returns one run's wall seconds; the row's own run, the first
-    after the replay's warm-up, is kept apart as ``first_run_tokens_per_s``)."""
+    runs of the same generation with a fresh copy of ``drafter`` (the row's own run, ``first_wall`` seconds, the
+    first after the replay's warm-up, is kept apart as ``first_run_tokens_per_s``)."""
     from experiments.speed_steps import ours_ms  # bench_speed's step timing
 
     from hybridsd.target import target_for
@@ -345,7 +346,8 @@ def replay_timing(model, ids: list[int], res, timed_run, cfg: BenchConfig, repea
     al = res.stats.seq_normalized_al
     pre = prefill_ms(model, ids, cfg)
     run_ms = pre + (res.stats.num_target_steps - 1) * fwd[f"chain_q{k + 1}"]  # the prefill, then verify steps
-    walls = [timed_run() for _ in range(repeats)]
+    walls = [timed_generate(model, ids, hsd.ReplayDrafter(drafter.continuation, drafter.k), kw, True)[1]
+             for _ in range(repeats)]
     return {"k": k, "context": ctx, "decode_ms": fwd["chain_q1"], "verify_ms": fwd[f"chain_q{k + 1}"],
             "prefill_ms": pre, "seq_normalized_al": al, "repeats": repeats,
             "predicted_tokens_per_s": 1e3 * al / fwd[f"chain_q{k + 1}"],
@@ -353,7 +355,7 @@ def replay_timing(model, ids: list[int], res, timed_run, cfg: BenchConfig, repea
             "decode_tokens_per_s": 1e3 / fwd["chain_q1"],
             "tokens_per_s": len(res.tokens) / float(np.median(walls)),
             "tokens_per_s_spread": [len(res.tokens) / max(walls), len(res.tokens) / min(walls)],
-            "first_run_tokens_per_s": len(res.tokens) / timed_run.first_wall}
+            "first_run_tokens_per_s": len(res.tokens) / first_wall}
 
 
 @torch.inference_mode()
@@ -446,10 +448,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 "config": asdict(cfg), "run_info": {**info, "peak_mem_gb": peak_memory_gb(device)},
             }
             if cfg.method == "replay" and cuda:
-                def again(cont=drafter.continuation, k=drafter.k):
-                    return timed_generate(model, ids, hsd.ReplayDrafter(cont, k), kw, cuda)[1]
-                again.first_wall = wall
-                row["replay"] = replay_timing(model, ids, res, again, cfg)
+                row["replay"] = replay_timing(model, ids, res, wall, drafter, kw, cfg)
             if cfg.check_lossless and drafter is not None:
                 plain = hsd.generate(model, ids, **kw)
                 row["lossless"] = plain.tokens == res.tokens

@@ -258,3 +258,20 @@ def test_hub_dataset_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"turns": ["a"]}\n{"turns": \n')
     with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not a JSON object"):
         load_hf(str(tmp_path / "bad.jsonl"))
+
+
+def test_code_edit_change_requests(tmp_path):
+    """``subject`` prompts carry the commit subject alone; ``located`` ones the request naming the changed places."""
+    from hybridsd.data import load_code_edits
+    from hybridsd.edit_requests import located_request
+
+    before, after = "a = 1\nb = 2\nc = 3\n", "a = 1\nb = 20\nc = 3\n"
+    path = _write(tmp_path / "code_edits_dev.jsonl", [_edit_row(0, before, after)])
+    subject, = load_code_edits(path)
+    located, = load_code_edits(path, change_request="located")
+    assert subject.prompt == blazedit_prompt(before, "change 0")
+    assert located.prompt == blazedit_prompt(before, located_request(before, after, "change 0", 6))
+    assert "line 2 (`b = 2`): replace it with about 1 new line" in located.prompt
+    assert (located.reference, located.edit_norm) == (subject.reference, subject.edit_norm)
+    with pytest.raises(ValueError, match="change_request must be one of"):
+        load_code_edits(path, change_request="free text")
