@@ -16,6 +16,7 @@
 #   sweep   experiments.sweep --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
+#   xz -9c ../shared/data/code_edits_dev.jsonl > .cache/code_edits_dev.jsonl.xz   # smaller; read first when present
 #   echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl rapidfuzz==3.14.6
 set -uo pipefail
@@ -27,7 +28,7 @@ mkdir -p "$OUT" /tmp/d
 ( flock 9; [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --target /tmp/site .whl/*.whl && touch /tmp/site/.done; } ) 9>/tmp/site.lock || exit 1
 export PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=/tmp/d
-gunzip -c .cache/code_edits_dev.jsonl.gz > /tmp/d/code_edits_dev.jsonl
+if [ -f .cache/code_edits_dev.jsonl.xz ]; then python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" .cache/code_edits_dev.jsonl.xz; else gunzip -c .cache/code_edits_dev.jsonl.gz; fi > /tmp/d/code_edits_dev.jsonl
 for f in mt_bench editeval; do [ -f .cache/$f.jsonl.gz ] && gunzip -c .cache/$f.jsonl.gz > /tmp/d/$f.jsonl; done
 log="$OUT/run_$(IFS=_; echo "$*").log"  # one log per stage list: two lists may run at once, one per GPU
 for stage in "$@"; do

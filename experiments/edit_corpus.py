@@ -7,6 +7,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import lzma
+import os
 import random
 from pathlib import Path
 
@@ -15,15 +17,17 @@ from hybridsd.data import blazedit_prompt
 from hybridsd.edit_requests import located_request
 
 REPO = Path(__file__).resolve().parents[1]
-EDITS_CANDIDATES = (REPO / ".cache" / "code_edits_dev.jsonl.gz", Path("/work/shared/data/code_edits_dev.jsonl"))
+EDITS_CANDIDATES = (REPO / ".cache" / "code_edits_dev.jsonl.xz", REPO / ".cache" / "code_edits_dev.jsonl.gz",
+                    Path(os.environ.get("HYBRIDSD_DATA", REPO.parent / "shared" / "data")) / "code_edits_dev.jsonl",
+                    Path("/work/shared/data/code_edits_dev.jsonl"))
 # Whole repositories held out of all training: the evaluation files come from unseen repositories.
 EVAL_REPOS = ("marshmallow-code/marshmallow", "more-itertools/more-itertools")
 
 
 def load_edits(path: Path | None = None) -> list[dict]:
-    """Rows of code_edits_dev.jsonl (from the gzipped copy in .cache/ when present)."""
+    """Rows of code_edits_dev.jsonl (from a compressed copy in .cache/ when present)."""
     path = path or next(p for p in EDITS_CANDIDATES if p.exists())
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 

@@ -84,6 +84,7 @@ class TargetConfig:
     real_epochs: int = 2                # copies of the real edits among one epoch's examples
     sft_epochs: int = 1
     change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
+    decision_weight: float = 1.0        # loss weight where the answer leaves or resumes the copy (and its end)
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -112,8 +113,9 @@ class TargetConfig:
     def __post_init__(self) -> None:
         if self.change_request not in CHANGE_REQUESTS:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
-        if not self.change_weight > 0:
-            raise ValueError(f"change_weight must be > 0, got {self.change_weight}")
+        for name in ("change_weight", "decision_weight"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
@@ -182,6 +184,21 @@ def changed_positions(args: tuple[list[int], list[int]]) -> list[int]:
     return sorted(set(out))
 
 
+def decision_positions(args: tuple[list[int], list[int]]) -> list[int]:
+    """Positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where a copy of ``before``
+    must be left or resumed: the first token of every change and the first token after it (pool worker)."""
+    before, after = args
+    out: set[int] = set()
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.update((j1, j2))
+    return sorted(out)
+
+
+def _both_positions(args: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    return changed_positions(args), decision_positions(args)
+
+
 class Phase:
     """Step/time bookkeeping and the warmup + cosine learning rate of one training phase."""
 
@@ -237,10 +254,11 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
 
 
 def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
-                 workers: int = 1) -> list[tuple[list[int], int, list[int]]]:
-    """(token ids, prompt length, changed answer positions) per (before, instruction, after): the templated
-    prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see :func:`changed_positions`, the
-    end-of-turn token included) are where the answer departs from a copy of ``before``.
+                 workers: int = 1) -> list[tuple[list[int], int, list[int], list[int]]]:
+    """(token ids, prompt length, changed answer positions, decision positions) per (before, instruction,
+    after): the templated prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see
+    :func:`changed_positions` and :func:`decision_positions`, the end-of-turn token included in both) are
+    where the answer departs from a copy of ``before`` and where it leaves or resumes the copy.
 
     The template is rendered once around a marker (it copies message contents verbatim) and the texts are
     tokenized in parallel batches; the first example is checked against ``apply_chat_template``.
@@ -261,16 +279,18 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
     pairs = list(zip(b_ids, a_ids))
     if workers > 1:
         with Pool(workers) as pool:
-            changed = pool.map(changed_positions, pairs, chunksize=32)
+            both = pool.map(_both_positions, pairs, chunksize=32)
     else:
-        changed = [changed_positions(x) for x in pairs]
-    return [(p + a + [eot], len(p), c + [len(a)]) for p, a, c in zip(p_ids, a_ids, changed)]
+        both = [_both_positions(x) for x in pairs]
+    return [(p + a + [eot], len(p), c + [len(a)], sorted(set(d) | {len(a)}))
+            for p, a, (c, d) in zip(p_ids, a_ids, both)]
 
 
-def sft_batches(examples: list[tuple[list[int], int, list[int]]], batch_tokens: int, pad: int, seed: int,
-                change_weight: float = 1.0):
+def sft_batches(examples: list[tuple[list[int], int, list[int], list[int]]], batch_tokens: int, pad: int,
+                seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
     """Length-bucketed, right-padded batches of (inputs, targets, weights); targets -100 outside the answers,
-    weights 1 on answer tokens and ``change_weight`` on the changed positions."""
+    weights 1 on answer tokens, ``change_weight`` on the changed positions and ``decision_weight`` on the
+    decision positions (the larger of the two where both apply)."""
     import torch
 
     rng = random.Random(seed)
@@ -291,11 +311,14 @@ def sft_batches(examples: list[tuple[list[int], int, list[int]]], batch_tokens: 
         targets = torch.full((len(batch), width), -100, dtype=torch.long)
         weights = torch.zeros((len(batch), width))
         for row, i in enumerate(batch):
-            ids, n_prompt, changed = examples[i]
+            ids, n_prompt, changed, decisions = examples[i]
             inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
             targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
-            weights[row, n_prompt - 1: len(ids) - 1] = 1.0
-            weights[row, torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
+            w = weights[row]  # (width,) a view
+            w[n_prompt - 1: len(ids) - 1] = 1.0
+            w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
+            at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
+            w[at] = torch.clamp(w[at], min=decision_weight)
         yield inputs, targets, weights
 
 
@@ -395,8 +418,9 @@ def cmd_target(args) -> None:
     from transformers import AutoTokenizer
 
     overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
-    if args.change_weight is not None:
-        overrides["change_weight"] = args.change_weight
+    for name in ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
     t0 = time.time()
     random.seed(cfg.seed)
@@ -475,24 +499,32 @@ def cmd_target(args) -> None:
                                   {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(cfg.beta1, cfg.beta2),
                                  fused=device.type == "cuda")
 
-    def val_loss(seq_rows: np.ndarray | None = None, sft: list | None = None) -> float:
+    def val_loss(seq_rows: np.ndarray | None = None, sft: list | None = None) -> float | tuple[float, float]:
+        """Mean token loss on ``seq_rows``; on ``sft`` examples (answer loss, loss at the decision positions)."""
         model.eval()
-        losses = []
+        losses, decided = [], []
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             if seq_rows is not None:
                 for i in range(0, len(seq_rows), 8):
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
                     losses.append(masked_loss(model, x[:, :-1], x[:, 1:]).item())
-            else:
-                for x, y, _ in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed):
-                    losses.append(masked_loss(model, x.to(device), y.to(device)).item())  # unweighted
+            else:  # weights 1 on answer tokens, 2 on decision positions: two unweighted means from one pass
+                for x, y, w in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed, 1.0, 2.0):
+                    x, y, w = x.to(device), y.to(device), w.to(device)
+                    keep = y != -100
+                    logits = model.lm_head(model.model(input_ids=x, use_cache=False).last_hidden_state[keep])
+                    ce = torch.nn.functional.cross_entropy(logits.float(), y[keep], reduction="none")
+                    losses.append(ce.mean().item())
+                    decided.append(ce[w[keep] == 2.0].mean().item())  # every answer has its end-of-turn
         model.train()
-        return round(float(np.mean(losses)), 4) if losses else float("nan")
+        mean = lambda v: round(float(np.mean(v)), 4) if v else float("nan")  # noqa: E731
+        return mean(losses) if seq_rows is not None else (mean(losses), mean(decided))
 
     log = {"pretrain": [], "sft": [], "val": []}
 
     def record_val(phase: str, step: int) -> None:
-        entry = {"phase": phase, "step": step, "eval_edit_answer_loss": val_loss(sft=eval_examples)}
+        answer, decision = val_loss(sft=eval_examples)
+        entry = {"phase": phase, "step": step, "eval_edit_answer_loss": answer, "eval_decision_loss": decision}
         if val_seqs is not None:
             entry["code_val_loss"] = val_loss(seq_rows=val_seqs)
         log["val"].append(entry)
@@ -518,7 +550,8 @@ def cmd_target(args) -> None:
     # (b) edit tuning
     per_epoch = sum(1 for _ in sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
     batches = itertools.chain.from_iterable(
-        sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight)
+        sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight,
+                    cfg.decision_weight)
         for e in range(cfg.sft_epochs))  # each epoch reshuffled
     left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
     phase = Phase("sft", per_epoch * cfg.sft_epochs, max(5.0, min(cfg.sft_time_s, left)), cfg.sft_lr,
@@ -585,6 +618,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="located: where and how much changes (hybridsd.edit_requests); subject: the subject alone")
     p.add_argument("--change-weight", type=float, default=None,
                    help="loss weight of the answer tokens where the edit departs from a copy (default 1)")
+    p.add_argument("--decision-weight", type=float, default=None,
+                   help="loss weight of the answer tokens where it leaves or resumes the copy, and its end (default 1)")
+    p.add_argument("--sft-epochs", type=int, default=None, help="passes over the edit-tuning examples")
+    p.add_argument("--sft-time-s", type=float, default=None, help="edit-tuning time budget in seconds")
+    p.add_argument("--deadline-s", type=float, default=None,
+                   help="wall time from start by which training ends (the gate follows)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)

@@ -8,11 +8,12 @@
 # The model folder is built in $WORK (default /tmp/zoo_work)/tiny-coder; OUT_DIR receives only
 # train_zoo_gpu.log and tiny-coder.tar.part-* (pieces of at most 15 MB; unpack with
 # `cat tiny-coder.tar.part-* | tar -x -C DEST`). Expects, as device_run.sh: .whl/ (rapidfuzz wheels) and
-# .cache/code_edits_dev.jsonl.gz carried along on the GPU machine; without .cache/ it reads ../shared/data.
+# .cache/code_edits_dev.jsonl.xz (or .gz) carried along on the GPU machine; without .cache/ it reads ../shared/data.
 # On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
 # (the stages stop themselves: target <= 380 s, heads <= 180 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
-# TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--change-weight 8").
+# TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--decision-weight 5"). When the
+# target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway).
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
@@ -27,8 +28,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     >> "$log" 2>&1 || { echo "wheel install failed" | tee -a "$log"; exit 1; }
 fi
-if [ -f .cache/code_edits_dev.jsonl.gz ]; then
-  gunzip -c .cache/code_edits_dev.jsonl.gz > /tmp/d/code_edits_dev.jsonl
+if ls .cache/code_edits_dev.jsonl.* >/dev/null 2>&1; then
+  if [ -f .cache/code_edits_dev.jsonl.xz ]; then python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" .cache/code_edits_dev.jsonl.xz; else gunzip -c .cache/code_edits_dev.jsonl.gz; fi > /tmp/d/code_edits_dev.jsonl
   DATA=/tmp/d
 else
   DATA=$(cd .. && pwd)/shared/data
@@ -49,10 +50,16 @@ timeout "$TARGET_S" python3 -m experiments.train_zoo target --init hybridsd/mode
   $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
+passed=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quality_gate']['passed'])" \
+  "$WORK/tiny-coder/training_config.json" 2>/dev/null)
+if [ "$passed" != "True" ] && [ -z "${FORCE_HEADS:-}" ] && [ "$SMOKE" != "--smoke" ]; then
+  stamp "gate not passed: heads skipped (FORCE_HEADS=1 trains them anyway)"
+else
 stamp "heads"
 timeout "$HEADS_S" python3 -m experiments.train_heads --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
   --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
   | grep --line-buffered -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
+fi
 
 stamp "archive"
 du -ab "$WORK/tiny-coder" | tee -a "$log"

@@ -2,16 +2,17 @@
 
 A commit subject alone ("Some performance improvements") does not tell a model which lines to change, so
 a small model cannot make the edit and copies its input. :func:`located_request` turns an edit
-(``before``, ``after``, subject) into a request that names each changed place of ``before`` by its line
-numbers, its enclosing function or class and its first and last lines quoted, says whether the place is
-replaced, removed or added to, and how many new lines go there; the subject follows as the purpose.
-Outside the named places the file stays as it is, so the edit's size and position are given, and only
-the new text inside each place is left to the model. Pure Python (``difflib``, ``ast``), deterministic.
+(``before``, ``after``, subject) into a request that names each changed place of ``before`` by its anchors:
+the kept line just above it (quoted, with its line number and enclosing function or class), what happens to
+the lines that follow (replaced by about N new lines, removed, or N new lines added) and the kept line the
+file continues from. Copying the file, a model meets the quoted line above a place, writes its new lines and
+resumes at the quoted line below, so the edit's size and position are given and only the new text inside
+each place is left to the model. Pure Python (``difflib``, ``ast``), deterministic.
 
     >>> print(located_request("a = 1\\nb = 2\\nc = 3\\n", "a = 1\\nb = 20\\nc = 3\\n", "Raise b"))
     Raise b
-    Where (line numbers of the original file):
-    - line 2 (`b = 2`): replace it with about 1 new line.
+    Where:
+    - after `a = 1` (line 1): replace the next line with about 1 new line, then continue from `c = 3`.
     Keep every other line as it is.
 """
 
@@ -106,8 +107,6 @@ def change_places(before: str, after: str, max_places: int = 6) -> list[Place]:
 
 def _quote(line: str) -> str:
     text = line.strip()
-    if not text:
-        return "a blank line"
     if len(text) > QUOTE_CHARS:
         text = text[:QUOTE_CHARS].rstrip() + "..."
     return f"`{text.replace('`', chr(39))}`"
@@ -117,25 +116,46 @@ def _lines(n: int, adjective: str = "") -> str:
     return f"{n} {adjective}line" if n == 1 else f"{n} {adjective}lines"
 
 
+def _blank(line: str) -> bool:
+    return not line.strip()
+
+
 def describe_place(place: Place, before_lines: list[str]) -> str:
-    """One line of a request naming ``place`` in ``before`` (given as its lines)."""
-    scope = f" in `{place.scope}`" if place.scope else ""
-    new = place.new_end - place.new_start
-    if place.kind == "add":
-        if place.start == 0:
-            where = "at the top of the file"
-        else:
-            where = f"after line {place.start} ({_quote(before_lines[place.start - 1])})"
-        return f"- {where}{scope}: add about {_lines(new, 'new ')}."
-    old = place.end - place.start
-    if old == 1:
-        where = f"line {place.start + 1} ({_quote(before_lines[place.start])})"
+    """One line of a request naming ``place`` in ``before`` (given as its lines) by its anchors: the nearest
+    non-blank kept line above it (quoted, with its line number) and the kept line it continues from below."""
+    above = place.start - 1
+    while above >= 0 and _blank(before_lines[above]):
+        above -= 1
+    gap_above = place.start - 1 - above  # blank kept lines between the anchor and the place
+    below = place.end
+    while below < len(before_lines) and _blank(before_lines[below]):
+        below += 1
+    gap_below = below - place.end
+
+    if above >= 0:
+        where = f"after {_quote(before_lines[above])} (line {above + 1})"
+        where += f" and {_lines(gap_above, 'blank ')}" if gap_above else ""
     else:
-        where = (f"lines {place.start + 1}-{place.end} ({_lines(old)}, from {_quote(before_lines[place.start])} "
-                 f"to {_quote(before_lines[place.end - 1])})")
-    if place.kind == "remove":
-        return f"- {where}{scope}: remove {'it' if old == 1 else 'them'}."
-    return f"- {where}{scope}: replace {'it' if old == 1 else 'them'} with about {_lines(new, 'new ')}."
+        where = f"after the {_lines(gap_above, 'blank ')} at the top of the file" if gap_above else "at the top of the file"
+    where += f" in `{place.scope}`" if place.scope else ""
+
+    old, new = place.end - place.start, place.new_end - place.new_start
+    first = "first" if above < 0 and not gap_above else "next"
+    span = f"{first} line" if old == 1 else f"{first} {old} lines"
+    if place.kind == "add":
+        action = f"add about {_lines(new, 'new ')}"
+    elif place.kind == "remove":
+        action = f"remove the {span}"
+    else:
+        action = f"replace the {span} with about {_lines(new, 'new ')}"
+
+    if below == len(before_lines):
+        then = "then end the file"
+    elif gap_below:
+        then = f"then continue with {_lines(gap_below, 'blank ')} and {_quote(before_lines[below])}"
+    else:
+        then = f"then continue from {_quote(before_lines[below])}"
+    return f"- {where}: {action}, {then}."
 
 
 def located_request(before: str, after: str, subject: str, max_places: int = 6) -> str:
@@ -152,4 +172,4 @@ def located_request(before: str, after: str, subject: str, max_places: int = 6) 
     lines = before.splitlines(keepends=True)
     body = "\n".join(describe_place(p, lines) for p in places)
     head = subject.strip() or "Edit the file."
-    return f"{head}\nWhere (line numbers of the original file):\n{body}\nKeep every other line as it is."
+    return f"{head}\nWhere:\n{body}\nKeep every other line as it is."

@@ -271,7 +271,8 @@ def test_code_edit_change_requests(tmp_path):
     located, = load_code_edits(path, change_request="located")
     assert subject.prompt == blazedit_prompt(before, "change 0")
     assert located.prompt == blazedit_prompt(before, located_request(before, after, "change 0", 6))
-    assert "line 2 (`b = 2`): replace it with about 1 new line" in located.prompt
+    assert "after `a = 1` (line 1): replace the next line with about 1 new line, then continue from `c = 3`" \
+           in located.prompt
     assert (located.reference, located.edit_norm) == (subject.reference, subject.edit_norm)
     with pytest.raises(ValueError, match="change_request must be one of"):
         load_code_edits(path, change_request="free text")

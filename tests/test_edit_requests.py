@@ -74,7 +74,8 @@ def test_merging_keeps_every_changed_line(a, b):
 
 @settings(max_examples=200, deadline=None)
 @given(LINES, LINES, st.text(max_size=30))
-def test_request_names_each_place_with_true_line_numbers(a, b, subject):
+def test_request_names_each_place_by_its_true_anchors(a, b, subject):
+    """Reference: the anchors found by a direct scan of ``before``'s lines, and the place's sizes."""
     before, after = "".join(a), "".join(b)
     places = change_places(before, after)
     if not places:
@@ -85,14 +86,29 @@ def test_request_names_each_place_with_true_line_numbers(a, b, subject):
     assert text == located_request(before, after, subject)  # deterministic
     items = [ln for ln in text.splitlines() if ln.startswith("- ")]
     assert len(items) == len(places)
+    lines = before.splitlines(keepends=True)
     for p, item in zip(places, items):
-        if p.kind == "add":
-            assert item.endswith(f"add about {p.new_end - p.new_start} new line" + ("" if p.new_end - p.new_start == 1 else "s") + ".")
-            assert (p.start == 0) == item.startswith("- at the top of the file")
+        old, new = p.end - p.start, p.new_end - p.new_start
+        kept_above = [i for i in range(p.start) if lines[i].strip()]
+        if kept_above:
+            i = kept_above[-1]
+            assert item.startswith(f"- after `{lines[i].strip()}` (line {i + 1})")
         else:
-            nums = [int(x) for x in re.findall(r"lines? (\d+)(?:-(\d+))?", item)[0] if x]
-            assert nums[0] == p.start + 1 and nums[-1] == p.end
-            assert ("remove" in item) == (p.kind == "remove")
+            assert "top of the file" in item
+        if p.kind == "add":
+            assert f"add about {new} new line" in item
+        elif p.kind == "remove":
+            assert f"remove the {'next' if kept_above or p.start else 'first'} " in item
+            assert (f"{old} lines" in item) == (old > 1)
+        else:
+            assert f" with about {new} new line" in item
+        kept_below = [j for j in range(p.end, len(lines)) if lines[j].strip()]
+        if kept_below:
+            j = kept_below[0]
+            assert item.endswith(f"`{lines[j].strip()}`.")
+            assert (j > p.end) == ("blank line" in item.split(", then")[-1])
+        else:
+            assert item.endswith("then end the file.")
 
 
 def test_located_request_on_a_real_looking_edit():
@@ -102,11 +118,13 @@ def test_located_request_on_a_real_looking_edit():
                                            '    if not url:\n        raise ValueError("empty url")\n'
                                            '    host = url.split(":")[0]\n')
     text = located_request(FILE, after, "Drop retries")
-    assert text.splitlines()[0] == "Drop retries"
-    assert "- line 9 (`self.retries = 3`) in `Client.__init__`: remove it." in text
-    assert ("- lines 12-13 (2 lines, from `for _ in range(self.retries):` to `pass`) in `Client.send`: "
-            "replace them with about 3 new lines.") in text
-    assert "- after line 17 (`def parse_url(url):`) in `parse_url`: add about 2 new lines." in text
+    assert text.splitlines()[:2] == ["Drop retries", "Where:"]
+    assert ("- after `self.url = url` (line 8) in `Client.__init__`: remove the next line, then continue with "
+            "1 blank line and `def send(self, data):`.") in text
+    assert ("- after `def send(self, data):` (line 11) in `Client.send`: replace the next 2 lines with about "
+            "3 new lines, then continue from `return data`.") in text
+    assert ("- after `def parse_url(url):` (line 17) in `parse_url`: add about 2 new lines, then continue from "
+            "`host = url.split(\":\")[0]`.") in text
     assert text.endswith("Keep every other line as it is.")
 
 
@@ -122,14 +140,18 @@ def test_merging_joins_the_closest_places_first():
 def test_scope_falls_back_when_the_file_does_not_parse():
     before, after = "def f(:\n    x = 1\n", "def f(:\n    x = 2\n"
     assert change_places(before, after)[0].scope == ""
-    assert "line 2 (`x = 1`): replace it with about 1 new line." in located_request(before, after, "s")
+    assert ("- after `def f(:` (line 1): replace the next line with about 1 new line, then end the file."
+            in located_request(before, after, "s"))
 
 
-def test_quotes_are_cut_and_blank_lines_named():
+def test_quotes_are_cut_and_blank_lines_skipped():
     long = "x = '" + "y" * 100 + "'\n"
-    place = Place("replace", 0, 2, 0, 1)
-    item = describe_place(place, [long, "\n"])
-    assert "..." in item and "to a blank line" in item and len(item) < 200
+    item = describe_place(Place("replace", 2, 3, 2, 3), [long, "\n", "a\n", "\n", "\n", "b\n"])
+    assert "..." in item and len(item) < 200
+    assert item.endswith("and 1 blank line: replace the next line with about 1 new line, then continue with "
+                         "2 blank lines and `b`.")
+    assert describe_place(Place("remove", 1, 2, 1, 1), ["\n", "a\n"]).startswith(
+        "- after the 1 blank line at the top of the file: remove the next line")
 
 
 @pytest.mark.parametrize("args, err", [

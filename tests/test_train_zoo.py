@@ -125,7 +125,7 @@ def test_real_request_modes():
     row = {"before": SOURCE, "after": SOURCE.replace("LIMIT = 10", "LIMIT = 20"), "instruction": "Raise the limit"}
     assert edit_corpus.real_request((row, "subject", 6)) == "Raise the limit"
     located = edit_corpus.real_request((row, "located", 6))
-    assert located.startswith("Raise the limit\n") and "line 6 (`LIMIT = 10`): replace it" in located
+    assert located.startswith("Raise the limit\n") and "replace the next line with about 1 new line" in located
 
 
 def test_config_rejects_an_unknown_request_mode():
@@ -156,13 +156,42 @@ def test_changed_positions(before, after):
         assert got == []
 
 
-@pytest.mark.parametrize("example", [([7, 8, 9, 1, 2, 3, 4], 3, [1, 3]), ([7, 8, 1, 2, 4], 2, [0, 2])])
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
+def test_decision_positions(before, after):
+    """Reference: walk the token alignment; a decision is where a copy of ``before`` is left (a new token after
+    a copied one) or resumed at a place other than the next source token (after new tokens, or after a skip);
+    the end-of-turn position counts as copying ``before``'s end."""
+    import difflib
+
+    source = {}  # position in after -> position in before it copies
+    for i, j, n in difflib.SequenceMatcher(None, before, after, autojunk=False).get_matching_blocks():
+        source.update({j + t: i + t for t in range(n)})
+    source[len(after)] = len(before)
+    want, prev = set(), -1  # prev: source position of the previous token; None after a new token
+    for j in range(len(after) + 1):
+        if j not in source:
+            if prev is not None:
+                want.add(j)
+            prev = None
+        else:
+            if prev is None or source[j] != prev + 1:
+                want.add(j)
+            prev = source[j]
+    got = tz.decision_positions((before, after))
+    assert got == sorted(want)
+    assert all(0 <= j <= len(after) for j in got)
+    assert (got == []) == (before == after)
+
+
+@pytest.mark.parametrize("example", [([7, 8, 9, 1, 2, 3, 4], 3, [1, 3], [1, 2, 3, 4]),
+                                     ([7, 8, 1, 2, 4], 2, [0, 2], [0, 3])])
 def test_sft_batches_weight_the_changed_tokens(example):
-    ids, n_prompt, changed = example
-    (x, y, w), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0)
+    ids, n_prompt, changed, decisions = example
+    (x, y, w), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0, decision_weight=3.0)
     assert x[0, : len(ids) - 1].tolist() == ids[:-1]
     for pos in range(len(ids) - n_prompt):  # answer token pos is predicted at n_prompt - 1 + pos
         assert int(y[0, n_prompt - 1 + pos]) == ids[n_prompt + pos]
-        assert float(w[0, n_prompt - 1 + pos]) == (5.0 if pos in changed else 1.0)
+        want = 5.0 if pos in changed else 3.0 if pos in decisions else 1.0
+        assert float(w[0, n_prompt - 1 + pos]) == want
     assert int((y != -100).sum()) == len(ids) - n_prompt
-    assert float(w.sum()) == len(ids) - n_prompt + 4.0 * len(changed)
