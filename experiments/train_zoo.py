@@ -196,7 +196,15 @@ def decision_positions(args: tuple[list[int], list[int]]) -> list[int]:
 
 
 def _both_positions(args: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
-    return changed_positions(args), decision_positions(args)
+    """(:func:`changed_positions`, :func:`decision_positions`) from one alignment (pool worker)."""
+    before, after = args
+    changed: list[int] = []
+    decisions: set[int] = set()
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            changed.extend(range(j1, j2) if j2 > j1 else [j1])
+            decisions.update((j1, j2))
+    return sorted(set(changed)), sorted(decisions)
 
 
 class Phase:
@@ -418,7 +426,8 @@ def cmd_target(args) -> None:
     from transformers import AutoTokenizer
 
     overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
-    for name in ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s"):
+    for name in ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
+                 "sft_lr"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
@@ -622,6 +631,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="loss weight of the answer tokens where it leaves or resumes the copy, and its end (default 1)")
     p.add_argument("--sft-epochs", type=int, default=None, help="passes over the edit-tuning examples")
     p.add_argument("--sft-time-s", type=float, default=None, help="edit-tuning time budget in seconds")
+    p.add_argument("--sft-max-len", type=int, default=None,
+                   help="longest edit-tuning example in tokens (prompt + answer); longer ones are left out")
+    p.add_argument("--sft-lr", type=float, default=None, help="edit-tuning peak learning rate")
     p.add_argument("--deadline-s", type=float, default=None,
                    help="wall time from start by which training ends (the gate follows)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")

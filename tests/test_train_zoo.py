@@ -195,3 +195,9 @@ def test_sft_batches_weight_the_changed_tokens(example):
         want = 5.0 if pos in changed else 3.0 if pos in decisions else 1.0
         assert float(w[0, n_prompt - 1 + pos]) == want
     assert int((y != -100).sum()) == len(ids) - n_prompt
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
+def test_both_positions_from_one_alignment(before, after):
+    assert tz._both_positions((before, after)) == (tz.changed_positions((before, after)),
+                                                   tz.decision_positions((before, after)))
