@@ -9,8 +9,8 @@ Subcommands:
             (b) tuning on change request -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
             template, loss on the answer (the ``after`` file + ``<|eot_id|>``) only: the TRAIN split of
             code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files. The change request is a
-            located one (``hybridsd.edit_requests``: each changed place by line numbers, enclosing def/class,
-            quoted first and last lines, kind and number of new lines, then the commit subject), or with
+            located one (``hybridsd.edit_requests``: the commit subject, then each changed place by the quoted
+            kept lines around it, its line number, enclosing def/class, kind and number of new lines), or with
             ``--change-request subject`` the commit subject / transform instruction alone;
             then a quality gate: greedy answers (the project's own decoding loop with an n-gram drafter) to
             ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
