@@ -13,22 +13,29 @@ import textwrap
 import pytest
 import torch
 
-from hybridsd.attention import SPLIT_ROW_TILE, grouped_attention, split_plan
+from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, grouped_attention, split_plan
 
 CASES = [  # (kv heads, group, block tokens, keys, head dim)
     (2, 2, 1, 7, 16), (3, 4, 9, 300, 24), (1, 1, 3, 64, 128), (2, 4, 5, 200, 32), (8, 4, 1, 700, 64),
 ]
 
 
+@pytest.mark.parametrize("programs", [SPLIT_PROGRAMS, 512, 7])
 @pytest.mark.parametrize("rows,keys,heads,d", [(4, 2560, 8, 128), (36, 768, 8, 128), (1, 1, 1, 16),
-                                               (7, 4097, 3, 80), (128, 100, 32, 256)])
-def test_split_plan_covers_every_key_once(rows, keys, heads, d):
-    block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d)
+                                               (7, 4097, 3, 80), (128, 100, 32, 256), (256, 2560, 8, 128)])
+def test_split_plan_covers_every_key_once(rows, keys, heads, d, programs):
+    block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d, programs)
     assert block_r >= max(16, min(rows, SPLIT_ROW_TILE)) and block_r <= max(16, SPLIT_ROW_TILE)
     assert block_r & (block_r - 1) == 0
     assert chunk % block_n == 0
     assert (splits - 1) * chunk < keys <= splits * chunk  # no empty program, no key left out
-    assert heads * splits * -(-rows // block_r) <= max(128, heads * -(-rows // block_r))
+    groups = heads * -(-rows // block_r)  # programs per key chunk: KV heads x row tiles
+    assert groups * splits <= max(programs, groups)
+
+
+def test_split_plan_rejects_no_programs():
+    with pytest.raises(ValueError, match="programs"):
+        split_plan(4, 100, 8, 128, 0)
 
 
 def test_split_kernel_in_the_triton_interpreter():
@@ -45,7 +52,7 @@ def test_split_kernel_in_the_triton_interpreter():
                 allowed = torch.rand(t, s) < 0.3
                 allowed[:, 0] = True
                 allowed[-1, 1:] = False  # a row that sees one key; chunks it never sees
-                got = split_kv_attention(q, k, v, allowed, d ** -0.5).float()
+                got = split_kv_attention(q, k, v, allowed, d ** -0.5, programs=7 if s > 100 else 128).float()
                 ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5)
                 key = str(dtype)
                 worst[key] = max(worst.get(key, 0.0), (got - ref).abs().max().item())
