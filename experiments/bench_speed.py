@@ -19,7 +19,8 @@ import torch
 
 from experiments import provenance
 from experiments.distributed import write_atomic
-from experiments.speed_diagnostics import capacity_check, profile_loop, profile_step, step_conditions
+from experiments.speed_diagnostics import (attention_plans, capacity_check, gemm_rows, profile_loop, profile_step,
+                                           step_conditions)
 from experiments.speed_loop import hf_generate_ms_per_token, loop_overhead, zoo_speed
 from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_draft_ms, hf_eager_decode_ms,
                                      hf_static_compiled_ms, llama8b, ours_ms)
@@ -58,6 +59,12 @@ def main() -> None:
                             "graph_autotune", "graph_auto", "graph_exact", "graph_auto_exact",
                             "graph_autotune_exact"],
                    help="our target configurations to time (graph always included)")
+    p.add_argument("--chains", type=int, nargs="*", default=[1, 9],
+                   help="chain block sizes timed for each configuration but graph (which times 1..9)")
+    p.add_argument("--trees", type=int, nargs="*", default=[9], help="tree block sizes timed for each "
+                   "configuration: 9 = two branches of 4, any other n = a random tree of n - 1 nodes (not in exact mode)")
+    p.add_argument("--kernels", action="store_true", help="also time the step's matmuls (gemm_rows) and its attention "
+                   "per grid aim (attention_plans) apart, at the first context, before the configurations")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
@@ -81,6 +88,15 @@ def main() -> None:
     def save():
         a.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(a.out, json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
+
+    if a.kernels:  # no compilation: first, so that a run cut short by its time limit still has them
+        res["gemm_rows"] = gemm_rows(model)
+        print("gemm rows:", ", ".join(f"{r['kind']}@{r['rows']} {r['ms_per_step']:.3f}" for r in res["gemm_rows"]))
+        save()
+        res["attention_plans"] = attention_plans(model, a.contexts[0])
+        print("attention:", ", ".join(f"{r['case']}/{r['programs']} {r['ms_per_step']:.3f}"
+                                      for r in res["attention_plans"]))
+        save()
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
     exact_cap = max(a.contexts) + EXACT_NEW_TOKENS + EXACT_ROWS
@@ -113,8 +129,9 @@ def main() -> None:
         if "hf-compile" not in a.skip:
             row |= {f"hf_static_compiled_q{q}": hf_static_compiled_ms(model, ctx, q) for q in (1, 8)}
         for tag, target in configs.items():
-            try:  # all q for the plain graphs, else q = 1 and 9 (each q is one compilation)
-                row |= {f"{tag}_{k}": v for k, v in ours_ms(target, ctx, qs if tag == "graph" else [1, 9]).items()}
+            try:  # all q for the plain graphs, else --chains (each q is one compilation)
+                steps = ours_ms(target, ctx, qs if tag == "graph" else a.chains, tuple(a.trees))
+                row |= {f"{tag}_{k}": v for k, v in steps.items()}
             except Exception as e:  # noqa: BLE001 - a failed configuration is reported, the rest still measured
                 row[f"{tag}_chain_q1"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
             save()

@@ -80,3 +80,22 @@ def test_sdpa_kernel_equals_per_head_reference():
                 w = torch.softmax((q[h, row] @ k[h].T * 0.3).masked_fill(~allowed[i], float("-inf")), -1)
                 col = (h * g + j) * d  # token-major output, query heads in order
                 torch.testing.assert_close(got[i, col : col + d], w @ v[h], atol=1e-6, rtol=1e-5)
+
+
+def test_attention_plans_in_the_triton_interpreter():
+    """The benchmark's attention timing (``speed_diagnostics.attention_plans``) runs every case at every grid aim."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent("""
+        import transformers as tf
+        from experiments.speed_diagnostics import ATTENTION_CASES, attention_plans
+        cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2)
+        rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, programs=(128, 3), iters=1)
+        assert [(r["case"], r["programs"]) for r in rows] == [(c, p) for c in ATTENTION_CASES for p in (128, 3)]
+        assert min(r["ms_per_step"] for r in rows) > 0
+        print("ok")
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
