@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 import hybridsd as hsd
 from experiments.speed_loop import accepted_continuation
 from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
-from hybridsd.attention import SPLIT_PROGRAMS, split_kv_attention
+from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, split_kv_attention
 from hybridsd.decoder import fused_layers
 from hybridsd.drafters.tree import layout
 from hybridsd.kv_cache import bucket
@@ -278,14 +278,17 @@ ATTENTION_CASES = {  # name: (block tokens, tree size or 0 for a chain, exact-mo
 }
 
 
+ATTENTION_PLANS = ((SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, 64), (512, 64), (128, 128), (256, 128))  # grid aims, row tiles
+
+
 @torch.inference_mode()
-def attention_plans(model, ctx: int, programs: tuple[int, ...] = (SPLIT_PROGRAMS, 256, 512),
+def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENTION_PLANS,
                     cases: tuple[str, ...] = tuple(ATTENTION_CASES), iters: int = 20) -> list[dict]:
-    """The split-KV attention of a step alone, per :data:`ATTENTION_CASES` block and per grid aim ``programs``
-    (:func:`~hybridsd.attention.split_plan`): one CUDA graph of the attention of every layer (a KV cache per
-    layer, ``ctx`` committed keys in a span of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases read keys
-    through two views (``exact16_two_views``: half the rows on view 1, as a tree does; the old kernel's cost for
-    every step) or all on view 0 (a decode step or a chain)."""
+    """The split-KV attention of a step alone, per :data:`ATTENTION_CASES` block and per plan ``(programs,
+    row_tile)`` (:func:`~hybridsd.attention.split_plan`; a row tile above a block's rows only where it changes the
+    plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
+    of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases read keys through two views
+    (``exact16_two_views``: half the rows on view 1, as a tree does) or all on view 0 (a decode step, a chain)."""
     cfg = model.config
     p = next(model.parameters())
     hkv, heads = cfg.num_key_value_heads, cfg.num_attention_heads
@@ -307,8 +310,9 @@ def attention_plans(model, ctx: int, programs: tuple[int, ...] = (SPLIT_PROGRAMS
             if views == "halves":
                 branch[t // 2 :] = 1
             extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch}
-        for aim in programs:
-            ms = _graphed_ms(lambda: [split_kv_attention(q, k, v, allowed, d**-0.5, programs=aim, **extra)
-                                      for k, v in caches], iters)
-            out.append({"case": name, "tokens": t, "programs": aim, "ms_per_step": ms})
+        rows = q.shape[1]
+        for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
+            ms = _graphed_ms(lambda: [split_kv_attention(q, k, v, allowed, d**-0.5, programs=aim, row_tile=tile,
+                                                         **extra) for k, v in caches], iters)
+            out.append({"case": name, "tokens": t, "programs": aim, "row_tile": tile, "ms_per_step": ms})
     return out

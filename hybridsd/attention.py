@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("sdpa", "split")
-SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds
+SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps; 8 warps for a tile of 128 or more)
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 
@@ -60,14 +60,14 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     return o.reshape(h, g, t, d).permute(2, 0, 1, 3).reshape(t, h * g * d)  # o: [Hkv, g*T, D]
 
 
-def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int,
-               programs: int = SPLIT_PROGRAMS) -> tuple[int, int, int, int]:
+def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int, programs: int = SPLIT_PROGRAMS,
+               row_tile: int = SPLIT_ROW_TILE) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
-    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= SPLIT_ROW_TILE``), so that the
+    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= max(16, row_tile)``), so that the
     grid has about ``programs`` programs and each chunk whole tiles."""
-    if programs < 1:
-        raise ValueError(f"programs must be >= 1, got {programs}")
-    block_r = max(16, _next_pow2(min(rows, SPLIT_ROW_TILE)))
+    if programs < 1 or row_tile < 1:
+        raise ValueError(f"programs and row_tile must be >= 1, got {programs} and {row_tile}")
+    block_r = max(16, _next_pow2(min(rows, row_tile)))
     row_tiles = -(-rows // block_r)
     block_n = 64 if head_dim <= 128 else 32
     tiles = -(-keys // block_n)
@@ -82,11 +82,11 @@ def _next_pow2(n: int) -> int:
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
-                       branch=None, programs: int = SPLIT_PROGRAMS):
+                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int = SPLIT_ROW_TILE):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
-    ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`); ``programs``:
-    the grid's aim (:func:`split_plan`)."""
+    ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`); ``programs``,
+    ``row_tile``: the grid's aim and the most query rows per program (:func:`split_plan`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
     if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
@@ -95,7 +95,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
     h, rows, d = q.shape
     t, s = allowed.shape
-    block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs)
+    block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
@@ -104,7 +104,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb)
+        IEEE=q.dtype == torch.float32, NB=nb, num_warps=8 if block_r >= 128 else 4)
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](

@@ -17,15 +17,17 @@ from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, grouped_attention
 
 CASES = [  # (kv heads, group, block tokens, keys, head dim)
     (2, 2, 1, 7, 16), (3, 4, 9, 300, 24), (1, 1, 3, 64, 128), (2, 4, 5, 200, 32), (8, 4, 1, 700, 64),
+    (1, 4, 40, 150, 16),  # 160 rows: two row tiles of 128 (or three of 64)
 ]
 
 
-@pytest.mark.parametrize("programs", [SPLIT_PROGRAMS, 512, 7])
+@pytest.mark.parametrize("programs,row_tile", [(SPLIT_PROGRAMS, SPLIT_ROW_TILE), (512, 64), (7, 128), (128, 5)])
 @pytest.mark.parametrize("rows,keys,heads,d", [(4, 2560, 8, 128), (36, 768, 8, 128), (1, 1, 1, 16),
                                                (7, 4097, 3, 80), (128, 100, 32, 256), (256, 2560, 8, 128)])
-def test_split_plan_covers_every_key_once(rows, keys, heads, d, programs):
-    block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d, programs)
-    assert block_r >= max(16, min(rows, SPLIT_ROW_TILE)) and block_r <= max(16, SPLIT_ROW_TILE)
+def test_split_plan_covers_every_key_once(rows, keys, heads, d, programs, row_tile):
+    block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d, programs, row_tile)
+    assert block_r >= min(max(16, row_tile), _pow2_at_least(max(16, rows)))
+    assert block_r <= max(16, _pow2_at_least(row_tile))
     assert block_r & (block_r - 1) == 0
     assert chunk % block_n == 0
     assert (splits - 1) * chunk < keys <= splits * chunk  # no empty program, no key left out
@@ -33,9 +35,15 @@ def test_split_plan_covers_every_key_once(rows, keys, heads, d, programs):
     assert groups * splits <= max(programs, groups)
 
 
+def _pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
 def test_split_plan_rejects_no_programs():
     with pytest.raises(ValueError, match="programs"):
         split_plan(4, 100, 8, 128, 0)
+    with pytest.raises(ValueError, match="row_tile"):
+        split_plan(4, 100, 8, 128, 128, 0)
 
 
 def test_split_kernel_in_the_triton_interpreter():
@@ -52,7 +60,8 @@ def test_split_kernel_in_the_triton_interpreter():
                 allowed = torch.rand(t, s) < 0.3
                 allowed[:, 0] = True
                 allowed[-1, 1:] = False  # a row that sees one key; chunks it never sees
-                got = split_kv_attention(q, k, v, allowed, d ** -0.5, programs=7 if s > 100 else 128).float()
+                got = split_kv_attention(q, k, v, allowed, d ** -0.5, programs=7 if s > 100 else 128,
+                                         row_tile=128 if g * t > 16 else 64).float()
                 ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5)
                 key = str(dtype)
                 worst[key] = max(worst.get(key, 0.0), (got - ref).abs().max().item())
@@ -90,8 +99,11 @@ def test_attention_plans_in_the_triton_interpreter():
         from experiments.speed_diagnostics import ATTENTION_CASES, attention_plans
         cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=4, num_key_value_heads=2)
-        rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, programs=(128, 3), iters=1)
-        assert [(r["case"], r["programs"]) for r in rows] == [(c, p) for c in ATTENTION_CASES for p in (128, 3)]
+        rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((128, 64), (3, 64), (3, 128)), iters=1)
+        # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128)
+        want = [(c, p, t) for c in ATTENTION_CASES for p, t in ((128, 64), (3, 64), (3, 128))
+                if t == 64 or c == "tree_q64"]
+        assert [(r["case"], r["programs"], r["row_tile"]) for r in rows] == want
         assert min(r["ms_per_step"] for r in rows) > 0
         print("ok")
     """)
