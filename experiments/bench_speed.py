@@ -27,6 +27,36 @@ from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_dra
 from hybridsd.target import EXACT_ROWS, Target
 
 
+CONFIGS = ("graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf", "graph_autotune",
+           "graph_auto", "graph_exact", "graph_auto_exact", "graph_autotune_exact")
+
+
+def config_spec(spec: str) -> str:
+    """``--configs`` entry check: ``CONFIG`` or ``CONFIG=STEP,...`` (:func:`config_steps`)."""
+    try:
+        config_steps(spec, [], [])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec
+
+
+def config_steps(spec: str, chains: list[int], trees: list[int]) -> tuple[list[int], tuple[int, ...]]:
+    """The chain and tree block sizes a ``--configs`` entry times: ``CONFIG`` (``chains``, ``trees``) or
+    ``CONFIG=chain_q1,tree_q64`` (those steps only)."""
+    name, eq, steps = spec.partition("=")
+    if name not in CONFIGS:
+        raise ValueError(f"unknown configuration {name!r} (one of {', '.join(CONFIGS)})")
+    if not eq:
+        return list(chains), tuple(trees)
+    sizes: dict[str, list[int]] = {"chain": [], "tree": []}
+    for step in steps.split(","):
+        kind, _, q = step.partition("_q")
+        if kind not in sizes or not q.isdigit() or int(q) < 1:
+            raise ValueError(f"{spec!r}: steps are chain_qN or tree_qN with N >= 1, got {step!r}")
+        sizes[kind].append(int(q))
+    return sizes["chain"], tuple(sizes["tree"])
+
+
 COMPILE_OF = {"graph": lambda mode: False, "graph_compiled": lambda mode: mode,
               "graph_autotune": lambda mode: "max-autotune-no-cudagraphs",
               "graph_auto": lambda mode: "auto"}  # generate(compile=...) of a config
@@ -54,11 +84,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_speed.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
-    p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
-                   choices=["graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf",
-                            "graph_autotune", "graph_auto", "graph_exact", "graph_auto_exact",
-                            "graph_autotune_exact"],
-                   help="our target configurations to time (graph always included)")
+    p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"], type=config_spec,
+                   help=f"our target configurations to time (graph always included), each one of {CONFIGS}, "
+                   "alone (its steps: --chains and --trees) or as CONFIG=STEP,... with steps chain_qN, tree_qN "
+                   "(e.g. graph_autotune=tree_q64: that step only)")
     p.add_argument("--chains", type=int, nargs="*", default=[1, 9],
                    help="chain block sizes timed for each configuration but graph (which times 1..9)")
     p.add_argument("--trees", type=int, nargs="*", default=[9], help="tree block sizes timed for each "
@@ -77,6 +106,9 @@ def main() -> None:
                    "generate()'s drafting steps")
     a = p.parse_args()
     a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
+    # configuration name: (chain sizes, tree sizes); each q is one compilation for a compiled configuration
+    steps_of = {c.partition("=")[0]: config_steps(c, list(range(1, 10)) if c == "graph" else a.chains, a.trees)
+                for c in a.configs}
     bw = copy_bandwidth()
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
@@ -117,21 +149,19 @@ def main() -> None:
                                                compile="max-autotune-no-cudagraphs", exact=EXACT_ROWS),
     }
     configs = {}
-    for name in a.configs:
+    for name in steps_of:
         try:
             configs[name] = factories[name]()
         except Exception as e:  # noqa: BLE001 - reported, the rest still measured
             res.setdefault("failed_configs", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
-    qs = list(range(1, 10))
     for ctx in a.contexts:
         row = res["contexts"].setdefault(str(ctx), {})
         row["hf_eager_decode"] = hf_eager_decode_ms(model, ctx)
         if "hf-compile" not in a.skip:
             row |= {f"hf_static_compiled_q{q}": hf_static_compiled_ms(model, ctx, q) for q in (1, 8)}
         for tag, target in configs.items():
-            try:  # all q for the plain graphs, else --chains (each q is one compilation)
-                steps = ours_ms(target, ctx, qs if tag == "graph" else a.chains, tuple(a.trees))
-                row |= {f"{tag}_{k}": v for k, v in steps.items()}
+            try:
+                row |= {f"{tag}_{k}": v for k, v in ours_ms(target, ctx, *steps_of[tag]).items()}
             except Exception as e:  # noqa: BLE001 - a failed configuration is reported, the rest still measured
                 row[f"{tag}_chain_q1"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
             save()

@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 import hybridsd as hsd
 from experiments.speed_loop import accepted_continuation
 from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
-from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, split_kv_attention
+from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, split_kv_attention
 from hybridsd.decoder import fused_layers
 from hybridsd.drafters.tree import layout
 from hybridsd.kv_cache import bucket
@@ -278,7 +278,9 @@ ATTENTION_CASES = {  # name: (block tokens, tree size or 0 for a chain, exact-mo
 }
 
 
-ATTENTION_PLANS = ((SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, 64), (512, 64), (128, 128), (256, 128))  # grid aims, row tiles
+ATTENTION_PLANS = (  # (grid aim, row tile): 64-row tiles (the default up to 64 rows), 128-row ones (above)
+    (SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, SPLIT_ROW_TILE), (512, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_WIDE_TILE),
+    (256, SPLIT_WIDE_TILE))
 
 
 @torch.inference_mode()

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("sdpa", "split")
-SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps; 8 warps for a tile of 128 or more)
+SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps) ...
+SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree), 8 warps (K/V tiles read once per 128 rows)
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 
@@ -29,7 +30,7 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
     (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
     rows (decode and verify steps, draft trees included: a block of more than ``SPLIT_ROW_TILE`` rows is cut into
-    row tiles, each with programs of its own); longer ones (prefill) go to SDPA.
+    row tiles of ``SPLIT_WIDE_TILE``, each with programs of its own); longer ones (prefill) go to SDPA.
 
     Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
@@ -61,10 +62,13 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 
 
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int, programs: int = SPLIT_PROGRAMS,
-               row_tile: int = SPLIT_ROW_TILE) -> tuple[int, int, int, int]:
+               row_tile: int | None = None) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
-    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= max(16, row_tile)``), so that the
-    grid has about ``programs`` programs and each chunk whole tiles."""
+    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= max(16, row_tile)``; default row
+    tile :data:`SPLIT_ROW_TILE`, or :data:`SPLIT_WIDE_TILE` for blocks of more rows), so that the grid has about
+    ``programs`` programs and each chunk whole tiles."""
+    if row_tile is None:
+        row_tile = SPLIT_ROW_TILE if rows <= SPLIT_ROW_TILE else SPLIT_WIDE_TILE
     if programs < 1 or row_tile < 1:
         raise ValueError(f"programs and row_tile must be >= 1, got {programs} and {row_tile}")
     block_r = max(16, _next_pow2(min(rows, row_tile)))
@@ -82,7 +86,7 @@ def _next_pow2(n: int) -> int:
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
-                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int = SPLIT_ROW_TILE):
+                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int | None = None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`); ``programs``,
