@@ -126,7 +126,7 @@ def main() -> None:
         print("gemm rows:", ", ".join(f"{r['kind']}@{r['rows']} {r['ms_per_step']:.3f}" for r in res["gemm_rows"]))
         save()
         res["attention_plans"] = attention_plans(model, a.contexts[0])
-        print("attention:", ", ".join(f"{r['case']}/{r['programs']} {r['ms_per_step']:.3f}"
+        print("attention:", ", ".join(f"{r['case']}/{r['programs']}/{r['row_tile']} {r['ms_per_step']:.3f}"
                                       for r in res["attention_plans"]))
         save()
 
