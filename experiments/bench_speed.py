@@ -91,7 +91,8 @@ def main() -> None:
     p.add_argument("--chains", type=int, nargs="*", default=[1, 9],
                    help="chain block sizes timed for each configuration but graph (which times 1..9)")
     p.add_argument("--trees", type=int, nargs="*", default=[9], help="tree block sizes timed for each "
-                   "configuration: 9 = two branches of 4, any other n = a random tree of n - 1 nodes (not in exact mode)")
+                   "configuration: 9 = two branches of 4, any other n = a random tree of n - 1 nodes (not in exact "
+                   "mode)")
     p.add_argument("--kernels", action="store_true", help="also time the step's matmuls (gemm_rows) and its attention "
                    "per grid aim (attention_plans) apart, at the first context, before the configurations")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],

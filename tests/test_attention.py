@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -114,3 +115,27 @@ def test_attention_plans_in_the_triton_interpreter():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("programs,row_tile", [(SPLIT_PROGRAMS, None), (SPLIT_PROGRAMS, 64), (512, 64), (256, 128)])
+def test_cuda_split_kernel_tree_block_plans(dtype, programs, row_tile):
+    """A 64-token tree block on the 8B shape (256 query rows per KV head: row tiles of 64, or of 128 with 8
+    warps) against SDPA, for several grid aims."""
+    from hybridsd.attention import split_kv_attention
+    from hybridsd.drafters.tree import layout
+
+    torch.manual_seed(0)
+    hkv, g, d, t, start, s = 8, 4, 128, 64, 2000, 2560
+    rng = np.random.default_rng(0)
+    _, vis = layout([int(rng.integers(-1, i)) for i in range(t - 1)], start)
+    allowed = torch.zeros(t, s, dtype=torch.bool, device="cuda")
+    allowed[:, :start] = True
+    allowed[:, start : start + t] = torch.as_tensor(vis, device="cuda")
+    q = torch.randn(hkv, g * t, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(hkv, s, d, device="cuda", dtype=dtype) for _ in range(2))
+    got = split_kv_attention(q, k, v, allowed, d**-0.5, programs=programs, row_tile=row_tile)
+    ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d**-0.5, "sdpa")
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)
