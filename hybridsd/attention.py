@@ -108,7 +108,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb, num_warps=8 if block_r >= 128 else 4)
+        IEEE=q.dtype == torch.float32, NB=nb, **({"num_warps": 8} if block_r >= 128 else {}))  # else Triton's 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
