@@ -123,13 +123,14 @@ def main() -> None:
         write_atomic(a.out, json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
 
     if a.kernels:  # no compilation: first, so that a run cut short by its time limit still has them
-        res["gemm_rows"] = gemm_rows(model)
-        print("gemm rows:", ", ".join(f"{r['kind']}@{r['rows']} {r['ms_per_step']:.3f}" for r in res["gemm_rows"]))
-        save()
-        res["attention_plans"] = attention_plans(model, a.contexts[0])
-        print("attention:", ", ".join(f"{r['case']}/{r['programs']}/{r['row_tile']} {r['ms_per_step']:.3f}"
-                                      for r in res["attention_plans"]))
-        save()
+        for part, run in (("gemm_rows", lambda: gemm_rows(model)), ("attention_plans", lambda: attention_plans(
+                model, a.contexts[0]))):
+            try:
+                res[part] = run()
+                print(part, json.dumps(res[part]))
+            except Exception as e:  # noqa: BLE001 - reported, the configurations still measured
+                res[part] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            save()
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
     exact_cap = max(a.contexts) + EXACT_NEW_TOKENS + EXACT_ROWS

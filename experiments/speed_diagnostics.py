@@ -314,7 +314,10 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
             extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch}
         rows = q.shape[1]
         for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
-            ms = _graphed_ms(lambda: [split_kv_attention(q, k, v, allowed, d**-0.5, programs=aim, row_tile=tile,
-                                                         **extra) for k, v in caches], iters)
+            try:
+                ms = _graphed_ms(lambda: [split_kv_attention(q, k, v, allowed, d**-0.5, programs=aim, row_tile=tile,
+                                                             **extra) for k, v in caches], iters)
+            except Exception as e:  # noqa: BLE001 - a plan that fails (e.g. to compile) is reported, the rest timed
+                ms = f"failed: {type(e).__name__}: {str(e)[:300]}"
             out.append({"case": name, "tokens": t, "programs": aim, "row_tile": tile, "ms_per_step": ms})
     return out
