@@ -19,11 +19,42 @@ import torch
 
 from experiments import provenance
 from experiments.distributed import write_atomic
-from experiments.speed_diagnostics import capacity_check, profile_loop, profile_step, step_conditions
+from experiments.speed_diagnostics import (attention_plans, capacity_check, gemm_rows, profile_loop, profile_step,
+                                           step_conditions)
 from experiments.speed_loop import hf_generate_ms_per_token, loop_overhead, zoo_speed
 from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_draft_ms, hf_eager_decode_ms,
                                      hf_static_compiled_ms, llama8b, ours_ms)
 from hybridsd.target import EXACT_ROWS, Target
+
+
+CONFIGS = ("graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf", "graph_autotune",
+           "graph_auto", "graph_exact", "graph_auto_exact", "graph_autotune_exact")
+
+
+def config_spec(spec: str) -> str:
+    """``--configs`` entry check: ``CONFIG`` or ``CONFIG=STEP,...`` (:func:`config_steps`)."""
+    try:
+        config_steps(spec, [], [])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec
+
+
+def config_steps(spec: str, chains: list[int], trees: list[int]) -> tuple[list[int], tuple[int, ...]]:
+    """The chain and tree block sizes a ``--configs`` entry times: ``CONFIG`` (``chains``, ``trees``) or
+    ``CONFIG=chain_q1,tree_q64`` (those steps only)."""
+    name, eq, steps = spec.partition("=")
+    if name not in CONFIGS:
+        raise ValueError(f"unknown configuration {name!r} (one of {', '.join(CONFIGS)})")
+    if not eq:
+        return list(chains), tuple(trees)
+    sizes: dict[str, list[int]] = {"chain": [], "tree": []}
+    for step in steps.split(","):
+        kind, _, q = step.partition("_q")
+        if kind not in sizes or not q.isdigit() or int(q) < 1:
+            raise ValueError(f"{spec!r}: steps are chain_qN or tree_qN with N >= 1, got {step!r}")
+        sizes[kind].append(int(q))
+    return sizes["chain"], tuple(sizes["tree"])
 
 
 COMPILE_OF = {"graph": lambda mode: False, "graph_compiled": lambda mode: mode,
@@ -53,11 +84,17 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_speed.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
-    p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"],
-                   choices=["graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf",
-                            "graph_autotune", "graph_auto", "graph_exact", "graph_auto_exact",
-                            "graph_autotune_exact"],
-                   help="our target configurations to time (graph always included)")
+    p.add_argument("--configs", nargs="+", default=["graph", "eager", "graph_compiled"], type=config_spec,
+                   help=f"our target configurations to time (graph always included), each one of {CONFIGS}, "
+                   "alone (its steps: --chains and --trees) or as CONFIG=STEP,... with steps chain_qN, tree_qN "
+                   "(e.g. graph_autotune=tree_q64: that step only)")
+    p.add_argument("--chains", type=int, nargs="*", default=[1, 9],
+                   help="chain block sizes timed for each configuration but graph (which times 1..9)")
+    p.add_argument("--trees", type=int, nargs="*", default=[9], help="tree block sizes timed for each "
+                   "configuration: 9 = two branches of 4, any other n = a random tree of n - 1 nodes (not in exact "
+                   "mode)")
+    p.add_argument("--kernels", action="store_true", help="also time the step's matmuls (gemm_rows) and its attention "
+                   "per grid aim (attention_plans) apart, at the first context, before the configurations")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
     p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
@@ -70,6 +107,9 @@ def main() -> None:
                    "generate()'s drafting steps")
     a = p.parse_args()
     a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
+    # configuration name: (chain sizes, tree sizes); each q is one compilation for a compiled configuration
+    steps_of = {c.partition("=")[0]: config_steps(c, list(range(1, 10)) if c == "graph" else a.chains, a.trees)
+                for c in a.configs}
     bw = copy_bandwidth()
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
@@ -81,6 +121,16 @@ def main() -> None:
     def save():
         a.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(a.out, json.dumps(res, indent=1))  # after every part: a killed run keeps what it measured
+
+    if a.kernels:  # no compilation: first, so that a run cut short by its time limit still has them
+        for part, run in (("gemm_rows", lambda: gemm_rows(model)), ("attention_plans", lambda: attention_plans(
+                model, a.contexts[0]))):
+            try:
+                res[part] = run()
+                print(part, json.dumps(res[part]))
+            except Exception as e:  # noqa: BLE001 - reported, the configurations still measured
+                res[part] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            save()
 
     cap = max(a.contexts) + 64  # one target per configuration serves every context (one compilation per q)
     exact_cap = max(a.contexts) + EXACT_NEW_TOKENS + EXACT_ROWS
@@ -101,20 +151,19 @@ def main() -> None:
                                                compile="max-autotune-no-cudagraphs", exact=EXACT_ROWS),
     }
     configs = {}
-    for name in a.configs:
+    for name in steps_of:
         try:
             configs[name] = factories[name]()
         except Exception as e:  # noqa: BLE001 - reported, the rest still measured
             res.setdefault("failed_configs", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
-    qs = list(range(1, 10))
     for ctx in a.contexts:
         row = res["contexts"].setdefault(str(ctx), {})
         row["hf_eager_decode"] = hf_eager_decode_ms(model, ctx)
         if "hf-compile" not in a.skip:
             row |= {f"hf_static_compiled_q{q}": hf_static_compiled_ms(model, ctx, q) for q in (1, 8)}
         for tag, target in configs.items():
-            try:  # all q for the plain graphs, else q = 1 and 9 (each q is one compilation)
-                row |= {f"{tag}_{k}": v for k, v in ours_ms(target, ctx, qs if tag == "graph" else [1, 9]).items()}
+            try:
+                row |= {f"{tag}_{k}": v for k, v in ours_ms(target, ctx, *steps_of[tag]).items()}
             except Exception as e:  # noqa: BLE001 - a failed configuration is reported, the rest still measured
                 row[f"{tag}_chain_q1"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
             save()

@@ -31,25 +31,13 @@ import torch
 
 from experiments import provenance
 from experiments.distributed import write_atomic
-from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b
+from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b, random_tree
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import _tree_block, _verify_step
 from hybridsd.target import Target
-
-
-def random_tree(n: int, depth: int, seed: int = 0) -> tuple[int, ...]:
-    """Parents of a random tree of ``n`` nodes and depth at most ``depth``."""
-    rng = np.random.default_rng(seed)
-    parents, depths = [], []
-    for i in range(n):
-        options = [-1] + [j for j in range(i) if depths[j] < depth]
-        p = int(rng.choice(options))
-        parents.append(p)
-        depths.append(1 if p < 0 else depths[p] + 1)
-    return tuple(parents)
 
 
 @torch.inference_mode()

@@ -1,5 +1,6 @@
 """Why a step or the loop is slower than the floor: the graphed step under one loop condition at a time, a
-graph's launch cost, KV capacity, and ``torch.profiler`` views of a step's kernels and of the loop's device gaps."""
+graph's launch cost, KV capacity, ``torch.profiler`` views of a step's kernels and of the loop's device gaps,
+and a step's matmuls and attention timed apart by block size."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import hybridsd as hsd
 from experiments.speed_loop import accepted_continuation
-from experiments.speed_steps import ours_ms
+from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
+from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, split_kv_attention
+from hybridsd.decoder import fused_layers
+from hybridsd.drafters.tree import layout
+from hybridsd.kv_cache import bucket
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.target import Target, target_for
 from hybridsd.verify import greedy_chain
@@ -232,3 +239,85 @@ def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 1
             "device_ms_per_step": sum(e.self_device_time_total for e in on_device) / 1e3 / steps,
             "top_device": rows(sorted(on_device, key=lambda e: -e.self_device_time_total)[:top], "self_device_time_total"),
             "top_host": rows(host, "self_cpu_time_total")}
+
+
+def _graphed_ms(run, iters: int = 20) -> float:
+    """CUDA-event median of one CUDA-graph replay of ``run`` (run once before capture: warm-up, lazy init); on a
+    machine without CUDA, :func:`cuda_median_ms` of ``run`` itself."""
+    run()
+    if not torch.cuda.is_available():
+        return cuda_median_ms(run, iters=iters, warmup=0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return cuda_median_ms(graph.replay, iters=iters)
+
+
+@torch.inference_mode()
+def gemm_rows(model, rows: tuple[int, ...] = (1, 8, 9, 16, 64), iters: int = 20) -> list[dict]:
+    """The step's matmuls alone (``F.linear``, as the fused decoder calls them) by weight kind and block size: one
+    CUDA graph of a kind's matmul in every layer (the LM head: once), in ms per step, with the weight bytes read
+    per ms (TB/s). Shows what a block of ``rows`` tokens costs in matmuls over a one-token step."""
+    layers = fused_layers(model.model)
+    kinds = {"qkv": [w.wqkv for w in layers], "o": [w.wo for w in layers], "gate_up": [w.w13 for w in layers],
+             "down": [w.w2 for w in layers], "lm_head": [model.lm_head.weight]}
+    out = []
+    for m in rows:
+        for kind, ws in kinds.items():
+            xs = [torch.randn(m, w.shape[1], device=w.device, dtype=w.dtype) for w in ws]  # [m, in] per layer
+            ms = _graphed_ms(lambda: [F.linear(x, w) for x, w in zip(xs, ws)], iters)
+            nbytes = sum(w.numel() * w.element_size() for w in ws)
+            out.append({"rows": m, "kind": kind, "ms_per_step": ms, "TBps": nbytes / ms / 1e9})
+    return out
+
+
+ATTENTION_CASES = {  # name: (block tokens, tree size or 0 for a chain, exact-mode views with the rows' branches)
+    "decode": (1, 0, None), "chain_q9": (9, 0, None), "tree_q64": (64, 64, None),
+    "exact16_one_view": (16, 0, "zeros"), "exact16_two_views": (16, 0, "halves"), "exact8_one_view": (8, 0, "zeros"),
+}
+
+
+ATTENTION_PLANS = (  # (grid aim, row tile): 64-row tiles (the default up to 64 rows), 128-row ones (above)
+    (SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, SPLIT_ROW_TILE), (512, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_WIDE_TILE),
+    (256, SPLIT_WIDE_TILE))
+
+
+@torch.inference_mode()
+def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENTION_PLANS,
+                    cases: tuple[str, ...] = tuple(ATTENTION_CASES), iters: int = 20) -> list[dict]:
+    """The split-KV attention of a step alone, per :data:`ATTENTION_CASES` block and per plan ``(programs,
+    row_tile)`` (:func:`~hybridsd.attention.split_plan`; a row tile above a block's rows only where it changes the
+    plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
+    of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases read keys through two views
+    (``exact16_two_views``: half the rows on view 1, as a tree does) or all on view 0 (a decode step, a chain)."""
+    cfg = model.config
+    p = next(model.parameters())
+    hkv, heads = cfg.num_key_value_heads, cfg.num_attention_heads
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    span = bucket(ctx + 64)
+    caches = [(torch.randn(hkv, span, d, device=p.device, dtype=p.dtype),
+               torch.randn(hkv, span, d, device=p.device, dtype=p.dtype)) for _ in range(cfg.num_hidden_layers)]
+    out = []
+    for name in cases:
+        t, tree, views = ATTENTION_CASES[name]
+        q = torch.randn(hkv, heads // hkv * t, d, device=p.device, dtype=p.dtype)  # [Hkv, g*T, D]
+        block = np.tril(np.ones((t, t), dtype=bool)) if not tree else layout(random_tree(t - 1, 7), ctx)[1]
+        allowed = torch.zeros(t, span, dtype=torch.bool, device=p.device)  # [T, span]
+        allowed[:, :ctx] = True
+        allowed[:, ctx : ctx + t] = torch.as_tensor(block, device=p.device)
+        extra = {}
+        if views is not None:
+            branch = torch.zeros(t, dtype=torch.long, device=p.device)
+            if views == "halves":
+                branch[t // 2 :] = 1
+            extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch}
+        rows = q.shape[1]
+        for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
+            try:
+                ms = _graphed_ms(lambda: [split_kv_attention(q, k, v, allowed, d**-0.5, programs=aim, row_tile=tile,
+                                                             **extra) for k, v in caches], iters)
+            except Exception as e:  # noqa: BLE001 - a plan that fails (e.g. to compile) is reported, the rest timed
+                ms = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            out.append({"case": name, "tokens": t, "programs": aim, "row_tile": tile, "ms_per_step": ms})
+    return out

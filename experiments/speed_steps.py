@@ -4,12 +4,14 @@ Llama-3.1-8B-shaped model, HF's decode-step baselines, our target's chain and tr
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 import torch
 
 import hybridsd as hsd
 from hybridsd.drafters.base import ProposeRequest
+from hybridsd.drafters.tree import layout
 from hybridsd.generate import _tree_layout
 from hybridsd.kv_cache import bucket
 from hybridsd.target import Target
@@ -17,12 +19,30 @@ from hybridsd.target import Target
 EXACT_NEW_TOKENS = 256  # exact-mode steps attend over the span of a run generating this many tokens after ctx
 
 
+def random_tree(n: int, depth: int, seed: int = 0) -> tuple[int, ...]:
+    """Parents of a random tree of ``n`` nodes and depth at most ``depth``."""
+    rng = np.random.default_rng(seed)
+    parents, depths = [], []
+    for i in range(n):
+        options = [-1] + [j for j in range(i) if depths[j] < depth]
+        p = int(rng.choice(options))
+        parents.append(p)
+        depths.append(1 if p < 0 else depths[p] + 1)
+    return tuple(parents)
+
+
 def cuda_median_ms(fn, iters: int = 30, warmup: int = 5) -> float:
-    """Median milliseconds of ``fn()`` by CUDA events, warm-up excluded."""
+    """Median milliseconds of ``fn()`` by CUDA events, warm-up excluded (on a machine without CUDA, by the host
+    clock: the CPU tests of the benchmark code)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(iters):
+        if not torch.cuda.is_available():
+            t = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t))
+            continue
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -114,20 +134,32 @@ def eagle_draft_ms(model, ctx: int) -> dict:
 
 
 @torch.inference_mode()
-def ours_ms(target: Target, ctx: int, qs: list[int]) -> dict:
-    """Our target step for each block size q (chain) after ``ctx`` committed tokens, plus a 2-branch tree of 9.
-    In exact mode every step is a block of ``target.exact`` rows over the span of a run of
-    :data:`EXACT_NEW_TOKENS` tokens after ``ctx`` (what ``generate(exact=...)`` would use)."""
-    ids = torch.randint(0, 1000, (ctx,), device="cuda")
+def ours_ms(target: Target, ctx: int, qs: list[int], trees: tuple[int, ...] = (9,)) -> dict:
+    """Our target step for each block size q (chain) after ``ctx`` committed tokens, and a tree block of each
+    size in ``trees``: 9 is two branches of 4 (``tree_q9``), any other ``n`` the root and a random tree of
+    ``n - 1`` nodes of depth at most 7 (``tree_q{n}``, as ``bench_tree``'s ``tree_q64``; not in exact mode,
+    which verifies at most two branches). In exact mode every step is a block of ``target.exact`` rows over the
+    span of a run of :data:`EXACT_NEW_TOKENS` tokens after ``ctx`` (what ``generate(exact=...)`` would use)."""
+    dev, vocab = target.device, min(1000, target.model.config.vocab_size)
+    ids = torch.randint(0, vocab, (ctx,), device=dev)
     if target.exact:
         target.exact_span = bucket(ctx + EXACT_NEW_TOKENS + target.exact)
     target.kv.rewind(0)
     target.forward(ids, 0, last_logits_only=True)
     out = {}
     for q in qs:
-        block = torch.randint(0, 1000, (q,), device="cuda")
+        block = torch.randint(0, vocab, (q,), device=dev)
         out[f"chain_q{q}"] = cuda_median_ms(lambda: target.forward(block, ctx))
-    pos, vis, _ = _tree_layout([4, 4], ctx)
-    block = torch.randint(0, 1000, (9,), device="cuda")
-    out["tree_q9"] = cuda_median_ms(lambda: target.forward(block, ctx, positions=pos, visible=vis))
+    for n in trees:
+        if n == 9:
+            pos, vis, _ = _tree_layout([4, 4], ctx)
+        elif target.exact:
+            continue
+        else:
+            pos, vis = layout(random_tree(n - 1, 7), ctx)
+        block = torch.randint(0, vocab, (n,), device=dev)
+        try:  # a tree block that fails (e.g. to compile) is reported; the chains above are kept
+            out[f"tree_q{n}"] = cuda_median_ms(lambda: target.forward(block, ctx, positions=pos, visible=vis))
+        except Exception as e:  # noqa: BLE001
+            out[f"tree_q{n}"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
     return out

@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("sdpa", "split")
-SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds
+SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps) ...
+SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree), 8 warps (K/V tiles read once per 128 rows)
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
+SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
@@ -28,13 +30,14 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
     (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
     rows (decode and verify steps, draft trees included: a block of more than ``SPLIT_ROW_TILE`` rows is cut into
-    row tiles, each with programs of its own); longer ones (prefill) go to SDPA.
+    row tiles of ``SPLIT_WIDE_TILE``, each with programs of its own); longer ones (prefill) go to SDPA.
 
     Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
     is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
-    step would use, whatever slots its tree branch occupies: each of the ``NB`` branch views runs the same code
-    and rows of the other branches add exact zeros, so a row's result depends only on its own keys.
+    step would use, whatever slots its tree branch occupies: a row's scores and value products are selected from
+    its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
+    depends only on its own keys.
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -58,15 +61,21 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     return o.reshape(h, g, t, d).permute(2, 0, 1, 3).reshape(t, h * g * d)  # o: [Hkv, g*T, D]
 
 
-def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int) -> tuple[int, int, int, int]:
+def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int, programs: int = SPLIT_PROGRAMS,
+               row_tile: int | None = None) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
-    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= SPLIT_ROW_TILE``), so that the
-    grid has about 128 programs (one H100/H200 wave) and each chunk whole tiles."""
-    block_r = max(16, _next_pow2(min(rows, SPLIT_ROW_TILE)))
+    per KV head and row tile (``ceil(rows / BLOCK_R)`` row tiles, ``BLOCK_R <= max(16, row_tile)``; default row
+    tile :data:`SPLIT_ROW_TILE`, or :data:`SPLIT_WIDE_TILE` for blocks of more rows), so that the grid has about
+    ``programs`` programs and each chunk whole tiles."""
+    if row_tile is None:
+        row_tile = SPLIT_ROW_TILE if rows <= SPLIT_ROW_TILE else SPLIT_WIDE_TILE
+    if programs < 1 or row_tile < 1:
+        raise ValueError(f"programs and row_tile must be >= 1, got {programs} and {row_tile}")
+    block_r = max(16, _next_pow2(min(rows, row_tile)))
     row_tiles = -(-rows // block_r)
     block_n = 64 if head_dim <= 128 else 32
     tiles = -(-keys // block_n)
-    splits = max(1, min(tiles, 128 // max(1, kv_heads * row_tiles)))
+    splits = max(1, min(tiles, programs // max(1, kv_heads * row_tiles)))
     chunk = -(-tiles // splits) * block_n
     return block_r, block_n, chunk, -(-keys // chunk)
 
@@ -77,10 +86,11 @@ def _next_pow2(n: int) -> int:
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
-                       branch=None):
+                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int | None = None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
-    ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`)."""
+    ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`); ``programs``,
+    ``row_tile``: the grid's aim and the most query rows per program (:func:`split_plan`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
     if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
@@ -89,7 +99,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
     h, rows, d = q.shape
     t, s = allowed.shape
-    block_r, block_n, chunk, splits = split_plan(rows, s, h, d)
+    block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
@@ -98,7 +108,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb)
+        IEEE=q.dtype == torch.float32, NB=nb, **({"num_warps": 8} if block_r >= 128 else {}))  # else Triton's 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
@@ -117,7 +127,9 @@ def _kernel():
                         SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                         D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
         # NB = 0: keys in slot order. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from
-        # slot KSLOT[b, i]; each row takes its token's view (BRANCH), the other views give it exact zeros.
+        # slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and values products are
+        # those of its own view's keys, whatever the other rows. A row tile whose rows all read view 0 (a decode step,
+        # a chain) skips the other views: the same selections with nothing to select, so the same bits.
         h = tl.program_id(0)
         c = tl.program_id(1)
         splits = tl.num_programs(1)
@@ -128,6 +140,7 @@ def _kernel():
         tok = r % T  # the block token of each row
         if NB > 0:
             view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
+            several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
         m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
         l = tl.zeros([BLOCK_R], tl.float32)
         acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
@@ -137,20 +150,23 @@ def _kernel():
             kv_mask = key_ok[:, None] & (d[None, :] < D)
             if NB == 0:
                 k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-                if IEEE:
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                else:
-                    s = tl.dot(q, tl.trans(k))
             else:
-                s = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
-                for b in tl.static_range(NB):
-                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)  # [BLOCK_N]
-                    k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-                    if IEEE:
-                        s_b = tl.dot(q, tl.trans(k), input_precision="ieee")
-                    else:
-                        s_b = tl.dot(q, tl.trans(k))
-                    s = tl.where(view[:, None] == b, s_b, s)
+                slot = tl.load(KSLOT + n, mask=key_ok, other=0)  # [BLOCK_N] view 0's slots
+                k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            if NB > 0:
+                if several:
+                    for b in tl.static_range(1, NB):
+                        slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                        k_b = tl.load(K + h * skh + slot_b[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                        if IEEE:
+                            s_b = tl.dot(q, tl.trans(k_b), input_precision="ieee")
+                        else:
+                            s_b = tl.dot(q, tl.trans(k_b))
+                        s = tl.where(view[:, None] == b, s_b, s)
             seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
             s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
             # as a runtime argument torch.compile passes it as fp64)
@@ -160,20 +176,22 @@ def _kernel():
             l = l * alpha + tl.sum(p, 1)
             if NB == 0:
                 v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                if IEEE:
-                    pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-                else:
-                    pv = tl.dot(p.to(v.dtype), v)
             else:
-                pv = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-                for b in tl.static_range(NB):
-                    slot = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                    v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                    p_b = tl.where(view[:, None] == b, p, 0.0).to(v.dtype)  # other views' rows: exact zeros
-                    if IEEE:
-                        pv += tl.dot(p_b, v, input_precision="ieee")
-                    else:
-                        pv += tl.dot(p_b, v)
+                v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+            if IEEE:
+                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            if NB > 0:
+                if several:
+                    for b in tl.static_range(1, NB):
+                        slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                        v_b = tl.load(V + h * svh + slot_b[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                        if IEEE:
+                            pv_b = tl.dot(p.to(v.dtype), v_b, input_precision="ieee")
+                        else:
+                            pv_b = tl.dot(p.to(v.dtype), v_b)
+                        pv = tl.where(view[:, None] == b, pv_b, pv)
             acc = acc * alpha[:, None] + pv
             m = m_new
         base = (h * splits + c) * R

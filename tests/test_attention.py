@@ -10,25 +10,44 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
-from hybridsd.attention import SPLIT_ROW_TILE, grouped_attention, split_plan
+from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, grouped_attention, split_plan
 
 CASES = [  # (kv heads, group, block tokens, keys, head dim)
     (2, 2, 1, 7, 16), (3, 4, 9, 300, 24), (1, 1, 3, 64, 128), (2, 4, 5, 200, 32), (8, 4, 1, 700, 64),
+    (1, 4, 40, 150, 16), (2, 3, 50, 90, 16),  # 160 rows in three tiles of 64; 150 in two of 128 (the default)
 ]
 
 
+@pytest.mark.parametrize("programs,row_tile", [(SPLIT_PROGRAMS, None), (512, 64), (7, 128), (128, 5)])
 @pytest.mark.parametrize("rows,keys,heads,d", [(4, 2560, 8, 128), (36, 768, 8, 128), (1, 1, 1, 16),
-                                               (7, 4097, 3, 80), (128, 100, 32, 256)])
-def test_split_plan_covers_every_key_once(rows, keys, heads, d):
-    block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d)
-    assert block_r >= max(16, min(rows, SPLIT_ROW_TILE)) and block_r <= max(16, SPLIT_ROW_TILE)
+                                               (7, 4097, 3, 80), (128, 100, 32, 256), (256, 2560, 8, 128)])
+def test_split_plan_covers_every_key_once(rows, keys, heads, d, programs, row_tile):
+    block_r, block_n, chunk, splits = split_plan(rows, keys, heads, d, programs, row_tile)
+    if row_tile is None:  # the default: 64-row tiles, 128-row ones for blocks of more rows
+        row_tile = SPLIT_ROW_TILE if rows <= SPLIT_ROW_TILE else SPLIT_WIDE_TILE
+        assert block_r == (max(16, _pow2_at_least(rows)) if rows <= SPLIT_ROW_TILE else SPLIT_WIDE_TILE)
+    assert block_r >= min(max(16, row_tile), _pow2_at_least(max(16, rows)))
+    assert block_r <= max(16, _pow2_at_least(row_tile))
     assert block_r & (block_r - 1) == 0
     assert chunk % block_n == 0
     assert (splits - 1) * chunk < keys <= splits * chunk  # no empty program, no key left out
-    assert heads * splits * -(-rows // block_r) <= max(128, heads * -(-rows // block_r))
+    groups = heads * -(-rows // block_r)  # programs per key chunk: KV heads x row tiles
+    assert groups * splits <= max(programs, groups)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def test_split_plan_rejects_no_programs():
+    with pytest.raises(ValueError, match="programs"):
+        split_plan(4, 100, 8, 128, 0)
+    with pytest.raises(ValueError, match="row_tile"):
+        split_plan(4, 100, 8, 128, 128, 0)
 
 
 def test_split_kernel_in_the_triton_interpreter():
@@ -45,7 +64,8 @@ def test_split_kernel_in_the_triton_interpreter():
                 allowed = torch.rand(t, s) < 0.3
                 allowed[:, 0] = True
                 allowed[-1, 1:] = False  # a row that sees one key; chunks it never sees
-                got = split_kv_attention(q, k, v, allowed, d ** -0.5).float()
+                got = split_kv_attention(q, k, v, allowed, d ** -0.5, programs=7 if s > 100 else 128,
+                                         row_tile=64 if t == 40 else None).float()
                 ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5)
                 key = str(dtype)
                 worst[key] = max(worst.get(key, 0.0), (got - ref).abs().max().item())
@@ -73,3 +93,49 @@ def test_sdpa_kernel_equals_per_head_reference():
                 w = torch.softmax((q[h, row] @ k[h].T * 0.3).masked_fill(~allowed[i], float("-inf")), -1)
                 col = (h * g + j) * d  # token-major output, query heads in order
                 torch.testing.assert_close(got[i, col : col + d], w @ v[h], atol=1e-6, rtol=1e-5)
+
+
+def test_attention_plans_in_the_triton_interpreter():
+    """The benchmark's attention timing (``speed_diagnostics.attention_plans``) runs every case at every grid aim."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent("""
+        import transformers as tf
+        from experiments.speed_diagnostics import ATTENTION_CASES, attention_plans
+        cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2)
+        rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((128, 64), (3, 64), (3, 128)), iters=1)
+        # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128)
+        want = [(c, p, t) for c in ATTENTION_CASES for p, t in ((128, 64), (3, 64), (3, 128))
+                if t == 64 or c == "tree_q64"]
+        assert [(r["case"], r["programs"], r["row_tile"]) for r in rows] == want
+        assert min(r["ms_per_step"] for r in rows) > 0
+        print("ok")
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("programs,row_tile", [(SPLIT_PROGRAMS, None), (SPLIT_PROGRAMS, 64), (512, 64), (256, 128)])
+def test_cuda_split_kernel_tree_block_plans(dtype, programs, row_tile):
+    """A 64-token tree block on the 8B shape (256 query rows per KV head: row tiles of 64, or of 128 with 8
+    warps) against SDPA, for several grid aims."""
+    from hybridsd.attention import split_kv_attention
+    from hybridsd.drafters.tree import layout
+
+    torch.manual_seed(0)
+    hkv, g, d, t, start, s = 8, 4, 128, 64, 2000, 2560
+    rng = np.random.default_rng(0)
+    _, vis = layout([int(rng.integers(-1, i)) for i in range(t - 1)], start)
+    allowed = torch.zeros(t, s, dtype=torch.bool, device="cuda")
+    allowed[:, :start] = True
+    allowed[:, start : start + t] = torch.as_tensor(vis, device="cuda")
+    q = torch.randn(hkv, g * t, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(hkv, s, d, device="cuda", dtype=dtype) for _ in range(2))
+    got = split_kv_attention(q, k, v, allowed, d**-0.5, programs=programs, row_tile=row_tile)
+    ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d**-0.5, "sdpa")
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_target
 
 import hybridsd as hsd
-from experiments import bench_speed, speed_diagnostics, speed_loop
+from experiments import bench_speed, speed_diagnostics, speed_loop, speed_steps
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.target import Target
 
@@ -85,3 +85,17 @@ def test_summary_table_relates_each_step_to_the_floor_and_the_baselines():
     step = next(x for x in lines if "graph_chain_q1" in x).split()
     assert step[2:] == ["4.00", "2.00", "0.20", "0.80"]  # ms, x floor, x HF eager, x HF compiled
     assert next(x for x in lines if "graph_compiled_chain_q1" in x).endswith("failed: RuntimeError: x")
+
+
+def test_step_times_and_matmul_rows_run_on_the_cpu():
+    """ours_ms times chains and trees (a random tree of n - 1 nodes for n != 9; none in exact mode), and gemm_rows
+    every matmul kind at every block size (host times on the CPU)."""
+    model = tiny_target("llama", vocab=300, seed=5, layers=2)
+    steps = speed_steps.ours_ms(Target(model, 128), 20, [1, 3], trees=(9, 17))
+    assert set(steps) == {"chain_q1", "chain_q3", "tree_q9", "tree_q17"} and min(steps.values()) > 0
+    exact = speed_steps.ours_ms(Target(model, 20 + speed_steps.EXACT_NEW_TOKENS + 16, exact=16), 20, [1], (9, 17))
+    assert set(exact) == {"chain_q1", "tree_q9"}
+    rows = speed_diagnostics.gemm_rows(model, rows=(1, 4), iters=2)
+    assert [(r["rows"], r["kind"]) for r in rows] == [(m, k) for m in (1, 4)
+                                                      for k in ("qkv", "o", "gate_up", "down", "lm_head")]
+    assert min(r["ms_per_step"] for r in rows) > 0

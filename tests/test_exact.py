@@ -155,7 +155,8 @@ def test_exact_layout_of_a_tree():
 
 def test_split_kernel_virtual_order_in_the_triton_interpreter():
     """The Triton kernel in exact mode: a row reads its keys through its branch's slots, giving what a plain
-    decode step (keys at their own slots) gives, bit for bit; and SDPA's result within rounding."""
+    decode step (keys at their own slots) gives, bit for bit, whether or not the other rows of its tile read other
+    views; and SDPA's result within rounding."""
     pytest.importorskip("triton")
     code = textwrap.dedent("""
         import torch
@@ -180,6 +181,10 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
                                        branch=torch.zeros(t, dtype=torch.long))
             rows = torch.arange(t) >= 3
             assert torch.equal(tree.view(t, -1)[rows], chain.view(t, -1)[rows])
+            # branch 0's rows: the same bits in a tile where every row reads view 0 (the other views skipped)
+            alone = split_kv_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots,
+                                       branch=torch.zeros(t, dtype=torch.long))
+            assert torch.equal(tree.view(t, -1)[~rows], alone.view(t, -1)[~rows])
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")
