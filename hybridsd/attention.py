@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 KERNELS = ("sdpa", "split")
 SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps) ...
-SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree), 8 warps (K/V tiles read once per 128 rows)
+SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree) of 2-byte inputs, 8 warps (K/V tiles read
+#                        once per 128 rows; fp32 tiles of 128 rows at head dim 128 overflow an H100/H200 SM's memory)
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 
@@ -90,7 +91,8 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`); ``programs``,
-    ``row_tile``: the grid's aim and the most query rows per program (:func:`split_plan`)."""
+    ``row_tile``: the grid's aim and the most query rows per program (:func:`split_plan`; by default
+    :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
     if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
@@ -99,6 +101,8 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
     h, rows, d = q.shape
     t, s = allowed.shape
+    if row_tile is None and q.element_size() > 2:
+        row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
     block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized

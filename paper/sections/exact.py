@@ -79,7 +79,32 @@ def gpu_tests() -> None:
     num("exactTestsFailed", f.group(1) if f else "no", "{}")
 
 
+def one_view_kernel() -> None:
+    """exact_match_one_view_kernel.jsonl and speed/trees_exact_kernels.json: the split kernel that skips the key
+    views no row of a tile reads, checked again (match) and timed (exact decode per compile mode, attention of a
+    16-row exact block with one or two views)."""
+    rows = [json.loads(line) for line in (EXACT / "exact_match_one_view_kernel.jsonl").read_text().splitlines()
+            if line.strip()]
+    ex = [_same(r["exact_same"]) for r in rows]
+    num("exactViewProv", provenance(rows[0]["run_info"]), "{}")
+    num("exactViewConfigs", len(rows), "{:d}")
+    num("exactViewSame", of_n(sum(a for a, _ in ex), sum(b for _, b in ex)), "{}")
+    num("exactViewKs", ", ".join(str(k) for k in sorted({r["k"] for r in rows})), "{}")
+    num("exactViewZoo", sum(r["model"] == "tiny-coder" for r in rows), "{:d}")
+    d = json.loads((RESULTS / "speed" / "trees_exact_kernels.json").read_text())
+    r = d["contexts"]["2048"]
+    for key, tag in (("graph_auto_exact_chain_q1", "Auto"), ("graph_autotune_exact_chain_q1", "Tune"),
+                     ("graph_auto_chain_q1", "Plain")):
+        num(f"exactView{tag}Ms", r[key])
+        num(f"exactView{tag}X", r[key] / d["floor_ms"])
+    plans = {(p["case"], p["programs"]): p["ms_per_step"] for p in d["attention_plans"]}
+    num("exactViewAttnOne", plans[("exact16_one_view", 128)], "{:.3f}")
+    num("exactViewAttnTwo", plans[("exact16_two_views", 128)], "{:.3f}")
+    num("exactViewAttnDecode", plans[("decode", 128)], "{:.3f}")
+
+
 def make() -> None:
     match()
     cost()
     gpu_tests()
+    one_view_kernel()

@@ -12,6 +12,7 @@ from experiments.results import bin_table
 from paper.sections.tex import RESULTS, num, provenance, table
 
 BENCH_TREE = RESULTS / "trees" / "bench_tree.json"
+MODES = RESULTS / "speed" / "trees_exact_kernels.json"  # bench_speed: tree blocks per compile mode, kernels apart
 ZOO_RUNS = RESULTS / "trees" / "zoo_cpu_fp32"
 ZOO_BINS = RESULTS / "trees" / "zoo_cpu_fp32_edit_bins"
 TREE_AL = RESULTS / "trees" / "tree_al.json"
@@ -45,7 +46,24 @@ def make() -> None:
     num("treeBlockOverChain", r["tree_q64_ms"] / r["chain_q9_ms"])
     num("treeStepOverDecode", r["tree_verify_step_ms"] / r["decode_ms"])
     num("treeStepBuildOverDecode", (r["tree_verify_step_ms"] + r["eagle2_build_ms"]) / r["decode_ms"])
+    modes()
     zoo_al()
+
+
+def modes() -> None:
+    """trees_exact_kernels.json: the 64-row tree block per compile mode beside decode and the 9-token chain of
+    the same run, and the split-KV attention of the tree block alone in 64- and 128-row tiles."""
+    d = json.loads(MODES.read_text())
+    r = d["contexts"]["2048"]
+    num("treeModesProv", provenance(d["run_info"]), "{}")
+    num("treeModesFloor", d["floor_ms"])
+    for key, tag in (("graph_auto_chain_q1", "Decode"), ("graph_auto_chain_q9", "ChainNine"),
+                     ("graph_auto_tree_q64", "Auto"), ("graph_autotune_tree_q64", "Tune")):
+        num(f"treeModes{tag}Ms", r[key])
+        num(f"treeModes{tag}X", r[key] / d["floor_ms"])
+    plans = {(p["programs"], p["row_tile"]): p["ms_per_step"] for p in d["attention_plans"] if p["case"] == "tree_q64"}
+    num("treeModesAttnSixtyFour", plans[(128, 64)], "{:.3f}")
+    num("treeModesAttnWide", plans[(128, 128)], "{:.3f}")
 
 
 def zoo_al() -> None:
