@@ -75,9 +75,14 @@ def zoo_al() -> None:
     num("treeZooPrompts", int(runs.groupby(["dataset", "variant", "k"]).size().min()), "{:d}")
     num("treeZooTokens", int(runs.output_len.max()), "{:d}")
     al = results.corpus_al(runs, by=["dataset", "variant", "k"]).set_index(["variant", "k", "dataset"]).seq_al
-    lines = [r"\begin{tabular}{lrr}", r"\toprule", r"drafter & code edits & MT-Bench \\", r"\midrule"]
+    sums = runs.groupby(["variant", "k", "dataset"])[["tokens", "wall_s"]].sum()
+    tps = sums.tokens / sums.wall_s  # generated tokens per second of generate(), CPU fp32
+    lines = [r"\begin{tabular}{lrrrr}", r"\toprule",
+             r"& \multicolumn{2}{c}{code edits} & \multicolumn{2}{c}{MT-Bench} \\",
+             r"drafter & AL & tok/s & AL & tok/s \\", r"\midrule"]
     for (v, k), label in ROWS.items():
-        lines.append(f"{label} & {al[v, k, 'code-edits']:.2f} & {al[v, k, 'mt-bench']:.2f} \\\\")
+        lines.append(f"{label} & {al[v, k, 'code-edits']:.2f} & {tps[v, k, 'code-edits']:.0f} & "
+                     f"{al[v, k, 'mt-bench']:.2f} & {tps[v, k, 'mt-bench']:.0f} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     table("tree_al", lines)
     for ds, tag in (("code-edits", "Code"), ("mt-bench", "Mt")):
