@@ -14,6 +14,22 @@ from hybridsd.drafters.replay import ReplayDrafter
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
 
+# The slowest files, slowest first, run before the others: under `--dist loadfile` each file runs whole on one
+# worker, so starting the long ones first lets the workers finish together (longest-first scheduling).
+SLOW_FIRST = ("test_generate.py", "test_notebooks.py", "test_sampling.py", "test_real_models.py",
+              "test_distributed.py", "test_trees.py", "test_faults.py", "test_exact.py")
+
+
+def pytest_configure(config):
+    """Keep the collection's file order under xdist (its default reorders files by their number of tests)."""
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: order within a file kept
+
 
 def pytest_runtest_logreport(report):
     """With ``HYBRIDSD_INSTAFAIL=1`` (device runs), print a failure when it happens: a later crash of the
