@@ -94,7 +94,8 @@ class Harness:
     def run(self, after: str | None = None, delay: float = 0.0) -> bool:
         """One writer run; killed ``delay`` seconds after it prints ``after`` (None: after it starts), unless it
         finishes first. True when it finished."""
-        p = subprocess.Popen([sys.executable, str(self.script), self.mode, str(self.work)], env=self.env,
+        # -S: no site-packages (the writer needs only the standard library and PYTHONPATH), a faster start
+        p = subprocess.Popen([sys.executable, "-S", str(self.script), self.mode, str(self.work)], env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = []
         if after is not None:
