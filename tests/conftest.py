@@ -38,7 +38,8 @@ def pytest_runtest_logreport(report):
         print(f"\n!! {report.nodeid}\n{report.longreprtext[-4000:]}", flush=True)
 
 VOCAB = 67
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+# the data folder as hybridsd.data finds it: $HYBRIDSD_DATA, else shared/data beside the repository
+DATA_DIR = Path(os.environ.get("HYBRIDSD_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def tiny_target(family: str = "llama", vocab: int = VOCAB, seed: int = 0, layers: int = 4, **overrides):
