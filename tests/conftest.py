@@ -16,8 +16,9 @@ torch.set_num_threads(1)  # tiny models: threads only add overhead
 
 # The slowest files, slowest first, run before the others: under `--dist loadfile` each file runs whole on one
 # worker, so starting the long ones first lets the workers finish together (longest-first scheduling).
-SLOW_FIRST = ("test_generate.py", "test_notebooks.py", "test_sampling.py", "test_real_models.py",
-              "test_distributed.py", "test_trees.py", "test_faults.py", "test_exact.py")
+SLOW_FIRST = ("test_generate.py", "test_sampling.py", "test_real_models.py", "test_notebooks.py", "test_trees.py",
+              "test_distributed.py", "test_exact.py", "test_faults.py", "test_eagle_train.py", "test_attention.py",
+              "test_verify.py")
 
 
 def pytest_configure(config):
