@@ -37,15 +37,17 @@ def _missing(name: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def executed() -> dict[str, list]:
-    """Every notebook whose results are present, run in one kernel, one after the other, each from an empty
-    namespace; a failing cell does not stop the others. Name -> its executed code cells."""
+def executed(request) -> dict[str, list]:
+    """The selected notebooks whose results are present, run in one kernel, one after the other, each from an
+    empty namespace; a failing cell does not stop the others. Name -> its executed code cells."""
     import nbclient
     import nbformat
 
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if item.module is request.module and item.originalname == "test_notebook_runs"}
     combined = nbformat.v4.new_notebook()
     spans = {}
-    for name in sorted(n for n in NEEDS if not _missing(n)):
+    for name in sorted(n for n in selected if not _missing(n)):
         nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
         combined.cells.append(nbformat.v4.new_code_cell(FRESH))
