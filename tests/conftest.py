@@ -14,6 +14,23 @@ from hybridsd.drafters.replay import ReplayDrafter
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
 
+# The slowest files, slowest first, run before the others: under `--dist loadfile` each file runs whole on one
+# worker, so starting the long ones first lets the workers finish together (longest-first scheduling).
+SLOW_FIRST = ("test_generate.py", "test_sampling.py", "test_real_models.py", "test_notebooks.py", "test_trees.py",
+              "test_distributed.py", "test_exact.py", "test_faults.py", "test_eagle_train.py", "test_attention.py",
+              "test_verify.py")
+
+
+def pytest_configure(config):
+    """Keep the collection's file order under xdist (its default reorders files by their number of tests)."""
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: order within a file kept
+
 
 def pytest_runtest_logreport(report):
     """With ``HYBRIDSD_INSTAFAIL=1`` (device runs), print a failure when it happens: a later crash of the
@@ -22,7 +39,8 @@ def pytest_runtest_logreport(report):
         print(f"\n!! {report.nodeid}\n{report.longreprtext[-4000:]}", flush=True)
 
 VOCAB = 67
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+# the data folder as hybridsd.data finds it: $HYBRIDSD_DATA, else shared/data beside the repository
+DATA_DIR = Path(os.environ.get("HYBRIDSD_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def tiny_target(family: str = "llama", vocab: int = VOCAB, seed: int = 0, layers: int = 4, **overrides):

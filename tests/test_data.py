@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import DATA_DIR
 from hybridsd.data import (
     Example,
     bin_index,
@@ -23,7 +24,7 @@ from hybridsd.data import (
 )
 from hybridsd.edit_distance import edit_norm
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = DATA_DIR
 needs_data = pytest.mark.skipif(not (DATA / "code_edits_dev.jsonl").is_file(), reason="shared data not present")
 HYP = settings(max_examples=50, deadline=None)
 

@@ -13,6 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from experiments import distributed as dp
+from experiments import spec_bench
 from hybridsd import zoo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,18 +36,20 @@ def _strip(rows: list[dict]) -> list[dict]:
 
 @pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="no torch.distributed gloo")
 @pytest.mark.skipif(DATA is None or not HAS_WEIGHTS, reason="needs ../shared/data and the tiny-coder weights")
-def test_spec_bench_torchrun_matches_one_process(tmp_path):
+def test_spec_bench_torchrun_matches_one_process(tmp_path, monkeypatch):
+    """Two ranks under torchrun write what one process writes. The one-process runs call spec_bench.main in this
+    process (the same code path as its command line, without a second interpreter's imports)."""
     env = {**os.environ, "HYBRIDSD_DATA": str(DATA), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    monkeypatch.setenv("HYBRIDSD_DATA", str(DATA))
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):  # this process is one process, whatever launched pytest
+        monkeypatch.delenv(var, raising=False)
     one, par = tmp_path / "one.jsonl", tmp_path / "dp.jsonl"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                 "-m", "experiments.spec_bench", *ARGS, "--output", str(par)]
 
-    def call(cmd):
-        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-
-    call([sys.executable, "-m", "experiments.spec_bench", *ARGS, "--output", str(one)])
-    call(torchrun)
+    spec_bench.main([*ARGS, "--output", str(one)])
+    r = subprocess.run(torchrun, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     want = _rows(one)
     assert len(want) == 3
     got = _rows(par)
@@ -55,7 +58,7 @@ def test_spec_bench_torchrun_matches_one_process(tmp_path):
     assert not dp.shard_paths(par) and sorted(p.name for p in tmp_path.iterdir()) == ["dp.jsonl", "one.jsonl"]
 
     before = par.read_text()
-    call([sys.executable, "-m", "experiments.spec_bench", *ARGS, "--output", str(par)])  # a one-process rerun
+    spec_bench.main([*ARGS, "--output", str(par)])  # a one-process rerun
     assert par.read_text() == before  # finds every row the two ranks wrote done
     assert not dp.shard_paths(par)
 

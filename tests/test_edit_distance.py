@@ -1,15 +1,15 @@
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import DATA_DIR
 from hybridsd.edit_distance import copied_runs, edit_norm, levenshtein, token_edit_norm
 
-DATA = Path(__file__).parents[2] / "shared/data"
+DATA = DATA_DIR
 
 texts = st.text(alphabet="abc", max_size=12)
 tokens = st.lists(st.integers(0, 3), max_size=12)

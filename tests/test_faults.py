@@ -8,6 +8,7 @@ The writer is a stand-in for spec_bench / sweep that calls the same file functio
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -66,6 +67,7 @@ print("done", flush=True)
 ''' % (N_ROWS, N_CONFIGS)
 
 
+@functools.cache
 def _want(key: str) -> dict[tuple[str, str], str]:
     """The lines of an uninterrupted run, by key (the writer's ``row`` made here too)."""
     return {(key, f"e{i:04d}"): json.dumps({"config_key": key, "example_id": f"e{i:04d}", "tokens": list(range(i % 97)),
@@ -94,7 +96,8 @@ class Harness:
     def run(self, after: str | None = None, delay: float = 0.0) -> bool:
         """One writer run; killed ``delay`` seconds after it prints ``after`` (None: after it starts), unless it
         finishes first. True when it finished."""
-        p = subprocess.Popen([sys.executable, str(self.script), self.mode, str(self.work)], env=self.env,
+        # -S: no site-packages (the writer needs only the standard library and PYTHONPATH), a faster start
+        p = subprocess.Popen([sys.executable, "-S", str(self.script), self.mode, str(self.work)], env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = []
         if after is not None:
@@ -184,16 +187,17 @@ def test_killed_sweep_resumes(tmp_path):
     h = Harness(tmp_path, "sweep", rng)
     manifest = h.work / "sweep.json"
     manifest.write_text('{"calls": [{"started": "old", "configs": [{"file": "c0.js')  # torn by an older version
-    attempt = 0
+    attempt, after = 0, {}
     while sum(h.kills.values()) < 24 and attempt < 100:
         attempt += 1
-        before = {c: _good(h.work / f"c{c}.jsonl") for c in range(N_CONFIGS) if (h.work / f"c{c}.jsonl").exists()}
+        before = after  # the files as the previous run left them (nothing touches them in between)
         if attempt % 2:
             h.run("manifest", rng.uniform(0, 0.01))  # inside the manifest write, mostly
         else:
             h.run(None, rng.uniform(0, 0.6))
+        after = {c: _good(h.work / f"c{c}.jsonl") for c in range(N_CONFIGS) if (h.work / f"c{c}.jsonl").exists()}
         for c, rows in before.items():
-            _check_no_loss(rows, _good(h.work / f"c{c}.jsonl"), _want(f"cfg{c}"))
+            _check_no_loss(rows, after[c], _want(f"cfg{c}"))
         if manifest.exists():
             doc = json.loads(manifest.read_text())  # never torn
             assert [x["started"] for x in doc["calls"]] == ["t0"]
