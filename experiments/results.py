@@ -1,6 +1,6 @@
 """Saved results as pandas tables: spec_bench JSONL rows, the trace simulation, the speed benchmark (step times,
 EAGLE draft cost, loop overhead, kernel profile, the zoo model end to end, HF generate, and the diagnostics: KV
-capacity check, step conditions, the split-K matmul sweep) and the speed goals measured from it.
+capacity check, step conditions, the split-K matmul sweep) and the step-time ratios measured from it.
 
 Corpus-level aggregates sum counters over rows before dividing (``sum tokens / sum passes``), never average
 per-prompt ratios. pandas is an optional dependency (``pip install -e ".[plots]"``), imported inside functions.
@@ -652,34 +652,32 @@ def linear_vs_splitk(linear):
                                        "best_over_flinear", "plan_over_flinear", "flinear_TBps"])
 
 
-SPEED_GOALS = {"decode": 1.25, "verify": 1.35, "draft": 0.12, "tree": 1.05, "outside": 0.05}
-SPEED_GOAL_TEXT = {"decode": "decode step / floor", "verify": "verify step (k+1 <= 9) / floor",
+STEP_RATIO_TEXT = {"decode": "decode step / floor", "verify": "verify step (k+1 <= 9) / floor",
                    "draft": "EAGLE-1 draft token / decode step", "tree": "tree of 9 / chain of 9",
                    "outside": "time outside the forward passes / step"}
 
 
-def speed_goals(speed, overhead=None, limits: dict | None = None):
-    """The speed goals, measured: one row per goal, run, context and configuration of ours (:data:`OUR_CONFIGS`)
+def step_ratios(speed, overhead=None):
+    """The step-time ratios: one row per measure, run, context and configuration of ours (:data:`OUR_CONFIGS`)
     that ``speed`` (:func:`load_speed`) holds, plus one per row of ``overhead`` (:func:`load_loop_overhead`).
 
-    Goals (``limits``, default :data:`SPEED_GOALS`): ``decode`` (the config's 1-token step / the run's floor),
-    ``verify`` (the config's largest chain step of 2-9 tokens measured / floor), ``draft`` (the run's graphed
-    EAGLE-1 ``per_draft_token`` / the config's 1-token step of the same run and context; only runs that timed the
-    head), ``tree`` (the config's 2-branch tree of 9 / its chain of 9; 1.05 is a tolerance for timing noise, the goal
-    being "no slower"), ``outside`` (per loop-overhead row, its ``config`` and ``drafter``: the share of a step
-    outside the forward passes, ``in_loop_outside_forward`` (timed inside the run) where the row has it, else
-    ``outside_forward`` (against forwards timed apart); ``detail`` says which; a row with neither is skipped).
-    Columns: ``goal``, ``run``, ``context``, ``config``, ``impl`` (its label), ``drafter`` (outside rows only),
-    ``measured``, ``limit``, ``met`` (measured <= limit), ``detail`` (the numbers it is made of, as text)."""
+    Measures (:data:`STEP_RATIO_TEXT`): ``decode`` (the config's 1-token step / the run's floor), ``verify`` (the
+    config's largest chain step of 2-9 tokens measured / floor), ``draft`` (the run's graphed EAGLE-1
+    ``per_draft_token`` / the config's 1-token step of the same run and context; only runs that timed the head),
+    ``tree`` (the config's 2-branch tree of 9 / its chain of 9), ``outside`` (per loop-overhead row, its ``config``
+    and ``drafter``: the share of a step outside the forward passes, ``in_loop_outside_forward`` (timed inside the
+    run) where the row has it, else ``outside_forward`` (against forwards timed apart); ``detail`` says which; a
+    row with neither is skipped).
+    Columns: ``measure``, ``run``, ``context``, ``config``, ``impl`` (its label), ``drafter`` (outside rows only),
+    ``measured``, ``detail`` (the numbers it is made of, as text)."""
     import pandas as pd
 
-    lim = {**SPEED_GOALS, **(limits or {})}
     rows = []
 
-    def add(goal, run, ctx, config, measured, detail, drafter=None):
-        rows.append({"goal": goal, "run": run, "context": int(ctx), "config": config,
+    def add(measure, run, ctx, config, measured, detail, drafter=None):
+        rows.append({"measure": measure, "run": run, "context": int(ctx), "config": config,
                      "impl": _SPEED_IMPL.get(config, config), "drafter": drafter, "measured": float(measured),
-                     "limit": lim[goal], "met": bool(measured <= lim[goal]), "detail": detail})
+                     "detail": detail})
 
     ok = speed[speed.ms.notna()]
     for (run, ctx), t in ok.groupby(["run", "context"], sort=False):
@@ -712,18 +710,14 @@ def speed_goals(speed, overhead=None, limits: dict | None = None):
                 add("outside", r.run, r.context, r.config, r.outside_forward,
                     f"forward timed apart: wall {r.wall_ms_per_step:.2f} - forward {r.forward_ms_per_step:.2f} = "
                     f"{r.outside_ms_per_step:.2f} ms/step over {r.steps} steps", drafter=r.drafter)
-    cols = ["goal", "run", "context", "config", "impl", "drafter", "measured", "limit", "met", "detail"]
+    cols = ["measure", "run", "context", "config", "impl", "drafter", "measured", "detail"]
     return pd.DataFrame(rows, columns=cols)
 
 
-def speed_goal_summary(goals, by: Sequence[str] = ("goal", "config", "drafter")):
-    """Per group of :func:`speed_goals` rows: ``n`` (runs x contexts measured), ``n_met``, ``lowest``,
-    ``highest`` (measured), ``limit`` and ``verdict`` ("met" everywhere, "partly met", "not met")."""
-    g = goals.groupby(list(by), sort=False, dropna=False)
-    out = g.agg(n=("met", "size"), n_met=("met", "sum"), lowest=("measured", "min"), highest=("measured", "max"),
-                limit=("limit", "first")).reset_index()
-    verdict = ["met" if m == n else "not met" if m == 0 else "partly met" for m, n in zip(out.n_met, out.n)]
-    return out.assign(verdict=verdict)
+def step_ratio_summary(ratios, by: Sequence[str] = ("measure", "config", "drafter")):
+    """Per group of :func:`step_ratios` rows: ``n`` (runs x contexts measured), ``lowest`` and ``highest``."""
+    g = ratios.groupby(list(by), sort=False, dropna=False)
+    return g.agg(n=("measured", "size"), lowest=("measured", "min"), highest=("measured", "max")).reset_index()
 
 
 ZOO_COLUMNS = ("tokens_per_s", "seq_normalized_al", "tokens", "step_ms", "forward_ms_per_step", "speedup",

@@ -14,7 +14,7 @@ hand):
                sweeps/zoo_cpu_fp32/ (the CPU sweep)
 - theory       the GPU sweep's code edits against the analytic models (also reads the data directory's
                code_edits_dev.jsonl for the input files and tiny-coder's tokenizer)
-- speed        experiments/results/speed/: 8B-shape step times, goals, draft cost, loop overhead, tiny-coder end
+- speed        experiments/results/speed/: 8B-shape step times and ratios, draft cost, loop overhead, tiny-coder end
                to end, the diagnostic runs, the n-gram proposer
 - trees        experiments/results/trees/bench_tree.json
 - exact        experiments/results/exact/

@@ -373,39 +373,36 @@ def test_load_speed_profile_kinds_and_top_kernels(older_speed_files):
     assert results.load_speed_profile(older_speed_files[0]).empty
 
 
-def test_speed_goals_per_run_context_and_config(older_speed_files):
+def test_step_ratios_per_run_context_and_config(older_speed_files):
     sp = results.load_speed(older_speed_files)
-    goals = results.speed_goals(sp, results.load_loop_overhead(older_speed_files[2]))
-    g = goals.set_index(["goal", "run", "config"])
+    ratios = results.step_ratios(sp, results.load_loop_overhead(older_speed_files[2]))
+    assert set(ratios.measure) <= set(results.STEP_RATIO_TEXT)
+    g = ratios.set_index(["measure", "run", "config"])
     assert g.loc[("decode", "steps", "graph_autotune"), "measured"] == pytest.approx(1.2)  # 4.8 / 4.0
-    assert bool(g.loc[("decode", "steps", "graph_autotune"), "met"])
-    assert not g.loc[("decode", "steps", "graph_compiled_sdpa"), "met"]  # 1.3 > 1.25
+    assert g.loc[("decode", "steps", "graph_compiled_sdpa"), "measured"] == pytest.approx(1.3)
     verify = g.loc[("verify", "steps", "graph")]  # the largest chain step of q = 2..9: q = 9
     assert verify.measured == pytest.approx(2.0) and verify.detail.startswith("largest of q=2-9: q=9")
     assert g.loc[("verify", "steps", "graph_autotune"), "measured"] == pytest.approx(1.4)
     assert ("verify", "steps", "graph_compiled_sdpa") not in g.index  # no chain step of 2-9 measured
     assert ("verify", "steps", "graph_compiled_hf") not in g.index  # failed: no time
     assert ("draft", "steps", "graph") not in g.index  # that run did not time the EAGLE head
-    draft = g.loc[("draft", "eagle", "graph_compiled")]
-    assert (draft.measured, draft.limit, draft.met) == (0.125, 0.12, False)  # 0.75 ms / 6.0 ms
+    assert g.loc[("draft", "eagle", "graph_compiled"), "measured"] == 0.125  # 0.75 ms / 6.0 ms
     assert g.loc[("tree", "steps", "graph"), "measured"] == pytest.approx(7.8 / 8.0)
     assert g.loc[("tree", "eagle", "graph_compiled"), "measured"] == pytest.approx(6.6 / 6.5)
-    out = goals[goals.goal == "outside"].set_index("drafter")
-    assert out.measured.to_dict() == {"plain": 0.0, "replay_k8": 0.1} and out.met.tolist() == [True, False]
+    out = ratios[ratios.measure == "outside"].set_index("drafter")
+    assert out.measured.to_dict() == {"plain": 0.0, "replay_k8": 0.1}
     assert set(out.context) == {2048} and set(out.config) == {"graph"}
-    summary = results.speed_goal_summary(goals).set_index(["goal", "config"])
-    assert summary.loc[("decode", "graph_autotune"), ["n", "n_met", "verdict"]].tolist() == [1, 1, "met"]
-    assert summary.loc[("draft", "graph_compiled"), "verdict"] == "not met"
-    assert summary.loc[("outside", "graph"), "verdict"].tolist() == ["met", "not met"]  # one row per drafter
-    stricter = results.speed_goals(sp, limits={"tree": 1.0}).set_index(["goal", "run", "config"])
-    assert not stricter.loc[("tree", "eagle", "graph_compiled"), "met"]
+    summary = results.step_ratio_summary(ratios).set_index(["measure", "config"])
+    assert summary.loc[("decode", "graph_autotune"), ["n", "lowest", "highest"]].tolist() == pytest.approx([1, 1.2, 1.2])
+    assert summary.loc[("outside", "graph"), "highest"].tolist() == [0.0, 0.1]  # one row per drafter
 
 
-def test_speed_goal_summary_partly_met():
-    goals = pd.DataFrame({"goal": ["verify"] * 3, "config": ["c"] * 3, "drafter": [None] * 3,
-                          "measured": [1.3, 1.4, 1.34], "limit": [1.35] * 3, "met": [True, False, True]})
-    s = results.speed_goal_summary(goals).iloc[0]
-    assert (s.n, s.n_met, s.lowest, s.highest, s.verdict) == (3, 2, 1.3, 1.4, "partly met")
+def test_step_ratio_summary_ranges():
+    ratios = pd.DataFrame({"measure": ["verify"] * 3 + ["decode"], "config": ["c"] * 4, "drafter": [None] * 4,
+                           "measured": [1.3, 1.4, 1.34, 1.2]})
+    s = results.step_ratio_summary(ratios).set_index("measure")
+    assert (s.loc["verify", "n"], s.loc["verify", "lowest"], s.loc["verify", "highest"]) == (3, 1.3, 1.4)
+    assert s.loc["decode", "n"] == 1 and list(s.index) == ["verify", "decode"]  # groups in their first order
 
 
 @pytest.fixture
@@ -487,25 +484,25 @@ def test_load_loop_overhead_every_section_with_in_loop_columns(in_loop_speed_fil
     assert old.section.tolist() == ["loop_overhead"] * 2 and old.in_loop_outside_forward.isna().all()
 
 
-def test_speed_goals_outside_prefers_in_loop(in_loop_speed_files, older_speed_files):
+def test_step_ratios_outside_prefers_in_loop(in_loop_speed_files, older_speed_files):
     lo = results.load_loop_overhead([in_loop_speed_files[0], older_speed_files[2]])
-    out = results.speed_goals(results.load_speed(in_loop_speed_files[1]), lo)
-    out = out[out.goal == "outside"].set_index(["run", "config", "drafter"])
+    out = results.step_ratios(results.load_speed(in_loop_speed_files[1]), lo)
+    out = out[out.measure == "outside"].set_index(["run", "config", "drafter"])
     assert len(out) == 4  # compiled plain has neither measure: skipped
     assert out.loc[("overhead_zoo", "graph", "plain"), "measured"] == 0.015  # in_loop, not the older 0.032
     assert out.loc[("overhead_zoo", "graph", "plain"), "detail"].startswith("in_loop")
     replay = out.loc[("overhead_zoo", "graph_compiled", "replay_k8")]
-    assert (replay.measured, replay.met, replay.context) == (0.06, False, 2048)
+    assert (replay.measured, replay.context) == (0.06, 2048)
     older = out.loc[("overhead", "graph", "replay_k8")]  # no in_loop in this file: against forwards timed apart
     assert older.measured == 0.1 and older.detail.startswith("forward timed apart")
 
 
-def test_speed_goals_for_compile_auto(in_loop_speed_files):
-    goals = results.speed_goals(results.load_speed(in_loop_speed_files[1])).set_index(["goal", "config"])
-    auto = goals.xs("graph_auto", level="config")
+def test_step_ratios_for_compile_auto(in_loop_speed_files):
+    ratios = results.step_ratios(results.load_speed(in_loop_speed_files[1])).set_index(["measure", "config"])
+    auto = ratios.xs("graph_auto", level="config")
     assert auto.measured.to_dict() == pytest.approx({"decode": 1.2, "verify": 1.3, "tree": 1.0})
-    assert auto.met.all() and set(auto.impl) == {results._SPEED_IMPL["graph_auto"]}
-    assert not goals.loc[("decode", "graph"), "met"] and ("draft", "graph_auto") not in goals.index  # no head timed
+    assert set(auto.impl) == {results._SPEED_IMPL["graph_auto"]}
+    assert ("decode", "graph") in ratios.index and ("draft", "graph_auto") not in ratios.index  # no head timed
 
 
 def test_speed_runs_with_shared_stems_stay_apart(tmp_path, speed_files):

@@ -74,26 +74,26 @@ def ratio_cell(r) -> str:
 
 
 def ratio_table(ratios) -> None:
-    """The step-time ratios (``experiments.results.speed_goals``) per configuration (rows, naming the file) and
+    """The step-time ratios (``experiments.results.step_ratios``) per configuration (rows, naming the file) and
     context (columns), and the loop's time outside the forward passes per configuration and drafter."""
     labels = {"decode": "decode / floor", "verify": "verify ($k{+}1\\le9$) / floor",
               "draft": "EAGLE-1 draft token / decode", "tree": "tree of 9 / chain of 9",
               "outside": "outside forward / step"}
-    g = {(r.goal, r.config, r.context, r.run): r for r in ratios.itertuples() if r.goal != "outside"}
+    g = {(r.measure, r.config, r.context, r.run): r for r in ratios.itertuples() if r.measure != "outside"}
     lines = [r"\begin{tabular}{lllrr}", r"\toprule",
              "ratio & configuration & file & " + " & ".join(f"context {c}" for c in CTX_TAG) + r" \\"]
-    for goal in RATIO_ORDER:
+    for measure in RATIO_ORDER:
         lines.append(r"\midrule")
         first = True
         for config, label, run in STEP_CONFIGS:
-            cells = [g.get((goal, config, ctx, run)) for ctx in CTX_TAG]
+            cells = [g.get((measure, config, ctx, run)) for ctx in CTX_TAG]
             if not any(cells):
                 continue
-            lines.append(f"{labels[goal] if first else ''} & {label} & \\code{{{tex_escape(run)}}} & "
+            lines.append(f"{labels[measure] if first else ''} & {label} & \\code{{{tex_escape(run)}}} & "
                          + " & ".join(map(ratio_cell, cells)) + r" \\")
             first = False
     lines.append(r"\midrule")
-    out = ratios[ratios.goal == "outside"]
+    out = ratios[ratios.measure == "outside"]
     for i, r in enumerate(out.itertuples()):
         label = dict((c, lab) for c, lab, _ in STEP_CONFIGS)[r.config]
         cells = [f"${100 * r.measured:.1f}$\\%" if ctx == r.context else "--" for ctx in CTX_TAG]
@@ -205,21 +205,21 @@ def speed_step_numbers(sp, runs) -> None:
 
 
 def ratio_numbers(ratios, sp) -> None:
-    """The step-time ratios (``experiments.results.speed_goals``: decode and verify over the floor, a draft token
+    """The step-time ratios (``experiments.results.step_ratios``: decode and verify over the floor, a draft token
     over a decode step, tree over chain, time outside the forward passes) and their ranges, for the text."""
-    steps = ratios[ratios.goal != "outside"]
+    steps = ratios[ratios.measure != "outside"]
     runs_of = {c: run for c, _, run in STEP_CONFIGS}
     for r in steps.itertuples():
         if runs_of.get(r.config) == r.run:
-            num(f"ratio{r.goal.capitalize()}{CONFIG_TAG[r.config]}{CTX_TAG[r.context]}", r.measured,
-                "{:.3f}" if r.goal in ("draft", "tree") else "{:.2f}")
-    summary = results.speed_goal_summary(ratios, by=["goal", "config", "run"]).set_index(["goal", "config", "run"])
-    for goal, config in (("decode", "graph_auto"), ("verify", "graph_auto"), ("draft", "graph_autotune"),
+            num(f"ratio{r.measure.capitalize()}{CONFIG_TAG[r.config]}{CTX_TAG[r.context]}", r.measured,
+                "{:.3f}" if r.measure in ("draft", "tree") else "{:.2f}")
+    summary = results.step_ratio_summary(ratios, by=["measure", "config", "run"]).set_index(["measure", "config", "run"])
+    for measure, config in (("decode", "graph_auto"), ("verify", "graph_auto"), ("draft", "graph_autotune"),
                          ("decode", "graph_autotune"), ("verify", "graph_autotune"), ("decode", "graph_compiled"),
                          ("verify", "graph_compiled")):
-        r = summary.loc[(goal, config, runs_of[config])]
-        name = goal.capitalize() + ("" if config == "graph_auto" or goal == "draft" else CONFIG_TAG[config])
-        f = "{:.3f}" if goal == "draft" else "{:.2f}"
+        r = summary.loc[(measure, config, runs_of[config])]
+        name = measure.capitalize() + ("" if config == "graph_auto" or measure == "draft" else CONFIG_TAG[config])
+        f = "{:.3f}" if measure == "draft" else "{:.2f}"
         num(f"ratioLow{name}", r.lowest, f)
         num(f"ratioHigh{name}", r.highest, f)
     # the draft token against the compile-auto decode step of the other run (not a same-run ratio)
@@ -229,11 +229,11 @@ def ratio_numbers(ratios, sp) -> None:
     num("ratioDraftCrossLow", min(cross), "{:.3f}")
     num("ratioDraftCrossHigh", max(cross), "{:.3f}")
     ours = [c for c, _, _ in STEP_CONFIGS]
-    tree = ratios[(ratios.goal == "tree") & ratios.config.isin(ours)]
+    tree = ratios[(ratios.measure == "tree") & ratios.config.isin(ours)]
     num("ratioTreeAllLow", tree.measured.min(), "{:.3f}")
     num("ratioTreeAllHigh", tree.measured.max(), "{:.3f}")
     num("ratioTreeAllN", len(tree), "{:d}")
-    out = ratios[ratios.goal == "outside"]
+    out = ratios[ratios.measure == "outside"]
     num("ratioOutsideLow", 100 * out.measured.min(), "{:.1f}")
     num("ratioOutsideHigh", 100 * out.measured.max(), "{:.1f}")
     for r in out.itertuples():
@@ -316,7 +316,7 @@ def speed_diagnostic_numbers(runs) -> None:
 
 
 def make() -> None:
-    """Step times (8B shape) with HF's baselines and the EAGLE-1 draft cost, compile="auto", the goals, the loop
+    """Step times (8B shape) with HF's baselines and the EAGLE-1 draft cost, compile="auto", the step ratios, the loop
     overhead, the zoo end to end, the diagnostic runs and the n-gram proposer's cost."""
     sp = results.load_speed([STEPS, STEPS_AUTO])
     runs = results.load_speed_runs([STEPS, STEPS_AUTO, LOOP, LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST]).set_index(
@@ -339,7 +339,7 @@ def make() -> None:
     num("speedTestsCommit", re.search(r" at ([0-9a-f]{7,40})", log.splitlines()[0]).group(1)[:7], "{}")
 
     speed_step_numbers(sp, runs)
-    ratios = results.speed_goals(sp, loop)  # measured values; the limits are not quoted
+    ratios = results.step_ratios(sp, loop)
     ratio_numbers(ratios, sp)
     loop_overhead_numbers(loop, results.load_loop_overhead(OVERHEAD_FIRST).assign(commit=runs.loc[OVERHEAD_FIRST.stem,
                                                                                             "commit"]))
