@@ -421,16 +421,23 @@ def load_target(cfg: TargetConfig, init: Path | None, n_vocab: int, special: dic
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer_training.json")
 
 
+# ``target`` options that override a TargetConfig field of the same name when given
+CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
+                  "sft_lr", "pretrain_time_s")
+
+
+def target_config(args) -> TargetConfig:
+    """The ``target`` command's config: defaults, then the fine-tuning and smoke presets, then given options."""
+    overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
+    overrides.update({name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None})
+    return replace(TargetConfig(), **overrides, change_request=args.change_request)
+
+
 def cmd_target(args) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    overrides = {**(FINETUNE if args.init else {}), **((SMOKE_FINETUNE if args.init else SMOKE) if args.smoke else {})}
-    for name in ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
-                 "sft_lr"):
-        if getattr(args, name) is not None:
-            overrides[name] = getattr(args, name)
-    cfg = replace(TargetConfig(), **overrides, change_request=args.change_request)
+    cfg = target_config(args)
     t0 = time.time()
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -615,7 +622,7 @@ def cmd_split(args) -> None:
     print(f"{record['n']} evaluation rows ({', '.join(record['repos'])}), {record['n_train']} training rows")
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("target", help="pretrain + edit-tune the tiny-coder target, then run the quality gate")
@@ -634,12 +641,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sft-max-len", type=int, default=None,
                    help="longest edit-tuning example in tokens (prompt + answer); longer ones are left out")
     p.add_argument("--sft-lr", type=float, default=None, help="edit-tuning peak learning rate")
+    p.add_argument("--pretrain-time-s", type=float, default=None,
+                   help="pretraining time budget in seconds (from scratch only; also at most 55%% of the time left)")
     p.add_argument("--deadline-s", type=float, default=None,
                    help="wall time from start by which training ends (the gate follows)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     args.func(args)
 
 

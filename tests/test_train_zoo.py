@@ -201,3 +201,17 @@ def test_sft_batches_weight_the_changed_tokens(example):
 def test_both_positions_from_one_alignment(before, after):
     assert tz._both_positions((before, after)) == (tz.changed_positions((before, after)),
                                                    tz.decision_positions((before, after)))
+
+
+def test_target_options_override_the_presets():
+    args = tz.parse_args(["target", "--init", "m", "--decision-weight", "4", "--sft-max-len", "2048", "--sft-lr", "3e-4",
+                          "--sft-epochs", "4", "--sft-time-s", "290", "--deadline-s", "400"])
+    cfg = tz.target_config(args)
+    assert (cfg.decision_weight, cfg.sft_max_len, cfg.sft_lr, cfg.sft_epochs, cfg.sft_time_s, cfg.deadline_s) == \
+        (4.0, 2048, 3e-4, 4, 290.0, 400.0)
+    assert cfg.pretrain_chars == 0 and cfg.change_weight == 1.0  # the fine-tuning preset where no option is given
+    scratch = tz.target_config(tz.parse_args(["target", "--pretrain-time-s", "450"]))
+    assert scratch.pretrain_time_s == 450.0 and scratch.pretrain_chars == tz.TargetConfig().pretrain_chars
+    assert set(tz.CONFIG_OPTIONS) <= set(tz.TargetConfig.__dataclass_fields__)
+    with pytest.raises(ValueError, match="decision_weight"):
+        tz.target_config(tz.parse_args(["target", "--decision-weight", "0"]))
