@@ -31,7 +31,8 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
     (head ``h*g + j``), what the o projection reads. ``"split"`` serves blocks of up to ``SPLIT_MAX_ROWS``
     rows (decode and verify steps, draft trees included: a block of more than ``SPLIT_ROW_TILE`` rows is cut into
-    row tiles of ``SPLIT_WIDE_TILE``, each with programs of its own); longer ones (prefill) go to SDPA.
+    row tiles, of ``SPLIT_WIDE_TILE`` rows for 2-byte inputs, each with programs of its own); longer ones
+    (prefill) go to SDPA.
 
     Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
     ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
