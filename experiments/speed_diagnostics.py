@@ -21,9 +21,9 @@ from experiments.speed_loop import accepted_continuation
 from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
 from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, split_kv_attention
 from hybridsd.decoder import fused_layers
+from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.drafters.tree import layout
 from hybridsd.kv_cache import bucket
-from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.target import Target, target_for
 from hybridsd.verify import greedy_chain
 
@@ -272,9 +272,10 @@ def gemm_rows(model, rows: tuple[int, ...] = (1, 8, 9, 16, 64), iters: int = 20)
     return out
 
 
-ATTENTION_CASES = {  # name: (block tokens, tree size or 0 for a chain, exact-mode views with the rows' branches)
-    "decode": (1, 0, None), "chain_q9": (9, 0, None), "tree_q64": (64, 64, None),
-    "exact16_one_view": (16, 0, "zeros"), "exact16_two_views": (16, 0, "halves"), "exact8_one_view": (8, 0, "zeros"),
+ATTENTION_CASES = {  # name: (block tokens, a random tree (else a chain), exact-mode views with the rows' branches)
+    "decode": (1, False, None), "chain_q9": (9, False, None), "tree_q64": (64, True, None),
+    "exact16_one_view": (16, False, "zeros"), "exact16_two_views": (16, False, "halves"),
+    "exact8_one_view": (8, False, "zeros"),
 }
 
 

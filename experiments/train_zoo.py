@@ -173,38 +173,19 @@ def masked_loss(model, input_ids, targets, weights=None):
     return (F.cross_entropy(logits.float(), targets[keep], reduction="none") * w).sum() / w.sum()
 
 
-def changed_positions(args: tuple[list[int], list[int]]) -> list[int]:
-    """Positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where an edit of ``before``
-    shows: every inserted or replacing token, and the token right after a deletion (pool worker)."""
+def edit_positions(args: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    """(changed, decisions): positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where an
+    edit of ``before`` shows (every inserted or replacing token, and the token right after a deletion) and where
+    a copy of ``before`` must be left or resumed (the first token of every change and the first token after it),
+    from one token alignment (pool worker)."""
     before, after = args
-    out: list[int] = []
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag != "equal":
-            out.extend(range(j1, j2) if j2 > j1 else [j1])
-    return sorted(set(out))
-
-
-def decision_positions(args: tuple[list[int], list[int]]) -> list[int]:
-    """Positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where a copy of ``before``
-    must be left or resumed: the first token of every change and the first token after it (pool worker)."""
-    before, after = args
-    out: set[int] = set()
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag != "equal":
-            out.update((j1, j2))
-    return sorted(out)
-
-
-def _both_positions(args: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
-    """(:func:`changed_positions`, :func:`decision_positions`) from one alignment (pool worker)."""
-    before, after = args
-    changed: list[int] = []
+    changed: set[int] = set()
     decisions: set[int] = set()
     for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
         if tag != "equal":
-            changed.extend(range(j1, j2) if j2 > j1 else [j1])
+            changed.update(range(j1, j2) if j2 > j1 else [j1])
             decisions.update((j1, j2))
-    return sorted(set(changed)), sorted(decisions)
+    return sorted(changed), sorted(decisions)
 
 
 class Phase:
@@ -265,7 +246,7 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
                  workers: int = 1) -> list[tuple[list[int], int, list[int], list[int]]]:
     """(token ids, prompt length, changed answer positions, decision positions) per (before, instruction,
     after): the templated prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see
-    :func:`changed_positions` and :func:`decision_positions`, the end-of-turn token included in both) are
+    :func:`edit_positions`, the end-of-turn token included in both) are
     where the answer departs from a copy of ``before`` and where it leaves or resumes the copy.
 
     The template is rendered once around a marker (it copies message contents verbatim) and the texts are
@@ -287,9 +268,9 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
     pairs = list(zip(b_ids, a_ids))
     if workers > 1:
         with Pool(workers) as pool:
-            both = pool.map(_both_positions, pairs, chunksize=32)
+            both = pool.map(edit_positions, pairs, chunksize=32)
     else:
-        both = [_both_positions(x) for x in pairs]
+        both = [edit_positions(x) for x in pairs]
     return [(p + a + [eot], len(p), c + [len(a)], sorted(set(d) | {len(a)}))
             for p, a, (c, d) in zip(p_ids, a_ids, both)]
 

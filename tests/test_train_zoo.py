@@ -150,7 +150,7 @@ def _slow_changed(before, after):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
 def test_changed_positions(before, after):
-    got = tz.changed_positions((before, after))
+    got = tz.edit_positions((before, after))[0]
     assert got == _slow_changed(before, after)
     if before == after:
         assert got == []
@@ -178,7 +178,7 @@ def test_decision_positions(before, after):
             if prev is None or source[j] != prev + 1:
                 want.add(j)
             prev = source[j]
-    got = tz.decision_positions((before, after))
+    got = tz.edit_positions((before, after))[1]
     assert got == sorted(want)
     assert all(0 <= j <= len(after) for j in got)
     assert (got == []) == (before == after)
@@ -195,12 +195,6 @@ def test_sft_batches_weight_the_changed_tokens(example):
         want = 5.0 if pos in changed else 3.0 if pos in decisions else 1.0
         assert float(w[0, n_prompt - 1 + pos]) == want
     assert int((y != -100).sum()) == len(ids) - n_prompt
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
-def test_both_positions_from_one_alignment(before, after):
-    assert tz._both_positions((before, after)) == (tz.changed_positions((before, after)),
-                                                   tz.decision_positions((before, after)))
 
 
 def test_target_options_override_the_presets():
