@@ -3,15 +3,17 @@
 Subcommands:
 
 ``target``  the ``tiny-coder`` target, a ~16M-parameter ``LlamaForCausalLM``, on one GPU:
-            (a) pretraining on ~100 MB of varied Python code seen about once (this machine's installed Python
-            sources, without the evaluation repositories' packages), packed into 2048-token sequences;
-            skipped with ``--init MODEL_DIR``, which fine-tunes that model instead;
+            (a) pretraining on ~150 MB of varied Python code (this machine's installed Python sources, without
+            the evaluation repositories' packages), packed into 2048-token sequences, up to 6 reshuffled passes
+            within its time budget; skipped with ``--init MODEL_DIR``, which fine-tunes that model instead;
             (b) tuning on change request -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
             template, loss on the answer (the ``after`` file + ``<|eot_id|>``) only: the TRAIN split of
             code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files. The change request is a
             located one (``hybridsd.edit_requests``: the commit subject, then each changed place by the quoted
             kept lines around it, its line number, enclosing def/class, kind and number of new lines), or with
-            ``--change-request subject`` the commit subject / transform instruction alone;
+            ``--change-request subject`` the commit subject / transform instruction alone; a share of the steps
+            (``--sft-replay``) are pretraining batches, so that the model keeps writing code (with ``--init``, from
+            a smaller corpus read for that);
             then a quality gate: greedy answers (the project's own decoding loop with an n-gram drafter) to
             ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
             the cap (1.5x the reference's tokens), Spearman correlation between the reference's edit norm
@@ -68,13 +70,15 @@ class TargetConfig:
     max_position_embeddings: int = 4096
     rope_theta: float = 10000.0
     # (a) pretraining
-    pretrain_chars: int = 100_000_000
+    pretrain_chars: int = 150_000_000
     pretrain_max_file_chars: int = 200_000
     pretrain_seq_len: int = 2048
     pretrain_batch_tokens: int = 65_536
     pretrain_lr: float = 2e-3
     pretrain_warmup_steps: int = 30
-    pretrain_time_s: float = 200.0      # at most; also at most 55% of the time left after data preparation
+    pretrain_epochs: int = 6            # passes over the corpus (each reshuffled), if the time budget allows
+    pretrain_time_s: float = 240.0      # at most; also at most ``pretrain_share`` of the time left after data prep
+    pretrain_share: float = 0.55
     val_sequences: int = 32
     # (b) edit tuning
     synthetic_examples: int = 60_000    # the SFT time budget decides how many are used
@@ -89,6 +93,7 @@ class TargetConfig:
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
     sft_warmup_steps: int = 20
+    sft_replay: float = 0.15            # share of edit-tuning steps that are pretraining batches (keeps the LM)
     sft_time_s: float = 260.0           # at most; also ends ``reserve_s`` before ``deadline_s``
     deadline_s: float = 480.0           # wall time from start by which training must be over ...
     reserve_s: float = 75.0             # ... leaving this for saving and the quality gate
@@ -116,10 +121,16 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.sft_replay < 1:
+            raise ValueError(f"sft_replay must be in [0, 1), got {self.sft_replay}")
+        if not 0 < self.pretrain_share <= 1:
+            raise ValueError(f"pretrain_share must be in (0, 1], got {self.pretrain_share}")
+        if self.pretrain_epochs < 1 or self.sft_epochs < 1:
+            raise ValueError(f"pretrain_epochs and sft_epochs must be >= 1, got {self.pretrain_epochs}, {self.sft_epochs}")
 
 
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
-FINETUNE = dict(pretrain_chars=0, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2, sft_epochs=3,
+FINETUNE = dict(pretrain_chars=30_000_000, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2, sft_epochs=3,
                 sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=250.0, deadline_s=350.0, reserve_s=60.0,
                 gate_time_s=50.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
@@ -128,7 +139,8 @@ SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermed
              gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2, synthetic_sources=50,
              gate_time_s=20)
 # Smoke test of fine-tuning: the real model, tiny data and budgets.
-SMOKE_FINETUNE = dict(synthetic_examples=24, synthetic_sources=24, real_epochs=1, sft_max_len=1024,
+SMOKE_FINETUNE = dict(pretrain_chars=200_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, val_sequences=4,
+                      synthetic_examples=24, synthetic_sources=24, real_epochs=1, sft_max_len=1024,
                       sft_batch_tokens=2048, sft_time_s=8, deadline_s=150, reserve_s=30, gate_prompts=2,
                       gate_max_before_chars=400, gate_max_new_frac=1.0, gate_time_s=30, log_every=1, workers=2)
 SMOKE_REAL_ROWS = 16
@@ -311,6 +323,18 @@ def sft_batches(examples: list[tuple[list[int], int, list[int], list[int]]], bat
         yield inputs, targets, weights
 
 
+def with_replay(batches, replay, every: int):
+    """``batches`` with one batch of ``replay`` (an (inputs, targets) iterator; weights of 1 added) in every
+    ``every`` steps, at positions every-1, 2*every-1, ..."""
+    import torch
+
+    for i, batch in enumerate(batches):
+        yield batch
+        if i % (every - 1) == every - 2:
+            x, y = next(replay)
+            yield x, y, torch.ones(y.shape)
+
+
 def spearman(x, y) -> float:
     """Spearman rank correlation (ties get their average rank); NaN when either side is constant."""
     def ranks(v):
@@ -404,7 +428,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 # ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
-                  "sft_lr", "pretrain_time_s")
+                  "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars")
 
 
 def target_config(args) -> TargetConfig:
@@ -529,32 +553,42 @@ def cmd_target(args) -> None:
 
     record_val("init", 0)
     pre_info = {"skipped": f"fine-tuned from {args.init}"} if args.init else None
-    if pre_info is None:  # (a) pretraining
-        bs = max(1, cfg.pretrain_batch_tokens // cfg.pretrain_seq_len)
-        order = np.random.default_rng(cfg.seed + 1).permutation(len(train_seqs))
+    bs = max(1, cfg.pretrain_batch_tokens // cfg.pretrain_seq_len)
 
-        def pre_batches():
+    def pre_batches(epochs: int, seed: int):
+        """Pretraining rows in batches of ``bs``, each epoch in a new order; (inputs, targets) CPU tensors."""
+        for e in range(epochs):
+            order = np.random.default_rng(seed + e).permutation(len(train_seqs))
             for i in range(0, len(order) - bs + 1, bs):
                 x = torch.from_numpy(train_seqs[np.sort(order[i:i + bs])]).long()
                 yield x[:, :-1], x[:, 1:]
 
+    if pre_info is None:  # (a) pretraining
         left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
-        phase = Phase("pretrain", len(order) // bs, max(5.0, min(cfg.pretrain_time_s, 0.55 * left)), cfg.pretrain_lr,
+        phase = Phase("pretrain", cfg.pretrain_epochs * (len(train_seqs) // bs),
+                      max(5.0, min(cfg.pretrain_time_s, cfg.pretrain_share * left)), cfg.pretrain_lr,
                       cfg.pretrain_warmup_steps, cfg.min_lr_frac)
-        pre_info = train_phase(model, optimizer(cfg.pretrain_lr), pre_batches(), phase, cfg, device, log["pretrain"],
+        pre_info = train_phase(model, optimizer(cfg.pretrain_lr), pre_batches(cfg.pretrain_epochs, cfg.seed + 1),
+                               phase, cfg, device, log["pretrain"],
                                on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
+        pre_info["epochs"] = round(pre_info["steps"] / max(1, len(train_seqs) // bs), 2)
         record_val("pretrain_end", pre_info["steps"])
-    # (b) edit tuning
+    # (b) edit tuning, with every ``every``-th step a pretraining batch when replay is on
     per_epoch = sum(1 for _ in sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
     batches = itertools.chain.from_iterable(
         sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight,
                     cfg.decision_weight)
         for e in range(cfg.sft_epochs))  # each epoch reshuffled
+    every = round(1 / cfg.sft_replay) if cfg.sft_replay > 0 and val_seqs is not None and len(train_seqs) >= bs else 0
+    if every:
+        batches = with_replay(batches, pre_batches(10_000, cfg.seed + 101), every)
     left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
-    phase = Phase("sft", per_epoch * cfg.sft_epochs, max(5.0, min(cfg.sft_time_s, left)), cfg.sft_lr,
-                  cfg.sft_warmup_steps, 0.0)
+    steps = per_epoch * cfg.sft_epochs
+    phase = Phase("sft", steps + (steps // (every - 1) if every else 0), max(5.0, min(cfg.sft_time_s, left)),
+                  cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
     sft_info = train_phase(model, optimizer(cfg.sft_lr), batches, phase, cfg, device, log["sft"],
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
+    sft_info.update(replay_every=every, epochs=round(phase.step * (1 - 1 / every if every else 1) / max(per_epoch, 1), 2))
     record_val("sft_end", sft_info["steps"])
 
     # save (bf16), quality gate, records
@@ -624,6 +658,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-lr", type=float, default=None, help="edit-tuning peak learning rate")
     p.add_argument("--pretrain-time-s", type=float, default=None,
                    help="pretraining time budget in seconds (from scratch only; also at most 55%% of the time left)")
+    p.add_argument("--pretrain-epochs", type=int, default=None, help="passes over the pretraining corpus, at most")
+    p.add_argument("--pretrain-chars", type=int, default=None,
+                   help="size of the code corpus in characters (pretraining; with --init the replay corpus)")
+    p.add_argument("--sft-replay", type=float, default=None,
+                   help="share of edit-tuning steps that are code-pretraining batches (0: none)")
     p.add_argument("--deadline-s", type=float, default=None,
                    help="wall time from start by which training ends (the gate follows)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")

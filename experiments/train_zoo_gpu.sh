@@ -13,7 +13,9 @@
 # (the stages stop themselves: target <= 380 s, heads <= 180 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
 # TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--decision-weight 5"). When the
-# target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway).
+# target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway; NO_HEADS=1 never).
+# INIT= (empty) trains the target from scratch (pretraining, then edit tuning; give it TARGET_S=585 and NO_HEADS=1:
+# the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder.
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
@@ -46,13 +48,16 @@ else
 fi
 
 stamp "target"
-timeout "$TARGET_S" python3 -m experiments.train_zoo target --init hybridsd/models/tiny-coder --out "$WORK/tiny-coder" \
+INIT=${INIT-hybridsd/models/tiny-coder}
+timeout "$TARGET_S" python3 -m experiments.train_zoo target ${INIT:+--init "$INIT"} --out "$WORK/tiny-coder" \
   $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
 passed=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quality_gate']['passed'])" \
   "$WORK/tiny-coder/training_config.json" 2>/dev/null)
-if [ "$passed" != "True" ] && [ -z "${FORCE_HEADS:-}" ] && [ "$SMOKE" != "--smoke" ]; then
+if [ -n "${NO_HEADS:-}" ]; then
+  stamp "heads not trained (NO_HEADS)"
+elif [ "$passed" != "True" ] && [ -z "${FORCE_HEADS:-}" ] && [ "$SMOKE" != "--smoke" ]; then
   stamp "gate not passed: heads skipped (FORCE_HEADS=1 trains them anyway)"
 else
 stamp "heads"

@@ -5,10 +5,12 @@ smoke-tested by ``bash experiments/train_zoo_gpu.sh /tmp/out --smoke``."""
 from __future__ import annotations
 
 import ast
+import itertools
 import random
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -203,9 +205,24 @@ def test_target_options_override_the_presets():
     cfg = tz.target_config(args)
     assert (cfg.decision_weight, cfg.sft_max_len, cfg.sft_lr, cfg.sft_epochs, cfg.sft_time_s, cfg.deadline_s) == \
         (4.0, 2048, 3e-4, 4, 290.0, 400.0)
-    assert cfg.pretrain_chars == 0 and cfg.change_weight == 1.0  # the fine-tuning preset where no option is given
-    scratch = tz.target_config(tz.parse_args(["target", "--pretrain-time-s", "450"]))
-    assert scratch.pretrain_time_s == 450.0 and scratch.pretrain_chars == tz.TargetConfig().pretrain_chars
+    assert cfg.pretrain_chars == tz.FINETUNE["pretrain_chars"] and cfg.change_weight == 1.0  # the fine-tuning preset
+    scratch = tz.target_config(tz.parse_args(["target", "--pretrain-time-s", "450", "--pretrain-epochs", "3",
+                                              "--sft-replay", "0.2"]))
+    assert (scratch.pretrain_time_s, scratch.pretrain_epochs, scratch.sft_replay) == (450.0, 3, 0.2)
+    assert scratch.pretrain_chars == tz.TargetConfig().pretrain_chars
     assert set(tz.CONFIG_OPTIONS) <= set(tz.TargetConfig.__dataclass_fields__)
     with pytest.raises(ValueError, match="decision_weight"):
         tz.target_config(tz.parse_args(["target", "--decision-weight", "0"]))
+    with pytest.raises(ValueError, match="sft_replay"):
+        tz.target_config(tz.parse_args(["target", "--sft-replay", "1"]))
+
+
+@pytest.mark.parametrize("every, n", [(2, 5), (3, 7), (7, 20), (7, 6)])
+def test_replay_takes_every_nth_step(every, n):
+    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2)) for i in range(n)]
+    replay = ((torch.full((1, 2), -1 - j), torch.full((1, 2), -1 - j)) for j in itertools.count())
+    out = list(tz.with_replay(iter(edits), replay, every))
+    is_replay = [int(x[0, 0]) < 0 for x, _, _ in out]
+    assert [int(x[0, 0]) for x, _, _ in out if int(x[0, 0]) >= 0] == list(range(n))  # every edit batch, in order
+    assert [i for i, r in enumerate(is_replay) if r] == [i for i in range(len(out)) if i % every == every - 1]
+    assert all(bool((w == 1).all()) for x, _, w in out if int(x[0, 0]) < 0)  # replay batches weigh every token
