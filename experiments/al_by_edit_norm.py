@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k-ngram", type=int, default=5)
     ap.add_argument("--k-eagle", type=int, default=3)
     ap.add_argument("--theory", type=Path, default=None, help="simulate_al.json with models fitted on other prompts")
-    ap.add_argument("--change-request", choices=("located", "subject"), default="subject",
+    ap.add_argument("--change-request", choices=("located", "subject"), default="located",
                     help="how the runs' prompts were built, as spec_bench's --change-request (to rebuild them for "
                     "the simulation)")
     ap.add_argument("--no-sim", action="store_true", help="skip the trace simulation")

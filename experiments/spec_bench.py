@@ -76,7 +76,7 @@ class BenchConfig:
     hybrid_policy: str = "prefer-ngram"
     dataset_name: str = "code-edits"
     split: str = "eval"
-    change_request: str = "subject"
+    change_request: str = "located"
     min_distance: float | None = None
     max_distance: float | None = None
     output_len: int = 512
@@ -527,9 +527,9 @@ def parser() -> argparse.ArgumentParser:
                    "JSONL file(s); otherwise the folder with the project's JSONL files (default ../shared/data)")
     p.add_argument("--hf-split", default="train")
     p.add_argument("--split", default="eval", choices=("eval", "all"))
-    p.add_argument("--change-request", default="subject", choices=data.CHANGE_REQUESTS,
-                   help="code-edits prompts: the commit subject alone (the installed zoo target's format), or "
-                   "located (the places, scopes and sizes of the change named; train_zoo_gpu.sh's format)")
+    p.add_argument("--change-request", default="located", choices=data.CHANGE_REQUESTS,
+                   help="code-edits prompts: located (the commit subject, then the places, scopes and sizes of the "
+                   "change; the zoo target's format), or the commit subject alone")
     p.add_argument("--blazedit-min-distance", type=float, default=None)
     p.add_argument("--blazedit-max-distance", type=float, default=None)
     p.add_argument("--num-prompts", type=int, default=None)

@@ -56,6 +56,7 @@ class Preset:
     hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
     datasets: tuple[str, ...] = DATASETS
     pr_grid: bool = False  # only the PR's configurations (n-gram k 5, EAGLE k 3, hybrids 5/3, trees)
+    change_request: str = "located"  # code-edits change requests: located (the zoo target's format) or subject
 
 
 PRESETS = {
@@ -84,7 +85,7 @@ def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
         out.append((stem, sb.BenchConfig(**common, **kw)))
 
     for ds in preset.datasets:
-        base = dict(dataset_name=ds, output_len=preset.output_len[ds])
+        base = dict(dataset_name=ds, output_len=preset.output_len[ds], change_request=preset.change_request)
         if preset.pr_grid:
             pr = {"ngram": 5, "eagle": 3, "eagle3": 3}
             add(f"{ds}__none", method="none", **base)
