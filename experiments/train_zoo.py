@@ -131,7 +131,7 @@ class TargetConfig:
 
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
 FINETUNE = dict(pretrain_chars=30_000_000, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2, sft_epochs=3,
-                sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=250.0, deadline_s=350.0, reserve_s=60.0,
+                sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=200.0, deadline_s=270.0, reserve_s=55.0,
                 gate_time_s=50.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
              pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20, deadline_s=150, reserve_s=30,

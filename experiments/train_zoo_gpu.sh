@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retrain the zoo in one call on one GPU (about 9.5 minutes on one H200): the tiny-coder target fine-tuned on
+# Retrain the zoo in one call on one GPU (under 10 minutes on one H200): the tiny-coder target fine-tuned on
 # located change requests (train_zoo.py target --init, with its quality gate on held-out prompts), then its
 # EAGLE-1 and EAGLE-3 heads (train_heads.py, started from the current heads), then an archive of the new folder.
 #
@@ -10,12 +10,20 @@
 # `cat tiny-coder.tar.part-* | tar -x -C DEST`). Expects, as device_run.sh: .whl/ (rapidfuzz wheels) and
 # .cache/code_edits_dev.jsonl.xz (or .gz) carried along on the GPU machine; without .cache/ it reads ../shared/data.
 # On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
-# (the stages stop themselves: target <= 380 s, heads <= 180 s). Install the result in place with
+# (the stages stop themselves: target <= 330 s, heads <= 240 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
 # TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--decision-weight 5"). When the
 # target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway; NO_HEADS=1 never).
 # INIT= (empty) trains the target from scratch (pretraining, then edit tuning; give it TARGET_S=585 and NO_HEADS=1:
-# the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder.
+# the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder; NO_TARGET=1 trains only the
+# heads, of the installed target.
+#
+# The installed zoo (about 19 GPU-minutes; install each call's result before the next):
+#   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470" \
+#     bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.6 min (training_config_from_scratch.json)
+#   NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --sft-lr 5e-4 --sft-epochs 5 \
+#     --sft-time-s 420 --deadline-s 505" bash experiments/train_zoo_gpu.sh $OUT      # more edit tuning: 8 min
+#   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 4 min
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
@@ -43,14 +51,19 @@ if [ "$SMOKE" = "--smoke" ]; then
   TARGET_ARGS="--smoke"; TARGET_S=300; HEADS_S=300
   HEAD_ARGS="--device cpu --limit 4 --gen-seconds 1 --gen-batch 2 --max-new 16 --steps 2 --seq-len 128 --batch-size 2 --max-before-chars 1200"
 else
-  TARGET_ARGS=""; TARGET_S=${TARGET_S:-380}; HEADS_S=${HEADS_S:-180}
+  TARGET_ARGS=""; TARGET_S=${TARGET_S:-330}; HEADS_S=${HEADS_S:-240}
   HEAD_ARGS="--gen-seconds ${GEN_S:-15} --gen-batch 64 --max-new 512 --seconds-per-head ${HEAD_S:-60} --ttt-steps 3 ${HEAD_ARGS:-}"
 fi
 
+if [ -n "${NO_TARGET:-}" ]; then
+  mkdir -p "$WORK/tiny-coder" && cp hybridsd/models/tiny-coder/*.* "$WORK/tiny-coder/"  # files only: no old heads
+  FORCE_HEADS=1
+else
 stamp "target"
 INIT=${INIT-hybridsd/models/tiny-coder}
 timeout "$TARGET_S" python3 -m experiments.train_zoo target ${INIT:+--init "$INIT"} --out "$WORK/tiny-coder" \
   $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
+fi
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 
 passed=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quality_gate']['passed'])" \
