@@ -14,7 +14,7 @@ if not all(importlib.util.find_spec(m) for m in ("nbformat", "nbclient", "seabor
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results"
 DATA = Path(os.environ.get("HYBRIDSD_DATA") or REPO.parent / "shared" / "data")  # as hybridsd.data finds it
-SWEEP_GPU, SWEEP_CPU = RESULTS / "sweeps" / "zoo_h200_bf16", RESULTS / "sweeps" / "zoo_cpu_fp32"
+SWEEP_GPU, SWEEP_CPU = RESULTS / "sweeps" / "edit_norm_h200_bf16", RESULTS / "sweeps" / "zoo_cpu_fp32"
 NEEDS = {
     "theory_vs_measurement": [RESULTS / "simulation" / "simulate_al.json", SWEEP_GPU,
                               SWEEP_CPU / "code-edits__ngram__k5.jsonl", DATA / "code_edits_dev.jsonl"],
