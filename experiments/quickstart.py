@@ -3,12 +3,15 @@
     python -m experiments.quickstart
 
 Loads ``tiny-coder`` (a 16.5M-parameter Llama trained for code edits) and its EAGLE heads from the
-repository, asks it for one code edit, and decodes the answer plainly and with each drafter. Every
-speculative output must equal the plain greedy output token for token.
+repository, asks it for one code edit in the zoo's located format (the places and sizes of an intended change,
+named by ``hybridsd.edit_requests.located_request``; the model sees only the request and the file), and decodes
+the answer plainly and with each drafter. Every speculative output must equal the plain greedy output token for
+token. Prints the request, the table and the diff between the input file and the answer.
 """
 
 from __future__ import annotations
 
+import difflib
 import time
 
 import torch
@@ -16,6 +19,7 @@ import torch
 import hybridsd as hsd
 from hybridsd.prompts import build_prompt_ids
 from hybridsd.data import blazedit_prompt
+from hybridsd.edit_requests import located_request
 
 CODE = '''"""Small helpers for reading configuration files."""
 import json
@@ -35,7 +39,11 @@ def save_config(path, config):
 def config_path(name):
     return os.path.join(os.path.expanduser("~"), ".config", name + ".json")
 '''
-REQUEST = "Use pathlib in config_path"
+# the intended change: the request is built from it (where, and how many lines), its new text is left to the model
+INTENDED = CODE.replace("import os\n", "import os\nimport pathlib\n").replace(
+    'return os.path.join(os.path.expanduser("~"), ".config", name + ".json")',
+    'return pathlib.Path.home() / ".config" / (name + ".json")')
+REQUEST = located_request(CODE, INTENDED, "Use pathlib in config_path")
 
 
 def main() -> None:
@@ -57,6 +65,7 @@ def main() -> None:
         "ngram-eagle3": hsd.HybridDrafter(ngram(), hsd.EagleDrafter(heads["eagle3"], k=3)),
         "ngram-eagle tree": hsd.HybridDrafter(ngram(), hsd.EagleDrafter(heads["eagle1"], k=3), policy="tree"),
     }
+    print(f"change request:\n{REQUEST}\n")
     print(f"prompt: {len(ids)} tokens; model: tiny-coder, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
           f"parameters, CPU fp32\n")
     print(f"{'method':18s} {'tokens':>6s} {'passes':>6s} {'seq AL':>7s} {'prec AL':>7s} {'same':>5s} {'s':>6s}  "
@@ -74,8 +83,9 @@ def main() -> None:
               f"{st.precision_al:7.2f} {str(same):>5s} {wall:6.2f}  {dict(st.steps_by_drafter)}")
         if not same:
             raise SystemExit(f"{name}: output differs from plain greedy decoding")
-    print("\nthe edited file (plain greedy):\n")
-    print(tok.decode(plain, skip_special_tokens=True))
+    out = tok.decode(plain, skip_special_tokens=True)
+    print("\nthe answer (plain greedy) against the input file:\n")
+    print("".join(difflib.unified_diff(CODE.splitlines(True), out.splitlines(True), "input", "answer")) or "no change")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ Each part of the paper has its module in paper/sections/ and reads only its own 
 hand):
 
 - simulation   experiments/results/simulation/simulate_al.json: trace simulation of real code edits, model fits
-- zoo          hybridsd/models/tiny-coder/ (training_config.json, heads_training_*.json) and
-               experiments/results/zoo/eagle3_gate/: the zoo model, its heads, EAGLE-3 against EAGLE-1
-- sweep        experiments/results/sweeps/zoo_h200_bf16/ (GPU sweep of tiny-coder, the measured ALs) and
-               sweeps/zoo_cpu_fp32/ (the CPU sweep)
-- theory       the GPU sweep's code edits against the analytic models (also reads the data directory's
+- zoo          hybridsd/models/tiny-coder/ (training_config*.json, heads_training_*): the zoo model, its heads;
+               EAGLE-3 against EAGLE-1 in the edit-norm sweep
+- edit_norm    experiments/results/sweeps/edit_norm_h200_bf16/ (GPU): AL per edit-norm bin, the corpus table
+- sweep        experiments/results/sweeps/zoo_cpu_fp32/ (CPU): data sets x methods x k, doubled BOS
+- theory       the GPU edit-norm sweep's code edits against the analytic models (also reads the data directory's
                code_edits_dev.jsonl for the input files and tiny-coder's tokenizer)
 - speed        experiments/results/speed/: 8B-shape step times and ratios, draft cost, loop overhead, tiny-coder end
                to end, the diagnostic runs, the n-gram proposer
@@ -29,7 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paper.sections import exact, real_models, simulation, speed, sweep, tex, theory, trees, zoo
+from paper.sections import edit_norm, exact, real_models, simulation, speed, sweep, tex, theory, trees, zoo
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     tex.NUMBERS.clear()
     simulation.make()
     zoo.make()
-    gpu_sweep = sweep.make()
-    theory.make(gpu_sweep)
+    edit_norm.make()
+    sweep.make()
+    theory.make(edit_norm.load())
     speed.make()
     trees.make()
     exact.make()

@@ -1,4 +1,4 @@
-"""The GPU sweep of tiny-coder (experiments/results/sweeps/zoo_h200_bf16/): provenance, corpus AL per data set,
+"""The CPU sweep of tiny-coder (experiments/results/sweeps/zoo_cpu_fp32/): provenance, corpus AL per data set,
 method and k, per-position acceptance, and single against doubled BOS."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from paper.sections.simulation import SIMULATION
 from paper.sections.style import VARIANT_COLOR, VARIANT_LABEL, savefig
 from paper.sections.tex import NUMBERS, RESULTS, commit_of, fmt, num, of_n, signed, table, tex_escape
 
-SWEEP_GPU = RESULTS / "sweeps" / "zoo_h200_bf16"
+SWEEP = RESULTS / "sweeps" / "zoo_cpu_fp32"
 DATASETS = ("code-edits", "editeval", "mt-bench")
 DATASET_TAG = {"code-edits": "Code", "editeval": "EditEval", "mt-bench": "MT"}
 DATASET_LABEL = {"code-edits": "code edits", "editeval": "EditEval", "mt-bench": "MT-Bench"}
@@ -26,8 +26,8 @@ K_ORDER = {"-": 0, "3": 1, "5": 2, "5/3": 3}
 
 
 def load():
-    """The GPU sweep's rows (experiments.results.load_runs)."""
-    return results.load_runs(str(SWEEP_GPU / "*.jsonl"))
+    """The CPU sweep's rows (experiments.results.load_runs)."""
+    return results.load_runs(str(SWEEP / "*.jsonl"))
 
 
 def cap_count(df) -> int:
@@ -35,41 +35,38 @@ def cap_count(df) -> int:
     return int((df.tokens >= df.output_len).sum())
 
 
-def gpu_provenance(df) -> None:
-    """Commands, commits, device and sizes of the GPU sweep, for the text."""
-    calls = json.loads((SWEEP_GPU / "sweep.json").read_text())["calls"]
+def provenance_numbers(df) -> None:
+    """Commands, commits, device and sizes of the sweep, for the text."""
+    calls = json.loads((SWEEP / "sweep.json").read_text())["calls"]
     cmds = list(dict.fromkeys(re.sub(r" --out-dir \S+", "", c["command"]) for c in calls))  # where it wrote: moot
-    num("gpuCmd", "; ".join(f"\\code{{{tex_escape(c)}}}" for c in cmds), "{}")
-    num("gpuCalls", len(calls), "{:d}")
+    num("cpuCmd", "; ".join(f"\\code{{{tex_escape(c)}}}" for c in cmds), "{}")
+    num("cpuCalls", len(calls), "{:d}")
     commits = list(dict.fromkeys(commit_of(c["run_info"])[0] for c in calls))
-    num("gpuCommits", " and ".join(f"\\texttt{{{c}}}" for c in commits), "{}")
+    num("cpuCommits", " and ".join(f"\\texttt{{{c}}}" for c in commits), "{}")
     ri = calls[-1]["run_info"]
-    num("gpuDevice", tex_escape(ri["device"]), "{}")
-    num("gpuTorch", tex_escape(ri["torch"]), "{}")
-    num("gpuDate", ri["date"][:10], "{}")
-    num("gpuWorld", calls[-1].get("world_size", 1), "{:d}")
-    num("gpuRows", len(df), "{:d}")
+    num("cpuDevice", tex_escape(ri["device"]), "{}")
+    num("cpuTorch", tex_escape(ri["torch"]), "{}")
+    num("cpuDate", ri["date"][:10], "{}")
+    num("cpuWorld", calls[-1].get("world_size", 1), "{:d}")
+    num("cpuRows", len(df), "{:d}")
     ks = sorted({int(k) for k in df.k if k.isdigit()})
-    num("gpuKa", ks[0], "{:d}")
-    num("gpuKb", ks[-1], "{:d}")
-    mixed = df[df.k.str.contains("/")]
-    num("gpuHybKN", int(mixed.k_ngram.iloc[0]), "{:d}")
-    num("gpuHybKE", int(mixed.k_eagle.iloc[0]), "{:d}")
-    first = json.loads(next(SWEEP_GPU.glob("*ngram__k*.jsonl")).read_text().splitlines()[0])["config"]
-    num("gpuMinN", first["prompt_lookup_min"], "{:d}")
-    num("gpuMaxN", first["prompt_lookup_max"], "{:d}")
-    num("gpuConfigs", df.config_key.nunique(), "{:d}")
+    num("cpuKa", ks[0], "{:d}")
+    num("cpuKb", ks[-1], "{:d}")
+    first = json.loads(next(SWEEP.glob("*ngram__k*.jsonl")).read_text().splitlines()[0])["config"]
+    num("cpuMinN", first["prompt_lookup_min"], "{:d}")
+    num("cpuMaxN", first["prompt_lookup_max"], "{:d}")
+    num("cpuConfigs", df.config_key.nunique(), "{:d}")
     plain = df[(df.method == "none") & (df.bos_mode == "single")]
     for ds in DATASETS:
         p = plain[plain.dataset == ds]
         tag = DATASET_TAG[ds]
-        num(f"gpuN{tag}", len(p), "{:d}")
-        num(f"gpuOutLen{tag}", int(p.output_len.iloc[0]), "{:d}")
-        num(f"gpuCapped{tag}", cap_count(p), "{:d}")
-        num(f"gpuCappedOf{tag}", f"all {len(p)}" if cap_count(p) == len(p) else of_n(cap_count(p), len(p)), "{}")
+        num(f"cpuN{tag}", len(p), "{:d}")
+        num(f"cpuOutLen{tag}", int(p.output_len.iloc[0]), "{:d}")
+        num(f"cpuCapped{tag}", cap_count(p), "{:d}")
+        num(f"cpuCappedOf{tag}", f"all {len(p)}" if cap_count(p) == len(p) else of_n(cap_count(p), len(p)), "{}")
 
 
-def gpu_al_table(df) -> None:
+def al_table(df) -> None:
     """Corpus AL per dataset, method and k (single BOS): table, and a macro per cell."""
 
     single = df[df.bos_mode == "single"]
@@ -79,14 +76,14 @@ def gpu_al_table(df) -> None:
         if var == "none":
             continue
         tag = f"{DATASET_TAG[ds]}{VARIANT_TAG[var]}{K_TAG[k]}"
-        num(f"gpuAL{tag}", r.seq_al)
-        num(f"gpuPrec{tag}", r.precision_al)
+        num(f"cpuAL{tag}", r.seq_al)
+        num(f"cpuPrec{tag}", r.precision_al)
     keys = sorted({(v, k) for _, v, k in al.index}, key=lambda vk: (VARIANTS.index(vk[0]), K_ORDER[vk[1]]))
     best = al.reset_index().assign(g=lambda d: d.k.map(lambda k: "3" if k == "3" else "5")).query("variant != 'none'")
     best = best.loc[best.groupby(["dataset", "g"]).seq_al.idxmax(), ["dataset", "variant", "k"]]
     best = set(map(tuple, best.values))
     lines = [r"\begin{tabular}{ll" + "rrr" * len(DATASETS) + "}", r"\toprule",
-             " & & " + " & ".join(f"\\multicolumn{{3}}{{c}}{{{DATASET_LABEL[d]} ({NUMBERS['gpuN' + DATASET_TAG[d]]})}}"
+             " & & " + " & ".join(f"\\multicolumn{{3}}{{c}}{{{DATASET_LABEL[d]} ({NUMBERS['cpuN' + DATASET_TAG[d]]})}}"
                                   for d in DATASETS) + r" \\",
              "".join(f"\\cmidrule(lr){{{3 + 3 * i}-{5 + 3 * i}}}" for i in range(len(DATASETS))),
              "method & $k$ & " + " & ".join(r"seq.\ AL & prec.\ AL & = plain" for _ in DATASETS) + r" \\",
@@ -105,16 +102,16 @@ def gpu_al_table(df) -> None:
             cells += [s, fmt(r.precision_al), "" if m is None else f"{int(m.n_same)}/{int(m.n)}"]
         lines.append(f"{VARIANT_LABEL[var]} & {k.replace('-', '--')} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    table("gpu_al", lines)
+    table("cpu_al", lines)
     spec = mr.reset_index()
     for ds in DATASETS:
         s = spec[spec.dataset == ds]
         lo, hi = int(s.n_same.min()), int(s.n_same.max())
-        num(f"gpuSame{DATASET_TAG[ds]}", (f"{lo}" if lo == hi else f"{lo}--{hi}") + f" of {int(s.n.max())}", "{}")
-    num("gpuSameBy", " and ".join(sorted(set(spec.compared_by))), "{}")
+        num(f"cpuSame{DATASET_TAG[ds]}", (f"{lo}" if lo == hi else f"{lo}--{hi}") + f" of {int(s.n.max())}", "{}")
+    num("cpuSameBy", " and ".join(sorted(set(spec.compared_by))), "{}")
 
 
-def gpu_rates_figure(df) -> None:
+def rates_figure(df) -> None:
     """Per-position acceptance at k = 5 per method and dataset (single BOS)."""
 
     five = df[(df.bos_mode == "single") & (df.k == "5")]
@@ -129,7 +126,7 @@ def gpu_rates_figure(df) -> None:
         sr = sim["eagle_rates"][: sim["k_eagle"]]
         ax.plot(range(1, len(sr) + 1), sr, ls="--", marker="s", ms=2.5, color="0.5",
                 label="EAGLE rates assumed in the simulation")
-        ax.set_title(f"{DATASET_LABEL[ds]} ({NUMBERS['gpuN' + DATASET_TAG[ds]]} prompts)")
+        ax.set_title(f"{DATASET_LABEL[ds]} ({NUMBERS['cpuN' + DATASET_TAG[ds]]} prompts)")
         ax.set_xlabel("draft position $i$")
         ax.set_xticks(range(1, 6))
         ax.set_ylim(0, 1.02)
@@ -137,15 +134,15 @@ def gpu_rates_figure(df) -> None:
     h, lab = axes[0].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.13), frameon=False)
     fig.tight_layout(w_pad=0.6)
-    savefig(fig, "gpu_rates")
+    savefig(fig, "cpu_rates")
     r = results.corpus_al(five, by=["dataset", "variant"]).set_index(["dataset", "variant"])
     for ds in DATASETS:
         for var in ("eagle", "eagle3", "ngram"):
-            num(f"gpuRates{DATASET_TAG[ds]}{VARIANT_TAG[var]}",
+            num(f"cpuRates{DATASET_TAG[ds]}{VARIANT_TAG[var]}",
                 ", ".join(f"{r.loc[(ds, var), f'r{i}']:.2f}" for i in range(1, 6)), "{}")
 
 
-def gpu_bos(df) -> None:
+def bos(df) -> None:
     """Single vs doubled BOS for plain, EAGLE-1 and EAGLE-3: table and macros."""
 
     sub = df[df.variant.isin(["none", "eagle", "eagle3"])]
@@ -175,17 +172,16 @@ def gpu_bos(df) -> None:
                 num(f"bosSame{DATASET_TAG[ds]}{VARIANT_TAG[var]}{K_TAG[k]}",
                     of_n(int(r.n_same_output), int(r.n)), "{}")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    table("gpu_bos", lines)
+    table("cpu_bos", lines)
     for var in ("eagle", "eagle3"):
         d = c.xs(var, level="variant").xs("code-edits", level="dataset")
         num(f"bosMaxCode{VARIANT_TAG[var]}", float((d.seq_al_doubled - d.seq_al_single).abs().max()))
 
 
 def make():
-    """Every number, table and figure of the sweep sections; returns the GPU sweep's rows."""
+    """Every number, table and figure of the CPU sweep's section."""
     df = load()
-    gpu_provenance(df)
-    gpu_al_table(df)
-    gpu_rates_figure(df)
-    gpu_bos(df)
-    return df
+    provenance_numbers(df)
+    al_table(df)
+    rates_figure(df)
+    bos(df)

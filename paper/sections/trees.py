@@ -1,7 +1,7 @@
 """Draft trees: on the GPU (experiments/results/trees/bench_tree.json) a 64-row tree block and generate's whole
 verify step on a 60-node tree against the bandwidth floor, and the cost of building an EAGLE-2 tree; on the zoo
-(trees/zoo_cpu_fp32*, trees/tree_al.json) the AL of EAGLE-3's dynamic tree against its chains and of the hybrid tree
-per edit-norm bin, and the analytic tree AL against the measured one."""
+(trees/zoo_cpu_fp32, trees/tree_al.json) the AL of EAGLE-3's dynamic tree against its chains, the analytic tree AL
+against the measured one, and (sweeps/edit_norm_h200_bf16) the hybrid tree per edit-norm bin."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from paper.sections.tex import RESULTS, num, provenance, table
 BENCH_TREE = RESULTS / "trees" / "bench_tree.json"
 MODES = RESULTS / "speed" / "trees_exact_kernels.json"  # bench_speed: tree blocks per compile mode, kernels apart
 ZOO_RUNS = RESULTS / "trees" / "zoo_cpu_fp32"
-ZOO_BINS = RESULTS / "trees" / "zoo_cpu_fp32_edit_bins"
+ZOO_BINS = RESULTS / "sweeps" / "edit_norm_h200_bf16"
 TREE_AL = RESULTS / "trees" / "tree_al.json"
 TREE = "eagle3 (dynamic eagle tree)"
 HYBRID = "ngram-eagle3 tree (dynamic eagle tree)"

@@ -1,0 +1,126 @@
+"""AL against the edit norm on the GPU (experiments/results/sweeps/edit_norm_h200_bf16/): the zoo target's held-out
+code edits under the PR's configurations and the trees, per bin of the reference's and of the output's own edit
+norm, with bootstrap CIs; the corpus table beside it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy.stats import spearmanr
+
+from experiments import results
+from paper.sections.style import VARIANT_COLOR, VARIANT_LABEL, savefig
+from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_escape
+
+SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
+EDGES = [round(0.075 * i, 3) for i in range(9)]  # 8 bins over [0, 0.6]
+BINNINGS = {"ref_edit_norm": "reference edit norm (as the PR bins)", "output_edit_norm": "the output's own edit norm"}
+EAGLE_TREE, HYBRID_TREE = "eagle3 (dynamic eagle tree)", "ngram-eagle3 tree (dynamic eagle tree)"
+LABEL = {**VARIANT_LABEL, EAGLE_TREE: "EAGLE-3 dynamic tree", HYBRID_TREE: "n-gram + EAGLE-3 dynamic tree"}
+COLOR = {**VARIANT_COLOR, EAGLE_TREE: "#e377c2", HYBRID_TREE: "#17becf"}
+ORDER = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "ngram-eagle tree", EAGLE_TREE, HYBRID_TREE)
+TAG = {"ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eagle": "Hyb", "ngram-eagle3": "HybThree",
+       "ngram-eagle tree": "Tree", EAGLE_TREE: "EagleTree", HYBRID_TREE: "HybTree"}
+
+
+def load():
+    """The sweep's rows (experiments.results.load_runs)."""
+    return results.load_runs(str(SWEEP / "*.jsonl"))
+
+
+def make() -> None:
+    df = load()
+    calls = json.loads((SWEEP / "sweep.json").read_text())["calls"]
+    cmds = list(dict.fromkeys(re.sub(r" --(out-dir|methods|device) (\S+( |$))+", " ", c["command"]).strip()
+                              for c in calls))
+    num("enCmd", "; ".join(f"\\code{{{tex_escape(c)}}}" for c in cmds), "{}")
+    num("enProv", provenance(calls[-1]["run_info"]), "{}")
+    plain = df[df.variant == "none"]
+    num("enN", len(plain), "{:d}")
+    num("enOutLen", int(plain.output_len.iloc[0]), "{:d}")
+    stopped = int((plain.tokens < plain.output_len).sum())
+    num("enStopped", of_n(stopped, len(plain)), "{}")
+    num("enRho", spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic)
+    num("enMedOut", float(plain.output_edit_norm.median()))
+    num("enMedRef", float(plain.ref_edit_norm.median()))
+    num("enBins", len(EDGES) - 1, "{:d}")
+    num("enBinWidth", EDGES[1], "{:g}")
+    corpus_table(df)
+    cells = {b: results.bin_table(df[df.variant != "none"], EDGES, b, n_boot=1000) for b in BINNINGS}
+    figure(cells)
+    findings(cells)
+
+
+def corpus_table(df) -> None:
+    """Corpus AL, precision AL, per-position rates, match with plain decoding and TPOT per method."""
+    al = results.corpus_al(df, by=["variant", "k"]).set_index("variant")
+    mr = results.match_rate(df, by=["variant"]).set_index("variant")
+    plain_tpot = al.loc["none"].tpot_ms
+    lines = [r"\begin{tabular}{llrrlrr}", r"\toprule",
+             r"method & $k$ & seq.\ AL & prec.\ AL & $r_1, r_2, r_3$ & = plain & TPOT (ms) \\", r"\midrule",
+             f"plain & -- & 1.00 & -- & & & {plain_tpot:.2f} \\\\"]
+    for var in ORDER:
+        r = al.loc[var]
+        rates = ", ".join(f"{r[f'r{i}']:.2f}" for i in (1, 2, 3))
+        m = mr.loc[var]
+        lines.append(f"{LABEL[var]} & {r.k} & {fmt(r.seq_al)} & {fmt(r.precision_al)} & "
+                     f"{{\\scriptsize {rates}}} & {int(m.n_same)}/{int(m.n)} & {r.tpot_ms:.2f} \\\\")
+        num(f"enAL{TAG[var]}", r.seq_al)
+        num(f"enSame{TAG[var]}", of_n(int(m.n_same), int(m.n)), "{}")
+        num(f"enSpeed{TAG[var]}", plain_tpot / r.tpot_ms, "{:.1f}")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    table("edit_norm", lines)
+    num("enTpotPlain", plain_tpot)
+
+
+def figure(cells) -> None:
+    """Seq AL per bin with 95% CIs, one panel per binning."""
+    fig, axes = plt.subplots(1, 2, figsize=(6.9, 2.5), sharey=True)
+    for ax, (binning, rows) in zip(axes, cells.items()):
+        for j, var in enumerate(ORDER):
+            rs = [r for r in rows if r["variant"] == var]
+            x = np.array([r["mean_e"] for r in rs]) + (j - 3.5) * 0.002  # small offsets: CIs side by side
+            y = np.array([r["seq_al"] for r in rs])
+            lo, hi = zip(*(r["seq_al_ci"] for r in rs))
+            ax.errorbar(x, y, yerr=[y - np.array(lo), np.array(hi) - y], marker="o", ms=2.6, lw=1.0, capsize=1.5,
+                        color=COLOR[var], label=LABEL[var])
+        counts = [r["n"] for r in rows if r["variant"] == "ngram"]
+        xs = [r["mean_e"] for r in rows if r["variant"] == "ngram"]
+        for x, n in zip(xs, counts):
+            ax.annotate(str(n), (x, 1.0), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=5.5)
+        ax.set_xlabel(f"{BINNINGS[binning]} (bin mean)")
+        ax.set_ylim(0.8, 7.0)
+    axes[0].set_ylabel("sequence-normalized AL")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.2), frameon=False)
+    fig.tight_layout(w_pad=0.6)
+    savefig(fig, "edit_norm")
+
+
+def findings(cells) -> None:
+    """n-gram's and EAGLE-1's change from the lowest bin to their lowest point, and the hybrids against their parts."""
+    for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        by = {}
+        for r in cells[binning]:
+            by.setdefault(r["variant"], {})[r["bin"]] = r
+        bins = list(by["ngram"])
+        ng = [by["ngram"][b]["seq_al"] for b in bins]
+        low = int(np.argmin(ng))
+        num(f"en{tag}NgramFirst", ng[0])
+        num(f"en{tag}NgramMin", ng[low])
+        num(f"en{tag}NgramMinBin", bins[low], "{}")
+        num(f"en{tag}NgramDrop", 100 * (1 - ng[low] / ng[0]), "{:.0f}")
+        e1 = [by["eagle"][b]["seq_al"] for b in bins]
+        num(f"en{tag}EagleOneDrop", 100 * (1 - e1[low] / e1[0]), "{:.0f}")
+        num(f"en{tag}NgramRange", f"{min(ng):.2f}--{max(ng):.2f}", "{}")
+        wins = total = 0
+        for b in bins:
+            for hyb, head in (("ngram-eagle", "eagle"), ("ngram-eagle3", "eagle3")):
+                total += 1
+                hi = by[hyb][b]["seq_al_ci"][1]
+                wins += hi >= max(by["ngram"][b]["seq_al"], by[head][b]["seq_al"])
+        num(f"en{tag}HybWins", f"{wins} of {total}", "{}")
+        num(f"en{tag}NLow", by["ngram"][bins[0]]["n"], "{:d}")
