@@ -6,9 +6,9 @@
 # Read by notebooks/hybrid_al.ipynb. Rows already in a file are kept (a rerun resumes).
 set -euo pipefail
 R=experiments/results/trees
-O=$R/zoo_cpu_fp32 B=$R/zoo_cpu_fp32_edit_bins
+O=$R/zoo_cpu_fp32
 K='{"ngram":5,"eagle3":3}'
-mkdir -p "$O" "$B"
+mkdir -p "$O"
 for ds in code-edits mt-bench; do
   A=(--dataset-name "$ds" --num-prompts 12 --output-len 256 --device cpu)
   python -m experiments.spec_bench "${A[@]}" --num-speculative-tokens-per-method "$K" --method eagle3 --output "$O/${ds}__eagle3.jsonl"
