@@ -18,8 +18,9 @@ SWEEP_GPU, SWEEP_CPU = RESULTS / "sweeps" / "edit_norm_h200_bf16", RESULTS / "sw
 NEEDS = {
     "theory_vs_measurement": [RESULTS / "simulation" / "simulate_al.json", SWEEP_GPU,
                               SWEEP_CPU / "code-edits__ngram__k5.jsonl", DATA / "code_edits_dev.jsonl"],
-    "hybrid_al": [SWEEP_GPU, SWEEP_GPU / "sweep.json"],
-    "bos_sensitivity": [SWEEP_GPU, SWEEP_CPU],
+    "hybrid_al": [SWEEP_GPU],  # the CPU sweep and the CPU tree runs: their sections say so when absent
+    "bos_sensitivity": [SWEEP_CPU / "code-edits__eagle3__k3__bos-doubled.jsonl",
+                        SWEEP_CPU / "code-edits__none__bos-doubled.jsonl"],
     "speed": [*(RESULTS / "speed" / f for f in ("steps_and_baselines.json", "steps_auto.json", "overhead_zoo.json",
                                                "launch.json", "bench_linear.json", "conditions.json", "overhead.json",
                                                "loop_profile_graph.json", "gpu_tests.log")), SWEEP_GPU],
