@@ -17,7 +17,7 @@ DATA = Path(os.environ.get("HYBRIDSD_DATA") or REPO.parent / "shared" / "data") 
 SWEEP_GPU, SWEEP_CPU = RESULTS / "sweeps" / "edit_norm_h200_bf16", RESULTS / "sweeps" / "zoo_cpu_fp32"
 NEEDS = {
     "theory_vs_measurement": [RESULTS / "simulation" / "simulate_al.json", SWEEP_GPU,
-                              SWEEP_CPU / "code-edits__ngram__k5.jsonl", DATA / "code_edits_dev.jsonl"],
+                              RESULTS / "zoo" / "al_by_edit_norm.json", SWEEP_CPU],
     "hybrid_al": [SWEEP_GPU, SWEEP_GPU / "sweep.json"],
     "bos_sensitivity": [SWEEP_GPU, SWEEP_CPU],
     "speed": [*(RESULTS / "speed" / f for f in ("steps_and_baselines.json", "steps_auto.json", "overhead_zoo.json",
