@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,10 @@ if not all(importlib.util.find_spec(m) for m in ("nbformat", "nbclient", "seabor
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results"
-DATA = Path(os.environ.get("HYBRIDSD_DATA") or REPO.parent / "shared" / "data")  # as hybridsd.data finds it
 SWEEP_GPU, SWEEP_CPU = RESULTS / "sweeps" / "edit_norm_h200_bf16", RESULTS / "sweeps" / "zoo_cpu_fp32"
 NEEDS = {
     "theory_vs_measurement": [RESULTS / "simulation" / "simulate_al.json", SWEEP_GPU,
-                              SWEEP_CPU / "code-edits__ngram__k5.jsonl", DATA / "code_edits_dev.jsonl"],
+                              RESULTS / "zoo" / "al_by_edit_norm.json", SWEEP_CPU],
     "hybrid_al": [SWEEP_GPU],  # the CPU sweep and the CPU tree runs: their sections say so when absent
     "bos_sensitivity": [SWEEP_CPU / "code-edits__eagle3__k3__bos-doubled.jsonl",
                         SWEEP_CPU / "code-edits__none__bos-doubled.jsonl"],
