@@ -282,13 +282,12 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
         exs = data.load_editeval(Path(data_dir) / "editeval.jsonl" if data_dir else None,
                                  min_distance=cfg.min_distance, max_distance=cfg.max_distance)
     else:
+        keep = None
+        if cfg.split == "eval" and cfg.model in hsd.zoo.names():
+            keep = set(json.loads((hsd.zoo.path(cfg.model) / "eval_split.json").read_text())["ids"])
         exs = data.load_code_edits(Path(data_dir) / "code_edits_dev.jsonl" if data_dir else None,
                                    min_distance=cfg.min_distance, max_distance=cfg.max_distance,
-                                   change_request=cfg.change_request)
-        if cfg.split == "eval" and cfg.model in hsd.zoo.names():
-            split = json.loads((hsd.zoo.path(cfg.model) / "eval_split.json").read_text())
-            keep = set(split["ids"])
-            exs = [e for e in exs if e.id in keep]
+                                   change_request=cfg.change_request, ids=keep)
     if per_bin:
         bins = [round(0.05 * i, 2) for i in range(13)]  # 12 bins over [0, 0.6]
         exs = data.resample_by_bins(exs, bins, per_bin, seed=cfg.seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,9 +117,11 @@ CHANGE_REQUESTS = ("subject", "located")
 
 def load_code_edits(path: str | Path | None = None, *, min_distance: float | None = None,
                     max_distance: float | None = None, limit: int | None = None,
-                    change_request: str = "subject", max_places: int = 6) -> list[Example]:
+                    change_request: str = "subject", max_places: int = 6,
+                    ids: Collection[str] | None = None) -> list[Example]:
     """``code_edits_dev.jsonl`` as Blazedit prompts (``before`` edited as the change request asks; reference
-    ``after``), keeping rows with ``min_distance <= char_edit_norm <= max_distance``, at most ``limit``.
+    ``after``), keeping rows with ``min_distance <= char_edit_norm <= max_distance`` (and, given ``ids``, whose id
+    is one of them; the others are skipped before their prompt is built), at most ``limit``, in file order.
 
     ``change_request``: ``"subject"``, the commit subject (``instruction``) alone, or ``"located"``, the
     subject with every changed place named by line, scope and size
@@ -139,6 +141,7 @@ def load_code_edits(path: str | Path | None = None, *, min_distance: float | Non
                 reference=r["after"], edit_norm=float(r["char_edit_norm"]), input_text=r["before"],
                 meta={k: r[k] for k in meta_keys if k in r})
         for _, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"))
+        if ids is None or r["id"] in ids
     )
     return _keep(examples, min_distance, max_distance, limit)
 

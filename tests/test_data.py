@@ -277,3 +277,21 @@ def test_code_edit_change_requests(tmp_path):
     assert (located.reference, located.edit_norm) == (subject.reference, subject.edit_norm)
     with pytest.raises(ValueError, match="change_request must be one of"):
         load_code_edits(path, change_request="free text")
+
+
+def test_code_edits_keep_the_given_ids_in_file_order(tmp_path, monkeypatch):
+    """``ids`` keeps those rows (file order, after the distance filter) and builds no prompt for the others."""
+    from hybridsd import data, edit_requests
+
+    rows = [_edit_row(i, f"x = {i}\ny = 0\n", f"x = {i}\ny = 1\n") for i in range(5)]
+    path = _write(tmp_path / "code_edits_dev.jsonl", rows)
+    every = data.load_code_edits(path, change_request="located")
+    built = []
+    real = edit_requests.located_request
+    monkeypatch.setattr(edit_requests, "located_request", lambda *a: built.append(a[0]) or real(*a))
+    ids = {every[3].id, every[1].id, "no such id"}
+    kept = data.load_code_edits(path, change_request="located", ids=ids)
+    assert [e.id for e in kept] == [every[1].id, every[3].id]
+    assert [e.prompt for e in kept] == [every[1].prompt, every[3].prompt]
+    assert built == [every[1].input_text, every[3].input_text]  # the others' requests are never built
+    assert data.load_code_edits(path, ids=set()) == []
