@@ -335,6 +335,16 @@ def with_replay(batches, replay, every: int):
             yield x, y, torch.ones(y.shape)
 
 
+def distinct_share(tokens: list[int], n: int = 4) -> float:
+    """Distinct n-grams over all n-grams of ``tokens`` (1.0 when there are none): near 0 for an output stuck in a
+    loop, near 1 for text that does not repeat itself."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+LOOP_DISTINCT = 0.5  # an output that does not stop and has fewer distinct 4-grams than this is counted as a loop
+
+
 def spearman(x, y) -> float:
     """Spearman rank correlation (ties get their average rank); NaN when either side is constant."""
     def ranks(v):
@@ -371,7 +381,8 @@ def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> lis
 def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids: list[int]) -> dict:
     """Greedy answers to held-out prompts (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
     gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
-    correlation of the output's edit norm with the reference's. Passes when >= 90% stop and rho >= 0.6."""
+    correlation of the output's edit norm with the reference's, and outputs stuck in a loop (``loops``: no stop and a
+    distinct-4-gram share below ``LOOP_DISTINCT``). Passes when >= 90% stop and rho >= 0.6."""
     import hybridsd as hsd
     from hybridsd.edit_distance import edit_norm
 
@@ -393,7 +404,8 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids
         samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_norm": round(edit_norm(r["before"], out), 6),
                         "out_vs_after": round(edit_norm(r["after"], out), 6), "stopped": stopped, "cap": cap,
                         "tokens": len(res.tokens), "ngram_seq_al": round(res.stats.seq_normalized_al, 4),
-                        "exact_after": out == r["after"], "request": request, "output_head": out[:300]})
+                        "exact_after": out == r["after"], "distinct_4gram": round(distinct_share(res.tokens), 4),
+                        "request": request, "output_head": out[:300]})
     med = lambda xs: float(np.median(xs)) if xs else float("nan")  # noqa: E731
     n = len(samples)
     result = {"n": n, "planned": len(chosen), "generate_s": round(time.time() - start, 1),
@@ -402,7 +414,9 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids
               "median_ref_norm": med([s["ref_norm"] for s in samples]),
               "median_out_norm": med([s["out_norm"] for s in samples]),
               "median_out_vs_after": med([s["out_vs_after"] for s in samples]),
-              "exact_after": sum(s["exact_after"] for s in samples), "samples": samples}
+              "exact_after": sum(s["exact_after"] for s in samples),
+              "loops": sum(not s["stopped"] and s["distinct_4gram"] < LOOP_DISTINCT for s in samples),
+              "samples": samples}
     for name, lo, hi in (("low", 0.0, 0.1), ("high", 0.3, 0.6)):
         als = [s["ngram_seq_al"] for s in samples if lo <= s["ref_norm"] <= hi]
         result[f"ngram_seq_al_ref_{name}"] = float(np.mean(als)) if als else float("nan")
@@ -622,7 +636,7 @@ def cmd_target(args) -> None:
     print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
           f"Spearman(ref, out) {gate['spearman_ref_out']}, median ref norm {gate['median_ref_norm']}, "
           f"median out norm {gate['median_out_norm']}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']} "
-          f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']}, passed={gate['passed']}", flush=True)
+          f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']}, loops {gate['loops']}, passed={gate['passed']}", flush=True)
     for s in gate["samples"][:3]:
         print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_norm", "stopped", "ngram_seq_al")}), "\n",
               s["request"], "\n--- output head:\n", s["output_head"], "\n-----", flush=True)

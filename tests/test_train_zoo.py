@@ -226,3 +226,13 @@ def test_replay_takes_every_nth_step(every, n):
     assert [int(x[0, 0]) for x, _, _ in out if int(x[0, 0]) >= 0] == list(range(n))  # every edit batch, in order
     assert [i for i, r in enumerate(is_replay) if r] == [i for i in range(len(out)) if i % every == every - 1]
     assert all(bool((w == 1).all()) for x, _, w in out if int(x[0, 0]) < 0)  # replay batches weigh every token
+
+
+@given(st.lists(st.integers(0, 5), max_size=40), st.integers(1, 5))
+@settings(max_examples=60, deadline=None)
+def test_distinct_share_counts_distinct_ngrams(tokens, n):
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    want = len(set(grams)) / len(grams) if grams else 1.0
+    assert tz.distinct_share(tokens, n) == want
+    assert tz.distinct_share([7, 8] * 50, 4) == 2 / 97  # a two-token loop: two distinct 4-grams
+    assert tz.distinct_share(list(range(50)), 4) == 1.0
