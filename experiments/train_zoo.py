@@ -569,9 +569,10 @@ def cmd_target(args) -> None:
     pre_info = {"skipped": f"fine-tuned from {args.init}"} if args.init else None
     bs = max(1, cfg.pretrain_batch_tokens // cfg.pretrain_seq_len)
 
-    def pre_batches(epochs: int, seed: int):
-        """Pretraining rows in batches of ``bs``, each epoch in a new order; (inputs, targets) CPU tensors."""
-        for e in range(epochs):
+    def pre_batches(epochs: int | None, seed: int):
+        """Pretraining rows in batches of ``bs``, each epoch in a new order (``epochs`` None: without end);
+        (inputs, targets) CPU tensors."""
+        for e in range(epochs) if epochs is not None else itertools.count():
             order = np.random.default_rng(seed + e).permutation(len(train_seqs))
             for i in range(0, len(order) - bs + 1, bs):
                 x = torch.from_numpy(train_seqs[np.sort(order[i:i + bs])]).long()
@@ -595,7 +596,7 @@ def cmd_target(args) -> None:
         for e in range(cfg.sft_epochs))  # each epoch reshuffled
     every = round(1 / cfg.sft_replay) if cfg.sft_replay > 0 and val_seqs is not None and len(train_seqs) >= bs else 0
     if every:
-        batches = with_replay(batches, pre_batches(10_000, cfg.seed + 101), every)
+        batches = with_replay(batches, pre_batches(None, cfg.seed + 101), every)
     left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
     steps = per_epoch * cfg.sft_epochs
     phase = Phase("sft", steps + (steps // (every - 1) if every else 0), max(5.0, min(cfg.sft_time_s, left)),

@@ -5,22 +5,18 @@ norm, with bootstrap CIs; the corpus table beside it."""
 from __future__ import annotations
 
 import json
-import re
 
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.stats import spearmanr
 
 from experiments import results
-from paper.sections.style import VARIANT_COLOR, VARIANT_LABEL, savefig
+from paper.sections.style import EAGLE_TREE, HYBRID_TREE, VARIANT_COLOR, VARIANT_LABEL, savefig
 from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_escape
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
 EDGES = [round(0.075 * i, 3) for i in range(9)]  # 8 bins over [0, 0.6]
 BINNINGS = {"ref_edit_norm": "reference edit norm (as the PR bins)", "output_edit_norm": "the output's own edit norm"}
-EAGLE_TREE, HYBRID_TREE = "eagle3 (dynamic eagle tree)", "ngram-eagle3 tree (dynamic eagle tree)"
-LABEL = {**VARIANT_LABEL, EAGLE_TREE: "EAGLE-3 dynamic tree", HYBRID_TREE: "n-gram + EAGLE-3 dynamic tree"}
-COLOR = {**VARIANT_COLOR, EAGLE_TREE: "#e377c2", HYBRID_TREE: "#17becf"}
 ORDER = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "ngram-eagle tree", EAGLE_TREE, HYBRID_TREE)
 TAG = {"ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eagle": "Hyb", "ngram-eagle3": "HybThree",
        "ngram-eagle tree": "Tree", EAGLE_TREE: "EagleTree", HYBRID_TREE: "HybTree"}
@@ -34,9 +30,8 @@ def load():
 def make() -> None:
     df = load()
     calls = json.loads((SWEEP / "sweep.json").read_text())["calls"]
-    cmds = list(dict.fromkeys(re.sub(r" --(out-dir|methods|device) (\S+( |$))+", " ", c["command"]).strip()
-                              for c in calls))
-    num("enCmd", "; ".join(f"\\code{{{tex_escape(c)}}}" for c in cmds), "{}")
+    presets = sorted({c["preset"] for c in calls})
+    num("enCmd", "; ".join(f"\\code{{python -m experiments.sweep --preset {tex_escape(p)}}}" for p in presets), "{}")
     num("enProv", provenance(calls[-1]["run_info"]), "{}")
     plain = df[df.variant == "none"]
     num("enN", len(plain), "{:d}")
@@ -66,7 +61,7 @@ def corpus_table(df) -> None:
         r = al.loc[var]
         rates = ", ".join(f"{r[f'r{i}']:.2f}" for i in (1, 2, 3))
         m = mr.loc[var]
-        lines.append(f"{LABEL[var]} & {r.k} & {fmt(r.seq_al)} & {fmt(r.precision_al)} & "
+        lines.append(f"{VARIANT_LABEL[var]} & {r.k} & {fmt(r.seq_al)} & {fmt(r.precision_al)} & "
                      f"{{\\scriptsize {rates}}} & {int(m.n_same)}/{int(m.n)} & {r.tpot_ms:.2f} \\\\")
         num(f"enAL{TAG[var]}", r.seq_al)
         num(f"enSame{TAG[var]}", of_n(int(m.n_same), int(m.n)), "{}")
@@ -86,7 +81,7 @@ def figure(cells) -> None:
             y = np.array([r["seq_al"] for r in rs])
             lo, hi = zip(*(r["seq_al_ci"] for r in rs))
             ax.errorbar(x, y, yerr=[y - np.array(lo), np.array(hi) - y], marker="o", ms=2.6, lw=1.0, capsize=1.5,
-                        color=COLOR[var], label=LABEL[var])
+                        color=VARIANT_COLOR[var], label=VARIANT_LABEL[var])
         counts = [r["n"] for r in rows if r["variant"] == "ngram"]
         xs = [r["mean_e"] for r in rows if r["variant"] == "ngram"]
         for x, n in zip(xs, counts):

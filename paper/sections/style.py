@@ -30,8 +30,10 @@ METHOD_LABEL = {"none": "plain", "ngram": "n-gram", "eagle": "EAGLE-1", "eagle3"
                 "ngram-eagle": "n-gram + EAGLE-1", "ngram-eagle3": "n-gram + EAGLE-3"}
 METHOD_COLOR = {"ngram": "#1f77b4", "eagle": "#ff7f0e", "eagle3": "#8c564b", "ngram-eagle": "#2ca02c",
                 "ngram-eagle3": "#9467bd", "none": "#7f7f7f"}
-VARIANT_LABEL = {**METHOD_LABEL, "ngram-eagle tree": "n-gram + EAGLE-1, tree"}
-VARIANT_COLOR = {**METHOD_COLOR, "ngram-eagle tree": "#d62728"}
+EAGLE_TREE, HYBRID_TREE = "eagle3 (dynamic eagle tree)", "ngram-eagle3 tree (dynamic eagle tree)"  # spec_bench variants
+VARIANT_LABEL = {**METHOD_LABEL, "ngram-eagle tree": "n-gram + EAGLE-1, tree", EAGLE_TREE: "EAGLE-3 dynamic tree",
+                 HYBRID_TREE: "n-gram + EAGLE-3 dynamic tree"}
+VARIANT_COLOR = {**METHOD_COLOR, "ngram-eagle tree": "#d62728", EAGLE_TREE: "#e377c2", HYBRID_TREE: "#17becf"}
 
 
 def savefig(fig, name: str) -> None:

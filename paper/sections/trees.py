@@ -9,15 +9,15 @@ import json
 
 from experiments import results
 from experiments.results import bin_table
+from paper.sections import edit_norm
+from paper.sections.style import EAGLE_TREE as TREE
+from paper.sections.style import HYBRID_TREE as HYBRID
 from paper.sections.tex import RESULTS, num, provenance, table
 
 BENCH_TREE = RESULTS / "trees" / "bench_tree.json"
 MODES = RESULTS / "speed" / "trees_exact_kernels.json"  # bench_speed: tree blocks per compile mode, kernels apart
 ZOO_RUNS = RESULTS / "trees" / "zoo_cpu_fp32"
-ZOO_BINS = RESULTS / "sweeps" / "edit_norm_h200_bf16"
 TREE_AL = RESULTS / "trees" / "tree_al.json"
-TREE = "eagle3 (dynamic eagle tree)"
-HYBRID = "ngram-eagle3 tree (dynamic eagle tree)"
 # (variant, k label) -> row label of the AL table
 ROWS = {("ngram", "5"): "n-gram, $k=5$", ("eagle3", "3"): "EAGLE-3 chain, $k=3$",
         ("eagle3", "6"): "EAGLE-3 chain, $k=6$", (TREE, "3"): "EAGLE-3 dynamic tree",
@@ -88,13 +88,12 @@ def zoo_al() -> None:
     for ds, tag in (("code-edits", "Code"), ("mt-bench", "Mt")):
         num(f"treeZoo{tag}OverChainThree", al[TREE, "3", ds] / al["eagle3", "3", ds])
         num(f"treeZoo{tag}OverChainSix", al[TREE, "3", ds] / al["eagle3", "6", ds])
-    bins = results.load_runs(str(ZOO_BINS / "*.jsonl"))
+    bins = edit_norm.load()
     num("treeBinsPrompts", int(bins.groupby("variant").size().min()), "{:d}")
-    edges = [round(0.075 * i, 3) for i in range(9)]
     wins = total = 0
     for column in ("ref_edit_norm", "output_edit_norm"):
         cells = {}
-        for r in bin_table(bins, edges, column, n_boot=0):
+        for r in bin_table(bins, edit_norm.EDGES, column, n_boot=0):
             cells.setdefault(r["bin"], {})[r["variant"]] = r["seq_al"]
         for c in cells.values():
             total += 1
