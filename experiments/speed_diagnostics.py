@@ -272,10 +272,11 @@ def gemm_rows(model, rows: tuple[int, ...] = (1, 8, 9, 16, 64), iters: int = 20)
     return out
 
 
-ATTENTION_CASES = {  # name: (block tokens, a random tree (else a chain), exact-mode views with the rows' branches)
-    "decode": (1, False, None), "chain_q9": (9, False, None), "tree_q64": (64, True, None),
-    "exact16_one_view": (16, False, "zeros"), "exact16_two_views": (16, False, "halves"),
-    "exact8_one_view": (8, False, "zeros"),
+ATTENTION_CASES = {  # name: (block tokens, a random tree (else a chain), exact-mode views with the rows' branches,
+    # exact mode's real tokens of the block (the rest padding))
+    "decode": (1, False, None, 1), "chain_q9": (9, False, None, 9), "tree_q64": (64, True, None, 64),
+    "exact16_decode": (16, False, "zeros", 1), "exact16_chain9": (16, False, "zeros", 9),
+    "exact16_tree9": (16, False, "halves", 9), "exact16_two_views": (16, False, "halves", 16),
 }
 
 
@@ -290,8 +291,9 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     """The split-KV attention of a step alone, per :data:`ATTENTION_CASES` block and per plan ``(programs,
     row_tile)`` (:func:`~hybridsd.attention.split_plan`; a row tile above a block's rows only where it changes the
     plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
-    of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases read keys through two views
-    (``exact16_two_views``: half the rows on view 1, as a tree does) or all on view 0 (a decode step, a chain)."""
+    of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases are blocks of 16 rows whose first 1, 9 or 16 tokens
+    are real; they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the second half of the real
+    tokens on view 1, as a tree does) or all on view 0 (a decode step, a chain)."""
     cfg = model.config
     p = next(model.parameters())
     hkv, heads = cfg.num_key_value_heads, cfg.num_attention_heads
@@ -301,7 +303,7 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
                torch.randn(hkv, span, d, device=p.device, dtype=p.dtype)) for _ in range(cfg.num_hidden_layers)]
     out = []
     for name in cases:
-        t, tree, views = ATTENTION_CASES[name]
+        t, tree, views, live = ATTENTION_CASES[name]
         q = torch.randn(hkv, heads // hkv * t, d, device=p.device, dtype=p.dtype)  # [Hkv, g*T, D]
         block = np.tril(np.ones((t, t), dtype=bool)) if not tree else layout(random_tree(t - 1, 7), ctx)[1]
         allowed = torch.zeros(t, span, dtype=torch.bool, device=p.device)  # [T, span]
@@ -311,8 +313,9 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
         if views is not None:
             branch = torch.zeros(t, dtype=torch.long, device=p.device)
             if views == "halves":
-                branch[t // 2 :] = 1
-            extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch}
+                branch[live // 2 : live] = 1
+            extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch,
+                     "block": torch.tensor([ctx, ctx + t, live], device=p.device)}
         rows = q.shape[1]
         for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
             try:

@@ -21,11 +21,12 @@ SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree) of 2-by
 #                        once per 128 rows; fp32 tiles of 128 rows at head dim 128 overflow an H100/H200 SM's memory)
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
+EXACT_ROW_TILE = 16  # exact mode: query rows per program, token-major (a tile of padding tokens does no work)
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
                       scale: float, kernel: str = "sdpa", key_slots: torch.Tensor | None = None,
-                      branch: torch.Tensor | None = None) -> torch.Tensor:
+                      branch: torch.Tensor | None = None, block: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of ``q`` ``[Hkv, g*T, D]`` (row ``j*T + t``: query head ``j`` of the group, token ``t``) over
     ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which keys token ``t`` sees;
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
@@ -39,14 +40,19 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
     step would use, whatever slots its tree branch occupies: a row's scores and value products are selected from
     its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
-    depends only on its own keys.
+    depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views
+    differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key tiles in
+    place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
+    :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros).
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
     if kernel == "split" and q.shape[1] <= SPLIT_MAX_ROWS:
         if key_slots is None:
             return _split_op()(q, keys, values, allowed, scale)
-        return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch)
+        if block is None:
+            block = torch.tensor([0, *allowed.shape[::-1]], device=q.device)
+        return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch, block)
     h, rows, d = q.shape
     t = allowed.shape[0]
     g = rows // t
@@ -88,154 +94,56 @@ def _next_pow2(n: int) -> int:
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
-                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int | None = None):
+                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int | None = None, block=None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
-    ``key_slots, branch``: the virtual key order of exact mode (see :func:`grouped_attention`); ``programs``,
-    ``row_tile``: the grid's aim and the most query rows per program (:func:`split_plan`; by default
-    :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
+    ``key_slots, branch, block``: the virtual key order of exact mode, where it differs from slot order and the
+    count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are :data:`EXACT_ROW_TILE` token-major rows, its grid planned
+    for one of them); ``programs``, ``row_tile``: the grid's aim and the most query rows per program
+    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
-    if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
-        key_slots, branch = allowed, allowed
-    else:
-        key_slots, branch = key_slots.contiguous(), branch.contiguous()
     h, rows, d = q.shape
     t, s = allowed.shape
-    if row_tile is None and q.element_size() > 2:
-        row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
-    block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
+    if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
+        key_slots, branch, block = allowed, allowed, allowed
+        if row_tile is None and q.element_size() > 2:
+            row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
+        block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
+    else:  # the grid of one row tile; tiles of padding tokens return at once
+        if block is None:
+            block = torch.tensor([0, s, t], device=q.device)
+        key_slots, branch = key_slots.contiguous(), branch.contiguous()
+        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, programs, EXACT_ROW_TILE)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
     wrap(_kernel())[(h, splits, row_tiles)](
-        q, keys, values, allowed, key_slots, branch, part, stats,
+        q, keys, values, allowed, key_slots, branch, block, part, stats,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb, **({"num_warps": 8} if block_r >= 128 else {}))  # else Triton's 4
+        IEEE=q.dtype == torch.float32, NB=nb, G=rows // t, **({"num_warps": 8} if block_r >= 128 else {}))  # else 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
-        part, stats, out, splits, rows, t, out.stride(0), BLOCK_R=block_m, D=d, D_PAD=_next_pow2(max(d, 16)))
+        part, stats, out, block, splits, rows, t, out.stride(0), BLOCK_R=block_m, D=d, D_PAD=_next_pow2(max(d, 16)),
+        EXACT=nb > 0)
     return out
 
 
 @functools.cache
 def _kernel():
-    """The Triton kernel (Triton imported on first use, so importing hybridsd never needs it)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S, CHUNK,
-                        SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                        D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
-        # NB = 0: keys in slot order. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from
-        # slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and values products are
-        # those of its own view's keys, whatever the other rows. A row tile whose rows all read view 0 (a decode step,
-        # a chain) skips the other views: the same selections with nothing to select, so the same bits.
-        h = tl.program_id(0)
-        c = tl.program_id(1)
-        splits = tl.num_programs(1)
-        r = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
-        d = tl.arange(0, D_PAD)
-        row_ok = r < R
-        q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
-        tok = r % T  # the block token of each row
-        if NB > 0:
-            view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
-            several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
-        m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
-        l = tl.zeros([BLOCK_R], tl.float32)
-        acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-        for n0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_N):
-            n = n0 + tl.arange(0, BLOCK_N)
-            key_ok = n < S
-            kv_mask = key_ok[:, None] & (d[None, :] < D)
-            if NB == 0:
-                k = tl.load(K + h * skh + n[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-            else:
-                slot = tl.load(KSLOT + n, mask=key_ok, other=0)  # [BLOCK_N] view 0's slots
-                k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-            if IEEE:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(k))
-            if NB > 0:
-                if several:
-                    for b in tl.static_range(1, NB):
-                        slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                        k_b = tl.load(K + h * skh + slot_b[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-                        if IEEE:
-                            s_b = tl.dot(q, tl.trans(k_b), input_precision="ieee")
-                        else:
-                            s_b = tl.dot(q, tl.trans(k_b))
-                        s = tl.where(view[:, None] == b, s_b, s)
-            seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
-            s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr:
-            # as a runtime argument torch.compile passes it as fp64)
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m - m_new)
-            l = l * alpha + tl.sum(p, 1)
-            if NB == 0:
-                v = tl.load(V + h * svh + n[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-            else:
-                v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-            if IEEE:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            if NB > 0:
-                if several:
-                    for b in tl.static_range(1, NB):
-                        slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
-                        v_b = tl.load(V + h * svh + slot_b[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                        if IEEE:
-                            pv_b = tl.dot(p.to(v.dtype), v_b, input_precision="ieee")
-                        else:
-                            pv_b = tl.dot(p.to(v.dtype), v_b)
-                        pv = tl.where(view[:, None] == b, pv_b, pv)
-            acc = acc * alpha[:, None] + pv
-            m = m_new
-        base = (h * splits + c) * R
-        tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
-        tl.store(STATS + (base * 2) + r, m, mask=row_ok)
-        tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
+    """The split kernel (:mod:`hybridsd.attention_kernels`, imported on first use)."""
+    from hybridsd.attention_kernels import split_kv_kernel
 
     return split_kv_kernel
 
 
 @functools.cache
 def _merge_kernel():
-    """The kernel that merges the chunks' partial softmaxes (Triton imported on first use)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def split_kv_merge(PART, STATS, OUT, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
-        h = tl.program_id(0)
-        r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-        d = tl.arange(0, D_PAD)
-        row_ok = r < R
-        top = tl.full([BLOCK_R], -1e30, tl.float32)
-        for c in range(0, C):  # the largest chunk maximum of each row
-            top = tl.maximum(top, tl.load(STATS + ((h * C + c) * 2) * R + r, mask=row_ok, other=-1e30))
-        den = tl.zeros([BLOCK_R], tl.float32)
-        acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-        for c in range(0, C):  # chunks in order: sum of exp(m_c - top) * (l_c, unnormalized output_c)
-            base = (h * C + c) * R
-            w = tl.exp(tl.load(STATS + base * 2 + r, mask=row_ok, other=-1e30) - top)  # 0 for a chunk that saw nothing
-            den += w * tl.load(STATS + base * 2 + R + r, mask=row_ok, other=0.0)
-            part = tl.load(PART + (base + r[:, None]) * D + d[None, :], mask=row_ok[:, None] & (d[None, :] < D),
-                           other=0.0)
-            acc += w[:, None] * part
-        out = acc / den[:, None]
-        g = R // T
-        col = (h * g + r // T) * D  # row j*T + t of KV head h -> token t, query head h*g + j
-        tl.store(OUT + (r % T)[:, None] * sot + col[:, None] + d[None, :], out.to(OUT.dtype.element_ty),
-                 mask=row_ok[:, None] & (d[None, :] < D))
+    """The kernel that merges the chunks' partial softmaxes (imported on first use)."""
+    from hybridsd.attention_kernels import split_kv_merge
 
     return split_kv_merge
 
@@ -260,8 +168,9 @@ def _split_exact_op():
 
     @triton_op("hybridsd::split_kv_attention_exact", mutates_args={})
     def split_kv_exact_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
-                          scale: float, key_slots: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+                          scale: float, key_slots: torch.Tensor, branch: torch.Tensor,
+                          block: torch.Tensor) -> torch.Tensor:
         return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton, key_slots=key_slots,
-                                  branch=branch)
+                                  branch=branch, block=block)
 
     return split_kv_exact_op

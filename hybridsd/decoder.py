@@ -133,12 +133,12 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa"):
-    """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch) -> x``: one decoder
-    layer.
+    """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block) -> x``: one
+    decoder layer.
 
     ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
     ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
-    in the virtual key order ``key_slots, branch`` when given (exact mode, see
+    in the virtual key order ``key_slots, branch`` of the block ``block`` when given (exact mode, see
     :func:`~hybridsd.attention.grouped_attention`).
     """
     if attention not in KERNELS:
@@ -147,7 +147,7 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
     scale = 1 / math.sqrt(head_dim)
 
     def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int, key_slots=None,
-              branch=None):
+              branch=None, block=None):
         t = x.shape[0]
         qkv = F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv)  # [T, (Hq + 2 Hkv) D]
         q, k, v = qkv.split([dq, dkv, dkv], dim=-1)
@@ -160,7 +160,7 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
         # each KV head with its g query heads as g*T rows: [Hkv, g*T, D], row j*T + t
         qg = q.view(t, n_kv_heads, g, head_dim).permute(1, 2, 0, 3).reshape(n_kv_heads, g * t, head_dim)
         o = grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
-                              attention, key_slots, branch)  # [T, Hq D]
+                              attention, key_slots, branch, block)  # [T, Hq D]
         x = x + F.linear(o, w.wo, w.bo)
         gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
         return x + F.linear(act(gate) * up, w.w2, w.b2)  # [T, H]
@@ -198,11 +198,11 @@ class Decoder:
         self.compiled = compile_by_block(self.eager, compile)  # by "a 1-token step"
 
     def __call__(self, tokens, pos, slots, allowed, kv, kv_len: int, want: list[int], last_only: bool,
-                 compiled: bool = True, gather: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 compiled: bool = True, gather: tuple[torch.Tensor, ...] | None = None):
         """Logits ``[T or 1, V]`` fp32 and the ``want`` hidden states concatenated ``[T, len*H]`` (or None) for
         ``tokens`` ``[T]`` at ``pos`` ``[T]`` written at ``slots`` ``[T]``; ``allowed`` ``[T, kv_len]`` bool.
         ``compiled=False`` runs the uncompiled functions (prefill: its length varies). ``gather``: the virtual
-        key order ``(key_slots [NB, kv_len], branch [T])`` of exact mode."""
+        key order ``(key_slots [NB, kv_len], branch [T], block [3])`` of exact mode."""
         layer, head = self.compiled[tokens.shape[0] == 1] if compiled else self.eager
         n = len(self.weights)
         x = self.base.embed_tokens(tokens)  # [T, H]

@@ -321,7 +321,7 @@ class Target:
         if start + rows > kv_len:
             raise ValueError(f"exact mode: a block of {rows} rows at slot {start} overflows the key span {kv_len}")
         pos, branch, window = exact_layout(start, positions, visible, q, rows)
-        values = np.concatenate([[start], pos, branch, window.ravel()])
+        values = np.concatenate([[start, q], pos, branch, window.ravel()])
         if self.cuda_graphs:
             key = ("exact", hidden_layers, kv_len)
             if key not in self._graphs:
@@ -334,16 +334,19 @@ class Target:
         return logits[:q], None if hidden is None else hidden[:q]
 
     def _run_exact(self, tokens, packed, kv_len, hidden_layers):
-        """``_run`` on ``rows`` tokens and ``packed`` = ``[start | positions | branch | window]`` (device,
-        :func:`exact_layout`): every row sees the keys of positions up to its own, in plain decoding's places."""
+        """``_run`` on ``rows`` tokens and ``packed`` = ``[start, live | positions | branch | window]`` (device,
+        :func:`exact_layout`; ``live``: the real tokens): every row sees the keys of positions up to its own, in plain
+        decoding's places."""
         rows = tokens.shape[0]
-        start, pos, branch = packed[:1], packed[1 : 1 + rows], packed[1 + rows : 1 + 2 * rows]  # [1], [R], [R]
-        window = packed[1 + 2 * rows :].view(-1, rows)  # [NB, R]
+        start, live = packed[:1], packed[1:2]  # [1], [1]
+        pos, branch = packed[2 : 2 + rows], packed[2 + rows : 2 + 2 * rows]  # [R], [R]
+        window = packed[2 + 2 * rows :].view(-1, rows)  # [NB, R]
         slots = start + self._slot_ids[:rows]  # [R] padding rows write past the block; no real row reads them
         allowed = self._slot_ids[None, :kv_len] <= pos[:, None]  # [R, kv_len] by position (virtual order)
         key_slots = self._slot_ids[:kv_len].expand(window.shape[0], -1).clone()  # [NB, kv_len]
         key_slots.scatter_(1, slots[None, :].expand_as(window), window)
-        return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(key_slots, branch))
+        block = torch.cat([start, start + rows, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
+        return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(key_slots, branch, block))
 
 
 class _GraphedStep:

@@ -185,6 +185,12 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
             alone = split_kv_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots,
                                        branch=torch.zeros(t, dtype=torch.long))
             assert torch.equal(tree.view(t, -1)[~rows], alone.view(t, -1)[~rows])
+            # told where the views differ (slots 97-102: the tiles around them gathered, the rest read in place)
+            # and that only the first 4 tokens are real: the same bits for those, zeros for the padding
+            told = split_kv_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots, branch=branch,
+                                      block=torch.tensor([start, start + t, 4]))
+            assert torch.equal(told.view(t, -1)[:4], tree.view(t, -1)[:4])
+            assert not told.view(t, -1)[4:].any()
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

@@ -1,0 +1,135 @@
+"""The Triton kernels of :mod:`hybridsd.attention`'s split-KV attention (imported on first use: importing hybridsd
+never needs Triton). ``split_kv_kernel``: one program per (KV head, chunk of keys, row tile), a partial softmax in
+fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order, written token-major."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dot(a, b, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok, view, several,
+             d, SCALE: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr,
+             NB: tl.constexpr, GATHER: tl.constexpr):
+    # keys n0 .. n0 + BLOCK_N - 1 into the running softmax (m, l, acc) of the tile's rows: in slot order, or
+    # (GATHER) view 0's slots, and, for rows of another view when `several`, that view's (selected per row)
+    n = n0 + tl.arange(0, BLOCK_N)
+    key_ok = n < S
+    kv_mask = key_ok[:, None] & (d[None, :] < D)
+    if GATHER:
+        slot = tl.load(KSLOT + n, mask=key_ok, other=0)
+    else:
+        slot = n
+    k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
+    s = dot(q, tl.trans(k), IEEE)
+    if GATHER:
+        if several:
+            for b in tl.static_range(1, NB):
+                slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                k_b = tl.load(K + h * skh + slot_b[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
+                s = tl.where(view[:, None] == b, dot(q, tl.trans(k_b), IEEE), s)
+    seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
+    s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr: as a
+    # runtime argument torch.compile passes it as fp64)
+    m_new = tl.maximum(m, tl.max(s, 1))
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(m - m_new)
+    l = l * alpha + tl.sum(p, 1)
+    v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+    pv = dot(p.to(v.dtype), v, IEEE)
+    if GATHER:
+        if several:
+            for b in tl.static_range(1, NB):
+                slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
+                v_b = tl.load(V + h * svh + slot_b[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
+                pv = tl.where(view[:, None] == b, dot(p.to(v.dtype), v_b, IEEE), pv)
+    return m_new, l, acc * alpha[:, None] + pv
+
+
+@triton.jit
+def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
+                    CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
+    # NB = 0: keys in slot order, rows j*T + t in tiles. NB > 0 (exact mode): NB views of the keys, view b reading
+    # its i-th key from slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and
+    # value products are those of its own view's keys, whatever the other rows. Views differ only at the slots
+    # BLOCK[0] .. BLOCK[1] - 1: key tiles outside them are read in place (the same keys for every view, so the
+    # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
+    # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
+    # reads no keys.
+    h = tl.program_id(0)
+    c = tl.program_id(1)
+    splits = tl.num_programs(1)
+    i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
+    lo = c * CHUNK
+    hi = lo + CHUNK
+    if NB == 0:
+        tok = i % T  # the block token of each row (row j*T + t)
+        r = i
+    else:
+        tok = i // G
+        r = (i % G) * T + tok
+        hi = tl.where(tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2), hi, lo)
+    d = tl.arange(0, D_PAD)
+    row_ok = i < R
+    q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+    m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
+    l = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+    if NB == 0:
+        for n0 in range(lo, hi, BLOCK_N):
+            m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
+                                 tok, False, d, SCALE, BLOCK_N, D, IEEE, NB, False)
+    else:
+        view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
+        several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
+        g0 = tl.minimum(tl.maximum(lo, tl.load(BLOCK) // BLOCK_N * BLOCK_N), hi)  # tiles g0 .. g1: views differ
+        g1 = tl.maximum(tl.minimum(hi, (tl.load(BLOCK + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N), g0)
+        for n0 in range(lo, g0, BLOCK_N):
+            m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
+                                 view, several, d, SCALE, BLOCK_N, D, IEEE, NB, False)
+        for n0 in range(g0, g1, BLOCK_N):
+            m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
+                                 view, several, d, SCALE, BLOCK_N, D, IEEE, NB, True)
+        for n0 in range(g1, hi, BLOCK_N):
+            m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
+                                 view, several, d, SCALE, BLOCK_N, D, IEEE, NB, False)
+    base = (h * splits + c) * R
+    tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
+    tl.store(STATS + (base * 2) + r, m, mask=row_ok)
+    tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
+
+
+
+@triton.jit
+def split_kv_merge(PART, STATS, OUT, BLOCK, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
+                   D_PAD: tl.constexpr, EXACT: tl.constexpr):
+    h = tl.program_id(0)
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    d = tl.arange(0, D_PAD)
+    row_ok = r < R
+    if EXACT:  # padding tokens' rows were not all computed: zeros
+        row_ok = row_ok & (r % T < tl.load(BLOCK + 2))
+    top = tl.full([BLOCK_R], -1e30, tl.float32)
+    for c in range(0, C):  # the largest chunk maximum of each row
+        top = tl.maximum(top, tl.load(STATS + ((h * C + c) * 2) * R + r, mask=row_ok, other=-1e30))
+    den = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+    for c in range(0, C):  # chunks in order: sum of exp(m_c - top) * (l_c, unnormalized output_c)
+        base = (h * C + c) * R
+        w = tl.exp(tl.load(STATS + base * 2 + r, mask=row_ok, other=-1e30) - top)  # 0 for a chunk that saw nothing
+        den += w * tl.load(STATS + base * 2 + R + r, mask=row_ok, other=0.0)
+        part = tl.load(PART + (base + r[:, None]) * D + d[None, :], mask=row_ok[:, None] & (d[None, :] < D),
+                       other=0.0)
+        acc += w[:, None] * part
+    out = acc / tl.where(den > 0, den, 1.0)[:, None]  # a row read nothing (padding): 0, not 0 / 0
+    g = R // T
+    col = (h * g + r // T) * D  # row j*T + t of KV head h -> token t, query head h*g + j
+    tl.store(OUT + (r % T)[:, None] * sot + col[:, None] + d[None, :], out.to(OUT.dtype.element_ty),
+             mask=(r < R)[:, None] & (d[None, :] < D))
