@@ -62,7 +62,7 @@ for stage in "$@"; do
               tests/test_trees.py tests/test_real_models.py tests/test_bad_input.py -k "cuda or graphed or compiled or exact or another_device" \
               > "$OUT/gpu_tests.log" 2>&1
             grep -E "^(FAILED|ERROR)|passed|failed|^!! " "$OUT/gpu_tests.log" | head -40 | tee -a "$log" ;;
-    bench-exact) timeout ${BENCH_S:-300} python3 -m experiments.bench_speed --contexts 2048 512 \
+    bench-exact) timeout ${BENCH_S:-300} python3 -m experiments.bench_speed --contexts 2048 512 --kernels \
               --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead zoo \
               --out "$OUT/speed_exact.json" 2>&1 | grep -v Warning | tail -30 | tee -a "$log" ;;
     bench-tree) timeout ${BENCH_S:-300} python3 -m experiments.bench_tree --compile default --out "$OUT/bench_tree.json" \
