@@ -35,7 +35,7 @@ for stage in "$@"; do
   echo "== $stage $(date +%T)" | tee -a "$log"
   case $stage in
     tests)  HYBRIDSD_INSTAFAIL=1 timeout ${TESTS_S:-170} python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_cuda.py \
-              tests/test_generate.py -k "cuda or compiled" > "$OUT/tests.log" 2>&1
+              tests/test_compile.py -k "cuda or compiled" > "$OUT/tests.log" 2>&1
             grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E |^!! " "$OUT/tests.log" | head -60 | tee -a "$log" ;;
     heads3) timeout 280 python3 -m experiments.train_heads --data /tmp/d --out "$OUT/heads" --kinds eagle3 \
               --draft-vocab 10240 --ttt-steps 3 --gen-seconds 20 --gen-batch 64 --max-new 512 \

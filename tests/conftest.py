@@ -16,9 +16,10 @@ torch.set_num_threads(1)  # tiny models: threads only add overhead
 
 # The slowest files, slowest first, run before the others: under `--dist loadfile` each file runs whole on one
 # worker, so starting the long ones first lets the workers finish together (longest-first scheduling).
-SLOW_FIRST = ("test_generate.py", "test_sampling.py", "test_real_models.py", "test_notebooks.py", "test_trees.py",
-              "test_distributed.py", "test_exact.py", "test_faults.py", "test_eagle_train.py", "test_attention.py",
-              "test_verify.py")
+SLOW_FIRST = ("test_compile.py", "test_generate.py", "test_notebooks.py", "test_sampling.py", "test_trees.py",
+              "test_distributed.py", "test_exact.py", "test_real_models.py", "test_attention.py", "test_faults.py",
+              "test_eagle_train.py", "test_verify.py", "test_package.py", "test_paper.py", "test_spec_bench_cli.py",
+              "test_ngram.py", "test_edit_requests.py")
 
 
 def pytest_configure(config):

@@ -5,6 +5,7 @@ bf16 is checked on the GPU (``tests/test_cuda.py``): the interpreter's bf16 ``tl
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -70,31 +71,69 @@ def test_wide_row_tiles_only_for_two_byte_inputs(monkeypatch, dtype, row_tile, w
     assert seen == [want]
 
 
-def test_split_kernel_in_the_triton_interpreter():
+# Scripts run under Triton's CPU interpreter (TRITON_INTERPRET=1 is read when triton is imported, so not here)
+SPLIT_KERNEL = textwrap.dedent(f"""
+    import torch
+    from hybridsd.attention import grouped_attention, split_kv_attention
+    torch.manual_seed(0)
+    worst = {{}}
+    for hkv, g, t, s, d in {CASES!r}:
+        for dtype in (torch.float32, torch.float16):
+            q = torch.randn(hkv, g * t, d, dtype=dtype)
+            k, v = torch.randn(hkv, s, d, dtype=dtype), torch.randn(hkv, s, d, dtype=dtype)
+            allowed = torch.rand(t, s) < 0.3
+            allowed[:, 0] = True
+            allowed[-1, 1:] = False  # a row that sees one key; chunks it never sees
+            got = split_kv_attention(q, k, v, allowed, d ** -0.5, programs=7 if s > 100 else 128,
+                                     row_tile=64 if t == 40 else None).float()
+            ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5)
+            key = str(dtype)
+            worst[key] = max(worst.get(key, 0.0), (got - ref).abs().max().item())
+    print(worst)
+    assert worst["torch.float32"] < 1e-5 and worst["torch.float16"] < 2e-3, worst
+""")
+
+ATTENTION_PLANS = textwrap.dedent("""
+    import transformers as tf
+    from experiments.speed_diagnostics import attention_plans
+    cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2)
+    cases = ("decode", "tree_q64", "exact16_two_views")
+    rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((3, 64), (3, 128)), cases=cases, iters=1)
+    # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128)
+    want = [(c, 3, t) for c in cases for t in (64, 128) if t == 64 or c == "tree_q64"]
+    assert [(r["case"], r["programs"], r["row_tile"]) for r in rows] == want
+    assert min(r["ms_per_step"] for r in rows) > 0
+    print("ok")
+""")
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict[str, str | None]:
+    """Each script above run under the interpreter, all in one process (one import of torch and triton), each in
+    a fresh namespace: name -> None, or the traceback it raised."""
     pytest.importorskip("triton")
-    code = textwrap.dedent(f"""
-        import torch
-        from hybridsd.attention import grouped_attention, split_kv_attention
-        torch.manual_seed(0)
-        worst = {{}}
-        for hkv, g, t, s, d in {CASES!r}:
-            for dtype in (torch.float32, torch.float16):
-                q = torch.randn(hkv, g * t, d, dtype=dtype)
-                k, v = torch.randn(hkv, s, d, dtype=dtype), torch.randn(hkv, s, d, dtype=dtype)
-                allowed = torch.rand(t, s) < 0.3
-                allowed[:, 0] = True
-                allowed[-1, 1:] = False  # a row that sees one key; chunks it never sees
-                got = split_kv_attention(q, k, v, allowed, d ** -0.5, programs=7 if s > 100 else 128,
-                                         row_tile=64 if t == 40 else None).float()
-                ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d ** -0.5)
-                key = str(dtype)
-                worst[key] = max(worst.get(key, 0.0), (got - ref).abs().max().item())
-        print(worst)
-        assert worst["torch.float32"] < 1e-5 and worst["torch.float16"] < 2e-3, worst
+    scripts = {"SPLIT_KERNEL": SPLIT_KERNEL, "ATTENTION_PLANS": ATTENTION_PLANS}
+    driver = textwrap.dedent(f"""
+        import json, traceback
+        failed = {{}}
+        for name, code in {scripts!r}.items():
+            try:
+                exec(compile(code, name, "exec"), {{"__name__": "__main__"}})
+                failed[name] = None
+            except BaseException:
+                failed[name] = traceback.format_exc()
+        print("RESULTS", json.dumps(failed))
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and "RESULTS " in out.stdout, out.stderr[-3000:]
+    return json.loads(out.stdout.rsplit("RESULTS ", 1)[1])
+
+
+def test_split_kernel_in_the_triton_interpreter(interpreted):
+    assert interpreted["SPLIT_KERNEL"] is None, interpreted["SPLIT_KERNEL"][-3000:]
 
 
 def test_sdpa_kernel_equals_per_head_reference():
@@ -115,27 +154,10 @@ def test_sdpa_kernel_equals_per_head_reference():
                 torch.testing.assert_close(got[i, col : col + d], w @ v[h], atol=1e-6, rtol=1e-5)
 
 
-def test_attention_plans_in_the_triton_interpreter():
+def test_attention_plans_in_the_triton_interpreter(interpreted):
     """The benchmark's attention timing (``speed_diagnostics.attention_plans``) runs a plain, a tree and a
     two-view exact case at each grid aim (every case's kernel path is checked against SDPA elsewhere)."""
-    pytest.importorskip("triton")
-    code = textwrap.dedent("""
-        import transformers as tf
-        from experiments.speed_diagnostics import attention_plans
-        cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                             num_attention_heads=4, num_key_value_heads=2)
-        cases = ("decode", "tree_q64", "exact16_two_views")
-        rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((3, 64), (3, 128)), cases=cases, iters=1)
-        # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128)
-        want = [(c, 3, t) for c in cases for t in (64, 128) if t == 64 or c == "tree_q64"]
-        assert [(r["case"], r["programs"], r["row_tile"]) for r in rows] == want
-        assert min(r["ms_per_step"] for r in rows) > 0
-        print("ok")
-    """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert interpreted["ATTENTION_PLANS"] is None, interpreted["ATTENTION_PLANS"][-3000:]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

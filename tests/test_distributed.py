@@ -39,7 +39,8 @@ def _strip(rows: list[dict]) -> list[dict]:
 @pytest.mark.skipif(DATA is None or not HAS_WEIGHTS, reason="needs ../shared/data and the tiny-coder weights")
 def test_spec_bench_torchrun_matches_one_process(tmp_path, monkeypatch):
     """Two ranks under torchrun write what one process writes. The one-process runs call spec_bench.main in this
-    process (the same code path as its command line, without a second interpreter's imports)."""
+    process (the same code path as its command line, without a second interpreter's imports), the first one
+    while torchrun starts."""
     env = {**os.environ, "HYBRIDSD_DATA": str(DATA), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     monkeypatch.setenv("HYBRIDSD_DATA", str(DATA))
     for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):  # this process is one process, whatever launched pytest
@@ -48,9 +49,13 @@ def test_spec_bench_torchrun_matches_one_process(tmp_path, monkeypatch):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                 "-m", "experiments.spec_bench", *ARGS, "--output", str(par)]
 
-    spec_bench.main([*ARGS, "--output", str(one)])
-    r = subprocess.run(torchrun, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ranks = subprocess.Popen(torchrun, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # the one-process run while the ranks start their interpreters
+        spec_bench.main([*ARGS, "--output", str(one)])
+        stdout, stderr = ranks.communicate(timeout=180)
+    finally:
+        ranks.kill()
+    assert ranks.returncode == 0, stdout[-3000:] + stderr[-3000:]
     want = _rows(one)
     assert len(want) == 3
     got = _rows(par)
