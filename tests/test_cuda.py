@@ -199,7 +199,8 @@ EXACT_KS = [int(k) for k in os.environ.get("HYBRIDSD_EXACT_KS", "1,2,3,5,8").spl
 def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d, s):
     """The split kernel in exact mode on the GPU: a tree's rows (their branch read through moved slots, the
     tiles holding them on the gathering path) equal, bit for bit, the rows of the same tokens laid out as a chain
-    (every tile read in place) and each token's own one-row decode step."""
+    (every tile read in place) and each token's own one-row decode step; and so do they when the kernel is told the
+    block (``block``: views gathered only in the key tiles around it, row tiles of padding tokens skipped)."""
     from hybridsd.attention import split_kv_attention
 
     torch.manual_seed(rows)
@@ -215,6 +216,9 @@ def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d,
     depth = torch.tensor([0, *range(1, wrong + 1), *range(1, right + 1)], device="cuda")
     allowed = torch.arange(s, device="cuda")[None] <= (start + depth)[:, None]  # [rows, s] in virtual order
     tree = split_kv_attention(q, k, v, allowed, d**-0.5, key_slots=key_slots, branch=branch).view(rows, -1)
+    told = split_kv_attention(q, k, v, allowed, d**-0.5, key_slots=key_slots, branch=branch,
+                              block=torch.tensor([start, start + rows, rows], device="cuda")).view(rows, -1)
+    assert torch.equal(told, tree)
     k2, v2 = k.clone(), v.clone()  # branch 1 as a chain at its own positions' slots
     k2[:, start + 1 : start + 1 + right], v2[:, start + 1 : start + 1 + right] = k[:, moved], v[:, moved]
     identity = torch.arange(s, device="cuda").repeat(2, 1)
@@ -230,6 +234,12 @@ def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d,
         one = split_kv_attention(alone, k2, v2, seen, d**-0.5, key_slots=identity,
                                  branch=torch.zeros(rows, dtype=torch.long, device="cuda")).view(rows, -1)
         assert torch.equal(one[0], tree[r]), r
+        # as a decode step runs it: the block at the token's own slot, one real token, the other rows padding
+        own = start + int(depth[r])
+        step = split_kv_attention(alone, k2, v2, seen, d**-0.5, key_slots=identity,
+                                  branch=torch.zeros(rows, dtype=torch.long, device="cuda"),
+                                  block=torch.tensor([own, own + rows, 1], device="cuda")).view(rows, -1)
+        assert torch.equal(step[0], tree[r]) and not step[1:].any(), r
 
 
 def _exact_drafters(k: int, heads: dict) -> dict:
