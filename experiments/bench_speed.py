@@ -24,6 +24,7 @@ from experiments.speed_diagnostics import (attention_plans, capacity_check, gemm
 from experiments.speed_loop import hf_generate_ms_per_token, loop_overhead, zoo_speed
 from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_draft_ms, hf_eager_decode_ms,
                                      hf_static_compiled_ms, llama8b, ours_ms)
+from hybridsd.kv_cache import bucket
 from hybridsd.target import EXACT_ROWS, Target
 
 
@@ -103,7 +104,8 @@ def main() -> None:
                    help="target configurations whose generate() loop overhead is measured")
     p.add_argument("--conditions", action="store_true", help="also time the graphed step under each condition of "
                    "the loop (step_conditions), for each overhead configuration")
-    p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels and "
+    p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels "
+                   "(exact-mode configurations: their padded block too) and "
                    "generate()'s drafting steps")
     a = p.parse_args()
     a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
@@ -181,6 +183,11 @@ def main() -> None:
         res["profile"] = [profile_step(plain, a.contexts[0], q) for q in (1, 9)]
         print("profile:", json.dumps(res["profile"], indent=1)[:3000])
         plain.kv = None
+        for name in (c for c in configs if "exact" in c):  # exact mode's padded block, kernel by kernel
+            exact = Target(model, exact_cap, compile=configs[name].compiled, exact=EXACT_ROWS)
+            exact.exact_span = bucket(a.contexts[0] + EXACT_NEW_TOKENS + EXACT_ROWS)
+            res.setdefault("profile_exact", {})[name] = [profile_step(exact, a.contexts[0], q) for q in (1, 9)]
+            exact.kv = None
         save()
     for t in configs.values():  # free the KV caches
         t.kv = None

@@ -12,7 +12,9 @@
 #   gate    the retrained EAGLE-3 head (if heads3 ran) against EAGLE-1: spec_bench k=3 on held-out edits
 #   speed   experiments.bench_speed (8B shape vs floor and HF baselines, EAGLE draft cost, zoo tokens/s)
 #   profile 8B-shape steps compiled (default and max-autotune), and the kernel split of a compiled step
-#           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments)
+#           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments; with an exact configuration,
+#           e.g. "--contexts 2048 --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead
+#           zoo", its padded block is profiled too)
 #   sweep   experiments.sweep --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done

@@ -123,7 +123,8 @@ def capacity_check(model, ctx: int, compile: bool | str, capacities: tuple[int, 
 @torch.inference_mode()
 def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15) -> dict:
     """Where a step's device time goes: ``torch.profiler`` over ``steps`` un-graphed steps of ``target`` (use a
-    compiled one to see the fused kernels), kernels summed by kind (matmul, attention, other) plus the top ones."""
+    compiled one to see the fused kernels; an exact-mode one runs its padded block), kernels summed by kind (matmul,
+    attention, other) plus the top ones, and the kernels launched per step (on the CPU: operators)."""
     cuda = target.device.type == "cuda"
     vocab = min(1000, target.model.config.vocab_size)
     ids = torch.randint(0, vocab, (ctx,), device=target.device)
@@ -153,7 +154,7 @@ def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15
     for e in events:
         by_kind[kind(e.key)] = by_kind.get(kind(e.key), 0.0) + getattr(e, attr) / 1e3 / steps
     ranked = sorted(events, key=lambda e: -getattr(e, attr))[:top]
-    return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind,
+    return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind, "calls_per_step": sum(e.count for e in events) / steps,
             "top": [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
                     for e in ranked]}
 

@@ -27,6 +27,11 @@ def test_profiles_run_on_the_cpu():
     model = tiny_target("llama", vocab=300, seed=2, layers=2)
     step = speed_diagnostics.profile_step(Target(model, 64), 20, 3, steps=2)
     assert step["q"] == 3 and step["top"] and sum(step["ms_per_step_by_kind"].values()) > 0
+    assert step["calls_per_step"] >= len(step["top"]) / 2
+    exact = Target(model, 64, exact=16)  # a 3-token step runs as the padded 16-row block
+    exact.exact_span = 256
+    step = speed_diagnostics.profile_step(exact, 20, 3, steps=2)
+    assert step["q"] == 3 and step["calls_per_step"] > 0
     loop = speed_diagnostics.profile_loop(model, 24, k=4, new_tokens=20)
     assert loop["accepted"] == loop["drafted"] > 0
     assert loop["steps"] == 5  # the prefill (1 token) and 4 passes of up to 4 + 1 tokens: 1 + 5 + 5 + 5 + 4
