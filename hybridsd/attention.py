@@ -98,9 +98,10 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch, block``: the virtual key order of exact mode, where it differs from slot order and the
-    count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are :data:`EXACT_ROW_TILE` token-major rows, its grid planned
-    for one of them); ``programs``, ``row_tile``: the grid's aim and the most query rows per program
-    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
+    count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are :data:`EXACT_ROW_TILE`
+    token-major rows, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim and the most
+    query rows per program (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes
+    an element)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
     h, rows, d = q.shape
@@ -110,7 +111,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         if row_tile is None and q.element_size() > 2:
             row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
         block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
-    else:  # the grid of one row tile; tiles of padding tokens return at once
+    else:  # splits planned for one row tile; the tiles of padding tokens read no keys
         if block is None:
             block = torch.tensor([0, s, t], device=q.device)
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
