@@ -154,9 +154,10 @@ def profile_step(target: Target, ctx: int, q: int, steps: int = 5, top: int = 15
     for e in events:
         by_kind[kind(e.key)] = by_kind.get(kind(e.key), 0.0) + getattr(e, attr) / 1e3 / steps
     ranked = sorted(events, key=lambda e: -getattr(e, attr))[:top]
-    return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind, "calls_per_step": sum(e.count for e in events) / steps,
-            "top": [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps, "calls_per_step": e.count / steps}
-                    for e in ranked]}
+    return {"ctx": ctx, "q": q, "ms_per_step_by_kind": by_kind,
+            "calls_per_step": sum(e.count for e in events) / steps,
+            "top": [{"name": e.key[:120], "ms_per_step": getattr(e, attr) / 1e3 / steps,
+                     "calls_per_step": e.count / steps} for e in ranked]}
 
 
 def device_gaps(trace: dict, steps: int, top: int = 12) -> dict:
