@@ -11,7 +11,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from experiments import results
-from paper.sections.style import EAGLE_TREE, HYBRID_TREE, VARIANT_COLOR, VARIANT_LABEL, savefig
+from paper.sections.style import EAGLE_TREE, HYBRID_TREE, VARIANT_COLOR, VARIANT_LABEL, legend_below, savefig
 from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_escape
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
@@ -89,8 +89,7 @@ def figure(cells) -> None:
         ax.set_xlabel(f"{BINNINGS[binning]} (bin mean)")
         ax.set_ylim(0.8, 7.0)
     axes[0].set_ylabel("sequence-normalized AL")
-    h, lab = axes[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.2), frameon=False)
+    legend_below(fig, axes[0], 4, -0.2)
     fig.tight_layout(w_pad=0.6)
     savefig(fig, "edit_norm")
 

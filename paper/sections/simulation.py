@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments.results import bin_labels
-from paper.sections.style import MODEL_LABEL, MODEL_STYLE, POLICY_LABEL, savefig
+from paper.sections.style import MODEL_LABEL, MODEL_STYLE, POLICY_LABEL, legend_below, savefig
 from paper.sections.tex import RESULTS, commit_of, fmt, mae_cell, num, provenance, table, tex_escape
 
 SIMULATION = RESULTS / "simulation" / "simulate_al.json"
@@ -152,8 +152,7 @@ def make() -> None:
         if col == 0:
             ax.set_ylabel("sequence-normalized AL")
             axr.set_ylabel("predicted $-$ measured")
-    h, lab = axes[0, 1].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.075), frameon=False)
+    legend_below(fig, axes[0, 1], 4, -0.075)
     fig.tight_layout(h_pad=0.4, w_pad=0.8)
     savefig(fig, "sim_al_models")
 

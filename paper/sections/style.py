@@ -36,6 +36,12 @@ VARIANT_LABEL = {**METHOD_LABEL, "ngram-eagle tree": "n-gram + EAGLE-1, tree", E
 VARIANT_COLOR = {**METHOD_COLOR, "ngram-eagle tree": "#d62728", EAGLE_TREE: "#e377c2", HYBRID_TREE: "#17becf"}
 
 
+def legend_below(fig, ax, ncol: int, y: float) -> None:
+    """One legend for the whole figure, from ``ax``'s handles, centred below the panels at height ``y``."""
+    h, lab = ax.get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, y), frameon=False)
+
+
 def savefig(fig, name: str) -> None:
     """paper/figures/<name>.pdf, without a creation date so that rebuilding the same figure gives the same file;
     nothing when figures are off (``tex.FIG`` is None)."""

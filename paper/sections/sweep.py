@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 
 from experiments import results
 from paper.sections.simulation import SIMULATION
-from paper.sections.style import VARIANT_COLOR, VARIANT_LABEL, savefig
+from paper.sections.style import VARIANT_COLOR, VARIANT_LABEL, legend_below, savefig
 from paper.sections.tex import NUMBERS, RESULTS, commit_of, fmt, num, of_n, signed, table, tex_escape
 
 SWEEP = RESULTS / "sweeps" / "zoo_cpu_fp32"
@@ -131,8 +131,7 @@ def rates_figure(df) -> None:
         ax.set_xticks(range(1, 6))
         ax.set_ylim(0, 1.02)
     axes[0].set_ylabel("acceptance rate $r_i$")
-    h, lab = axes[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.13), frameon=False)
+    legend_below(fig, axes[0], 4, -0.13)
     fig.tight_layout(w_pad=0.6)
     savefig(fig, "cpu_rates")
     r = results.corpus_al(five, by=["dataset", "variant"]).set_index(["dataset", "variant"])

@@ -10,7 +10,7 @@ import numpy as np
 
 from experiments import results
 from paper.sections.simulation import SIMULATION
-from paper.sections.style import MODEL_STYLE, VARIANT_LABEL, savefig
+from paper.sections.style import MODEL_STYLE, VARIANT_LABEL, legend_below, savefig
 from paper.sections.sweep import VARIANT_TAG
 from paper.sections.tex import MODEL_DIR, NUMBERS, mae_cell, num, table
 
@@ -199,8 +199,7 @@ def theory_figure(preds) -> None:
         ax.set_xlabel("new-token share $e$ (bin mean)")
         ax.set_ylim(0.8, 6.2)
     axes[0].set_ylabel("sequence-normalized AL")
-    h, lab = axes[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.16), frameon=False)
+    legend_below(fig, axes[0], 3, -0.16)
     fig.tight_layout(w_pad=0.5)
     savefig(fig, "gpu_theory")
 
