@@ -1,11 +1,17 @@
-"""Synthetic edits of Python files for the zoo's edit tuning: seeded transforms (rename, delete, document,
-change a constant, reorder imports, rewrite a body or insert a definition taken from a second file, ...) applied
-one to four at a time, each with its own instruction, kept when the file still parses and its character edit
-norm is in (0, 0.6]."""
+"""Synthetic edits of Python files for the zoo's edit tuning, kept when their character edit norm is in (0, 0.6]:
+
+- seeded transforms (rename, delete, document, change a constant, reorder imports, rewrite a body or insert a
+  definition taken from a second file, ...) applied one to four at a time, each with its own instruction, kept
+  when the file still parses;
+- span edits (:func:`span_edit`): one to five places drawn anywhere in the file, each replacing, removing or
+  adding lines, the new lines a run of a second file's lines. Nothing in the file marks these places, so only
+  the located request tells a model where to leave the copy, for how many lines, and where to resume; their
+  sizes are drawn so that the edit norms spread over (0, 0.6] as the real edits' do."""
 
 from __future__ import annotations
 
 import ast
+import math
 import random
 import re
 
@@ -392,13 +398,74 @@ TRANSFORMS = ((t_rewrite_body, 4), (t_insert_foreign, 2), (t_rename, 3), (t_dele
               (t_remove_import, 1), (t_add_print, 1), (t_add_function, 1))
 
 
-def synthetic_edit(args: tuple[int, str, str, str, int]) -> dict | None:
-    """One synthetic edit of a Python file, or None: 1-4 transforms, instruction, before, after, kinds.
+SPAN_SUBJECTS = ("Update the code.", "Refactor.", "Fix a bug.", "Clean up.", "Changes from review.",
+                 "Rework this module.", "Small fixes.", "Improve the implementation.", "Sync with upstream.")
+SPAN_KINDS = (("replace", 0.5), ("add", 0.3), ("remove", 0.2))
 
-    ``args``: (seed, file text, donor file text, change-request mode, max places); the instruction is the
-    change request built from the transforms' own instructions."""
-    seed, text, donor, mode, max_places = args
+
+def _run_of(donor_lines: list[str], n: int, indent: str, rng: random.Random) -> list[str]:
+    """``n`` consecutive lines of the donor from a random start (lines of a shorter donor repeat), their common
+    indentation replaced by ``indent``; every line ends with a newline."""
+    start = rng.randrange(len(donor_lines))
+    run = [donor_lines[(start + i) % len(donor_lines)] for i in range(n)]
+    run = [line if line.endswith("\n") else line + "\n" for line in run]
+    common = min((len(_indent(line)) for line in run if line.strip()), default=0)
+    return [indent + line[common:] if line.strip() else "\n" for line in run]
+
+
+def span_edit(seed: int, text: str, donor: str, mode: str, max_places: int) -> dict | None:
+    """A span edit of ``text`` (see the module docstring), or None when the file is too short or the draw
+    falls outside (0, 0.6]: the share of changed lines is uniform in [0.02, 0.55], split over the places at
+    random; a replaced span gets about as many new lines (log-normal factor), an added one its share."""
     rng = random.Random(seed)
+    lines = text.splitlines(keepends=True)
+    donor_lines = [line for line in donor.splitlines(keepends=True) if len(line) <= 200]
+    if len(lines) < 8 or not donor_lines:
+        return None
+    if not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    n_places = min(rng.choices((1, 2, 3, 4, 5), (0.3, 0.25, 0.2, 0.15, 0.1))[0], len(lines) // 4)
+    total = max(n_places, round(rng.uniform(0.02, 0.55) * len(lines)))
+    cuts = sorted(rng.sample(range(1, total), n_places - 1)) if n_places > 1 and total > n_places else []
+    sizes = [b - a for a, b in zip([0] + cuts, cuts + [total])] or [total]
+    kinds = [rng.choices(*zip(*SPAN_KINDS))[0] for _ in sizes]
+    # each place starts after at least one kept line; the last add may end the file
+    room = len(lines) - sum(n for n, k in zip(sizes, kinds) if k != "add") - len(sizes)
+    if room < 1:
+        return None
+    starts = sorted(rng.sample(range(room + 1), len(sizes)))
+    if kinds[-1] == "add" and rng.random() < 0.3:
+        starts[-1] = room + 1  # at the end of the file
+    out, at, shift = [], 0, 0
+    for start, size, kind in zip(starts, sizes, kinds):
+        begin = start + shift + 1  # the kept line(s) before the place
+        old = 0 if kind == "add" else size
+        new = 0 if kind == "remove" else size if kind == "add" else max(1, round(size * math.exp(rng.gauss(0, 0.5))))
+        begin = min(begin, len(lines))
+        out += lines[at:begin]
+        ref = lines[begin] if begin < len(lines) and lines[begin].strip() else lines[begin - 1]
+        out += _run_of(donor_lines, new, _indent(ref), rng) if new else []
+        at = min(begin + old, len(lines))
+        shift += old + 1
+    after = "".join(out + lines[at:])
+    before = "".join(lines)
+    norm = edit_norm(before, after)
+    if not 0 < norm <= 0.6:
+        return None
+    return {"instruction": change_request(before, after, rng.choice(SPAN_SUBJECTS), mode, max_places),
+            "before": before, "after": after, "kinds": ["span_edit"], "char_edit_norm": norm}
+
+
+def synthetic_edit(args: tuple) -> dict | None:
+    """One synthetic edit of a Python file, or None: instruction, before, after, kinds, char_edit_norm.
+
+    ``args``: (seed, file text, donor file text, change-request mode, max places[, span share]); with
+    probability ``span share`` (default 0) a :func:`span_edit`, else 1-4 transforms, the instruction being
+    the change request built from the transforms' own instructions."""
+    seed, text, donor, mode, max_places = args[:5]
+    rng = random.Random(seed)
+    if len(args) > 5 and rng.random() < args[5]:
+        return span_edit(seed, text, donor, mode, max_places)
     funcs, weights = zip(*TRANSFORMS)
     before, after, instructions, kinds = text, text, [], []
     n_edits = rng.choices((1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1))[0]

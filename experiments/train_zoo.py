@@ -85,6 +85,7 @@ class TargetConfig:
     synthetic_sources: int = 40_000     # distinct files they are made from (a file can serve twice)
     synthetic_min_chars: int = 300
     synthetic_max_chars: int = 5000
+    span_share: float = 0.5             # share of synthetic edits that are span edits (synthetic_edits.span_edit)
     real_epochs: int = 2                # copies of the real edits among one epoch's examples
     sft_epochs: int = 1
     change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
@@ -121,6 +122,8 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.span_share <= 1:
+            raise ValueError(f"span_share must be in [0, 1], got {self.span_share}")
         if not 0 <= self.sft_replay < 1:
             raise ValueError(f"sft_replay must be in [0, 1), got {self.sft_replay}")
         if not 0 < self.pretrain_share <= 1:
@@ -442,7 +445,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 # ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
-                  "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars")
+                  "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
+                  "real_epochs", "synthetic_examples")
 
 
 def target_config(args) -> TargetConfig:
@@ -481,7 +485,7 @@ def cmd_target(args) -> None:
     with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
         n_src = len(edit_sources)
         jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
-                 cfg.change_request, cfg.max_places) for i in range(int(1.25 * cfg.synthetic_examples))]
+                 cfg.change_request, cfg.max_places, cfg.span_share) for i in range(int(1.25 * cfg.synthetic_examples))]
         synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
         requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
                             chunksize=16)
@@ -680,6 +684,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="share of edit-tuning steps that are code-pretraining batches (0: none)")
     p.add_argument("--deadline-s", type=float, default=None,
                    help="wall time from start by which training ends (the gate follows)")
+    p.add_argument("--span-share", type=float, default=None,
+                   help="share of synthetic edits that are span edits at random places (default 0.5)")
+    p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
+    p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)

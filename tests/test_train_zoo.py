@@ -123,6 +123,37 @@ def test_synthetic_edits_carry_a_located_request(seed):
     assert plain["after"] == got["after"] and plain["instruction"] == got["instruction"].splitlines()[0]
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_span_edits_take_new_lines_from_the_donor_and_name_every_place(seed):
+    got = synthetic_edits.span_edit(seed, SOURCE, DONOR, "located", 6)
+    if got is None:
+        pytest.skip("this seed's draw fell outside (0, 0.6]")
+    assert got["before"] == SOURCE and 0 < got["char_edit_norm"] <= 0.6
+    subject = got["instruction"].splitlines()[0]
+    assert subject in synthetic_edits.SPAN_SUBJECTS
+    assert got["instruction"] == located_request(SOURCE, got["after"], subject, 6)
+    donor = {ln.strip() for ln in DONOR.splitlines()}
+    for place in change_places(SOURCE, got["after"], 6):
+        new = got["after"].splitlines()[place.new_start:place.new_end]
+        assert all(ln.strip() in donor or ln.strip() in SOURCE for ln in new)  # donor text (or a matched line)
+
+
+def test_span_edit_norms_spread_over_the_range():
+    norms = [g["char_edit_norm"] for seed in range(300)
+             if (g := synthetic_edits.span_edit(seed, SOURCE * 3, DONOR, "located", 6))]
+    assert len(norms) >= 250
+    assert len(set(np.minimum((np.array(norms) / 0.075).astype(int), 7))) == 8  # every 0.075-wide bin of (0, 0.6]
+
+
+def test_span_share_routes_synthetic_edits():
+    spans = [synthetic_edits.synthetic_edit((seed, SOURCE, DONOR, "located", 6, 1.0)) for seed in range(10)]
+    assert all(g["kinds"] == ["span_edit"] for g in spans if g)
+    plain = [synthetic_edits.synthetic_edit((seed, SOURCE, DONOR, "located", 6, 0.0)) for seed in range(10)]
+    assert all("span_edit" not in g["kinds"] for g in plain if g)
+    with pytest.raises(ValueError, match="span_share"):
+        tz.TargetConfig(span_share=1.5)
+
+
 def test_real_request_modes():
     row = {"before": SOURCE, "after": SOURCE.replace("LIMIT = 10", "LIMIT = 20"), "instruction": "Raise the limit"}
     assert edit_corpus.real_request((row, "subject", 6)) == "Raise the limit"
