@@ -90,6 +90,7 @@ class TargetConfig:
     sft_epochs: int = 1
     change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
     decision_weight: float = 1.0        # loss weight where the answer leaves or resumes the copy (and its end)
+    unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -119,6 +120,8 @@ class TargetConfig:
     def __post_init__(self) -> None:
         if self.change_request not in CHANGE_REQUESTS:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
+        if self.unlikelihood_weight < 0:
+            raise ValueError(f"unlikelihood_weight must be >= 0, got {self.unlikelihood_weight}")
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -174,33 +177,62 @@ def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
     return LlamaForCausalLM(config)
 
 
-def masked_loss(model, input_ids, targets, weights=None):
+def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihood_weight: float = 0.0):
     """Mean cross-entropy over positions whose target is not -100 (logits computed only there); with
-    ``weights`` (same shape as ``targets``) the weighted mean."""
+    ``weights`` (same shape as ``targets``) the weighted mean. With ``avoid`` (same shape; a token id, or -100)
+    and ``unlikelihood_weight`` > 0, plus that weight times the unlikelihood term ``-log(1 - p(avoid))`` summed
+    over the positions whose avoided token is not their target, over the same total weight."""
+    import torch
     import torch.nn.functional as F
 
     hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
     keep = targets != -100
-    logits = model.lm_head(hidden[keep])
+    logits = model.lm_head(hidden[keep]).float()  # (kept positions, vocab)
+    y = targets[keep]
     if weights is None:
-        return F.cross_entropy(logits.float(), targets[keep])
+        weights = torch.ones_like(targets, dtype=logits.dtype)
     w = weights[keep]
-    return (F.cross_entropy(logits.float(), targets[keep], reduction="none") * w).sum() / w.sum()
+    loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum()
+    if avoid is None or unlikelihood_weight == 0:
+        return loss
+    a = avoid[keep]
+    sel = (a >= 0) & (a != y)
+    p = torch.softmax(logits[sel], dim=-1).gather(1, a[sel, None]).squeeze(1)  # (selected,)
+    return loss + unlikelihood_weight * -torch.log1p(-p.clamp(max=1 - 1e-6)).sum() / w.sum()
 
 
-def edit_positions(args: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
-    """(changed, decisions): positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token) where an
-    edit of ``before`` shows (every inserted or replacing token, and the token right after a deletion) and where
-    a copy of ``before`` must be left or resumed (the first token of every change and the first token after it),
-    from one token alignment (pool worker)."""
-    before, after = args
+def copy_candidates(ids: list[int], positions: list[int], n: int = 3) -> list[int]:
+    """For each index ``q`` of ``positions`` (sorted, each >= n), the token that followed the latest earlier
+    occurrence of ``ids[q-n:q]`` in ``ids[:q-1]`` (what copying that occurrence would predict at ``q``), or -1."""
+    last: dict[tuple, int] = {}  # n-gram -> index just after its latest occurrence seen so far
+    out, want = [], iter(positions)
+    q = next(want, None)
+    for t in range(n, len(ids) + 1):
+        key = tuple(ids[t - n:t])
+        if t == q:
+            out.append(ids[last[key]] if key in last else -1)
+            q = next(want, None)
+        last[key] = t
+    return out
+
+
+def edit_positions(args: tuple[list[int], list[int], list[int]]) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """(changed, decisions, copy): positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token)
+    where an edit of ``before`` shows (every inserted or replacing token, and the token right after a deletion)
+    and where a copy of ``before`` must be left or resumed (the first token of every change and the first token
+    after it), from one token alignment; ``copy``: (position, token) at each changed position inside ``after``,
+    the token being what copying the latest earlier occurrence of the three tokens before it in
+    ``prompt + after`` predicts (:func:`copy_candidates`, -1 for none) (pool worker)."""
+    prompt, before, after = args
     changed: set[int] = set()
     decisions: set[int] = set()
     for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
         if tag != "equal":
             changed.update(range(j1, j2) if j2 > j1 else [j1])
             decisions.update((j1, j2))
-    return sorted(changed), sorted(decisions)
+    inside = sorted(j for j in changed if j < len(after))
+    copy = copy_candidates(prompt + after, [len(prompt) + j for j in inside])
+    return sorted(changed), sorted(decisions), list(zip(inside, copy))
 
 
 class Phase:
@@ -221,21 +253,22 @@ class Phase:
 
 
 def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
-    """Run optimisation steps over ``batches`` (an iterable of (inputs, targets) CPU tensors) until done."""
+    """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid]) CPU tensors)
+    until done."""
     import torch
 
     tokens = seen = 0
     model.train()
-    for inputs, targets, *weights in batches:
+    for inputs, targets, *extra in batches:
         if phase.progress() >= 1.0:
             break
-        weights = weights[0].to(device, non_blocking=True) if weights else None
+        weights, avoid = [t.to(device, non_blocking=True) if t is not None else None for t in (extra + [None, None])[:2]]
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = masked_loss(model, inputs, targets, weights)
+            loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -258,11 +291,12 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
 
 
 def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
-                 workers: int = 1) -> list[tuple[list[int], int, list[int], list[int]]]:
-    """(token ids, prompt length, changed answer positions, decision positions) per (before, instruction,
-    after): the templated prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see
+                 workers: int = 1) -> list[tuple[list[int], int, list[int], list[int], list[tuple[int, int]]]]:
+    """(token ids, prompt length, changed answer positions, decision positions, avoided copies) per (before,
+    instruction, after): the templated prompt (one BOS), then the answer ``after<|eot_id|>``; the positions (see
     :func:`edit_positions`, the end-of-turn token included in both) are
-    where the answer departs from a copy of ``before`` and where it leaves or resumes the copy.
+    where the answer departs from a copy of ``before`` and where it leaves or resumes the copy; the avoided
+    copies are (changed position, token) where copying an earlier occurrence would not give the answer.
 
     The template is rendered once around a marker (it copies message contents verbatim) and the texts are
     tokenized in parallel batches; the first example is checked against ``apply_chat_template``.
@@ -280,21 +314,23 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
     if triples:
         assert p_ids[0] == tokenizer.encode(prompts[0], add_special_tokens=False)
     b_ids = [e.ids for e in fast.encode_batch([b for b, _, _ in triples], add_special_tokens=False)]
-    pairs = list(zip(b_ids, a_ids))
+    pairs = list(zip(p_ids, b_ids, a_ids))
     if workers > 1:
         with Pool(workers) as pool:
             both = pool.map(edit_positions, pairs, chunksize=32)
     else:
         both = [edit_positions(x) for x in pairs]
-    return [(p + a + [eot], len(p), c + [len(a)], sorted(set(d) | {len(a)}))
-            for p, a, (c, d) in zip(p_ids, a_ids, both)]
+    return [(p + a + [eot], len(p), c + [len(a)], sorted(set(d) | {len(a)}),
+             [(j, t) for j, t in copy if t >= 0 and t != a[j]])
+            for p, a, (c, d, copy) in zip(p_ids, a_ids, both)]
 
 
-def sft_batches(examples: list[tuple[list[int], int, list[int], list[int]]], batch_tokens: int, pad: int,
+def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
                 seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
-    """Length-bucketed, right-padded batches of (inputs, targets, weights); targets -100 outside the answers,
-    weights 1 on answer tokens, ``change_weight`` on the changed positions and ``decision_weight`` on the
-    decision positions (the larger of the two where both apply)."""
+    """Length-bucketed, right-padded batches of (inputs, targets, weights, avoid) from :func:`sft_examples`'
+    rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight`` on the changed
+    positions and ``decision_weight`` on the decision positions (the larger of the two where both apply);
+    avoid: the avoided copy's token where there is one, else -100."""
     import torch
 
     rng = random.Random(seed)
@@ -314,8 +350,9 @@ def sft_batches(examples: list[tuple[list[int], int, list[int], list[int]]], bat
         inputs = torch.full((len(batch), width), pad, dtype=torch.long)
         targets = torch.full((len(batch), width), -100, dtype=torch.long)
         weights = torch.zeros((len(batch), width))
+        avoid = torch.full((len(batch), width), -100, dtype=torch.long)
         for row, i in enumerate(batch):
-            ids, n_prompt, changed, decisions = examples[i]
+            ids, n_prompt, changed, decisions, avoided = examples[i]
             inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
             targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
             w = weights[row]  # (width,) a view
@@ -323,11 +360,15 @@ def sft_batches(examples: list[tuple[list[int], int, list[int], list[int]]], bat
             w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
             at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
             w[at] = torch.clamp(w[at], min=decision_weight)
-        yield inputs, targets, weights
+            if avoided:
+                where, token = zip(*avoided)
+                avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
+        yield inputs, targets, weights, avoid
 
 
 def with_replay(batches, replay, every: int):
-    """``batches`` with one batch of ``replay`` (an (inputs, targets) iterator; weights of 1 added) in every
+    """``batches`` with one batch of ``replay`` (an (inputs, targets) iterator; weights of 1 added, nothing
+    avoided) in every
     ``every`` steps, at positions every-1, 2*every-1, ..."""
     import torch
 
@@ -335,7 +376,7 @@ def with_replay(batches, replay, every: int):
         yield batch
         if i % (every - 1) == every - 2:
             x, y = next(replay)
-            yield x, y, torch.ones(y.shape)
+            yield x, y, torch.ones(y.shape), None
 
 
 def distinct_share(tokens: list[int], n: int = 4) -> float:
@@ -446,7 +487,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 # ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
-                  "real_epochs", "synthetic_examples")
+                  "real_epochs", "synthetic_examples", "unlikelihood_weight")
 
 
 def target_config(args) -> TargetConfig:
@@ -548,7 +589,7 @@ def cmd_target(args) -> None:
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
                     losses.append(masked_loss(model, x[:, :-1], x[:, 1:]).item())
             else:  # weights 1 on answer tokens, 2 on decision positions: two unweighted means from one pass
-                for x, y, w in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed, 1.0, 2.0):
+                for x, y, w, _ in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed, 1.0, 2.0):
                     x, y, w = x.to(device), y.to(device), w.to(device)
                     keep = y != -100
                     logits = model.lm_head(model.model(input_ids=x, use_cache=False).last_hidden_state[keep])
@@ -686,6 +727,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="wall time from start by which training ends (the gate follows)")
     p.add_argument("--span-share", type=float, default=None,
                    help="share of synthetic edits that are span edits at random places (default 0.5)")
+    p.add_argument("--unlikelihood-weight", type=float, default=None,
+                   help="weight of an unlikelihood term against copying an earlier occurrence inside new text (0)")
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")

@@ -183,7 +183,7 @@ def _slow_changed(before, after):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
 def test_changed_positions(before, after):
-    got = tz.edit_positions((before, after))[0]
+    got = tz.edit_positions(([9, 9, 9], before, after))[0]
     assert got == _slow_changed(before, after)
     if before == after:
         assert got == []
@@ -211,23 +211,68 @@ def test_decision_positions(before, after):
             if prev is None or source[j] != prev + 1:
                 want.add(j)
             prev = source[j]
-    got = tz.edit_positions((before, after))[1]
+    got = tz.edit_positions(([9, 9, 9], before, after))[1]
     assert got == sorted(want)
     assert all(0 <= j <= len(after) for j in got)
     assert (got == []) == (before == after)
 
 
-@pytest.mark.parametrize("example", [([7, 8, 9, 1, 2, 3, 4], 3, [1, 3], [1, 2, 3, 4]),
-                                     ([7, 8, 1, 2, 4], 2, [0, 2], [0, 3])])
+@pytest.mark.parametrize("example", [([7, 8, 9, 1, 2, 3, 4], 3, [1, 3], [1, 2, 3, 4], [(1, 8)]),
+                                     ([7, 8, 1, 2, 4], 2, [0, 2], [0, 3], [])])
 def test_sft_batches_weight_the_changed_tokens(example):
-    ids, n_prompt, changed, decisions = example
-    (x, y, w), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0, decision_weight=3.0)
+    ids, n_prompt, changed, decisions, avoided = example
+    (x, y, w, avoid), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0, decision_weight=3.0)
+    assert {(int(q) - n_prompt + 1, int(avoid[0, q])) for q in torch.nonzero(avoid[0] >= 0)[:, 0]} == set(avoided)
     assert x[0, : len(ids) - 1].tolist() == ids[:-1]
     for pos in range(len(ids) - n_prompt):  # answer token pos is predicted at n_prompt - 1 + pos
         assert int(y[0, n_prompt - 1 + pos]) == ids[n_prompt + pos]
         want = 5.0 if pos in changed else 3.0 if pos in decisions else 1.0
         assert float(w[0, n_prompt - 1 + pos]) == want
     assert int((y != -100).sum()) == len(ids) - n_prompt
+
+
+def _slow_copy_candidates(ids, q, n):
+    for t in range(q - 1, n - 1, -1):  # latest earlier occurrence of ids[q-n:q] ending at t (t < q)
+        if ids[t - n:t] == ids[q - n:q]:
+            return ids[t]
+    return -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=4, max_size=40), st.data())
+def test_copy_candidates(ids, data):
+    positions = sorted(data.draw(st.sets(st.integers(3, len(ids) - 1))))
+    assert tz.copy_candidates(ids, positions) == [_slow_copy_candidates(ids, q, 3) for q in positions]
+
+
+def test_sft_examples_avoid_only_copies_that_would_be_wrong():
+    """The unlikelihood targets of a real example: inside changed answer tokens only, never the answer's token,
+    and each the token after an earlier occurrence of the three tokens before it."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tz.MODEL_DIR)
+    after = SOURCE.replace("LIMIT = 10\n", "LIMIT = 10\nLIMIT = 10\nLIMIT = 12\n")
+    (ids, n_prompt, changed, _, avoided), = tz.sft_examples(tok, [(SOURCE, "Repeat the limit.", after)], tok.eos_token_id)
+    assert avoided and all(j in changed for j, _ in avoided)
+    for j, t in avoided:
+        q = n_prompt + j
+        assert ids[q] != t and t == _slow_copy_candidates(ids, q, 3)
+
+
+def test_unlikelihood_term_is_added_where_asked():
+    torch.manual_seed(0)
+    model = tz.build_model(tz.TargetConfig(**tz.SMOKE), 32, {"bos": 0, "eos": 1, "pad": 2, "eot": 3})
+    x = torch.randint(4, 32, (2, 10))
+    y = torch.randint(4, 32, (2, 10))
+    y[:, :3] = -100
+    avoid = torch.full_like(y, -100)
+    avoid[0, 5], avoid[1, 7], avoid[1, 8] = 9, 11, int(y[1, 8])  # the last is the target itself: not avoided
+    plain = tz.masked_loss(model, x, y)
+    assert torch.allclose(tz.masked_loss(model, x, y, None, avoid, 0.0), plain)
+    logits = model(x).logits.float()
+    p = torch.softmax(logits, -1)
+    want = plain - 0.5 * (torch.log(1 - p[0, 5, 9]) + torch.log(1 - p[1, 7, 11])) / 14
+    assert torch.allclose(tz.masked_loss(model, x, y, None, avoid, 0.5), want, atol=1e-6)
 
 
 def test_target_options_override_the_presets():
@@ -250,13 +295,14 @@ def test_target_options_override_the_presets():
 
 @pytest.mark.parametrize("every, n", [(2, 5), (3, 7), (7, 20), (7, 6)])
 def test_replay_takes_every_nth_step(every, n):
-    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2)) for i in range(n)]
+    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2), torch.full((1, 2), -100)) for i in range(n)]
     replay = ((torch.full((1, 2), -1 - j), torch.full((1, 2), -1 - j)) for j in itertools.count())
     out = list(tz.with_replay(iter(edits), replay, every))
-    is_replay = [int(x[0, 0]) < 0 for x, _, _ in out]
-    assert [int(x[0, 0]) for x, _, _ in out if int(x[0, 0]) >= 0] == list(range(n))  # every edit batch, in order
+    is_replay = [int(x[0, 0]) < 0 for x, *_ in out]
+    assert [int(x[0, 0]) for x, *_ in out if int(x[0, 0]) >= 0] == list(range(n))  # every edit batch, in order
     assert [i for i, r in enumerate(is_replay) if r] == [i for i in range(len(out)) if i % every == every - 1]
-    assert all(bool((w == 1).all()) for x, _, w in out if int(x[0, 0]) < 0)  # replay batches weigh every token
+    # replay batches weigh every token and avoid nothing
+    assert all(bool((w == 1).all()) and a is None for x, _, w, a in out if int(x[0, 0]) < 0)
 
 
 @given(st.lists(st.integers(0, 5), max_size=40), st.integers(1, 5))
