@@ -91,6 +91,7 @@ class TargetConfig:
     change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
     decision_weight: float = 1.0        # loss weight where the answer leaves or resumes the copy (and its end)
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
+    repeat_share: float = 0.0           # share of examples with an answer line repeated in the input (loop exits)
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -125,6 +126,8 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.repeat_share <= 1:
+            raise ValueError(f"repeat_share must be in [0, 1], got {self.repeat_share}")
         if not 0 <= self.span_share <= 1:
             raise ValueError(f"span_share must be in [0, 1], got {self.span_share}")
         if not 0 <= self.sft_replay < 1:
@@ -325,12 +328,40 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
             for p, a, (c, d, copy) in zip(p_ids, a_ids, both)]
 
 
+def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random) -> tuple | None:
+    """``example`` (a :func:`sft_examples` row) with one answer line repeated once or twice right after itself
+    in the input, the repeated tokens' targets ignored (a sixth element: those answer positions): the target
+    after the repeats is the answer's true next token, a decision position, and copying the repeat again is an
+    avoided copy, so the model learns to leave a loop it has entered. A line of a change is taken when there is
+    one (3+ tokens, ending in a token that holds a newline); None when there is no such line."""
+    ids, n_prompt, changed, decisions, avoided = example[:5]
+    answer = ids[n_prompt:-1]
+    ends = [j + 1 for j, t in enumerate(answer) if t in newline_ids]  # line boundaries (index after a newline)
+    lines = [(k, j) for k, j in zip([0] + ends, ends) if j - k >= 3]
+    if not lines:
+        return None
+    inside = set(changed)
+    new_lines = [(k, j) for k, j in lines if any(t in inside for t in range(k, j))]
+    k, j = rng.choice(new_lines or lines)
+    dup = answer[k:j] * rng.choice((1, 2))
+    d = len(dup)
+
+    def shift(positions):
+        return [q + d if q >= j else q for q in positions]
+
+    exit_copy = [(j + d, answer[k])] if j < len(answer) and answer[k] != answer[j] else []
+    return (ids[:n_prompt + j] + dup + ids[n_prompt + j:], n_prompt, shift(changed),
+            sorted(set(shift(decisions)) | {j + d}),
+            [(q + d if q >= j else q, t) for q, t in avoided if q != j] + exit_copy, list(range(j, j + d)))
+
+
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
                 seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
     """Length-bucketed, right-padded batches of (inputs, targets, weights, avoid) from :func:`sft_examples`'
     rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight`` on the changed
-    positions and ``decision_weight`` on the decision positions (the larger of the two where both apply);
-    avoid: the avoided copy's token where there is one, else -100."""
+    positions and ``decision_weight`` on the decision positions (the larger of the two where both apply), none
+    on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the avoided
+    copy's token where there is one, else -100."""
     import torch
 
     rng = random.Random(seed)
@@ -352,7 +383,7 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
         weights = torch.zeros((len(batch), width))
         avoid = torch.full((len(batch), width), -100, dtype=torch.long)
         for row, i in enumerate(batch):
-            ids, n_prompt, changed, decisions, avoided = examples[i]
+            ids, n_prompt, changed, decisions, avoided = examples[i][:5]
             inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
             targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
             w = weights[row]  # (width,) a view
@@ -363,6 +394,9 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
             if avoided:
                 where, token = zip(*avoided)
                 avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
+            if len(examples[i]) > 5 and examples[i][5]:
+                at = torch.tensor(examples[i][5], dtype=torch.long) + n_prompt - 1
+                targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
         yield inputs, targets, weights, avoid
 
 
@@ -487,7 +521,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 # ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
-                  "real_epochs", "synthetic_examples", "unlikelihood_weight")
+                  "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share")
 
 
 def target_config(args) -> TargetConfig:
@@ -545,8 +579,13 @@ def cmd_target(args) -> None:
     del pre_texts
     sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
-    examples = [e for e in sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
-                if len(e[0]) <= cfg.sft_max_len]
+    examples = sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
+    if cfg.repeat_share > 0:
+        newline_ids = {i for t, i in tokenizer.get_vocab().items() if "\n" in tokenizer.convert_tokens_to_string([t])}
+        rng = random.Random(cfg.seed + 3)
+        examples = [(with_repeated_line(e, newline_ids, rng) or e) if rng.random() < cfg.repeat_share else e
+                    for e in examples]
+    examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
     eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
                                  special["eot"])
     eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
@@ -729,6 +768,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="share of synthetic edits that are span edits at random places (default 0.5)")
     p.add_argument("--unlikelihood-weight", type=float, default=None,
                    help="weight of an unlikelihood term against copying an earlier occurrence inside new text (0)")
+    p.add_argument("--repeat-share", type=float, default=None,
+                   help="share of examples with an answer line repeated in the input, its targets ignored (0)")
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")

@@ -275,6 +275,31 @@ def test_unlikelihood_term_is_added_where_asked():
     assert torch.allclose(tz.masked_loss(model, x, y, None, avoid, 0.5), want, atol=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
+    """Token 0 is the newline: the answer [5 6 0 | 7 8 9 0 | 3 4 0] after a 3-token prompt, its second line the
+    change. That line is repeated once or twice after itself, the repeats' targets ignored; the target after
+    them is the original next token (3), a decision, with copying the line once more (7) avoided."""
+    answer = [5, 6, 0, 7, 8, 9, 0, 3, 4, 0]
+    example = ([1, 2, 2] + answer + [99], 3, [3, 4, 5, 6], [3, 7], [(4, 9)])
+    ids, n_prompt, changed, decisions, avoided, ignored = tz.with_repeated_line(example, {0}, random.Random(seed))
+    d = len(ignored)
+    assert d in (4, 8) and ignored == list(range(7, 7 + d))
+    assert ids[n_prompt + 7: n_prompt + 7 + d] == [7, 8, 9, 0] * (d // 4)
+    assert ids[:n_prompt + 7] + ids[n_prompt + 7 + d:] == example[0]  # the original, with the repeats cut out
+    assert changed == [3, 4, 5, 6] and decisions == [3, 7 + d] and avoided == [(4, 9), (7 + d, 7)]
+    (x, y, w, avoid), = tz.sft_batches([(ids, n_prompt, changed, decisions, avoided, ignored)], 4096, pad=0,
+                                       seed=0, decision_weight=2.0)
+    for q in range(len(ids) - n_prompt):
+        at = n_prompt - 1 + q
+        if q in ignored:
+            assert int(y[0, at]) == -100 and float(w[0, at]) == 0 and int(avoid[0, at]) == -100
+        else:
+            assert int(y[0, at]) == ids[n_prompt + q] and float(w[0, at]) == (2.0 if q in decisions else 1.0)
+    assert int(y[0, n_prompt - 1 + 7 + d]) == 3 and int(avoid[0, n_prompt - 1 + 7 + d]) == 7
+    assert tz.with_repeated_line(([1, 5, 6, 99], 1, [0], [0], []), {0}, random.Random(0)) is None  # no line
+
+
 def test_target_options_override_the_presets():
     args = tz.parse_args(["target", "--init", "m", "--decision-weight", "4", "--sft-max-len", "2048", "--sft-lr", "3e-4",
                           "--sft-epochs", "4", "--sft-time-s", "290", "--deadline-s", "400"])
