@@ -7,10 +7,10 @@ import triton.language as tl
 
 
 @triton.jit
-def dot(a, b, IEEE: tl.constexpr):
+def dot(a, b, acc, IEEE: tl.constexpr):
     if IEEE:
-        return tl.dot(a, b, input_precision="ieee")
-    return tl.dot(a, b)
+        return tl.dot(a, b, acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -27,13 +27,14 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
     else:
         slot = n
     k = tl.load(K + h * skh + slot[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, D_PAD]
-    s = dot(q, tl.trans(k), IEEE)
+    zero = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
+    s = dot(q, tl.trans(k), zero, IEEE)
     if GATHER:
         if several:
             for b in tl.static_range(1, NB):
                 slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
                 k_b = tl.load(K + h * skh + slot_b[:, None] * sks + d[None, :], mask=kv_mask, other=0.0)
-                s = tl.where(view[:, None] == b, dot(q, tl.trans(k_b), IEEE), s)
+                s = tl.where(view[:, None] == b, dot(q, tl.trans(k_b), zero, IEEE), s)
     seen = tl.load(MASK + tok[:, None] * smt + n[None, :], mask=row_ok[:, None] & key_ok[None, :], other=0)
     s = tl.where(seen != 0, s * SCALE, float("-inf"))  # [BLOCK_R, BLOCK_N] fp32 (SCALE a constexpr: as a
     # runtime argument torch.compile passes it as fp64)
@@ -41,15 +42,19 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m - m_new)
     l = l * alpha + tl.sum(p, 1)
+    # the value products are accumulated by the dot itself on every path: the compiler folds `acc + dot` into
+    # the dot's accumulator wherever nothing stands between them, so a path that selected between views first
+    # would round differently from one that did not (and a row's bits would depend on its tile's path)
+    acc = acc * alpha[:, None]
     v = tl.load(V + h * svh + slot[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-    pv = dot(p.to(v.dtype), v, IEEE)
+    pv = dot(p.to(v.dtype), v, acc, IEEE)
     if GATHER:
         if several:
             for b in tl.static_range(1, NB):
                 slot_b = tl.load(KSLOT + b * S + n, mask=key_ok, other=0)
                 v_b = tl.load(V + h * svh + slot_b[:, None] * svs + d[None, :], mask=kv_mask, other=0.0)
-                pv = tl.where(view[:, None] == b, dot(p.to(v.dtype), v_b, IEEE), pv)
-    return m_new, l, acc * alpha[:, None] + pv
+                pv = tl.where(view[:, None] == b, dot(p.to(v.dtype), v_b, acc, IEEE), pv)
+    return m_new, l, pv
 
 
 @triton.jit

@@ -185,3 +185,31 @@ def test_cuda_split_kernel_tree_block_plans(dtype, programs, row_tile):
     ref = grouped_attention(q.float(), k.float(), v.float(), allowed, d**-0.5, "sdpa")
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("elem, ieee", [("bf16", False), ("fp32", True)])
+@pytest.mark.parametrize("nb", [0, 2])
+def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
+    """Compiled for an H100/H200 (sm_90, no GPU needed), every value-product dot of the split kernel takes the
+    running output as its accumulator, on the in-place and the gathering paths alike: a path where the compiler
+    folds ``acc + dot`` into the dot and one where it cannot round differently, so a row's bits would depend on
+    how its key tile was read."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from hybridsd.attention_kernels import split_kv_kernel as fn
+
+    pointers = dict(Q=f"*{elem}", K=f"*{elem}", V=f"*{elem}", MASK="*i1", KSLOT="*i64", BRANCH="*i64", BLOCK="*i64",
+                    PART="*fp32", STATS="*fp32")
+    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4)
+    signature = {**pointers, **{a: "i32" for a in fn.arg_names if a not in pointers and a not in consts},
+                 **{a: "constexpr" for a in consts}}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature,
+                                    constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+    ttir = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ttir"]
+    dots = re.findall(r"tt\.dot (%[\w.]+), (%[\w.]+), (%[\w.]+).*-> tensor<16x(\d+)xf32>", ttir)
+    values = [acc for _, _, acc, cols in dots if int(cols) == consts["D_PAD"]]  # [16, 64] x [64, D]; scores: [16, 64]
+    assert len(values) >= (3 if nb else 1), dots  # exact mode: the in-place loops and the gathering loop
+    assert not any(acc.startswith("%cst") for acc in values), values
