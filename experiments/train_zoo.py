@@ -11,9 +11,13 @@ Subcommands:
             code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files. The change request is a
             located one (``hybridsd.edit_requests``: the commit subject, then each changed place by the quoted
             kept lines around it, its line number, enclosing def/class, kind and number of new lines), or with
-            ``--change-request subject`` the commit subject / transform instruction alone; a share of the steps
-            (``--sft-replay``) are pretraining batches, so that the model keeps writing code (with ``--init``, from
-            a smaller corpus read for that);
+            ``--change-request subject`` the commit subject / transform instruction alone; ``--span-share`` of the
+            synthetic edits are span edits at random places (``synthetic_edits.span_edit``), which only the located
+            request can locate; a share of the steps (``--sft-replay``) are pretraining batches, so that the model
+            keeps writing code (with ``--init``, from a smaller corpus read for that); optionally, against greedy
+            loops, an unlikelihood term on copying an earlier occurrence inside new text
+            (``--unlikelihood-weight``) and examples with an answer line repeated in the input, its targets ignored
+            and the exit from the repeat taught (``--repeat-share``, ``--repeat-max``);
             then a quality gate: greedy answers (the project's own decoding loop with an n-gram drafter) to
             ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
             the cap (1.5x the reference's tokens), Spearman correlation between the reference's edit norm
@@ -92,6 +96,7 @@ class TargetConfig:
     decision_weight: float = 1.0        # loss weight where the answer leaves or resumes the copy (and its end)
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
     repeat_share: float = 0.0           # share of examples with an answer line repeated in the input (loop exits)
+    repeat_max: int = 2                 # ... repeated 1 to this many times
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -126,6 +131,8 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.repeat_max < 1:
+            raise ValueError(f"repeat_max must be >= 1, got {self.repeat_max}")
         if not 0 <= self.repeat_share <= 1:
             raise ValueError(f"repeat_share must be in [0, 1], got {self.repeat_share}")
         if not 0 <= self.span_share <= 1:
@@ -265,7 +272,7 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
     for inputs, targets, *extra in batches:
         if phase.progress() >= 1.0:
             break
-        weights, avoid = [t.to(device, non_blocking=True) if t is not None else None for t in (extra + [None, None])[:2]]
+        weights, avoid = [None if t is None else t.to(device, non_blocking=True) for t in (extra + [None, None])[:2]]
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
@@ -328,9 +335,10 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
             for p, a, (c, d, copy) in zip(p_ids, a_ids, both)]
 
 
-def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random) -> tuple | None:
-    """``example`` (a :func:`sft_examples` row) with one answer line repeated once or twice right after itself
-    in the input, the repeated tokens' targets ignored (a sixth element: those answer positions): the target
+def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random,
+                       max_repeats: int = 2) -> tuple | None:
+    """``example`` (a :func:`sft_examples` row) with one answer line repeated 1 to ``max_repeats`` times right
+    after itself in the input, the repeated tokens' targets ignored (a sixth element: those answer positions): the target
     after the repeats is the answer's true next token, a decision position, and copying the repeat again is an
     avoided copy, so the model learns to leave a loop it has entered. A line of a change is taken when there is
     one (3+ tokens, ending in a token that holds a newline); None when there is no such line."""
@@ -343,7 +351,7 @@ def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random
     inside = set(changed)
     new_lines = [(k, j) for k, j in lines if any(t in inside for t in range(k, j))]
     k, j = rng.choice(new_lines or lines)
-    dup = answer[k:j] * rng.choice((1, 2))
+    dup = answer[k:j] * rng.randint(1, max_repeats)
     d = len(dup)
 
     def shift(positions):
@@ -521,7 +529,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 # ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
-                  "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share")
+                  "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max")
 
 
 def target_config(args) -> TargetConfig:
@@ -583,8 +591,8 @@ def cmd_target(args) -> None:
     if cfg.repeat_share > 0:
         newline_ids = {i for t, i in tokenizer.get_vocab().items() if "\n" in tokenizer.convert_tokens_to_string([t])}
         rng = random.Random(cfg.seed + 3)
-        examples = [(with_repeated_line(e, newline_ids, rng) or e) if rng.random() < cfg.repeat_share else e
-                    for e in examples]
+        examples = [(with_repeated_line(e, newline_ids, rng, cfg.repeat_max) or e)
+                    if rng.random() < cfg.repeat_share else e for e in examples]
     examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
     eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
                                  special["eot"])
@@ -770,6 +778,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="weight of an unlikelihood term against copying an earlier occurrence inside new text (0)")
     p.add_argument("--repeat-share", type=float, default=None,
                    help="share of examples with an answer line repeated in the input, its targets ignored (0)")
+    p.add_argument("--repeat-max", type=int, default=None, help="most repeats of that line (default 2)")
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")

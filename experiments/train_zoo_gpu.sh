@@ -19,10 +19,17 @@
 # heads, of the installed target.
 #
 # The installed zoo (about 19 GPU-minutes; install each call's result before the next):
-#   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470" \
-#     bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.6 min (training_config_from_scratch.json)
+#   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470 \
+#     --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.6 min (training_config_from_scratch.json)
 #   NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --sft-lr 5e-4 --sft-epochs 5 \
-#     --sft-time-s 420 --deadline-s 505" bash experiments/train_zoo_gpu.sh $OUT      # more edit tuning: 8 min
+#     --sft-time-s 420 --deadline-s 505 --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # more edit tuning: 8 min
+# Span-edit tuning of that target (two calls of 8 min; the gate is not passed yet: greedy outputs that loop):
+#   NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 4096 --sft-lr 5e-4 --sft-epochs 4 \
+#     --sft-time-s 420 --deadline-s 505 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5" \
+#     bash experiments/train_zoo_gpu.sh $OUT
+#   NO_HEADS=1 TARGET_S=540 TARGET_EXTRA="--decision-weight 4 --sft-max-len 4096 --sft-lr 4e-4 --sft-epochs 4 \
+#     --sft-time-s 380 --deadline-s 460 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5 \
+#     --unlikelihood-weight 1 --repeat-share 0.3" bash experiments/train_zoo_gpu.sh $OUT
 #   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 4 min
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}

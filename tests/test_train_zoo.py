@@ -252,7 +252,8 @@ def test_sft_examples_avoid_only_copies_that_would_be_wrong():
 
     tok = AutoTokenizer.from_pretrained(tz.MODEL_DIR)
     after = SOURCE.replace("LIMIT = 10\n", "LIMIT = 10\nLIMIT = 10\nLIMIT = 12\n")
-    (ids, n_prompt, changed, _, avoided), = tz.sft_examples(tok, [(SOURCE, "Repeat the limit.", after)], tok.eos_token_id)
+    (ids, n_prompt, changed, _, avoided), = tz.sft_examples(tok, [(SOURCE, "Repeat the limit.", after)],
+                                                            tok.eos_token_id)
     assert avoided and all(j in changed for j, _ in avoided)
     for j, t in avoided:
         q = n_prompt + j
@@ -298,6 +299,8 @@ def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
             assert int(y[0, at]) == ids[n_prompt + q] and float(w[0, at]) == (2.0 if q in decisions else 1.0)
     assert int(y[0, n_prompt - 1 + 7 + d]) == 3 and int(avoid[0, n_prompt - 1 + 7 + d]) == 7
     assert tz.with_repeated_line(([1, 5, 6, 99], 1, [0], [0], []), {0}, random.Random(0)) is None  # no line
+    counts = {len(tz.with_repeated_line(example, {0}, random.Random(s), max_repeats=5)[5]) // 4 for s in range(60)}
+    assert counts == {1, 2, 3, 4, 5}
 
 
 def test_target_options_override_the_presets():
@@ -316,11 +319,21 @@ def test_target_options_override_the_presets():
         tz.target_config(tz.parse_args(["target", "--decision-weight", "0"]))
     with pytest.raises(ValueError, match="sft_replay"):
         tz.target_config(tz.parse_args(["target", "--sft-replay", "1"]))
+    spans = tz.target_config(tz.parse_args(["target", "--span-share", "0.6", "--unlikelihood-weight", "1",
+                                            "--repeat-share", "0.3", "--repeat-max", "6", "--real-epochs", "1",
+                                            "--synthetic-examples", "500"]))
+    assert (spans.span_share, spans.unlikelihood_weight, spans.repeat_share, spans.repeat_max, spans.real_epochs,
+            spans.synthetic_examples) == (0.6, 1.0, 0.3, 6, 1, 500)
+    for bad, name in ((["--repeat-max", "0"], "repeat_max"), (["--repeat-share", "2"], "repeat_share"),
+                      (["--unlikelihood-weight", "-1"], "unlikelihood_weight")):
+        with pytest.raises(ValueError, match=name):
+            tz.target_config(tz.parse_args(["target", *bad]))
 
 
 @pytest.mark.parametrize("every, n", [(2, 5), (3, 7), (7, 20), (7, 6)])
 def test_replay_takes_every_nth_step(every, n):
-    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2), torch.full((1, 2), -100)) for i in range(n)]
+    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2), torch.full((1, 2), -100))
+             for i in range(n)]
     replay = ((torch.full((1, 2), -1 - j), torch.full((1, 2), -1 - j)) for j in itertools.count())
     out = list(tz.with_replay(iter(edits), replay, every))
     is_replay = [int(x[0, 0]) < 0 for x, *_ in out]
