@@ -338,10 +338,10 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
 def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random,
                        max_repeats: int = 2) -> tuple | None:
     """``example`` (a :func:`sft_examples` row) with one answer line repeated 1 to ``max_repeats`` times right
-    after itself in the input, the repeated tokens' targets ignored (a sixth element: those answer positions): the target
-    after the repeats is the answer's true next token, a decision position, and copying the repeat again is an
-    avoided copy, so the model learns to leave a loop it has entered. A line of a change is taken when there is
-    one (3+ tokens, ending in a token that holds a newline); None when there is no such line."""
+    after itself in the input, the repeated tokens' targets ignored (a sixth element: those answer positions):
+    the target after the repeats is the answer's true next token, a decision position, and copying the repeat
+    again is an avoided copy, so the model learns to leave a loop it has entered. A line of a change is taken
+    when there is one (3+ tokens, ending in a token that holds a newline); None when there is no such line."""
     ids, n_prompt, changed, decisions, avoided = example[:5]
     answer = ids[n_prompt:-1]
     ends = [j + 1 for j, t in enumerate(answer) if t in newline_ids]  # line boundaries (index after a newline)
