@@ -18,6 +18,9 @@ Subcommands:
             loops, an unlikelihood term on copying an earlier occurrence inside new text
             (``--unlikelihood-weight``) and examples with an answer line repeated in the input, its targets ignored
             and the exit from the repeat taught (``--repeat-share``, ``--repeat-max``);
+            (c) optionally, loop repair (``--repair-time-s``): greedy continuations of answers from their changed
+            places, every token that repeats a 4-gram of its continuation lowered by unlikelihood, beside
+            edit-tuning batches;
             then a quality gate: greedy answers (the project's own decoding loop with an n-gram drafter) to
             ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
             the cap (1.5x the reference's tokens), Spearman correlation between the reference's edit norm
@@ -97,6 +100,11 @@ class TargetConfig:
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
     repeat_share: float = 0.0           # share of examples with an answer line repeated in the input (loop exits)
     repeat_max: int = 2                 # ... repeated 1 to this many times
+    repair_time_s: float = 0.0          # loop repair after edit tuning (seconds; 0: none), see loop_repair
+    repair_batch: int = 64              # greedy continuations per repair step ...
+    repair_new_tokens: int = 160        # ... of this many tokens, from a changed place of an answer
+    repair_lr: float = 1e-4
+    repair_weight: float = 1.0          # weight of the unlikelihood of the continuations' repeated tokens
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -131,6 +139,9 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.repair_time_s < 0 or self.repair_batch < 1 or self.repair_new_tokens < 8:
+            raise ValueError(f"need repair_time_s >= 0, repair_batch >= 1 and repair_new_tokens >= 8, got "
+                             f"{self.repair_time_s}, {self.repair_batch}, {self.repair_new_tokens}")
         if self.repeat_max < 1:
             raise ValueError(f"repeat_max must be >= 1, got {self.repeat_max}")
         if not 0 <= self.repeat_share <= 1:
@@ -209,6 +220,31 @@ def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihoo
     sel = (a >= 0) & (a != y)
     p = torch.softmax(logits[sel], dim=-1).gather(1, a[sel, None]).squeeze(1)  # (selected,)
     return loss + unlikelihood_weight * -torch.log1p(-p.clamp(max=1 - 1e-6)).sum() / w.sum()
+
+
+def unlikelihood_loss(model, input_ids, avoid):
+    """Mean of ``-log(1 - p(avoid))`` over the positions where ``avoid`` (same shape as ``input_ids``: the token
+    that position must not predict, or -100) is set."""
+    import torch
+
+    hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
+    keep = avoid >= 0
+    logits = model.lm_head(hidden[keep]).float()  # (avoided positions, vocab)
+    p = torch.softmax(logits, dim=-1).gather(1, avoid[keep][:, None]).squeeze(1)
+    return -torch.log1p(-p.clamp(max=1 - 1e-6)).mean()
+
+
+def repeat_positions(tokens: list[int], n: int = 4) -> list[int]:
+    """Indices ``t`` of ``tokens`` whose n-gram ``tokens[t-n+1 : t+1]`` already ended at an earlier index: the
+    tokens of a text that repeats itself, as a greedy loop does."""
+    seen: set[tuple] = set()
+    out = []
+    for t in range(n - 1, len(tokens)):
+        gram = tuple(tokens[t - n + 1:t + 1])
+        if gram in seen:
+            out.append(t)
+        seen.add(gram)
+    return out
 
 
 def copy_candidates(ids: list[int], positions: list[int], n: int = 3) -> list[int]:
@@ -361,6 +397,84 @@ def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random
     return (ids[:n_prompt + j] + dup + ids[n_prompt + j:], n_prompt, shift(changed),
             sorted(set(shift(decisions)) | {j + d}),
             [(q + d if q >= j else q, t) for q, t in avoided if q != j] + exit_copy, list(range(j, j + d)))
+
+
+def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device):
+    """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
+    cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share)``,
+    inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it ends a
+    repeated 4-gram of the continuation (:func:`repeat_positions`), else -100; share: repeated tokens over all."""
+    import torch
+
+    width = max(len(x) for x in prefixes)
+    ids = torch.full((len(prefixes), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, x in enumerate(prefixes):
+        ids[i, width - len(x):], mask[i, width - len(x):] = torch.tensor(x), 1
+    model.eval()
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
+                             min_new_tokens=1, do_sample=False, pad_token_id=pad, eos_token_id=stop)
+    model.train()
+    conts = []
+    for row in out[:, width:].tolist():  # one host sync for the batch
+        cut = next((i for i, t in enumerate(row) if t in stop), len(row))
+        conts.append(row[:cut])
+    seq_width = -(-max(len(x) + len(c) for x, c in zip(prefixes, conts)) // 64) * 64
+    inputs = torch.full((len(prefixes), seq_width), pad, dtype=torch.long)
+    avoid = torch.full_like(inputs, -100)
+    repeated = 0
+    for i, (x, c) in enumerate(zip(prefixes, conts)):
+        inputs[i, : len(x) + len(c)] = torch.tensor(x + c)
+        for t in repeat_positions(c):
+            avoid[i, len(x) + t - 1] = c[t]  # the position that predicts c[t]
+            repeated += 1
+    return inputs, avoid, repeated / max(1, sum(map(len, conts)))
+
+
+def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list) -> dict:
+    """Steps that unlearn the target's own greedy loops, for ``cfg.repair_time_s`` seconds: each step continues
+    ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
+    for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
+    that repeats a 4-gram of its continuation, while an edit-tuning batch keeps the answers' likelihood. Logs the
+    share of repeated tokens of every step's continuations (before its update)."""
+    import torch
+
+    rng = random.Random(cfg.seed + 5)
+    # the last changed position is the end of turn
+    pool = [e for e in examples if len(e[2]) > 1 and e[1] + e[2][-2] + cfg.repair_new_tokens <= cfg.sft_max_len]
+    anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 50, cfg.change_weight,
+                          cfg.decision_weight)
+    stop = [special["eot"], special["eos"]]
+    start, steps, shares = time.time(), 0, []
+    while pool and time.time() - start < cfg.repair_time_s:
+        picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
+        prefixes = [e[0][: e[1] + rng.choice(e[2][:-1])] for e in picked]  # up to a changed answer position
+        inputs, avoid, share = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device)
+        batch = next(anchors, None)
+        if batch is None:
+            anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
+                                  cfg.change_weight, cfg.decision_weight)
+            batch = next(anchors)
+        x, y, w, a = (t.to(device) for t in batch)
+        for group in opt.param_groups:
+            group["lr"] = cfg.repair_lr
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight)
+            if bool((avoid >= 0).any()):
+                loss = loss + cfg.repair_weight * unlikelihood_loss(model, inputs.to(device), avoid.to(device))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        steps += 1
+        shares.append(round(share, 4))
+        entry = {"step": steps, "loss": round(loss.item(), 4), "repeated_share": shares[-1],
+                 "elapsed_s": round(time.time() - start, 1)}
+        log.append(entry)
+        print("[repair] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
+    return {"steps": steps, "wall_s": round(time.time() - start, 1), "repeated_share_first": shares[:3],
+            "repeated_share_last": shares[-3:]}
 
 
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
@@ -529,7 +643,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 # ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
-                  "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max")
+                  "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
+                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight")
 
 
 def target_config(args) -> TargetConfig:
@@ -647,7 +762,7 @@ def cmd_target(args) -> None:
         mean = lambda v: round(float(np.mean(v)), 4) if v else float("nan")  # noqa: E731
         return mean(losses) if seq_rows is not None else (mean(losses), mean(decided))
 
-    log = {"pretrain": [], "sft": [], "val": []}
+    log = {"pretrain": [], "sft": [], "val": [], "repair": []}
 
     def record_val(phase: str, step: int) -> None:
         answer, decision = val_loss(sft=eval_examples)
@@ -689,7 +804,7 @@ def cmd_target(args) -> None:
     every = round(1 / cfg.sft_replay) if cfg.sft_replay > 0 and val_seqs is not None and len(train_seqs) >= bs else 0
     if every:
         batches = with_replay(batches, pre_batches(None, cfg.seed + 101), every)
-    left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
+    left = cfg.deadline_s - cfg.reserve_s - cfg.repair_time_s - (time.time() - t0)
     steps = per_epoch * cfg.sft_epochs
     phase = Phase("sft", steps + (steps // (every - 1) if every else 0), max(5.0, min(cfg.sft_time_s, left)),
                   cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
@@ -697,6 +812,10 @@ def cmd_target(args) -> None:
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
     sft_info.update(replay_every=every, epochs=round(phase.step * (1 - 1 / every if every else 1) / max(per_epoch, 1), 2))
     record_val("sft_end", sft_info["steps"])
+    repair_info = None
+    if cfg.repair_time_s > 0:  # (c) loop repair
+        repair_info = loop_repair(model, optimizer(cfg.repair_lr), examples, cfg, special, device, log["repair"])
+        record_val("repair_end", repair_info["steps"])
 
     # save (bf16), quality gate, records
     model = model.to(torch.bfloat16).eval()
@@ -715,7 +834,8 @@ def cmd_target(args) -> None:
         record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init) if args.init else None,
                   "parameters": n_params,
                   "safetensors_bytes": sum(p.stat().st_size for p in out.glob("*.safetensors")),
-                  "data": data_stats, "pretrain": pre_info, "sft": sft_info, "data_prep_s": round(t_data, 1),
+                  "data": data_stats, "pretrain": pre_info, "sft": sft_info, "repair": repair_info,
+                  "data_prep_s": round(t_data, 1),
                   "wall_s": round(time.time() - t0, 1), "special_token_ids": special,
                   "blazedit_prompt": BLAZEDIT_TEMPLATE, "run_info": run_info(),
                   "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
@@ -779,6 +899,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat-share", type=float, default=None,
                    help="share of examples with an answer line repeated in the input, its targets ignored (0)")
     p.add_argument("--repeat-max", type=int, default=None, help="most repeats of that line (default 2)")
+    p.add_argument("--repair-time-s", type=float, default=None,
+                   help="seconds of loop repair after edit tuning: unlikelihood of the model's own greedy repeats (0)")
+    p.add_argument("--repair-batch", type=int, default=None, help="greedy continuations per repair step (64)")
+    p.add_argument("--repair-new-tokens", type=int, default=None, help="tokens per repair continuation (160)")
+    p.add_argument("--repair-lr", type=float, default=None, help="loop repair learning rate (1e-4)")
+    p.add_argument("--repair-weight", type=float, default=None, help="weight of the repeats' unlikelihood (1)")
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")

@@ -351,3 +351,48 @@ def test_distinct_share_counts_distinct_ngrams(tokens, n):
     assert tz.distinct_share(tokens, n) == want
     assert tz.distinct_share([7, 8] * 50, 4) == 2 / 97  # a two-token loop: two distinct 4-grams
     assert tz.distinct_share(list(range(50)), 4) == 1.0
+
+
+def _slow_repeat_positions(tokens, n):
+    return [t for t in range(n - 1, len(tokens))
+            if any(tokens[u - n + 1:u + 1] == tokens[t - n + 1:t + 1] for u in range(n - 1, t))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=40), st.integers(1, 5))
+def test_repeat_positions(tokens, n):
+    assert tz.repeat_positions(tokens, n) == _slow_repeat_positions(tokens, n)
+
+
+def test_loop_batch_penalizes_the_repeats_of_a_greedy_continuation():
+    """A model that continues every prefix with the same token: its continuation repeats from the fourth token
+    on, and each repeat is avoided at the position that predicts it; a stop token ends a continuation."""
+
+    class Always(torch.nn.Module):
+        def __init__(self, token):
+            super().__init__()
+            self.token = token
+
+        def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+            assert kw["do_sample"] is False and bool((attention_mask.sum(1) > 0).all())
+            fill = torch.full((input_ids.shape[0], max_new_tokens), self.token)
+            fill[1, 2] = kw["eos_token_id"][0]  # the second row stops after two tokens
+            return torch.cat([input_ids, fill], dim=1)
+
+    prefixes = [[5, 6, 7], [8, 9]]
+    inputs, avoid, share = tz.loop_batch(Always(3), prefixes, 8, pad=0, stop=[1, 2], device=torch.device("cpu"))
+    assert inputs[0, :11].tolist() == [5, 6, 7] + [3] * 8 and inputs[1, :4].tolist() == [8, 9, 3, 3]
+    assert [q for q in range(inputs.shape[1]) if avoid[0, q] >= 0] == [3 + t - 1 for t in range(4, 8)]
+    assert set(avoid[0][avoid[0] >= 0].tolist()) == {3} and not bool((avoid[1] >= 0).any())
+    assert share == 4 / 10
+
+
+def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
+    torch.manual_seed(1)
+    model = tz.build_model(tz.TargetConfig(**tz.SMOKE), 32, {"bos": 0, "eos": 1, "pad": 2, "eot": 3})
+    x = torch.randint(4, 32, (2, 9))
+    avoid = torch.full_like(x, -100)
+    avoid[0, 2], avoid[1, 6] = 7, 12
+    p = torch.softmax(model(x).logits.float(), -1)
+    want = -(torch.log(1 - p[0, 2, 7]) + torch.log(1 - p[1, 6, 12])) / 2
+    assert torch.allclose(tz.unlikelihood_loss(model, x, avoid), want, atol=1e-6)
