@@ -46,6 +46,7 @@ import math
 import random
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from multiprocessing import Pool
 from pathlib import Path
@@ -234,16 +235,18 @@ def unlikelihood_loss(model, input_ids, avoid):
     return -torch.log1p(-p.clamp(max=1 - 1e-6)).mean()
 
 
-def repeat_positions(tokens: list[int], n: int = 4) -> list[int]:
-    """Indices ``t`` of ``tokens`` whose n-gram ``tokens[t-n+1 : t+1]`` already ended at an earlier index: the
-    tokens of a text that repeats itself, as a greedy loop does."""
-    seen: set[tuple] = set()
+def repeat_positions(tokens: list[int], n: int = 4, reference: list[int] = ()) -> list[int]:
+    """Indices ``t`` of ``tokens`` whose n-gram ``tokens[t-n+1 : t+1]`` has now occurred more often than once and
+    more often than in ``reference`` (the text that should have come): the tokens of a text that repeats itself
+    beyond what it copies, as a greedy loop does."""
+    allowed = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n + 1))
+    seen: Counter = Counter()
     out = []
     for t in range(n - 1, len(tokens)):
         gram = tuple(tokens[t - n + 1:t + 1])
-        if gram in seen:
+        seen[gram] += 1
+        if seen[gram] > max(1, allowed[gram]):
             out.append(t)
-        seen.add(gram)
     return out
 
 
@@ -399,11 +402,13 @@ def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random
             [(q + d if q >= j else q, t) for q, t in avoided if q != j] + exit_copy, list(range(j, j + d)))
 
 
-def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device):
+def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device,
+               references: list[list[int]] | None = None):
     """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
     cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share)``,
     inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it ends a
-    repeated 4-gram of the continuation (:func:`repeat_positions`), else -100; share: repeated tokens over all."""
+    4-gram repeated beyond the prefix's reference continuation (``references``; :func:`repeat_positions`), else
+    -100; share: those tokens over all continuation tokens."""
     import torch
 
     width = max(len(x) for x in prefixes)
@@ -426,7 +431,7 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     repeated = 0
     for i, (x, c) in enumerate(zip(prefixes, conts)):
         inputs[i, : len(x) + len(c)] = torch.tensor(x + c)
-        for t in repeat_positions(c):
+        for t in repeat_positions(c, 4, references[i] if references else ()):
             avoid[i, len(x) + t - 1] = c[t]  # the position that predicts c[t]
             repeated += 1
     return inputs, avoid, repeated / max(1, sum(map(len, conts)))
@@ -436,8 +441,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     """Steps that unlearn the target's own greedy loops, for ``cfg.repair_time_s`` seconds: each step continues
     ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
     for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
-    that repeats a 4-gram of its continuation, while an edit-tuning batch keeps the answers' likelihood. Logs the
-    share of repeated tokens of every step's continuations (before its update)."""
+    that repeats a 4-gram of its continuation more often than the rest of the answer has it, while an edit-tuning
+    batch keeps the answers' likelihood. Logs the share of such tokens in every step's continuations (before its
+    update)."""
     import torch
 
     rng = random.Random(cfg.seed + 5)
@@ -449,8 +455,10 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     start, steps, shares = time.time(), 0, []
     while pool and time.time() - start < cfg.repair_time_s:
         picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
-        prefixes = [e[0][: e[1] + rng.choice(e[2][:-1])] for e in picked]  # up to a changed answer position
-        inputs, avoid, share = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device)
+        cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
+        prefixes, references = [e[0][:c] for e, c in zip(picked, cuts)], [e[0][c:-1] for e, c in zip(picked, cuts)]
+        inputs, avoid, share = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device,
+                                          references)
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
