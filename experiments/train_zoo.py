@@ -235,11 +235,12 @@ def unlikelihood_loss(model, input_ids, avoid):
     return -torch.log1p(-p.clamp(max=1 - 1e-6)).mean()
 
 
-def repeat_positions(tokens: list[int], n: int = 4, reference: list[int] = ()) -> list[int]:
+def repeat_positions(tokens: list[int], n: int = 4, reference: list[int] = (), exempt: list[int] = ()) -> list[int]:
     """Indices ``t`` of ``tokens`` whose n-gram ``tokens[t-n+1 : t+1]`` has now occurred more often than once and
-    more often than in ``reference`` (the text that should have come): the tokens of a text that repeats itself
-    beyond what it copies, as a greedy loop does."""
+    more often than in ``reference`` (the text that should have come), and never in ``exempt`` (the text it may
+    copy from): the tokens of new text that repeats itself, as a greedy loop does."""
     allowed = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n + 1))
+    allowed.update({tuple(exempt[i:i + n]): len(tokens) for i in range(len(exempt) - n + 1)})
     seen: Counter = Counter()
     out = []
     for t in range(n - 1, len(tokens)):
@@ -407,8 +408,8 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
     cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share)``,
     inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it ends a
-    4-gram repeated beyond the prefix's reference continuation (``references``; :func:`repeat_positions`), else
-    -100; share: those tokens over all continuation tokens."""
+    4-gram of new text (not in the prefix) repeated beyond the prefix's reference continuation (``references``;
+    :func:`repeat_positions`), else -100; share: those tokens over all continuation tokens."""
     import torch
 
     width = max(len(x) for x in prefixes)
@@ -431,7 +432,7 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     repeated = 0
     for i, (x, c) in enumerate(zip(prefixes, conts)):
         inputs[i, : len(x) + len(c)] = torch.tensor(x + c)
-        for t in repeat_positions(c, 4, references[i] if references else ()):
+        for t in repeat_positions(c, 4, references[i] if references else (), x):
             avoid[i, len(x) + t - 1] = c[t]  # the position that predicts c[t]
             repeated += 1
     return inputs, avoid, repeated / max(1, sum(map(len, conts)))
@@ -441,7 +442,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     """Steps that unlearn the target's own greedy loops, for ``cfg.repair_time_s`` seconds: each step continues
     ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
     for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
-    that repeats a 4-gram of its continuation more often than the rest of the answer has it, while an edit-tuning
+    that repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of
+    the answer has it, while an edit-tuning
     batch keeps the answers' likelihood. Logs the share of such tokens in every step's continuations (before its
     update)."""
     import torch

@@ -353,19 +353,21 @@ def test_distinct_share_counts_distinct_ngrams(tokens, n):
     assert tz.distinct_share(list(range(50)), 4) == 1.0
 
 
-def _slow_repeat_positions(tokens, n, reference):
+def _slow_repeat_positions(tokens, n, reference, exempt):
     def count(seq, gram):
         return sum(seq[i:i + n] == gram for i in range(len(seq) - n + 1))
 
     return [t for t in range(n - 1, len(tokens))
-            if count(tokens[:t + 1], tokens[t - n + 1:t + 1]) > max(1, count(reference, tokens[t - n + 1:t + 1]))]
+            if count(tokens[:t + 1], tokens[t - n + 1:t + 1]) > max(1, count(reference, tokens[t - n + 1:t + 1]))
+            and not count(exempt, tokens[t - n + 1:t + 1])]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 3), max_size=40), st.integers(1, 5), st.lists(st.integers(0, 3), max_size=30))
-def test_repeat_positions(tokens, n, reference):
-    assert tz.repeat_positions(tokens, n, reference) == _slow_repeat_positions(tokens, n, reference)
-    assert tz.repeat_positions(tokens, n) == _slow_repeat_positions(tokens, n, [])
+@given(st.lists(st.integers(0, 3), max_size=40), st.integers(1, 5), st.lists(st.integers(0, 3), max_size=30),
+       st.lists(st.integers(0, 5), max_size=20))
+def test_repeat_positions(tokens, n, reference, exempt):
+    assert tz.repeat_positions(tokens, n, reference, exempt) == _slow_repeat_positions(tokens, n, reference, exempt)
+    assert tz.repeat_positions(tokens, n) == _slow_repeat_positions(tokens, n, [], [])
 
 
 def test_repeats_that_the_reference_has_are_not_loops():
@@ -373,6 +375,7 @@ def test_repeats_that_the_reference_has_are_not_loops():
     assert tz.repeat_positions(line * 3, 4) == list(range(7, 12))  # from the first 4-gram seen twice
     # the reference has the line twice: only 4-grams past their count there (the wrap 8907 it has once)
     assert tz.repeat_positions(line * 3, 4, reference=line * 2) == [8, 9, 10, 11]
+    assert tz.repeat_positions(line * 3, 4, exempt=[5] + line) == [8, 9, 10]  # a line the prompt has: 7890 exempt
 
 
 def test_loop_batch_penalizes_the_repeats_of_a_greedy_continuation():
