@@ -443,9 +443,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
     for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
     that repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of
-    the answer has it, while an edit-tuning
-    batch keeps the answers' likelihood. Logs the share of such tokens in every step's continuations (before its
-    update)."""
+    the answer has it, while an edit-tuning batch keeps the answers' likelihood. Logs the share of such tokens in
+    every step's continuations (before its update)."""
     import torch
 
     rng = random.Random(cfg.seed + 5)
