@@ -106,6 +106,7 @@ class TargetConfig:
     repair_new_tokens: int = 160        # ... of this many tokens, from a changed place of an answer
     repair_lr: float = 1e-4
     repair_weight: float = 1.0          # weight of the unlikelihood of the continuations' repeated tokens
+    repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -140,9 +141,10 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.repair_time_s < 0 or self.repair_batch < 1 or self.repair_new_tokens < 8:
-            raise ValueError(f"need repair_time_s >= 0, repair_batch >= 1 and repair_new_tokens >= 8, got "
-                             f"{self.repair_time_s}, {self.repair_batch}, {self.repair_new_tokens}")
+        if self.repair_time_s < 0 or self.repair_steps < 0 or self.repair_batch < 1 or self.repair_new_tokens < 8:
+            raise ValueError(f"need repair_time_s >= 0, repair_steps >= 0, repair_batch >= 1 and "
+                             f"repair_new_tokens >= 8, got {self.repair_time_s}, {self.repair_steps}, "
+                             f"{self.repair_batch}, {self.repair_new_tokens}")
         if self.repeat_max < 1:
             raise ValueError(f"repeat_max must be >= 1, got {self.repeat_max}")
         if not 0 <= self.repeat_share <= 1:
@@ -454,7 +456,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
                           cfg.decision_weight)
     stop = [special["eot"], special["eos"]]
     start, steps, shares = time.time(), 0, []
-    while pool and time.time() - start < cfg.repair_time_s:
+    while pool and time.time() - start < cfg.repair_time_s and not 0 < cfg.repair_steps <= steps:
         picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
         cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
         prefixes, references = [e[0][:c] for e, c in zip(picked, cuts)], [e[0][c:-1] for e, c in zip(picked, cuts)]
@@ -653,7 +655,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
-                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight")
+                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps")
 
 
 def target_config(args) -> TargetConfig:
@@ -827,17 +829,7 @@ def cmd_target(args) -> None:
         record_val("repair_end", repair_info["steps"])
 
     # save (bf16), quality gate, records
-    model = model.to(torch.bfloat16).eval()
-    model.generation_config.eos_token_id = [special["eot"], special["eos"]]
-    model.generation_config.bos_token_id = special["bos"]
-    model.generation_config.pad_token_id = special["pad"]
-    model.generation_config.do_sample = False
-    model.save_pretrained(out, max_shard_size="14MB")
-    if device.type != "cuda":
-        model.float()  # the CPU gate runs in fp32
-    for name in TOKENIZER_FILES:
-        if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
-            shutil.copyfile(Path(tok_dir) / name, out / name)
+    model = save_target(model, out, tok_dir, special, device)
 
     def write_record(gate: dict) -> dict:
         record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init) if args.init else None,
@@ -854,6 +846,29 @@ def cmd_target(args) -> None:
         return record
 
     write_record({"error": "not run yet"})  # kept if the gate fails
+    record = write_record(run_gate(model, tokenizer, eval_rows, cfg, special))
+    print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt", "data")}, indent=1))
+
+
+def save_target(model, out: Path, tok_dir, special: dict, device):
+    """``model`` saved to ``out`` in bf16 (14 MB shards) with its generation config and ``tok_dir``'s tokenizer
+    files; returned in eval mode, in bf16 on the GPU and fp32 on the CPU (the gate's dtypes)."""
+    import torch
+
+    model = model.to(torch.bfloat16).eval()
+    model.generation_config.eos_token_id = [special["eot"], special["eos"]]
+    model.generation_config.bos_token_id = special["bos"]
+    model.generation_config.pad_token_id = special["pad"]
+    model.generation_config.do_sample = False
+    model.save_pretrained(out, max_shard_size="14MB")
+    for name in TOKENIZER_FILES:
+        if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
+            shutil.copyfile(Path(tok_dir) / name, out / name)
+    return model if device.type == "cuda" else model.float()
+
+
+def run_gate(model, tokenizer, eval_rows: list[dict], cfg: TargetConfig, special: dict) -> dict:
+    """:func:`quality_gate` on ``eval_rows``, its summary and first samples printed."""
     gate = quality_gate(model, tokenizer, eval_rows, cfg, [special["eot"], special["eos"]])
     print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
           f"Spearman(ref, out) {gate['spearman_ref_out']}, median ref norm {gate['median_ref_norm']}, "
@@ -862,8 +877,66 @@ def cmd_target(args) -> None:
     for s in gate["samples"][:3]:
         print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_norm", "stopped", "ngram_seq_al")}), "\n",
               s["request"], "\n--- output head:\n", s["output_head"], "\n-----", flush=True)
-    record = write_record(gate)
-    print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt", "data")}, indent=1))
+    return gate
+
+
+REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
+                  "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
+
+
+# ``repair``'s defaults: a small repair set (CPU-sized anchor batches), the gate without a time limit
+REPAIR_DEFAULTS = dict(repair_time_s=600.0, sft_max_len=2048, sft_batch_tokens=16384, decision_weight=4.0,
+                       unlikelihood_weight=1.0, gate_time_s=3000.0)
+
+
+def repair_config(args) -> TargetConfig:
+    """The ``repair`` command's config: defaults, then :data:`REPAIR_DEFAULTS`, then the given options."""
+    given = {n: getattr(args, n) for n in REPAIR_OPTIONS if getattr(args, n) is not None}
+    return replace(TargetConfig(), **{**REPAIR_DEFAULTS, **given})
+
+
+def cmd_repair(args) -> None:
+    """Loop repair (:func:`loop_repair`) of an edit-tuned target on a small edit-tuning set (real training edits
+    and synthetic edits of files of at most ``--max-before-chars``), then the quality gate; saved as ``target``
+    saves (GPU or CPU)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    t0 = time.time()
+    cfg = repair_config(args)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(args.init, local_files_only=True)
+    special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id,
+               "eot": tokenizer.convert_tokens_to_ids(EOT)}
+    train_rows, eval_rows = split_edits(load_edits())
+    real = [r for r in train_rows if len(r["before"]) < args.max_before_chars][: args.real_rows]
+    _, sources, _ = pretraining_texts(replace(cfg, pretrain_chars=0, synthetic_max_chars=args.max_before_chars,
+                                              synthetic_sources=args.synthetic_sources))
+    synth = [s for i in range(args.synthetic_edits) if (s := synthetic_edit(
+        (i, sources[i % len(sources)], sources[(7919 * i + 1) % len(sources)], cfg.change_request, cfg.max_places,
+         cfg.span_share)))]
+    triples = [(r["before"], change_request(r["before"], r["after"], r["instruction"], cfg.change_request,
+                                            cfg.max_places), r["after"]) for r in real]
+    triples += [(s["before"], s["instruction"], s["after"]) for s in synth]
+    examples = [e for e in sft_examples(tokenizer, triples, special["eot"]) if len(e[0]) < args.max_example_tokens]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_target(cfg, args.init, len(tokenizer), special).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.repair_lr, betas=(cfg.beta1, cfg.beta2),
+                            weight_decay=cfg.weight_decay)
+    log = {"repair": []}
+    info = loop_repair(model, opt, examples, cfg, special, device, log["repair"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = save_target(model, args.out, args.init, special, device)
+    gate = run_gate(model, tokenizer, eval_rows, cfg, special)
+    record = {"config": asdict(cfg), "init": str(args.init), "repair": info,
+              "data": {"real_rows": len(real), "synthetic_edits": len(synth), "examples": len(examples),
+                       **{k: getattr(args, k) for k in ("max_before_chars", "max_example_tokens", "real_rows",
+                                                         "synthetic_sources", "synthetic_edits")}},
+              "wall_s": round(time.time() - t0, 1), "run_info": run_info(),
+              "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
+    write_atomic(args.out / "repair_config.json", json.dumps(record, indent=1) + "\n")
+    write_atomic(args.out / "repair_log.json", json.dumps({**log, "quality_gate_samples": gate["samples"]}) + "\n")
 
 
 def cmd_split(args) -> None:
@@ -914,10 +987,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repair-new-tokens", type=int, default=None, help="tokens per repair continuation (160)")
     p.add_argument("--repair-lr", type=float, default=None, help="loop repair learning rate (1e-4)")
     p.add_argument("--repair-weight", type=float, default=None, help="weight of the repeats' unlikelihood (1)")
+    p.add_argument("--repair-steps", type=int, default=None, help="most loop repair steps (0: the time budget)")
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
+    r = sub.add_parser("repair", help="loop repair of an edit-tuned target, then the quality gate")
+    r.add_argument("--init", type=Path, required=True, help="the target's model folder")
+    r.add_argument("--out", type=Path, required=True, help="where the repaired target goes")
+    r.add_argument("--max-before-chars", type=int, default=2500, help="longest input file of the repair set")
+    r.add_argument("--max-example-tokens", type=int, default=1800, help="longest repair-set example (tokens)")
+    r.add_argument("--real-rows", type=int, default=150, help="real training edits in the repair set")
+    r.add_argument("--synthetic-sources", type=int, default=200, help="files the synthetic edits are made from")
+    r.add_argument("--synthetic-edits", type=int, default=300, help="synthetic edits attempted")
+    for name in REPAIR_OPTIONS:
+        kind = int if name in ("repair_steps", "repair_batch", "repair_new_tokens", "sft_batch_tokens",
+                               "sft_max_len") else float
+        r.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=f"TargetConfig.{name}")
+    r.set_defaults(func=cmd_repair)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     return parser.parse_args(argv)
 

@@ -410,3 +410,13 @@ def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
     p = torch.softmax(model(x).logits.float(), -1)
     want = -(torch.log(1 - p[0, 2, 7]) + torch.log(1 - p[1, 6, 12])) / 2
     assert torch.allclose(tz.unlikelihood_loss(model, x, avoid), want, atol=1e-6)
+
+
+def test_repair_options():
+    cfg = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-weight", "0.3",
+                                          "--repair-steps", "23", "--repair-batch", "6", "--repair-new-tokens", "96"]))
+    assert (cfg.repair_weight, cfg.repair_steps, cfg.repair_batch, cfg.repair_new_tokens) == (0.3, 23, 6, 96)
+    assert cfg.sft_batch_tokens == tz.REPAIR_DEFAULTS["sft_batch_tokens"] and cfg.repair_lr == 1e-4
+    assert set(tz.REPAIR_OPTIONS) <= set(tz.TargetConfig.__dataclass_fields__)
+    with pytest.raises(ValueError, match="repair_steps"):
+        tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-steps", "-1"]))
