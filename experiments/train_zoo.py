@@ -25,6 +25,8 @@ Subcommands:
             ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
             the cap (1.5x the reference's tokens), Spearman correlation between the reference's edit norm
             and the output's (both against the input), and each output's n-gram sequence-normalized AL.
+``repair``  loop repair of an edit-tuned target on a small repair set (150 real training edits, ~300 synthetic
+            edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it).
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
 
 Each phase stops at its step count or at its time budget, whichever comes first; the cosine learning-rate
@@ -33,6 +35,8 @@ schedule follows the larger of the two progress fractions, so it always complete
     python -m experiments.train_zoo target --smoke          # tiny model and data, CPU, seconds
     python -m experiments.train_zoo target --out /tmp/tc    # from scratch (GPU, under 9 minutes)
     python -m experiments.train_zoo target --init hybridsd/models/tiny-coder --out /tmp/tc   # fine-tune (GPU)
+    python -m experiments.train_zoo repair --init /tmp/tc --out /tmp/tc-repaired --repair-weight 0.3 \
+        --repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200    # CPU, about 11 minutes
 """
 
 from __future__ import annotations
