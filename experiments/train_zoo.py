@@ -109,7 +109,7 @@ class TargetConfig:
     repair_batch: int = 64              # greedy continuations per repair step ...
     repair_new_tokens: int = 160        # ... of this many tokens, from a changed place of an answer
     repair_lr: float = 1e-4
-    repair_weight: float = 1.0          # weight of the unlikelihood of the continuations' repeated tokens
+    repair_weight: float = 0.3          # weight of the unlikelihood of the continuations' repeated tokens
     repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
@@ -990,7 +990,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repair-batch", type=int, default=None, help="greedy continuations per repair step (64)")
     p.add_argument("--repair-new-tokens", type=int, default=None, help="tokens per repair continuation (160)")
     p.add_argument("--repair-lr", type=float, default=None, help="loop repair learning rate (1e-4)")
-    p.add_argument("--repair-weight", type=float, default=None, help="weight of the repeats' unlikelihood (1)")
+    p.add_argument("--repair-weight", type=float, default=None, help="weight of the repeats' unlikelihood (0.3)")
     p.add_argument("--repair-steps", type=int, default=None, help="most loop repair steps (0: the time budget)")
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
