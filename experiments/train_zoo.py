@@ -205,6 +205,14 @@ def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
     return LlamaForCausalLM(config)
 
 
+def unlikelihood(logits, tokens):
+    """``-log(1 - p(token))`` per row of ``logits`` ``[N, V]`` for ``tokens`` ``[N]`` (p capped below 1)."""
+    import torch
+
+    p = torch.softmax(logits.float(), dim=-1).gather(1, tokens[:, None]).squeeze(1)  # [N]
+    return -torch.log1p(-p.clamp(max=1 - 1e-6))
+
+
 def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihood_weight: float = 0.0):
     """Mean cross-entropy over positions whose target is not -100 (logits computed only there); with
     ``weights`` (same shape as ``targets``) the weighted mean. With ``avoid`` (same shape; a token id, or -100)
@@ -225,20 +233,15 @@ def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihoo
         return loss
     a = avoid[keep]
     sel = (a >= 0) & (a != y)
-    p = torch.softmax(logits[sel], dim=-1).gather(1, a[sel, None]).squeeze(1)  # (selected,)
-    return loss + unlikelihood_weight * -torch.log1p(-p.clamp(max=1 - 1e-6)).sum() / w.sum()
+    return loss + unlikelihood_weight * unlikelihood(logits[sel], a[sel]).sum() / w.sum()
 
 
 def unlikelihood_loss(model, input_ids, avoid):
     """Mean of ``-log(1 - p(avoid))`` over the positions where ``avoid`` (same shape as ``input_ids``: the token
     that position must not predict, or -100) is set."""
-    import torch
-
     hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
     keep = avoid >= 0
-    logits = model.lm_head(hidden[keep]).float()  # (avoided positions, vocab)
-    p = torch.softmax(logits, dim=-1).gather(1, avoid[keep][:, None]).squeeze(1)
-    return -torch.log1p(-p.clamp(max=1 - 1e-6)).mean()
+    return unlikelihood(model.lm_head(hidden[keep]), avoid[keep]).mean()
 
 
 def repeat_positions(tokens: list[int], n: int = 4, reference: list[int] = (), exempt: list[int] = ()) -> list[int]:
@@ -950,6 +953,25 @@ def cmd_split(args) -> None:
     print(f"{record['n']} evaluation rows ({', '.join(record['repos'])}), {record['n_train']} training rows")
 
 
+REPAIR_HELP = {
+    "repair_time_s": "seconds of loop repair: unlikelihood of the model's own greedy repeats",
+    "repair_steps": "most loop repair steps (0: the time budget alone)",
+    "repair_batch": "greedy continuations per repair step",
+    "repair_new_tokens": "tokens per repair continuation",
+    "repair_lr": "loop repair learning rate",
+    "repair_weight": "weight of the repeats' unlikelihood",
+}
+
+
+def add_repair_options(parser, defaults: dict | None = None) -> None:
+    """The loop repair options (:data:`REPAIR_HELP`), typed as :class:`TargetConfig`'s fields; the defaults shown
+    are its own or ``defaults``'."""
+    for name, text in REPAIR_HELP.items():
+        default = (defaults or {}).get(name, getattr(TargetConfig(), name))
+        parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
+                            help=f"{text} (default {default})")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -985,13 +1007,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat-share", type=float, default=None,
                    help="share of examples with an answer line repeated in the input, its targets ignored (0)")
     p.add_argument("--repeat-max", type=int, default=None, help="most repeats of that line (default 2)")
-    p.add_argument("--repair-time-s", type=float, default=None,
-                   help="seconds of loop repair after edit tuning: unlikelihood of the model's own greedy repeats (0)")
-    p.add_argument("--repair-batch", type=int, default=None, help="greedy continuations per repair step (64)")
-    p.add_argument("--repair-new-tokens", type=int, default=None, help="tokens per repair continuation (160)")
-    p.add_argument("--repair-lr", type=float, default=None, help="loop repair learning rate (1e-4)")
-    p.add_argument("--repair-weight", type=float, default=None, help="weight of the repeats' unlikelihood (0.3)")
-    p.add_argument("--repair-steps", type=int, default=None, help="most loop repair steps (0: the time budget)")
+    add_repair_options(p)
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
@@ -1004,10 +1020,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--real-rows", type=int, default=150, help="real training edits in the repair set")
     r.add_argument("--synthetic-sources", type=int, default=200, help="files the synthetic edits are made from")
     r.add_argument("--synthetic-edits", type=int, default=300, help="synthetic edits attempted")
-    for name in REPAIR_OPTIONS:
-        kind = int if name in ("repair_steps", "repair_batch", "repair_new_tokens", "sft_batch_tokens",
-                               "sft_max_len") else float
-        r.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=f"TargetConfig.{name}")
+    add_repair_options(r, REPAIR_DEFAULTS)
+    for name in REPAIR_OPTIONS:  # the edit-tuning settings the repair uses
+        if name not in REPAIR_HELP:
+            default = REPAIR_DEFAULTS.get(name, getattr(TargetConfig(), name))
+            r.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
+                           help=f"TargetConfig.{name} (default {default})")
     r.set_defaults(func=cmd_repair)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     return parser.parse_args(argv)
