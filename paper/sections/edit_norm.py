@@ -47,6 +47,7 @@ def make() -> None:
     cells = {b: results.bin_table(df[df.variant != "none"], EDGES, b, n_boot=1000) for b in BINNINGS}
     figure(cells)
     findings(cells)
+    high_bins(df)
 
 
 def corpus_table(df) -> None:
@@ -69,6 +70,24 @@ def corpus_table(df) -> None:
     lines += [r"\bottomrule", r"\end{tabular}"]
     table("edit_norm", lines)
     num("enTpotPlain", plain_tpot)
+
+
+HIGH = EDGES[5]  # the top three bins, [0.375, 0.6]: the "0.4-0.6" bins
+
+
+def high_bins(df) -> None:
+    """Corpus AL of the prompts in the top three bins (edit norm >= 0.375) against the lowest bin, by either
+    binning: n-gram's and EAGLE-1's fall, and each hybrid against its better part there."""
+    for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        e = df[binning]
+        low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
+        high = results.corpus_al(df[(e >= HIGH) & (e <= EDGES[-1])], by=["variant"]).set_index("variant")
+        num(f"en{tag}HighN", int(high.loc["ngram"].n), "{:d}")
+        for var, name in (("ngram", "Ngram"), ("eagle", "EagleOne"), ("eagle3", "EagleThree"),
+                          ("ngram-eagle", "Hyb"), ("ngram-eagle3", "HybThree")):
+            num(f"en{tag}High{name}", high.loc[var].seq_al)
+            num(f"en{tag}High{name}Drop", 100 * (1 - high.loc[var].seq_al / low.loc[var]), "{:.0f}")
+    num("enHigh", HIGH, "{:g}")
 
 
 def figure(cells) -> None:

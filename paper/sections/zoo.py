@@ -1,6 +1,6 @@
-"""The zoo model: tiny-coder's training and change requests (hybridsd/models/tiny-coder/training_config*.json), its
-EAGLE heads (heads_training_eagle3.json, heads_training_eagle1.log) and EAGLE-3 against EAGLE-1 on the same held-out
-edits (the GPU edit-norm sweep)."""
+"""The zoo model: tiny-coder's training and change requests (hybridsd/models/tiny-coder/training_config*.json,
+repair_config*.json), its EAGLE heads (heads_training_eagle1_eagle3.json) and EAGLE-3 against EAGLE-1 on the same held-out edits
+(the GPU edit-norm sweep)."""
 
 from __future__ import annotations
 
@@ -17,26 +17,49 @@ REQUEST_TEXT = {"located": "located change requests", "subject": "the commit sub
 
 
 
-def eagle1_log() -> dict:
-    """Steps, seconds and held-out agreement of the EAGLE-1 head, from its training log."""
-    log = (MODEL_DIR / "heads_training_eagle1.log").read_text()
-    start, steps = re.search(r"\[\s*([\d.]+)s\] eagle1: training (\d+) steps", log).groups()
-    end, agree = re.search(r"\[\s*([\d.]+)s\] eagle1: held-out top-1 agreement by draft position \[(.*)\]", log).groups()
-    return {"steps": int(steps), "train_s": float(end) - float(start),
-            "holdout_agreement": [float(a) for a in agree.split(",")]}
+# tiny-coder's lineage, oldest first: GPU target calls (train_zoo.py target), then loop repairs (train_zoo.py repair)
+TARGET_CALLS = ("training_config_from_scratch.json", "training_config_edit_tuning.json",
+                "training_config_span_edits.json", "training_config.json")
+REPAIRS = ("repair_config_cpu.json", "repair_config.json")
+
+
+def _gate(g: dict, tag: str) -> None:
+    num(f"zooGate{tag}N", g["n"], "{:d}")
+    num(f"zooGate{tag}Eos", 100 * g["eos_share"], "{:.0f}")
+    num(f"zooGate{tag}Rho", g["spearman_ref_out"])
+    num(f"zooGate{tag}OutNorm", g["median_out_norm"])
+    num(f"zooGate{tag}Loops", g.get("loops", 0), "{:d}")
+    num(f"zooGate{tag}NgramLow", g["ngram_seq_al_ref_low"])
+    num(f"zooGate{tag}NgramHigh", g["ngram_seq_al_ref_high"])
 
 
 def model() -> None:
-    """The zoo model's training facts, its change requests and its EAGLE heads."""
-    tc = json.loads((MODEL_DIR / "training_config.json").read_text())
-    scratch = json.loads((MODEL_DIR / "training_config_from_scratch.json").read_text())
+    """The zoo model's lineage (GPU target calls, loop repairs on CPU and GPU), its change requests, its quality
+    gate before and after the repairs, and its EAGLE heads."""
+    calls = [json.loads((MODEL_DIR / f).read_text()) for f in TARGET_CALLS]
+    cpu_repair, gpu_repair = (json.loads((MODEL_DIR / f).read_text()) for f in REPAIRS)
+    scratch, tc = calls[0], calls[-1]
+    heads = json.loads((MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text())
     num("zooParams", tc["parameters"] / 1e6, "{:.1f}")
-    num("zooTrainMin", (scratch["wall_s"] + tc["wall_s"]) / 60, "{:.1f}")
+    num("zooTargetCalls", len(calls), "{:d}")
+    num("zooTrainMin", (sum(c["wall_s"] for c in calls) + gpu_repair["wall_s"]) / 60, "{:.1f}")
+    num("zooHeadsMin", heads["wall_s"] / 60, "{:.1f}")
+    num("zooAllGpuMin", (sum(c["wall_s"] for c in calls) + gpu_repair["wall_s"] + heads["wall_s"]) / 60, "{:.1f}")
+    num("zooCpuRepairMin", cpu_repair["wall_s"] / 60, "{:.0f}")
+    num("zooCpuRepairSteps", cpu_repair["repair"]["steps"], "{:d}")
+    num("zooCpuRepairBatch", cpu_repair["config"]["repair_batch"], "{:d}")
+    num("zooGpuRepairSteps", gpu_repair["repair"]["steps"], "{:d}")
+    num("zooGpuRepairBatch", gpu_repair["config"]["repair_batch"], "{:d}")
+    num("zooRepairWeight", gpu_repair["config"]["repair_weight"], "{:g}")
+    num("zooRepairExamples", gpu_repair["data"]["examples"], "{:d}")
     num("zooPretrainMB", scratch["data"]["pretrain_chars"] / 1e6, "{:.0f}")
     num("zooPretrainPasses", scratch["pretrain"]["epochs"], "{:.1f}")
     num("zooPretrainTokens", scratch["pretrain"]["tokens_seen"] / 1e6, "{:.0f}")
     num("zooReplay", 100 * tc["config"]["sft_replay"], "{:.0f}")
     num("zooDecisionWeight", tc["config"]["decision_weight"], "{:g}")
+    num("zooSpanShare", 100 * tc["config"]["span_share"], "{:.0f}")
+    num("zooUnlikelihood", tc["config"]["unlikelihood_weight"], "{:g}")
+    num("zooRepeatShare", 100 * tc["config"]["repeat_share"], "{:.0f}")
     num("zooSyntheticEdits", f"{tc['data']['synthetic_examples']:,}", "{}")
     num("zooRealRows", f"{tc['data']['sft_real_rows']:,}", "{}")
     num("zooEvalRows", tc["data"]["eval_rows"], "{:d}")
@@ -44,28 +67,27 @@ def model() -> None:
     num("zooLayers", tc["config"]["num_layers"], "{:d}")
     num("zooHidden", tc["config"]["hidden_size"], "{:d}")
     num("zooChangeRequests", REQUEST_TEXT[tc["config"].get("change_request", "subject")], "{}")
-    num("zooTrainProv", provenance(tc["run_info"]), "{}")
-    g = tc["quality_gate"]
-    num("zooGateN", g["n"], "{:d}")
-    num("zooGateEos", 100 * g["eos_share"], "{:.0f}")
-    num("zooGateRho", g["spearman_ref_out"])
-    num("zooGateOutNorm", g["median_out_norm"])
-    num("zooGateRefNorm", g["median_ref_norm"])
-    one = eagle1_log()
-    rec3 = json.loads((MODEL_DIR / "heads_training_eagle3.json").read_text())
-    new3 = rec3["heads"]["eagle3"]
+    num("zooTrainProv", provenance(gpu_repair["run_info"]), "{}")
+    stages = calls + [cpu_repair, gpu_repair]
+    num("zooStages", len(stages), "{:d}")
+    num("zooDirtyStages", sum(str(r["run_info"]["commit"]).endswith("-dirty") for r in stages), "{:d}")
+    num("zooGateRefNorm", gpu_repair["quality_gate"]["median_ref_norm"])
+    _gate(tc["quality_gate"], "Tuned")
+    _gate(gpu_repair["quality_gate"], "")
     agree = lambda h: ", ".join(f"{a:.2f}" for a in h["holdout_agreement"])  # noqa: E731
+    one, three = heads["heads"]["eagle1"], heads["heads"]["eagle3"]
     num("headsOneSteps", one["steps"], "{:d}")
     num("headsOneSeconds", one["train_s"], "{:.0f}")
     num("headsOneAgree", agree(one))
     num("headsPositions", len(one["holdout_agreement"]), "{:d}")
-    num("headsThreeSteps", new3["steps"], "{:d}")
-    num("headsThreeSeconds", new3["train_s"], "{:.0f}")
-    num("headsThreeAgree", agree(new3))
-    num("headsThreeTTT", rec3["config"]["ttt_steps"], "{:d}")
-    num("headsThreeVocab", rec3["config"]["draft_vocab"], "{:d}")
-    num("headsThreeProv", provenance(rec3["run_info"]), "{}")
-    num("headsThreeInit", "from the target's" if rec3["config"].get("init_from_target") else "from scratch", "{}")
+    num("headsThreeSteps", three["steps"], "{:d}")
+    num("headsThreeSeconds", three["train_s"], "{:.0f}")
+    num("headsThreeAgree", agree(three))
+    num("headsThreeTTT", heads["config"]["ttt_steps"], "{:d}")
+    num("headsThreeVocab", heads["config"]["draft_vocab"], "{:d}")
+    num("headsThreeProv", provenance(heads["run_info"]), "{}")
+    num("headsGenerated", heads["data"]["generated"], "{:d}")
+    num("headsGeneratedTokens", f"{heads['data']['generated_tokens']:,}", "{}")
 
 
 def eagle3_gate() -> None:
