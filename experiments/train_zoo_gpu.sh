@@ -18,19 +18,25 @@
 # the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder; NO_TARGET=1 trains only the
 # heads, of the installed target.
 #
-# The installed zoo (about 19 GPU-minutes; install each call's result before the next):
+# The installed zoo, in order (install each step's result before the next; about 33 GPU-minutes and 12 CPU-minutes;
+# each step's record is in hybridsd/models/tiny-coder/, named after the step):
 #   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470 \
-#     --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.6 min (training_config_from_scratch.json)
+#     --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.3 min (training_config_from_scratch.json)
 #   NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --sft-lr 5e-4 --sft-epochs 5 \
-#     --sft-time-s 420 --deadline-s 505 --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # more edit tuning: 8 min
-# Span-edit tuning of that target (two calls of 8 min; the gate is not passed yet: greedy outputs that loop):
+#     --sft-time-s 420 --deadline-s 505 --span-share 0" bash experiments/train_zoo_gpu.sh $OUT
+#     # more edit tuning: 7.7 min (training_config_edit_tuning.json)
 #   NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 4096 --sft-lr 5e-4 --sft-epochs 4 \
 #     --sft-time-s 420 --deadline-s 505 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5" \
-#     bash experiments/train_zoo_gpu.sh $OUT
+#     bash experiments/train_zoo_gpu.sh $OUT      # span edits: 7.8 min (training_config_span_edits.json)
 #   NO_HEADS=1 TARGET_S=540 TARGET_EXTRA="--decision-weight 4 --sft-max-len 4096 --sft-lr 4e-4 --sft-epochs 4 \
 #     --sft-time-s 380 --deadline-s 460 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5 \
 #     --unlikelihood-weight 1 --repeat-share 0.3" bash experiments/train_zoo_gpu.sh $OUT
-#   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 4 min
+#     # against loops: 7.0 min (training_config.json; edits where asked, but loops: 59% of outputs end with EOS)
+#   python -m experiments.train_zoo repair --init hybridsd/models/tiny-coder --out REPAIRED --repair-batch 6 \
+#     --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200      # loop repair, CPU: 12 min (repair_config_cpu.json)
+#   python -m experiments.train_zoo repair --init hybridsd/models/tiny-coder --out REPAIRED --repair-batch 16 \
+#     --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100       # loop repair, GPU: 1 min (repair_config.json)
+#   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 3 min (heads_training_eagle1_eagle3.json)
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
