@@ -88,6 +88,9 @@ def zoo_al() -> None:
     for ds, tag in (("code-edits", "Code"), ("mt-bench", "Mt")):
         num(f"treeZoo{tag}OverChainThree", al[TREE, "3", ds] / al["eagle3", "3", ds])
         num(f"treeZoo{tag}OverChainSix", al[TREE, "3", ds] / al["eagle3", "6", ds])
+        gain = al[TREE, "3", ds] - al["eagle3", "3", ds]  # the tree over the k=3 chain; the k=6 chain's share of it
+        num(f"treeZoo{tag}DepthShare", 100 * (al["eagle3", "6", ds] - al["eagle3", "3", ds]) / gain, "{:.0f}")
+        num(f"treeZoo{tag}HybOverTree", al[HYBRID, "5/3", ds] / al[TREE, "3", ds])
     bins = edit_norm.load()
     num("treeBinsPrompts", int(bins.groupby("variant").size().min()), "{:d}")
     wins = total = 0
