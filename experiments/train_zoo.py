@@ -37,6 +37,7 @@ schedule follows the larger of the two progress fractions, so it always complete
     python -m experiments.train_zoo target --init hybridsd/models/tiny-coder --out /tmp/tc   # fine-tune (GPU)
     python -m experiments.train_zoo repair --init /tmp/tc --out /tmp/tc-repaired --repair-weight 0.3 \
         --repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200    # CPU, about 11 minutes
+    python -m experiments.train_zoo repair --init hybridsd/models/tiny-coder --out /tmp/tc-repaired --smoke  # seconds
 """
 
 from __future__ import annotations
@@ -896,10 +897,18 @@ REPAIR_DEFAULTS = dict(repair_time_s=600.0, sft_max_len=2048, sft_batch_tokens=1
                        unlikelihood_weight=1.0, gate_time_s=3000.0)
 
 
+# ``repair --smoke``: one short step on a tiny repair set, a two-prompt gate (for testing the command on a CPU)
+SMOKE_REPAIR = dict(repair_steps=1, repair_batch=2, repair_new_tokens=8, sft_max_len=1024, sft_batch_tokens=2048,
+                    gate_prompts=2, gate_max_before_chars=400, gate_max_new_frac=1.0, gate_time_s=30.0)
+SMOKE_REPAIR_SET = dict(real_rows=4, synthetic_sources=8, synthetic_edits=8, max_before_chars=1200)
+
+
 def repair_config(args) -> TargetConfig:
-    """The ``repair`` command's config: defaults, then :data:`REPAIR_DEFAULTS`, then the given options."""
+    """The ``repair`` command's config: defaults, then :data:`REPAIR_DEFAULTS` (and :data:`SMOKE_REPAIR` with
+    ``--smoke``), then the given options."""
     given = {n: getattr(args, n) for n in REPAIR_OPTIONS if getattr(args, n) is not None}
-    return replace(TargetConfig(), **{**REPAIR_DEFAULTS, **given})
+    smoke = SMOKE_REPAIR if getattr(args, "smoke", False) else {}
+    return replace(TargetConfig(), **{**REPAIR_DEFAULTS, **smoke, **given})
 
 
 def cmd_repair(args) -> None:
@@ -911,6 +920,9 @@ def cmd_repair(args) -> None:
 
     t0 = time.time()
     cfg = repair_config(args)
+    if args.smoke:
+        for name, value in SMOKE_REPAIR_SET.items():
+            setattr(args, name, value)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.init, local_files_only=True)
@@ -936,7 +948,7 @@ def cmd_repair(args) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model = save_target(model, args.out, args.init, special, device)
     gate = run_gate(model, tokenizer, eval_rows, cfg, special)
-    record = {"config": asdict(cfg), "init": str(args.init), "repair": info,
+    record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init), "repair": info,
               "data": {"real_rows": len(real), "synthetic_edits": len(synth), "examples": len(examples),
                        **{k: getattr(args, k) for k in ("max_before_chars", "max_example_tokens", "real_rows",
                                                          "synthetic_sources", "synthetic_edits")}},
@@ -1026,6 +1038,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             default = REPAIR_DEFAULTS.get(name, getattr(TargetConfig(), name))
             r.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
                            help=f"TargetConfig.{name} (default {default})")
+    r.add_argument("--smoke", action="store_true", help="a tiny repair set, one short step and a two-prompt gate, "
+                   "for testing the command on a CPU")
     r.set_defaults(func=cmd_repair)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     return parser.parse_args(argv)

@@ -12,7 +12,9 @@
 # On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
 # (the stages stop themselves: target <= 330 s, heads <= 240 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
-# TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--decision-weight 5"). When the
+# TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--decision-weight 5"). REPAIR (train_zoo.py
+# repair options, e.g. REPAIR="--repair-batch 16 --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100") runs a
+# loop repair of the target before the heads (its repair_config.json replaces an earlier one in the folder). When the
 # target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway; NO_HEADS=1 never).
 # INIT= (empty) trains the target from scratch (pretraining, then edit tuning; give it TARGET_S=585 and NO_HEADS=1:
 # the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder; NO_TARGET=1 trains only the
@@ -78,9 +80,20 @@ timeout "$TARGET_S" python3 -m experiments.train_zoo target ${INIT:+--init "$INI
   $TARGET_ARGS ${TARGET_EXTRA:-} 2>&1 | grep --line-buffered -v "Loading weights" | tee -a "$log"
 fi
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
+record="$WORK/tiny-coder/training_config.json"
+
+if [ -n "${REPAIR:-}" ]; then  # loop repair of the target (train_zoo.py repair), then its gate decides the heads
+  stamp "loop repair"
+  rm -rf "$WORK/repaired"
+  timeout "${REPAIR_S:-150}" python3 -m experiments.train_zoo repair --init "$WORK/tiny-coder" --out "$WORK/repaired" \
+    ${SMOKE:+--smoke} $REPAIR 2>&1 | grep --line-buffered -vE "Loading weights|^\[repair\] step=[0-9]*[1-9] " | tee -a "$log"
+  [ -f "$WORK/repaired/repair_config.json" ] || { echo "loop repair failed" | tee -a "$log"; exit 1; }
+  cp "$WORK"/repaired/* "$WORK/tiny-coder/" && rm -r "$WORK/repaired"
+  record="$WORK/tiny-coder/repair_config.json"
+fi
 
 passed=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quality_gate']['passed'])" \
-  "$WORK/tiny-coder/training_config.json" 2>/dev/null)
+  "$record" 2>/dev/null)
 if [ -n "${NO_HEADS:-}" ]; then
   stamp "heads not trained (NO_HEADS)"
 elif [ "$passed" != "True" ] && [ -z "${FORCE_HEADS:-}" ] && [ "$SMOKE" != "--smoke" ]; then

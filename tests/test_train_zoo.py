@@ -420,3 +420,33 @@ def test_repair_options():
     assert set(tz.REPAIR_OPTIONS) <= set(tz.TargetConfig.__dataclass_fields__)
     with pytest.raises(ValueError, match="repair_steps"):
         tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-steps", "-1"]))
+    smoke = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--smoke", "--repair-steps", "2"]))
+    assert smoke.repair_steps == 2 and smoke.gate_prompts == tz.SMOKE_REPAIR["gate_prompts"]
+
+
+def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
+    """``train_zoo repair --smoke`` on the zoo target: one repair step changes the weights, and the folder it writes
+    loads, with its record (the gate on held-out prompts only) beside it."""
+    import json
+
+    from safetensors.torch import load_file
+
+    import hybridsd as hsd
+
+    init = hsd.zoo.path()
+    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES) or not (init / "model.safetensors.index.json").is_file():
+        pytest.skip("code_edits_dev.jsonl or the zoo weights not available")
+    tz.main(["repair", "--init", str(init), "--out", str(tmp_path), "--smoke"])
+    record = json.loads((tmp_path / "repair_config.json").read_text())
+    assert record["smoke"] and record["repair"]["steps"] == 1 and record["quality_gate"]["n"] == 2
+    held_out = set(json.loads((init / "eval_split.json").read_text())["ids"])
+    samples = json.loads((tmp_path / "repair_log.json").read_text())["quality_gate_samples"]
+    assert {s["id"] for s in samples} <= held_out
+    name = "model-00001-of-00003.safetensors"
+    before, after = load_file(init / name), load_file(tmp_path / name)
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+    from transformers import AutoModelForCausalLM
+
+    count = lambda folder: sum(  # noqa: E731
+        p.numel() for p in AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).parameters())
+    assert count(tmp_path) == count(init)
