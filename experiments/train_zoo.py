@@ -907,7 +907,7 @@ def repair_config(args) -> TargetConfig:
     """The ``repair`` command's config: defaults, then :data:`REPAIR_DEFAULTS` (and :data:`SMOKE_REPAIR` with
     ``--smoke``), then the given options."""
     given = {n: getattr(args, n) for n in REPAIR_OPTIONS if getattr(args, n) is not None}
-    smoke = SMOKE_REPAIR if getattr(args, "smoke", False) else {}
+    smoke = SMOKE_REPAIR if args.smoke else {}
     return replace(TargetConfig(), **{**REPAIR_DEFAULTS, **smoke, **given})
 
 
@@ -1038,8 +1038,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             default = REPAIR_DEFAULTS.get(name, getattr(TargetConfig(), name))
             r.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
                            help=f"TargetConfig.{name} (default {default})")
-    r.add_argument("--smoke", action="store_true", help="a tiny repair set, one short step and a two-prompt gate, "
-                   "for testing the command on a CPU")
+    r.add_argument("--smoke", action="store_true", help="a tiny repair set (replacing the repair-set sizes above), "
+                   "one short step and a two-prompt gate, for testing the command on a CPU")
     r.set_defaults(func=cmd_repair)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     return parser.parse_args(argv)

@@ -44,7 +44,6 @@ def model() -> None:
     num("zooTargetCalls", len(calls), "{:d}")
     num("zooTrainMin", (sum(c["wall_s"] for c in calls) + gpu_repair["wall_s"]) / 60, "{:.1f}")
     num("zooHeadsMin", heads["wall_s"] / 60, "{:.1f}")
-    num("zooAllGpuMin", (sum(c["wall_s"] for c in calls) + gpu_repair["wall_s"] + heads["wall_s"]) / 60, "{:.1f}")
     num("zooCpuRepairMin", cpu_repair["wall_s"] / 60, "{:.0f}")
     num("zooCpuRepairSteps", cpu_repair["repair"]["steps"], "{:d}")
     num("zooCpuRepairBatch", cpu_repair["config"]["repair_batch"], "{:d}")
