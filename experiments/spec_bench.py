@@ -268,10 +268,18 @@ def load_heads(cfg: BenchConfig, model) -> dict:
         raise HeadMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {e}") from None
 
 
+def norm_bins(width: float, top: float = 0.6) -> list[float]:
+    """Edges of equal edit-norm bins of ``width`` over [0, ``top``] (``width`` must divide ``top``)."""
+    n = round(top / width) if width > 0 else 0
+    if n < 1 or abs(n * width - top) > 1e-9:
+        raise ValueError(f"--bin-width must divide {top} into whole bins, got {width}")
+    return [round(top * i / n, 6) for i in range(n + 1)]
+
+
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
-                  per_bin: int | None = None, oversample: bool = True) -> list[data.Example]:
+                  per_bin: int | None = None, oversample: bool = True, bin_width: float = 0.05) -> list[data.Example]:
     """The run's prompts in a deterministic order (code edits: the zoo's held-out split unless --split all;
-    ``per_bin``: at most that many from each 0.05-wide edit-norm bin over [0, 0.6]). ``num_prompts`` beyond the
+    ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6]). ``num_prompts`` beyond the
     dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does."""
     if cfg.dataset_name == "hf":
         exs = data.load_hf(cfg.dataset_path, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
@@ -289,8 +297,7 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
                                    min_distance=cfg.min_distance, max_distance=cfg.max_distance,
                                    change_request=cfg.change_request, ids=keep)
     if per_bin:
-        bins = [round(0.05 * i, 2) for i in range(13)]  # 12 bins over [0, 0.6]
-        exs = data.resample_by_bins(exs, bins, per_bin, seed=cfg.seed)
+        exs = data.resample_by_bins(exs, norm_bins(bin_width), per_bin, seed=cfg.seed)
     if num_prompts is not None and num_prompts < 1:
         raise ValueError(f"--num-prompts must be >= 1, got {num_prompts}")
     if not exs:
@@ -534,7 +541,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-prompts", type=int, default=None)
     p.add_argument("--no-oversample", action="store_true",
                    help="with --num-prompts beyond the dataset, run what there is (default: repeat prompts)")
-    p.add_argument("--per-bin", type=int, default=None, help="at most N prompts per 0.05 edit-norm bin")
+    p.add_argument("--per-bin", type=int, default=None, help="at most N prompts per edit-norm bin (--bin-width)")
+    p.add_argument("--bin-width", type=float, default=0.05, help="width of the --per-bin bins over [0, 0.6]")
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--hf-output-len", type=int, default=None, help="output length (wins over --output-len)")
     p.add_argument("--temperature", "--temp", dest="temperature", type=float, default=0.0)
@@ -601,7 +609,7 @@ def main(argv: list[str] | None = None) -> None:
     try:  # mistakes in the model, head or data: one line, before the target's weights are read
         preflight(cfg)
         examples = load_examples(cfg, None if a.dataset_name == "hf" else a.dataset_path, a.num_prompts,
-                                 a.per_bin, oversample=not a.no_oversample)
+                                 a.per_bin, oversample=not a.no_oversample, bin_width=a.bin_width)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     if a.num_prompts and len(examples) < a.num_prompts and os.environ.get("RANK", "0") == "0":  # before dp.init

@@ -5,8 +5,8 @@
     python -m experiments.sweep --preset cpu-small --dry-run        # list the configs and prompt counts
     torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
 
-Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per 0.05 edit-norm
-bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
+Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per ``bin_width``
+edit-norm bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
 covers its categories):
 
 - ``none`` (plain decoding), with single and doubled BOS (the doubled plain run is the reference for the
@@ -51,7 +51,8 @@ class Preset:
 
     ks: tuple[int, ...]
     output_len: dict = field(default_factory=dict)  # per dataset
-    per_bin: int = 1  # code-edits prompts per 0.05 edit-norm bin
+    per_bin: int = 1  # code-edits prompts per edit-norm bin ...
+    bin_width: float = 0.05  # ... of this width over [0, 0.6]
     num_prompts: dict = field(default_factory=dict)  # editeval / mt-bench prompts
     hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
     datasets: tuple[str, ...] = DATASETS
@@ -70,8 +71,9 @@ PRESETS = {
     # About 55 prompts x 111 configs, up to 1024 tokens (bf16 on CUDA): one to two hours of H200 time by the
     # same estimate, so several calls (rerun to continue) or --datasets / --methods to trim it.
     # AL against edit norm on the zoo's held-out edits (located requests): the PR's configurations and EAGLE-3's
-    # dynamic tree, up to 8 prompts per 0.05 edit-norm bin, output capped at 1536 tokens.
-    "edit-norm": Preset(ks=(), output_len={"code-edits": 1536}, per_bin=8, datasets=("code-edits",), pr_grid=True),
+    # dynamic tree, up to 16 prompts per 0.075 edit-norm bin (the analysis' 8 bins), output capped at 1536 tokens.
+    "edit-norm": Preset(ks=(), output_len={"code-edits": 1536}, per_bin=16, bin_width=0.075, datasets=("code-edits",),
+                        pr_grid=True),
     "gpu-full": Preset(ks=(1, 3, 5, 8), output_len={"code-edits": 1024, "editeval": 1024, "mt-bench": 768},
                        per_bin=2, num_prompts={"editeval": 16, "mt-bench": 16}, hybrid_ks=((5, 3),)),
 }
@@ -116,7 +118,7 @@ def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
 def select_examples(cfg: sb.BenchConfig, preset: Preset, data_dir: str) -> list:
     """The preset's prompts for ``cfg``'s dataset (deterministic)."""
     if cfg.dataset_name == "code-edits":
-        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin)
+        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin, bin_width=preset.bin_width)
     exs = sb.load_examples(cfg, data_dir, None)
     n = min(preset.num_prompts[cfg.dataset_name], len(exs))
     return [exs[i * len(exs) // n] for i in range(n)]

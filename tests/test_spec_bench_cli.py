@@ -101,6 +101,8 @@ CASES = {
     "temperature negative": _case(*GOOD, "--temperature", "-1", want="--temperature must be a finite number >= 0"),
     "temperature nan": _case(*GOOD, "--temp", "nan", want="--temperature must be a finite number >= 0, got nan"),
     "unknown method": _case(*GOOD, "--method", "medusa", want="argument --method: invalid choice: 'medusa'"),
+    "bin width": _case(*GOOD, "--method", "ngram", "--per-bin", "4", "--bin-width", "0.07",
+                       want="--bin-width must divide 0.6 into whole bins, got 0.07"),
     "no prompts left": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
                              "{data-blazedit}", "--blazedit-min-distance", "0.9", want="no prompts left"),
 }

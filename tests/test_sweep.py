@@ -3,9 +3,12 @@ and the PR grid holds exactly the PR's configurations."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
-from experiments import sweep
+from experiments import spec_bench, sweep
 
 
 @pytest.mark.parametrize("name", sorted(sweep.PRESETS))
@@ -23,3 +26,24 @@ def test_pr_grid_is_the_prs_configurations():
     runs = dict(sweep.grid(sweep.PRESETS["edit-norm"], device="cpu"))
     assert {c.method for c in runs.values()} == {"none", *sweep.SPEC_METHODS}
     assert all(c.k.get("ngram", 5) == 5 and c.k.get("eagle", 3) == 3 for c in runs.values() if c.method != "none")
+
+
+def test_edit_norm_preset_fills_the_analysis_bins():
+    """The edit-norm preset draws per analysis bin (8 of 0.075): each holds 16 prompts, or all the held-out
+    split has there."""
+    from hybridsd import data, zoo
+
+    try:
+        data.default_data_dir()
+    except FileNotFoundError:
+        pytest.skip("code_edits_dev.jsonl not available")
+    edges = spec_bench.norm_bins(0.075)
+    assert len(edges) == 9 and edges[-1] == 0.6
+    preset = sweep.PRESETS["edit-norm"]
+    cfg = dict(sweep.grid(preset, device="cpu"))["code-edits__none"]
+    picked = sweep.select_examples(cfg, preset, None)
+    ids = set(json.loads((zoo.path(cfg.model) / "eval_split.json").read_text())["ids"])
+    split = data.load_code_edits(ids=ids, change_request=cfg.change_request)
+    have = np.bincount(data.bin_index([e.edit_norm for e in split], edges) + 1, minlength=10)[1:]
+    got = np.bincount(data.bin_index([e.edit_norm for e in picked], edges) + 1, minlength=10)[1:]
+    assert got.tolist() == np.minimum(have, 16).tolist()
