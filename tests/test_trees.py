@@ -57,6 +57,18 @@ def test_clip_keeps_shallow_nodes():
     assert tree.clip(3) is tree and tree.clip(0) is None
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 16, 33])
+def test_chain_structure_equals_the_level_walk(n):
+    """A chain's depths and ancestors (its shortcut) are what structure() computes for any tree."""
+    from hybridsd.drafters.tree import structure
+
+    chain = DraftTree.chain(Draft(torch.arange(n), "ngram"))
+    depths, ancestors = structure(chain.parents)
+    assert chain.depths.dtype == depths.dtype and chain.ancestors.dtype == ancestors.dtype
+    assert np.array_equal(chain.depths, depths) and np.array_equal(chain.ancestors, ancestors)
+    assert chain.reach(-1) == n and chain.reach(n // 2) == n and chain.clip(n // 2 + 1).parents == chain.parents[: n // 2 + 1]
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_layout_matches_reference(seed):
     rng = np.random.default_rng(seed)

@@ -107,6 +107,9 @@ class DraftTree:
 
     @cached_property
     def _structure(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.is_chain():  # the common case (every chain drafter), without structure()'s pass per level
+            n = len(self)
+            return np.arange(1, n + 1, dtype=np.int64), np.tri(n, dtype=bool)
         return structure(self.parents)
 
     @property
