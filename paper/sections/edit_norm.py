@@ -38,6 +38,7 @@ def make() -> None:
     num("enOutLen", int(plain.output_len.iloc[0]), "{:d}")
     stopped = int((plain.tokens < plain.output_len).sum())
     num("enStopped", of_n(stopped, len(plain)), "{}")
+    num("enStoppedRef", of_n(stopped_within_reference(plain), len(plain)), "{}")
     num("enRho", spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic)
     num("enMedOut", float(plain.output_edit_norm.median()))
     num("enMedRef", float(plain.ref_edit_norm.median()))
@@ -48,6 +49,21 @@ def make() -> None:
     figure(cells)
     findings(cells)
     high_bins(df)
+
+
+def stopped_within_reference(plain) -> int:
+    """Plain outputs that end with EOS within 1.5x their reference's tokens (the zoo gate's cap), counted with the
+    zoo tokenizer on the references in the data directory's code_edits_dev.jsonl."""
+    import math
+
+    from transformers import AutoTokenizer
+
+    from hybridsd import data, zoo
+
+    tok = AutoTokenizer.from_pretrained(zoo.path(plain.model.iloc[0]), local_files_only=True)
+    ref = {e.id: e.reference for e in data.load_code_edits() if e.id in set(plain.example_id)}
+    cap = [max(8, math.ceil(1.5 * len(tok.encode(ref[i], add_special_tokens=False)))) for i in plain.example_id]
+    return int(((plain.tokens < plain.output_len) & (plain.tokens <= np.array(cap))).sum())
 
 
 def corpus_table(df) -> None:

@@ -334,8 +334,6 @@ def make() -> None:
     num("speedCatchup", int(catch.group(1)) if catch else 0, "{:d}")
     log = (SPEED / "gpu_tests.log").read_text()
     num("speedTestsPassed", re.search(r"(\d+) passed", log).group(1), "{}")
-    auto_log = (SPEED / "gpu_tests_auto.log").read_text()  # the compiled-graph test again, with compile="auto"
-    num("speedTestsAutoPassed", re.search(r"(\d+) passed", auto_log).group(1), "{}")
     num("speedTestsCommit", re.search(r" at ([0-9a-f]{7,40})", log.splitlines()[0]).group(1)[:7], "{}")
 
     speed_step_numbers(sp, runs)
