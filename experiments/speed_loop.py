@@ -124,7 +124,8 @@ def hf_generate_ms_per_token(model, ids: torch.Tensor, n: int, **kw) -> float:
 
 
 def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> dict:
-    """tiny-coder end to end on held-out edits: tokens/s per method against plain decoding with this engine.
+    """tiny-coder end to end on held-out edits (located change requests, the first ``n_prompts`` under 3,000
+    characters): tokens/s per method against plain decoding with this engine.
 
     ``step_ms``: wall time per target pass, drafting included (speedup = AL x plain step_ms / step_ms).
     ``forward_only_speedup``: AL x (graphed forward of 1 token) / (mean graphed forward of the steps' block
@@ -133,7 +134,8 @@ def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> d
     model, tok, heads = hsd.zoo.load(device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
-    exs = [e for e in data.load_code_edits() if e.id in keep and len(e.input_text) < 3000][:n_prompts]
+    exs = [e for e in data.load_code_edits(change_request="located")  # the zoo target's request format
+           if e.id in keep and len(e.input_text) < 3000][:n_prompts]
     eos = [tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id]
     with torch.inference_mode():
         fwd = ours_ms(target_for(model, model.config.max_position_embeddings, cuda_graphs=True), 1024,
