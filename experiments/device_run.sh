@@ -15,7 +15,7 @@
 #           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments; with an exact configuration,
 #           e.g. "--contexts 2048 --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead
 #           zoo", its padded block is profiled too)
-#   sweep   experiments.sweep --preset gpu-one-call (-> $OUT/sweeps), data-parallel over every GPU
+#   sweep   experiments.sweep --preset $SWEEP_PRESET (default gpu-one-call; -> $OUT/sweeps), data-parallel over every GPU
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
 #   xz -9c ../shared/data/code_edits_dev.jsonl > .cache/code_edits_dev.jsonl.xz   # smaller; read first when present
@@ -56,7 +56,7 @@ for stage in "$@"; do
     sweep)  [ -d .cache/sweeps ] && mkdir -p "$OUT/sweeps" && cp -n .cache/sweeps/* "$OUT/sweeps/"  # resume a carried run
             ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
             timeout ${SWEEP_S:-540} torchrun --standalone --nproc_per_node="$ngpu" -m experiments.sweep \
-              --preset gpu-one-call --out-dir "$OUT/sweeps" ${SWEEP_ARGS:-} > "$OUT/sweep_full.log" 2>&1
+              --preset ${SWEEP_PRESET:-gpu-one-call} --out-dir "$OUT/sweeps" ${SWEEP_ARGS:-} > "$OUT/sweep_full.log" 2>&1
             grep -v "it/s\]" "$OUT/sweep_full.log" | grep -A 30 -m 3 "FAILED\|Traceback" | head -80 | tee -a "$log"
             grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log" ;;
     gputests) HYBRIDSD_INSTAFAIL=1 HYBRIDSD_EXACT_JSON="$OUT/exact_match.jsonl" HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} \

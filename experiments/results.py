@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 EDIT_BINS = tuple(round(0.05 * i, 2) for i in range(13))  # 0.05-wide over [0, 0.6], as spec_bench --per-bin
+ANALYSIS_BINS = tuple(round(0.075 * i, 3) for i in range(9))  # the 8 bins the edit-norm sweep samples (16 each)
 COARSE_BINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0)
 HYBRIDS = ("ngram-eagle", "ngram-eagle3")
 # a speculative row and a plain row compare when these agree (the config minus the drafter's settings)
@@ -306,8 +307,11 @@ def provenance(df):
 
 
 def bin_labels(edges: Sequence[Sequence[float]]) -> list[str]:
-    """``[a, b)`` per bin (the last closed: ``[a, b]``), two decimals."""
-    return [f"[{a:.2f}, {b:.2f}{']' if i == len(edges) - 1 else ')'}" for i, (a, b) in enumerate(edges)]
+    """``[a, b)`` per bin (the last closed: ``[a, b]``), with two decimals or as many more as the edges need
+    (0.075-wide bins: three)."""
+    vals = [v for e in edges for v in e]
+    d = next((d for d in range(2, 7) if all(abs(round(v, d) - v) < 1e-9 for v in vals)), 6)
+    return [f"[{a:.{d}f}, {b:.{d}f}{']' if i == len(edges) - 1 else ')'}" for i, (a, b) in enumerate(edges)]
 
 
 def load_simulation(path: str | Path) -> dict:

@@ -125,6 +125,8 @@ def test_bin_edit_norm_edges_and_outside_values():
     assert out.bin_mid.tolist()[:3] == pytest.approx([0.025, 0.075, 0.575])
     coarse = results.bin_edit_norm(df, bins=results.COARSE_BINS, column="e")
     assert coarse.bin.astype(str).tolist()[3] == "[0.60, 1.00]"
+    assert results.bin_labels([(0.0, 0.075), (0.075, 0.15), (0.525, 0.6)]) == [
+        "[0.000, 0.075)", "[0.075, 0.150)", "[0.525, 0.600]"]  # as many decimals as the edges need
 
 
 def test_drafter_steps_shares(runs):

@@ -15,7 +15,7 @@ from paper.sections.style import EAGLE_TREE, HYBRID_TREE, VARIANT_COLOR, VARIANT
 from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_escape
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
-EDGES = [round(0.075 * i, 3) for i in range(9)]  # 8 bins over [0, 0.6]
+EDGES = list(results.ANALYSIS_BINS)  # 8 bins over [0, 0.6], as the sweep samples them
 BINNINGS = {"ref_edit_norm": "reference edit norm (as the PR bins)", "output_edit_norm": "the output's own edit norm"}
 ORDER = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "ngram-eagle tree", EAGLE_TREE, HYBRID_TREE)
 TAG = {"ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eagle": "Hyb", "ngram-eagle3": "HybThree",
@@ -36,6 +36,9 @@ def make() -> None:
     plain = df[df.variant == "none"]
     num("enN", len(plain), "{:d}")
     num("enOutLen", int(plain.output_len.iloc[0]), "{:d}")
+    spec = calls[-1]["preset_spec"]  # the preset's sampling: at most per_bin prompts per bin_width of reference norm
+    num("enPerBin", spec["per_bin"], "{:d}")
+    num("enSampleWidth", spec.get("bin_width", 0.05), "{:g}")
     stopped = int((plain.tokens < plain.output_len).sum())
     num("enStopped", of_n(stopped, len(plain)), "{}")
     num("enStoppedRef", of_n(stopped_within_reference(plain), len(plain)), "{}")
@@ -101,9 +104,16 @@ def high_bins(df) -> None:
         num(f"en{tag}HighN", int(high.loc["ngram"].n), "{:d}")
         for var, name in (("ngram", "Ngram"), ("eagle", "EagleOne"), ("eagle3", "EagleThree"),
                           ("ngram-eagle", "Hyb"), ("ngram-eagle3", "HybThree")):
+            drop = 100 * (1 - high.loc[var].seq_al / low.loc[var])
             num(f"en{tag}High{name}", high.loc[var].seq_al)
-            num(f"en{tag}High{name}Drop", 100 * (1 - high.loc[var].seq_al / low.loc[var]), "{:.0f}")
+            num(f"en{tag}High{name}Drop", drop, "{:.0f}")
+            num(f"en{tag}High{name}Moves", moves(drop), "{}")
     num("enHigh", HIGH, "{:g}")
+
+
+def moves(drop: float) -> str:
+    """``drop`` (percent lower than the lowest bin) as a phrase: "falls by 12\\%" or "rises by 5\\%"."""
+    return f"{'falls' if round(drop) >= 0 else 'rises'} by {abs(round(drop)):d}\\%"
 
 
 def figure(cells) -> None:
@@ -153,3 +163,5 @@ def findings(cells) -> None:
                 wins += hi >= max(by["ngram"][b]["seq_al"], by[head][b]["seq_al"])
         num(f"en{tag}HybWins", f"{wins} of {total}", "{}")
         num(f"en{tag}NLow", by["ngram"][bins[0]]["n"], "{:d}")
+        num(f"en{tag}NMin", min(by["ngram"][b]["n"] for b in bins), "{:d}")
+        num(f"en{tag}NMax", max(by["ngram"][b]["n"] for b in bins), "{:d}")

@@ -30,7 +30,8 @@ def match() -> None:
     num("exactDevice", tex_escape(rows[0]["device"]), "{}")
     num("exactTorch", tex_escape(rows[0]["torch"]), "{}")
     num("exactDtype", rows[0]["dtype"].replace("torch.", ""), "{}")
-    num("exactMatchProv", provenance(rows[0]["run_info"]), "{}")
+    by_commit = {r["run_info"]["commit"]: r["run_info"] for r in rows}  # the grids ran at these commits
+    num("exactMatchProv", "; ".join(provenance(info) for info in by_commit.values()), "{}")
     lines = [r"\begin{tabular}{llrrrrr}", r"\toprule",
              r"model & compile & prompts & new tokens & configurations & exact: = plain & not exact: = plain \\",
              r"\midrule"]
