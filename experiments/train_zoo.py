@@ -597,6 +597,11 @@ def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> lis
     return chosen
 
 
+def gate_cap(tokenizer, after: str, frac: float = TargetConfig.gate_max_new_frac) -> int:
+    """The quality gate's token cap for an answer whose reference is ``after``: ``frac`` x its tokens (at least 8)."""
+    return max(8, math.ceil(frac * len(tokenizer.encode(after, add_special_tokens=False))))
+
+
 def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids: list[int]) -> dict:
     """Greedy answers to held-out prompts (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
     gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
@@ -614,8 +619,7 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids
         text = tokenizer.apply_chat_template(blazedit_messages(r["before"], request), tokenize=False,
                                              add_generation_prompt=True)
         ids = tokenizer.encode(text, add_special_tokens=False)
-        cap = max(8, math.ceil(cfg.gate_max_new_frac * len(tokenizer.encode(r["after"], add_special_tokens=False))))
-        cap = min(cap, cfg.max_position_embeddings - len(ids) - 16)
+        cap = min(gate_cap(tokenizer, r["after"], cfg.gate_max_new_frac), cfg.max_position_embeddings - len(ids) - 16)
         res = hsd.generate(model, ids, drafter=hsd.NgramDrafter(k=5, min_n=2, max_n=5), max_new_tokens=cap,
                            eos_token_id=stop_ids)
         stopped = bool(res.tokens) and res.tokens[-1] in stop_ids

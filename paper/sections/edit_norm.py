@@ -55,18 +55,17 @@ def make() -> None:
 
 
 def stopped_within_reference(plain) -> int:
-    """Plain outputs that end with EOS within 1.5x their reference's tokens (the zoo gate's cap), counted with the
-    zoo tokenizer on the references in the data directory's code_edits_dev.jsonl."""
-    import math
-
+    """Plain outputs that end with EOS within the zoo quality gate's cap (1.5x their reference's tokens), counted
+    with the zoo tokenizer on the references in the data directory's code_edits_dev.jsonl."""
     from transformers import AutoTokenizer
 
+    from experiments.train_zoo import gate_cap
     from hybridsd import data, zoo
 
     tok = AutoTokenizer.from_pretrained(zoo.path(plain.model.iloc[0]), local_files_only=True)
     ref = {e.id: e.reference for e in data.load_code_edits() if e.id in set(plain.example_id)}
-    cap = [max(8, math.ceil(1.5 * len(tok.encode(ref[i], add_special_tokens=False)))) for i in plain.example_id]
-    return int(((plain.tokens < plain.output_len) & (plain.tokens <= np.array(cap))).sum())
+    cap = np.array([gate_cap(tok, ref[i]) for i in plain.example_id])
+    return int(((plain.tokens < plain.output_len) & (plain.tokens <= cap)).sum())
 
 
 def corpus_table(df) -> None:
