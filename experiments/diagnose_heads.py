@@ -58,8 +58,8 @@ def main() -> None:
     a = p.parse_args()
     model, tok, heads = hsd.zoo.load()
     keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
-    exs = [e for e in data.load_code_edits(change_request="located")  # the zoo target's request format
-           if e.id in keep and len(e.input_text) < 1500][: a.prompts]
+    exs = [e for e in data.load_code_edits(change_request="located", ids=keep)  # the zoo format, held out
+           if len(e.input_text) < 1500][: a.prompts]
     res = {"run_info": provenance.run_info(), "config": vars(a) | {"out": str(a.out)},
            "heads": {kind: diagnose(model, tok, head, exs, a.max_new, a.positions) for kind, head in heads.items()}}
     a.out.parent.mkdir(parents=True, exist_ok=True)

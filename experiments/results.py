@@ -15,8 +15,17 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-EDIT_BINS = tuple(round(0.05 * i, 2) for i in range(13))  # 0.05-wide over [0, 0.6], as spec_bench --per-bin
-ANALYSIS_BINS = tuple(round(0.075 * i, 3) for i in range(9))  # the 8 bins the edit-norm sweep samples (16 each)
+
+def norm_bins(width: float, top: float = 0.6) -> list[float]:
+    """Edges of equal edit-norm bins of ``width`` over [0, ``top``] (``width`` must divide ``top``)."""
+    n = round(top / width) if width > 0 else 0
+    if n < 1 or abs(n * width - top) > 1e-9:
+        raise ValueError(f"--bin-width must divide {top} into whole bins, got {width}")
+    return [round(top * i / n, 6) for i in range(n + 1)]
+
+
+EDIT_BINS = tuple(norm_bins(0.05))  # 0.05-wide over [0, 0.6], as spec_bench --per-bin by default
+ANALYSIS_BINS = tuple(norm_bins(0.075))  # the 8 bins the edit-norm sweep samples (16 each)
 COARSE_BINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0)
 HYBRIDS = ("ngram-eagle", "ngram-eagle3")
 # a speculative row and a plain row compare when these agree (the config minus the drafter's settings)

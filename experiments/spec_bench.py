@@ -47,6 +47,7 @@ from experiments import provenance
 from hybridsd.edit_distance import edit_norm
 
 from experiments import distributed as dp
+from experiments import results
 from experiments.speed_loop import accepted_continuation
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
@@ -268,14 +269,6 @@ def load_heads(cfg: BenchConfig, model) -> dict:
         raise HeadMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {e}") from None
 
 
-def norm_bins(width: float, top: float = 0.6) -> list[float]:
-    """Edges of equal edit-norm bins of ``width`` over [0, ``top``] (``width`` must divide ``top``)."""
-    n = round(top / width) if width > 0 else 0
-    if n < 1 or abs(n * width - top) > 1e-9:
-        raise ValueError(f"--bin-width must divide {top} into whole bins, got {width}")
-    return [round(top * i / n, 6) for i in range(n + 1)]
-
-
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
                   per_bin: int | None = None, oversample: bool = True, bin_width: float = 0.05) -> list[data.Example]:
     """The run's prompts in a deterministic order (code edits: the zoo's held-out split unless --split all;
@@ -297,7 +290,7 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
                                    min_distance=cfg.min_distance, max_distance=cfg.max_distance,
                                    change_request=cfg.change_request, ids=keep)
     if per_bin:
-        exs = data.resample_by_bins(exs, norm_bins(bin_width), per_bin, seed=cfg.seed)
+        exs = data.resample_by_bins(exs, results.norm_bins(bin_width), per_bin, seed=cfg.seed)
     if num_prompts is not None and num_prompts < 1:
         raise ValueError(f"--num-prompts must be >= 1, got {num_prompts}")
     if not exs:

@@ -134,8 +134,8 @@ def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> d
     model, tok, heads = hsd.zoo.load(device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
-    exs = [e for e in data.load_code_edits(change_request="located")  # the zoo target's request format
-           if e.id in keep and len(e.input_text) < 3000][:n_prompts]
+    exs = [e for e in data.load_code_edits(change_request="located", ids=keep)  # the zoo format, held out
+           if len(e.input_text) < 3000][:n_prompts]
     eos = [tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id]
     with torch.inference_mode():
         fwd = ours_ms(target_for(model, model.config.max_position_embeddings, cuda_graphs=True), 1024,

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import spec_bench, sweep
+from experiments import results, sweep
 
 
 @pytest.mark.parametrize("name", sorted(sweep.PRESETS))
@@ -37,9 +37,9 @@ def test_edit_norm_preset_fills_the_analysis_bins():
         data.default_data_dir()
     except FileNotFoundError:
         pytest.skip("code_edits_dev.jsonl not available")
-    edges = spec_bench.norm_bins(0.075)
-    assert len(edges) == 9 and edges[-1] == 0.6
     preset = sweep.PRESETS["edit-norm"]
+    edges = results.norm_bins(preset.bin_width)
+    assert tuple(edges) == results.ANALYSIS_BINS and len(edges) == 9 and edges[-1] == 0.6
     cfg = dict(sweep.grid(preset, device="cpu"))["code-edits__none"]
     picked = sweep.select_examples(cfg, preset, None)
     ids = set(json.loads((zoo.path(cfg.model) / "eval_split.json").read_text())["ids"])
