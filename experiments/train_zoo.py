@@ -448,13 +448,15 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     return inputs, avoid, repeated / max(1, sum(map(len, conts)))
 
 
-def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list) -> dict:
+def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
+                after_step=None) -> dict:
     """Steps that unlearn the target's own greedy loops, for ``cfg.repair_time_s`` seconds: each step continues
     ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
     for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
     that repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of
     the answer has it, while an edit-tuning batch keeps the answers' likelihood. Logs the share of such tokens in
-    every step's continuations (before its update)."""
+    every step's continuations (before its update). ``after_step(steps)``, when given, is called after every step;
+    its time does not count against the budget."""
     import torch
 
     rng = random.Random(cfg.seed + 5)
@@ -463,8 +465,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 50, cfg.change_weight,
                           cfg.decision_weight)
     stop = [special["eot"], special["eos"]]
-    start, steps, shares = time.time(), 0, []
-    while pool and time.time() - start < cfg.repair_time_s and not 0 < cfg.repair_steps <= steps:
+    start, steps, shares, paused = time.time(), 0, [], 0.0
+    while pool and time.time() - start - paused < cfg.repair_time_s and not 0 < cfg.repair_steps <= steps:
         picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
         cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
         prefixes, references = [e[0][:c] for e, c in zip(picked, cuts)], [e[0][c:-1] for e, c in zip(picked, cuts)]
@@ -489,10 +491,14 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         steps += 1
         shares.append(round(share, 4))
         entry = {"step": steps, "loss": round(loss.item(), 4), "repeated_share": shares[-1],
-                 "elapsed_s": round(time.time() - start, 1)}
+                 "elapsed_s": round(time.time() - start - paused, 1)}
         log.append(entry)
         print("[repair] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
-    return {"steps": steps, "wall_s": round(time.time() - start, 1), "repeated_share_first": shares[:3],
+        if after_step is not None:
+            t = time.time()
+            after_step(steps)
+            paused += time.time() - t
+    return {"steps": steps, "wall_s": round(time.time() - start - paused, 1), "repeated_share_first": shares[:3],
             "repeated_share_last": shares[-3:]}
 
 
@@ -602,6 +608,17 @@ def gate_cap(tokenizer, after: str, frac: float = TargetConfig.gate_max_new_frac
     return max(8, math.ceil(frac * len(tokenizer.encode(after, add_special_tokens=False))))
 
 
+GATE_EOS_SHARE, GATE_SPEARMAN = 0.9, 0.6  # the quality gate's pass line
+
+
+def gate_score(gate: dict) -> float:
+    """How far a quality gate result clears its pass line: min(EOS share / 0.9, Spearman / 0.6); >= 1 passes
+    (a constant output norm, Spearman NaN or None, scores 0)."""
+    rho = gate["spearman_ref_out"]
+    rho = 0.0 if rho is None or math.isnan(rho) else rho
+    return min(gate["eos_share"] / GATE_EOS_SHARE, rho / GATE_SPEARMAN)
+
+
 def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids: list[int]) -> dict:
     """Greedy answers to held-out prompts (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
     gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
@@ -643,7 +660,7 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids
     for name, lo, hi in (("low", 0.0, 0.1), ("high", 0.3, 0.6)):
         als = [s["ngram_seq_al"] for s in samples if lo <= s["ref_norm"] <= hi]
         result[f"ngram_seq_al_ref_{name}"] = float(np.mean(als)) if als else float("nan")
-    result["passed"] = bool(result["eos_share"] >= 0.9 and result["spearman_ref_out"] >= 0.6)
+    result["passed"] = gate_score(result) >= 1
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}  # strict JSON
 
 
@@ -876,6 +893,15 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
     for name in TOKENIZER_FILES:
         if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != out.resolve():
             shutil.copyfile(Path(tok_dir) / name, out / name)
+    return as_saved(model, device)
+
+
+def as_saved(model, device):
+    """``model`` (in place) with the weights :func:`save_target` writes (rounded to bf16), in eval mode, in the
+    gate's dtype: bf16 on the GPU, fp32 on the CPU."""
+    import torch
+
+    model = model.to(torch.bfloat16).eval()
     return model if device.type == "cuda" else model.float()
 
 
@@ -915,6 +941,42 @@ def repair_config(args) -> TargetConfig:
     return replace(TargetConfig(), **{**REPAIR_DEFAULTS, **smoke, **given})
 
 
+class CheckpointSelection:
+    """Early stopping of a loop repair by the quality gate on ``rows`` (training edits outside the repair set):
+    called after repair steps, it gates the weights as they would be saved at ``after``, ``after + every``, ...
+    steps (and the last), and keeps the weights of the best :func:`gate_score` (the earliest among equals)."""
+
+    def __init__(self, tokenizer, rows: list[dict], cfg: TargetConfig, special: dict, device, every: int,
+                 after: int) -> None:
+        self.tokenizer, self.rows, self.cfg, self.device = tokenizer, rows, cfg, device
+        self.stops = [special["eot"], special["eos"]]
+        self.every, self.after = every, after
+        self.gates: list[dict] = []
+        self.best_state: dict | None = None
+        self.best_score = -math.inf
+
+    def __call__(self, model, steps: int, last: bool = False) -> None:
+        due = steps >= self.after and (steps - self.after) % self.every == 0
+        if not (due or last) or any(g["step"] == steps for g in self.gates):
+            return
+        import copy
+
+        candidate = as_saved(copy.deepcopy(model), self.device)
+        gate = quality_gate(candidate, self.tokenizer, self.rows, self.cfg, self.stops)
+        entry = {"step": steps, "score": round(gate_score(gate), 4),
+                 **{k: gate[k] for k in ("n", "eos_share", "spearman_ref_out", "loops", "median_out_norm")}}
+        self.gates.append(entry)
+        print("[select] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
+        if entry["score"] > self.best_score:
+            self.best_score = entry["score"]
+            self.best_state = {k: v.detach().float().cpu() for k, v in candidate.state_dict().items()}
+
+    def record(self) -> dict:
+        best = max(self.gates, key=lambda g: (g["score"], -g["step"]))
+        return {"rows": "training split, outside the repair set", "every": self.every, "after": self.after,
+                "chosen_step": best["step"], "gates": self.gates}
+
+
 def cmd_repair(args) -> None:
     """Loop repair (:func:`loop_repair`) of an edit-tuned target on a small edit-tuning set (real training edits
     and synthetic edits of files of at most ``--max-before-chars``), then the quality gate; saved as ``target``
@@ -948,11 +1010,22 @@ def cmd_repair(args) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.repair_lr, betas=(cfg.beta1, cfg.beta2),
                             weight_decay=cfg.weight_decay)
     log = {"repair": []}
-    info = loop_repair(model, opt, examples, cfg, special, device, log["repair"])
+    select = None
+    if args.gate_every:  # selection rows: training edits outside the repair set, never the held-out split
+        used = {r["id"] for r in real}
+        select = CheckpointSelection(tokenizer, [r for r in train_rows if r["id"] not in used], cfg, special, device,
+                                     args.gate_every, args.gate_after)
+        select(model, 0)
+    info = loop_repair(model, opt, examples, cfg, special, device, log["repair"],
+                       None if select is None else lambda steps: select(model, steps))
+    if select is not None:
+        select(model, info["steps"], last=True)
+        model.load_state_dict(select.best_state)
     args.out.mkdir(parents=True, exist_ok=True)
     model = save_target(model, args.out, args.init, special, device)
     gate = run_gate(model, tokenizer, eval_rows, cfg, special)
     record = {"config": asdict(cfg), "smoke": args.smoke, "init": str(args.init), "repair": info,
+              "selection": None if select is None else select.record(),
               "data": {"real_rows": len(real), "synthetic_edits": len(synth), "examples": len(examples),
                        **{k: getattr(args, k) for k in ("max_before_chars", "max_example_tokens", "real_rows",
                                                          "synthetic_sources", "synthetic_edits")}},
@@ -1042,11 +1115,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             default = REPAIR_DEFAULTS.get(name, getattr(TargetConfig(), name))
             r.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
                            help=f"TargetConfig.{name} (default {default})")
+    r.add_argument("--gate-every", type=int, default=0, help="gate the weights every this many repair steps on "
+                   "training edits outside the repair set and keep the best (0: keep the last)")
+    r.add_argument("--gate-after", type=int, default=0, help="the first repair step gated (0: the initial weights)")
     r.add_argument("--smoke", action="store_true", help="a tiny repair set (replacing the repair-set sizes above), "
                    "one short step and a two-prompt gate, for testing the command on a CPU")
     r.set_defaults(func=cmd_repair)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
+        parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -424,9 +424,52 @@ def test_repair_options():
     assert smoke.repair_steps == 2 and smoke.gate_prompts == tz.SMOKE_REPAIR["gate_prompts"]
 
 
+def test_gate_score_is_the_margin_over_the_pass_line():
+    assert tz.gate_score({"eos_share": 0.9, "spearman_ref_out": 0.6}) == pytest.approx(1.0)
+    assert tz.gate_score({"eos_share": 1.0, "spearman_ref_out": 0.3}) == pytest.approx(0.5)
+    assert tz.gate_score({"eos_share": 0.45, "spearman_ref_out": 0.9}) == pytest.approx(0.5)
+    assert tz.gate_score({"eos_share": 1.0, "spearman_ref_out": None}) == 0.0
+    assert tz.gate_score({"eos_share": 1.0, "spearman_ref_out": float("nan")}) == 0.0
+
+
+def test_checkpoint_selection_keeps_the_best_gated_weights(monkeypatch):
+    """Gated at steps 2, 5, 8 and the last (9): the weights kept are those of the best score (the earliest of
+    equals), as saved (bf16), and steps off the schedule are not gated."""
+    scores = {2: (0.5, 0.7), 5: (0.95, 0.65), 8: (1.0, 0.2), 9: (0.95, 0.65)}  # step -> (EOS share, Spearman)
+    gated = []
+
+    def fake_gate(model, tokenizer, rows, cfg, stops):
+        step = int(model.weight[0, 0].round())
+        gated.append(step)
+        eos, rho = scores[step]
+        return {"n": 4, "eos_share": eos, "spearman_ref_out": rho, "loops": 0, "median_out_norm": 0.2}
+
+    monkeypatch.setattr(tz, "quality_gate", fake_gate)
+    model = torch.nn.Linear(3, 2, bias=False)
+    select = tz.CheckpointSelection(None, [], tz.TargetConfig(), {"eot": 3, "eos": 1}, torch.device("cpu"), every=3,
+                                    after=2)
+    with torch.no_grad():
+        for step in range(10):
+            model.weight.fill_(step).add_(torch.arange(6.0).view(2, 3) / 1000)  # step in the first weight
+            select(model, step, last=step == 9)
+    assert gated == [2, 5, 8, 9]
+    record = select.record()
+    assert record["chosen_step"] == 5 and [g["step"] for g in record["gates"]] == [2, 5, 8, 9]
+    assert [g["score"] for g in record["gates"]] == pytest.approx([0.5556, 1.0556, 0.3333, 1.0556], abs=1e-4)
+    want = (torch.full((2, 3), 5.0) + torch.arange(6.0).view(2, 3) / 1000).bfloat16().float()
+    assert torch.equal(select.best_state["weight"], want)
+
+
+def test_gate_every_must_not_be_negative(capsys):
+    with pytest.raises(SystemExit) as e:
+        tz.parse_args(["repair", "--init", "m", "--out", "o", "--gate-every", "-1"])
+    assert e.value.code == 2 and "--gate-every" in capsys.readouterr().err
+
+
 def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
-    """``train_zoo repair --smoke`` on the zoo target: one repair step changes the weights, and the folder it writes
-    loads, with its record (the gate on held-out prompts only) beside it."""
+    """``train_zoo repair --smoke --gate-every 1`` on the zoo target: the weights of the better gated step (the
+    initial ones or the one repair step's, which change them) are written, and the folder loads, with its record (the
+    final gate on held-out prompts only) beside it."""
     import json
 
     from safetensors.torch import load_file
@@ -436,15 +479,18 @@ def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
     init = hsd.zoo.path()
     if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES) or not (init / "model.safetensors.index.json").is_file():
         pytest.skip("code_edits_dev.jsonl or the zoo weights not available")
-    tz.main(["repair", "--init", str(init), "--out", str(tmp_path), "--smoke"])
+    tz.main(["repair", "--init", str(init), "--out", str(tmp_path), "--smoke", "--gate-every", "1"])
     record = json.loads((tmp_path / "repair_config.json").read_text())
     assert record["smoke"] and record["repair"]["steps"] == 1 and record["quality_gate"]["n"] == 2
+    selection = record["selection"]  # the initial weights and the one step's, gated on training edits
+    assert [g["step"] for g in selection["gates"]] == [0, 1] and selection["chosen_step"] in (0, 1)
     held_out = set(json.loads((init / "eval_split.json").read_text())["ids"])
     samples = json.loads((tmp_path / "repair_log.json").read_text())["quality_gate_samples"]
     assert {s["id"] for s in samples} <= held_out
     name = "model-00001-of-00003.safetensors"
     before, after = load_file(init / name), load_file(tmp_path / name)
-    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+    changed = any(not torch.equal(before[k], after[k]) for k in before)
+    assert before.keys() == after.keys() and changed == (selection["chosen_step"] == 1)
     from transformers import AutoModelForCausalLM
 
     count = lambda folder: sum(  # noqa: E731
