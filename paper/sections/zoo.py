@@ -10,7 +10,8 @@ import re
 from experiments import results
 from paper.sections import edit_norm
 from paper.sections.sweep import cap_count
-from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, fmt, num, of_n, provenance, table
+from paper.sections.simulation import SIMULATION
+from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num, of_n, provenance, table
 
 GPU_TESTS = RESULTS / "speed" / "gpu_tests.log"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
@@ -69,7 +70,19 @@ def model() -> None:
     num("zooTrainProv", provenance(gpu_repair["run_info"]), "{}")
     stages = calls + [cpu_repair, gpu_repair]
     num("zooStages", len(stages), "{:d}")
-    num("zooDirtyStages", sum(str(r["run_info"]["commit"]).endswith("-dirty") for r in stages), "{:d}")
+    dirty = sum(str(r["run_info"]["commit"]).endswith("-dirty") for r in stages)
+    num("zooDirtyStages", dirty, "{:d}")
+    sim_commit, sim_note = commit_of(json.loads(SIMULATION.read_text())["run_info"])
+    files = r"(\code{training\_config*.json}, \code{repair\_config*.json} beside the weights)"
+    stages_text = f"{dirty} of the zoo target's {len(stages)} training stages {files}"
+    if "uncommitted" in sim_note:
+        gaps = (f"The simulation ran on a working tree with uncommitted changes (\\code{{{sim_commit}}}), and so did "
+                f"{stages_text}." if dirty else f"The simulation ran on a working tree with uncommitted changes "
+                f"(\\code{{{sim_commit}}}).")
+    else:
+        gaps = (f"Of the zoo target's {len(stages)} training stages {files}, {dirty} ran on working trees with "
+                f"uncommitted changes." if dirty else "")
+    num("provenanceDirty", gaps, "{}")
     num("zooGateRefNorm", gpu_repair["quality_gate"]["median_ref_norm"])
     _gate(tc["quality_gate"], "Tuned")
     _gate(gpu_repair["quality_gate"], "")
