@@ -571,21 +571,13 @@ LOOP_DISTINCT = 0.5  # an output that does not stop and has fewer distinct 4-gra
 
 
 def spearman(x, y) -> float:
-    """Spearman rank correlation (ties get their average rank); NaN when either side is constant."""
-    def ranks(v):
-        v = np.asarray(v, dtype=float)
-        order = np.argsort(v, kind="stable")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v), dtype=float)
-        for value in np.unique(v):
-            tied = v == value
-            r[tied] = r[tied].mean()
-        return r
+    """Spearman rank correlation (``scipy.stats.spearmanr``: ties get their average rank); NaN when either side
+    is constant or has fewer than two values."""
+    from scipy.stats import spearmanr
 
-    rx, ry = ranks(x), ranks(y)
-    if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
+    if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
         return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
+    return float(spearmanr(x, y).statistic)
 
 
 def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> list[dict]:
