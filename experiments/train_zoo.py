@@ -64,6 +64,7 @@ from experiments.edit_corpus import (EVAL_REPOS, blazedit_messages, change_reque
 from experiments.provenance import run_info
 from experiments.synthetic_edits import synthetic_edit
 from experiments.train_tokenizer import EOT
+from experiments.zoo_gate import GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, run_gate
 from hybridsd.data import BLAZEDIT_TEMPLATE, CHANGE_REQUESTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ class TargetConfig:
     # quality gate
     gate_prompts: int = 32
     gate_max_before_chars: int = 2500
-    gate_max_new_frac: float = 1.5
+    gate_max_new_frac: float = GATE_MAX_NEW_FRAC
     gate_time_s: float = 90.0           # no new gate prompt is started after this
     gate_bins: int = 8                  # gate prompts are spread evenly over this many bins of [0, 0.6]
     change_request: str = "located"     # or "subject": the commit subject / transform instruction alone
@@ -560,102 +561,6 @@ def with_replay(batches, replay, every: int):
             yield x, y, torch.ones(y.shape), None
 
 
-def distinct_share(tokens: list[int], n: int = 4) -> float:
-    """Distinct n-grams over all n-grams of ``tokens`` (1.0 when there are none): near 0 for an output stuck in a
-    loop, near 1 for text that does not repeat itself."""
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
-
-
-LOOP_DISTINCT = 0.5  # an output that does not stop and has fewer distinct 4-grams than this is counted as a loop
-
-
-def spearman(x, y) -> float:
-    """Spearman rank correlation (``scipy.stats.spearmanr``: ties get their average rank); NaN when either side
-    is constant or has fewer than two values."""
-    from scipy.stats import spearmanr
-
-    if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
-        return float("nan")
-    return float(spearmanr(x, y).statistic)
-
-
-def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> list[dict]:
-    """Up to ``n`` rows with short inputs, spread evenly over ``bins`` equal bins of reference edit norm in
-    [0, 0.6]: taken in turn from each bin, each bin in a fixed hash order."""
-    by_bin: list[list[dict]] = [[] for _ in range(bins)]
-    for r in sorted(rows, key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest()):
-        if len(r["before"]) <= max_before_chars and r["char_edit_norm"] <= 0.6:
-            by_bin[min(int(r["char_edit_norm"] / 0.6 * bins), bins - 1)].append(r)
-    chosen: list[dict] = []
-    while len(chosen) < n and any(by_bin):
-        for members in by_bin:
-            if members and len(chosen) < n:
-                chosen.append(members.pop(0))
-    return chosen
-
-
-def gate_cap(tokenizer, after: str, frac: float = TargetConfig.gate_max_new_frac) -> int:
-    """The quality gate's token cap for an answer whose reference is ``after``: ``frac`` x its tokens (at least 8)."""
-    return max(8, math.ceil(frac * len(tokenizer.encode(after, add_special_tokens=False))))
-
-
-GATE_EOS_SHARE, GATE_SPEARMAN = 0.9, 0.6  # the quality gate's pass line
-
-
-def gate_score(gate: dict) -> float:
-    """How far a quality gate result clears its pass line: min(EOS share / 0.9, Spearman / 0.6); >= 1 passes
-    (a constant output norm, Spearman NaN or None, scores 0)."""
-    rho = gate["spearman_ref_out"]
-    rho = 0.0 if rho is None or math.isnan(rho) else rho
-    return min(gate["eos_share"] / GATE_EOS_SHARE, rho / GATE_SPEARMAN)
-
-
-def quality_gate(model, tokenizer, rows: list[dict], cfg: TargetConfig, stop_ids: list[int]) -> dict:
-    """Greedy answers to held-out prompts (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
-    gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
-    correlation of the output's edit norm with the reference's, and outputs stuck in a loop (``loops``: no stop and a
-    distinct-4-gram share below ``LOOP_DISTINCT``). Passes when >= 90% stop and rho >= 0.6."""
-    import hybridsd as hsd
-    from hybridsd.edit_distance import edit_norm
-
-    chosen = gate_rows(rows, cfg.gate_prompts, cfg.gate_bins, cfg.gate_max_before_chars)
-    samples, start = [], time.time()
-    for r in chosen:
-        if time.time() - start > cfg.gate_time_s:
-            break
-        request = change_request(r["before"], r["after"], r["instruction"], cfg.change_request, cfg.max_places)
-        text = tokenizer.apply_chat_template(blazedit_messages(r["before"], request), tokenize=False,
-                                             add_generation_prompt=True)
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        cap = min(gate_cap(tokenizer, r["after"], cfg.gate_max_new_frac), cfg.max_position_embeddings - len(ids) - 16)
-        res = hsd.generate(model, ids, drafter=hsd.NgramDrafter(k=5, min_n=2, max_n=5), max_new_tokens=cap,
-                           eos_token_id=stop_ids)
-        stopped = bool(res.tokens) and res.tokens[-1] in stop_ids
-        out = tokenizer.decode(res.tokens[:-1] if stopped else res.tokens, skip_special_tokens=True)
-        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_norm": round(edit_norm(r["before"], out), 6),
-                        "out_vs_after": round(edit_norm(r["after"], out), 6), "stopped": stopped, "cap": cap,
-                        "tokens": len(res.tokens), "ngram_seq_al": round(res.stats.seq_normalized_al, 4),
-                        "exact_after": out == r["after"], "distinct_4gram": round(distinct_share(res.tokens), 4),
-                        "request": request, "output_head": out[:300]})
-    med = lambda xs: float(np.median(xs)) if xs else float("nan")  # noqa: E731
-    n = len(samples)
-    result = {"n": n, "planned": len(chosen), "generate_s": round(time.time() - start, 1),
-              "eos_share": sum(s["stopped"] for s in samples) / max(n, 1),
-              "spearman_ref_out": spearman([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples]),
-              "median_ref_norm": med([s["ref_norm"] for s in samples]),
-              "median_out_norm": med([s["out_norm"] for s in samples]),
-              "median_out_vs_after": med([s["out_vs_after"] for s in samples]),
-              "exact_after": sum(s["exact_after"] for s in samples),
-              "loops": sum(not s["stopped"] and s["distinct_4gram"] < LOOP_DISTINCT for s in samples),
-              "samples": samples}
-    for name, lo, hi in (("low", 0.0, 0.1), ("high", 0.3, 0.6)):
-        als = [s["ngram_seq_al"] for s in samples if lo <= s["ref_norm"] <= hi]
-        result[f"ngram_seq_al_ref_{name}"] = float(np.mean(als)) if als else float("nan")
-    result["passed"] = gate_score(result) >= 1
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}  # strict JSON
-
-
 def load_target(cfg: TargetConfig, init: Path | None, n_vocab: int, special: dict):
     """The model to train: ``init``'s weights in fp32, or a fresh one of ``cfg``'s shape."""
     if init is None:
@@ -888,28 +793,6 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
     return as_saved(model, device)
 
 
-def as_saved(model, device):
-    """``model`` (in place) with the weights :func:`save_target` writes (rounded to bf16), in eval mode, in the
-    gate's dtype: bf16 on the GPU, fp32 on the CPU."""
-    import torch
-
-    model = model.to(torch.bfloat16).eval()
-    return model if device.type == "cuda" else model.float()
-
-
-def run_gate(model, tokenizer, eval_rows: list[dict], cfg: TargetConfig, special: dict) -> dict:
-    """:func:`quality_gate` on ``eval_rows``, its summary and first samples printed."""
-    gate = quality_gate(model, tokenizer, eval_rows, cfg, [special["eot"], special["eos"]])
-    print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
-          f"Spearman(ref, out) {gate['spearman_ref_out']}, median ref norm {gate['median_ref_norm']}, "
-          f"median out norm {gate['median_out_norm']}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']} "
-          f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']}, loops {gate['loops']}, passed={gate['passed']}", flush=True)
-    for s in gate["samples"][:3]:
-        print(json.dumps({k: s[k] for k in ("id", "ref_norm", "out_norm", "stopped", "ngram_seq_al")}), "\n",
-              s["request"], "\n--- output head:\n", s["output_head"], "\n-----", flush=True)
-    return gate
-
-
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
@@ -931,42 +814,6 @@ def repair_config(args) -> TargetConfig:
     given = {n: getattr(args, n) for n in REPAIR_OPTIONS if getattr(args, n) is not None}
     smoke = SMOKE_REPAIR if args.smoke else {}
     return replace(TargetConfig(), **{**REPAIR_DEFAULTS, **smoke, **given})
-
-
-class CheckpointSelection:
-    """Early stopping of a loop repair by the quality gate on ``rows`` (training edits outside the repair set):
-    called after repair steps, it gates the weights as they would be saved at ``after``, ``after + every``, ...
-    steps (and the last), and keeps the weights of the best :func:`gate_score` (the earliest among equals)."""
-
-    def __init__(self, tokenizer, rows: list[dict], cfg: TargetConfig, special: dict, device, every: int,
-                 after: int) -> None:
-        self.tokenizer, self.rows, self.cfg, self.device = tokenizer, rows, cfg, device
-        self.stops = [special["eot"], special["eos"]]
-        self.every, self.after = every, after
-        self.gates: list[dict] = []
-        self.best_state: dict | None = None
-        self.best_score = -math.inf
-
-    def __call__(self, model, steps: int, last: bool = False) -> None:
-        due = steps >= self.after and (steps - self.after) % self.every == 0
-        if not (due or last) or any(g["step"] == steps for g in self.gates):
-            return
-        import copy
-
-        candidate = as_saved(copy.deepcopy(model), self.device)
-        gate = quality_gate(candidate, self.tokenizer, self.rows, self.cfg, self.stops)
-        entry = {"step": steps, "score": round(gate_score(gate), 4),
-                 **{k: gate[k] for k in ("n", "eos_share", "spearman_ref_out", "loops", "median_out_norm")}}
-        self.gates.append(entry)
-        print("[select] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
-        if entry["score"] > self.best_score:
-            self.best_score = entry["score"]
-            self.best_state = {k: v.detach().float().cpu() for k, v in candidate.state_dict().items()}
-
-    def record(self) -> dict:
-        best = max(self.gates, key=lambda g: (g["score"], -g["step"]))
-        return {"rows": "training split, outside the repair set", "every": self.every, "after": self.after,
-                "chosen_step": best["step"], "gates": self.gates}
 
 
 def cmd_repair(args) -> None:

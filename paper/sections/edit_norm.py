@@ -59,7 +59,7 @@ def stopped_within_reference(plain) -> int:
     with the zoo tokenizer on the references in the data directory's code_edits_dev.jsonl."""
     from transformers import AutoTokenizer
 
-    from experiments.train_zoo import gate_cap
+    from experiments.zoo_gate import gate_cap
     from hybridsd import data, zoo
 
     tok = AutoTokenizer.from_pretrained(zoo.path(plain.model.iloc[0]), local_files_only=True)
