@@ -70,7 +70,8 @@ def gate_score(gate: dict) -> float:
 
 
 def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -> dict:
-    """Greedy answers to held-out prompts (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
+    """Greedy answers to the prompts of up to ``cfg.gate_prompts`` of ``rows`` (:func:`gate_rows`; held-out edits, or
+    training edits when a repair is stopped early) (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
     gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
     correlation of the output's edit norm with the reference's, and outputs stuck in a loop (``loops``: no stop and a
     distinct-4-gram share below ``LOOP_DISTINCT``). Passes when >= 90% stop and rho >= 0.6."""
@@ -115,7 +116,7 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
 
 
 def as_saved(model, device):
-    """``model`` (in place) with the weights :func:`save_target` writes (rounded to bf16), in eval mode, in the
+    """``model`` (in place) with the weights :func:`experiments.train_zoo.save_target` writes (rounded to bf16), in eval mode, in the
     gate's dtype: bf16 on the GPU, fp32 on the CPU."""
     import torch
 
@@ -151,6 +152,7 @@ class CheckpointSelection:
         self.best_score = -math.inf
 
     def __call__(self, model, steps: int, last: bool = False) -> None:
+        """Gate ``model`` after ``steps`` repair steps when the schedule (or ``last``) says so, once per step."""
         due = steps >= self.after and (steps - self.after) % self.every == 0
         if not (due or last) or any(g["step"] == steps for g in self.gates):
             return
@@ -167,6 +169,7 @@ class CheckpointSelection:
             self.best_state = {k: v.detach().float().cpu() for k, v in candidate.state_dict().items()}
 
     def record(self) -> dict:
+        """What ``repair_config.json`` keeps: the schedule, the chosen step and every gate's summary."""
         best = max(self.gates, key=lambda g: (g["score"], -g["step"]))
         return {"rows": "training split, outside the repair set", "every": self.every, "after": self.after,
                 "chosen_step": best["step"], "gates": self.gates}
