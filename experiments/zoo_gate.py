@@ -6,6 +6,7 @@ between the reference's and the output's edit norm; and the early stopping of a 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -116,8 +117,8 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
 
 
 def as_saved(model, device):
-    """``model`` (in place) with the weights :func:`experiments.train_zoo.save_target` writes (rounded to bf16), in eval mode, in the
-    gate's dtype: bf16 on the GPU, fp32 on the CPU."""
+    """``model`` (in place) with the weights :func:`experiments.train_zoo.save_target` writes (rounded to bf16), in
+    eval mode, in the gate's dtype: bf16 on the GPU, fp32 on the CPU."""
     import torch
 
     model = model.to(torch.bfloat16).eval()
@@ -148,28 +149,25 @@ class CheckpointSelection:
         self.stops = [special["eot"], special["eos"]]
         self.every, self.after = every, after
         self.gates: list[dict] = []
-        self.best_state: dict | None = None
-        self.best_score = -math.inf
+        self.best: dict | None = None  # the best gate so far (its entry in ``gates``) ...
+        self.best_state: dict | None = None  # ... and its weights (fp32 copies, on the CPU)
 
     def __call__(self, model, steps: int, last: bool = False) -> None:
         """Gate ``model`` after ``steps`` repair steps when the schedule (or ``last``) says so, once per step."""
         due = steps >= self.after and (steps - self.after) % self.every == 0
         if not (due or last) or any(g["step"] == steps for g in self.gates):
             return
-        import copy
-
         candidate = as_saved(copy.deepcopy(model), self.device)
         gate = quality_gate(candidate, self.tokenizer, self.rows, self.cfg, self.stops)
         entry = {"step": steps, "score": round(gate_score(gate), 4),
                  **{k: gate[k] for k in ("n", "eos_share", "spearman_ref_out", "loops", "median_out_norm")}}
         self.gates.append(entry)
         print("[select] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
-        if entry["score"] > self.best_score:
-            self.best_score = entry["score"]
+        if self.best is None or entry["score"] > self.best["score"]:
+            self.best = entry
             self.best_state = {k: v.detach().float().cpu() for k, v in candidate.state_dict().items()}
 
     def record(self) -> dict:
         """What ``repair_config.json`` keeps: the schedule, the chosen step and every gate's summary."""
-        best = max(self.gates, key=lambda g: (g["score"], -g["step"]))
         return {"rows": "training split, outside the repair set", "every": self.every, "after": self.after,
-                "chosen_step": best["step"], "gates": self.gates}
+                "chosen_step": self.best["step"], "gates": self.gates}

@@ -74,15 +74,13 @@ def model() -> None:
     num("zooDirtyStages", dirty, "{:d}")
     sim_commit, sim_note = commit_of(json.loads(SIMULATION.read_text())["run_info"])
     files = r"(\code{training\_config*.json}, \code{repair\_config*.json} beside the weights)"
-    stages_text = f"{dirty} of the zoo target's {len(stages)} training stages {files}"
+    gaps = []
     if "uncommitted" in sim_note:
-        gaps = (f"The simulation ran on a working tree with uncommitted changes (\\code{{{sim_commit}}}), and so did "
-                f"{stages_text}." if dirty else f"The simulation ran on a working tree with uncommitted changes "
-                f"(\\code{{{sim_commit}}}).")
-    else:
-        gaps = (f"Of the zoo target's {len(stages)} training stages {files}, {dirty} ran on working trees with "
-                f"uncommitted changes." if dirty else "")
-    num("provenanceDirty", gaps, "{}")
+        gaps.append(f"The simulation ran on a working tree with uncommitted changes (\\code{{{sim_commit}}}).")
+    if dirty:
+        gaps.append(f"Of the zoo target's {len(stages)} training stages {files}, {dirty} ran on working trees with "
+                    "uncommitted changes.")
+    num("provenanceDirty", " ".join(gaps), "{}")
     num("zooGateRefNorm", gpu_repair["quality_gate"]["median_ref_norm"])
     _gate(tc["quality_gate"], "Tuned")
     _gate(gpu_repair["quality_gate"], "")
