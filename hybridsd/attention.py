@@ -22,6 +22,9 @@ SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree) of 2-by
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 EXACT_ROW_TILE = 16  # exact mode: query rows per program, token-major (a tile of padding tokens does no work)
+EXACT_PROGRAMS = 64  # exact mode: the grid's aim for one row tile (fewer, longer chunks than SPLIT_PROGRAMS: every
+#                      step is a padded block whose idle tiles and merge grow with the chunks: attention_plans in
+#                      experiments/results/exact/speed_exact.json)
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
@@ -42,8 +45,9 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
     depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views
     differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key tiles in
-    place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
-    :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros).
+    place), no real token sees a key from ``block[1]`` on (the split kernel reads none), and the first
+    ``block[2]`` tokens are real, the others padding (the split kernel's row tiles, :data:`EXACT_ROW_TILE` rows
+    token-major, that hold only padding read no keys; padding rows come out as zeros).
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -94,14 +98,14 @@ def _next_pow2(n: int) -> int:
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
-                       branch=None, programs: int = SPLIT_PROGRAMS, row_tile: int | None = None, block=None):
+                       branch=None, programs: int | None = None, row_tile: int | None = None, block=None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch, block``: the virtual key order of exact mode, where it differs from slot order and the
     count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are :data:`EXACT_ROW_TILE`
-    token-major rows, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim and the most
-    query rows per program (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes
-    an element)."""
+    token-major rows, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim (default
+    :data:`SPLIT_PROGRAMS`, in exact mode :data:`EXACT_PROGRAMS`) and the most query rows per program
+    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
     h, rows, d = q.shape
@@ -110,12 +114,13 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch, block = allowed, allowed, allowed
         if row_tile is None and q.element_size() > 2:
             row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
-        block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs, row_tile)
+        block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs or SPLIT_PROGRAMS, row_tile)
     else:  # splits planned for one row tile; the tiles of padding tokens read no keys
         if block is None:
             block = torch.tensor([0, s, t], device=q.device)
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
-        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, programs, EXACT_ROW_TILE)
+        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, programs or EXACT_PROGRAMS,
+                                                     EXACT_ROW_TILE)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]

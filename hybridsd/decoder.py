@@ -26,6 +26,9 @@ from hybridsd.attention import KERNELS, grouped_attention
 
 
 AUTO_MODES = ("max-autotune-no-cudagraphs", None)  # compile="auto": (1-token steps, blocks); None = default mode
+DEFAULT_MODE_OPTIONS = {"pattern_matcher": False}  # the default mode without inductor's rewrite of a residual add
+# after a matmul into cuBLAS addmm, which copies the residual into its output first (a device copy per residual,
+# two a layer) and rounds product and sum once, where the model rounds the product to the dtype before adding
 
 
 def compile_modes(compile: bool | str) -> tuple[str | None, str | None]:
@@ -40,11 +43,18 @@ def compile_modes(compile: bool | str) -> tuple[str | None, str | None]:
 
 def compile_by_block(fns: tuple, compile: bool | str) -> dict[bool, tuple]:
     """``fns`` for 1-token steps (key True) and for blocks (key False): compiled in their
-    :func:`compile_modes` (one compilation per distinct mode), or as they are when ``compile`` is false."""
+    :func:`compile_modes` (one compilation per distinct mode; the default mode with
+    :data:`DEFAULT_MODE_OPTIONS`), or as they are when ``compile`` is false."""
     if not compile:
         return {True: fns, False: fns}
     one, block = compile_modes(compile)
-    by_mode = {m: tuple(torch.compile(f, mode=m, dynamic=False) for f in fns) for m in {one, block}}
+
+    def compiled(f, mode):
+        if mode is None:
+            return torch.compile(f, dynamic=False, options=DEFAULT_MODE_OPTIONS)
+        return torch.compile(f, mode=mode, dynamic=False)
+
+    by_mode = {m: tuple(compiled(f, m) for f in fns) for m in {one, block}}
     return {True: by_mode[one], False: by_mode[block]}
 
 
