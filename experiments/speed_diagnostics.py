@@ -317,7 +317,7 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
             if views == "halves":
                 branch[live // 2 : live] = 1
             extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch,
-                     "block": torch.tensor([ctx, ctx + live, live], device=p.device)}
+                     "block": torch.tensor([ctx, ctx + t, live], device=p.device)}
         rows = q.shape[1]
         for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
             try:

@@ -45,9 +45,8 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
     depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views
     differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key tiles in
-    place), no real token sees a key from ``block[1]`` on (the split kernel reads none), and the first
-    ``block[2]`` tokens are real, the others padding (the split kernel's row tiles, :data:`EXACT_ROW_TILE` rows
-    token-major, that hold only padding read no keys; padding rows come out as zeros).
+    place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
+    :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros).
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")

@@ -67,26 +67,22 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
     # BLOCK[0] .. BLOCK[1] - 1: key tiles outside them are read in place (the same keys for every view, so the
     # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
     # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
-    # reads no keys, padding rows store nothing (the merge reads none), and no tile reads keys from BLOCK[1] on:
-    # no real row sees them, and a key tile that every row masks leaves the running softmax bit for bit as it was.
+    # reads no keys.
     h = tl.program_id(0)
     c = tl.program_id(1)
     splits = tl.num_programs(1)
     i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
     lo = c * CHUNK
     hi = lo + CHUNK
-    row_ok = i < R
     if NB == 0:
         tok = i % T  # the block token of each row (row j*T + t)
         r = i
     else:
         tok = i // G
         r = (i % G) * T + tok
-        live = tl.load(BLOCK + 2)
-        hi = tl.where(tl.program_id(2) * BLOCK_R // G < live, tl.maximum(tl.minimum(hi, tl.load(BLOCK + 1)), lo),
-                      lo)  # no key for a tile of padding tokens, none from BLOCK[1] on for the others
-        row_ok = row_ok & (tok < live)  # the rows of real tokens: the only ones the merge reads
+        hi = tl.where(tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2), hi, lo)
     d = tl.arange(0, D_PAD)
+    row_ok = i < R
     q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
     m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
     l = tl.zeros([BLOCK_R], tl.float32)

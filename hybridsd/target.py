@@ -345,8 +345,7 @@ class Target:
         allowed = self._slot_ids[None, :kv_len] <= pos[:, None]  # [R, kv_len] by position (virtual order)
         key_slots = self._slot_ids[:kv_len].expand(window.shape[0], -1).clone()  # [NB, kv_len]
         key_slots.scatter_(1, slots[None, :].expand_as(window), window)
-        block = torch.cat([start, start + live, live])  # [3]: the views differ, and real tokens' keys end, before
-        # slot block[1] (padding rows keep slot order and see only position start); block[2] real tokens
+        block = torch.cat([start, start + rows, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
         return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(key_slots, branch, block))
 
 
