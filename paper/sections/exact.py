@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+from hybridsd.attention import EXACT_PROGRAMS, SPLIT_PROGRAMS, SPLIT_ROW_TILE
 from paper.sections.tex import RESULTS, num, of_n, provenance, table, tex_escape
 
 EXACT = RESULTS / "exact"
@@ -77,24 +78,28 @@ def cost() -> None:
 
 
 def gpu_tests() -> None:
-    """gpu_tests_exact.log: the split kernel's exact-path tests, then the uncompiled exact-mode grids (the zoo, the
-    tiny models), one pytest summary line each."""
+    """gpu_tests_exact.log: pytest's ``-rA`` outcome lines of the split kernel's exact-path tests and of the
+    exact-mode grids (the zoo, the tiny models; uncompiled and compiled)."""
     log = (EXACT / "gpu_tests_exact.log").read_text()
-    passed = [int(n) for n in re.findall(r"^(\d+) passed", log, re.M)]
-    num("exactTestsKernel", passed[0], "{:d}")
-    num("exactTestsGrid", sum(passed[1:]), "{:d}")
-    num("exactTestsFailed", sum(int(n) for n in re.findall(r"(\d+) failed", log)), "{:d}")
+    passed = re.findall(r"^PASSED \S+::(\w+)", log, re.M)
+    num("exactTestsKernel", sum(t.startswith("test_exact_split_kernel") for t in passed), "{:d}")
+    num("exactTestsGrid", sum(t.startswith("test_exact_mode") for t in passed), "{:d}")
+    num("exactTestsFailed", len(re.findall(r"^(?:FAILED|ERROR) ", log, re.M)), "{:d}")
 
 
 def kernels() -> None:
     """speed_exact.json's kernels timed apart at context 2048: the attention of a 16-row exact block by its real
     tokens against the non-exact kernel's decode and 9-token steps, and the matmuls of 16 rows against 1."""
     d = json.loads((EXACT / "speed_exact.json").read_text())
-    plans = {p["case"]: p["ms_per_step"] for p in d["attention_plans"] if p["programs"] == 128}
+    plans = {p["case"]: p["ms_per_step"] for p in d["attention_plans"]  # each case at the grid it runs with
+             if p["programs"] == (EXACT_PROGRAMS if p["case"].startswith("exact") else SPLIT_PROGRAMS)
+             and p["row_tile"] == SPLIT_ROW_TILE}
     for case, tag in (("decode", "Decode"), ("chain_q9", "Nine"), ("exact16_decode", "ExactDecode"),
                       ("exact16_chain9", "ExactNine"), ("exact16_tree9", "ExactTree"),
                       ("exact16_two_views", "ExactSixteen")):
         num(f"exactAttn{tag}", plans[case], "{:.2f}")
+    num("exactPrograms", EXACT_PROGRAMS, "{:d}")
+    num("splitPrograms", SPLIT_PROGRAMS, "{:d}")
     gemm = {}
     for row in d["gemm_rows"]:
         gemm[row["rows"]] = gemm.get(row["rows"], 0.0) + row["ms_per_step"]
