@@ -213,3 +213,29 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
     values = [acc for _, _, acc, cols in dots if int(cols) == consts["D_PAD"]]  # [16, 64] x [64, D]; scores: [16, 64]
     assert len(values) >= (3 if nb else 1), dots  # exact mode: the in-place loops and the gathering loop
     assert not any(acc.startswith("%cst") for acc in values), values
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
+    """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, ``EXACT_PROGRAMS`` per row tile in
+    exact mode (checked on the launch itself, the kernels replaced by recorders: no Triton needed)."""
+    import hybridsd.attention as A
+
+    grids = []
+
+    class Launch:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(A, "_kernel", lambda: Launch())
+    monkeypatch.setattr(A, "_merge_kernel", lambda: Launch())
+    h, g, t, s, d = 8, 4, 16, 2560, 128
+    q, k, v = torch.zeros(h, g * t, d), torch.zeros(h, s, d), torch.zeros(h, s, d)
+    allowed = torch.ones(t, s, dtype=torch.bool)
+    extra = {"key_slots": torch.arange(s).repeat(2, 1), "branch": torch.zeros(t, dtype=torch.long)} if exact else {}
+    A.split_kv_attention(q, k, v, allowed, d**-0.5, **extra)
+    tile = A.EXACT_ROW_TILE if exact else g * t
+    _, _, _, splits = split_plan(tile, s, h, d, A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS, tile)
+    assert grids[0] == (h, splits, -(-g * t // max(16, tile)))
+    assert h * splits <= (A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS)

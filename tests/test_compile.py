@@ -64,3 +64,20 @@ def test_compile_auto_on_the_hf_path_equals_eager():
         a, _ = eager.forward(block, start)
         b, _ = compiled.forward(block, start)
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_default_mode_compiles_without_the_addmm_rewrite(monkeypatch):
+    """``compile_by_block``: the default mode gets ``DEFAULT_MODE_OPTIONS`` (inductor's pattern matcher off: no
+    residual add rewritten into a copying cuBLAS addmm), a named mode is passed as it is; one compilation per mode."""
+    from hybridsd.decoder import AUTO_MODES, DEFAULT_MODE_OPTIONS, compile_by_block
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: calls.append(kw) or f)
+    assert DEFAULT_MODE_OPTIONS == {"pattern_matcher": False}
+    compile_by_block((abs,), "auto")
+    assert sorted(calls, key=str) == sorted([{"mode": AUTO_MODES[0], "dynamic": False},
+                                             {"dynamic": False, "options": DEFAULT_MODE_OPTIONS}], key=str)
+    calls.clear()
+    by_block = compile_by_block((abs,), True)
+    assert calls == [{"dynamic": False, "options": DEFAULT_MODE_OPTIONS}]
+    assert by_block[True] is by_block[False]
