@@ -113,13 +113,14 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch, block = allowed, allowed, allowed
         if row_tile is None and q.element_size() > 2:
             row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
-        block_r, block_n, chunk, splits = split_plan(rows, s, h, d, programs or SPLIT_PROGRAMS, row_tile)
+        aim = SPLIT_PROGRAMS if programs is None else programs
+        block_r, block_n, chunk, splits = split_plan(rows, s, h, d, aim, row_tile)
     else:  # splits planned for one row tile; the tiles of padding tokens read no keys
         if block is None:
             block = torch.tensor([0, s, t], device=q.device)
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
-        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, programs or EXACT_PROGRAMS,
-                                                     EXACT_ROW_TILE)
+        aim = EXACT_PROGRAMS if programs is None else programs
+        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, aim, EXACT_ROW_TILE)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]

@@ -50,7 +50,7 @@ def compile_by_block(fns: tuple, compile: bool | str) -> dict[bool, tuple]:
     one, block = compile_modes(compile)
 
     def compiled(f, mode):
-        if mode is None:
+        if mode in (None, "default"):
             return torch.compile(f, dynamic=False, options=DEFAULT_MODE_OPTIONS)
         return torch.compile(f, mode=mode, dynamic=False)
 

@@ -81,3 +81,6 @@ def test_default_mode_compiles_without_the_addmm_rewrite(monkeypatch):
     by_block = compile_by_block((abs,), True)
     assert calls == [{"dynamic": False, "options": DEFAULT_MODE_OPTIONS}]
     assert by_block[True] is by_block[False]
+    calls.clear()
+    compile_by_block((abs,), "default")  # the default mode named: the same options
+    assert calls == [{"dynamic": False, "options": DEFAULT_MODE_OPTIONS}]
