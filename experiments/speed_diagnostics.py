@@ -24,7 +24,8 @@ from hybridsd.decoder import fused_layers
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.drafters.tree import layout
 from hybridsd.kv_cache import bucket
-from hybridsd.target import Target, target_for
+from hybridsd.linear import row_linear
+from hybridsd.target import EXACT_ROWS, Target, target_for
 from hybridsd.verify import greedy_chain
 
 
@@ -257,20 +258,36 @@ def _graphed_ms(run, iters: int = 20) -> float:
 
 
 @torch.inference_mode()
-def gemm_rows(model, rows: tuple[int, ...] = (1, 8, 9, 16, 64), iters: int = 20) -> list[dict]:
-    """The step's matmuls alone (``F.linear``, as the fused decoder calls them) by weight kind and block size: one
-    CUDA graph of a kind's matmul in every layer (the LM head: once), in ms per step, with the weight bytes read
-    per ms (TB/s). Shows what a block of ``rows`` tokens costs in matmuls over a one-token step."""
+def gemm_rows(model, rows: tuple[int, ...] = (1, 8, 9, 16, 64), iters: int = 20, row_kernel_rows: int = EXACT_ROWS
+              ) -> list[dict]:
+    """The step's matmuls alone by weight kind and block size: one CUDA graph of a kind's matmul in every layer (the
+    LM head: once), in ms per step, with the weight bytes read per ms (TB/s). ``kernel`` ``"F.linear"``: as the
+    fused decoder calls them (cuBLAS), for every block size in ``rows``, showing what a block of tokens costs in
+    matmuls over a one-token step; ``"row_linear"`` (CUDA): exact mode's kernels on a block of ``row_kernel_rows``
+    rows as its layer calls them (gate/up with its SiLU gate, o and down with their residual)."""
     layers = fused_layers(model.model)
     kinds = {"qkv": [w.wqkv for w in layers], "o": [w.wo for w in layers], "gate_up": [w.w13 for w in layers],
              "down": [w.w2 for w in layers], "lm_head": [model.lm_head.weight]}
+    row_kinds = {"qkv": {}, "o": {"residual": True}, "gate_up": {"glu": True}, "down": {"residual": True}}
     out = []
+
+    def timed(m, kind, kernel, ws, fn):
+        xs = [torch.randn(m, w.shape[1], device=w.device, dtype=w.dtype) for w in ws]  # [m, in] per layer
+        ms = _graphed_ms(lambda: [fn(x, w) for x, w in zip(xs, ws)], iters)
+        nbytes = sum(w.numel() * w.element_size() for w in ws)
+        out.append({"rows": m, "kind": kind, "kernel": kernel, "ms_per_step": ms, "TBps": nbytes / ms / 1e9})
+
     for m in rows:
         for kind, ws in kinds.items():
-            xs = [torch.randn(m, w.shape[1], device=w.device, dtype=w.dtype) for w in ws]  # [m, in] per layer
-            ms = _graphed_ms(lambda: [F.linear(x, w) for x, w in zip(xs, ws)], iters)
-            nbytes = sum(w.numel() * w.element_size() for w in ws)
-            out.append({"rows": m, "kind": kind, "ms_per_step": ms, "TBps": nbytes / ms / 1e9})
+            timed(m, kind, "F.linear", ws, F.linear)
+    if torch.cuda.is_available() and next(model.parameters()).is_cuda:
+        for kind, opts in row_kinds.items():
+            ws = kinds[kind]
+            n = ws[0].shape[0] // (2 if opts.get("glu") else 1)
+            res = torch.randn(row_kernel_rows, n, device=ws[0].device, dtype=ws[0].dtype) if opts.get("residual") \
+                else None
+            timed(row_kernel_rows, kind, "row_linear", ws,
+                  lambda x, w, g=opts.get("glu", False), r=res: row_linear(x, w, glu=g, residual=r))
     return out
 
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsd.attention import KERNELS, grouped_attention
+from hybridsd.linear import ROW_MAX_M, row_linear_op
 
 
 
@@ -142,24 +143,25 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa"):
+def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa",
+               silu: bool = False):
     """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block) -> x``: one
     decoder layer.
 
     ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
     ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
     in the virtual key order ``key_slots, branch`` of the block ``block`` when given (exact mode, see
-    :func:`~hybridsd.attention.grouped_attention`).
+    :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA) its matmuls are
+    :func:`~hybridsd.linear.row_linear`'s (blocks of up to ``ROW_MAX_M`` rows), each row computed alone, with
+    the residuals and (``silu``: ``act`` is SiLU) the gated activation folded in.
     """
     if attention not in KERNELS:
         raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
     g, dq, dkv = n_heads // n_kv_heads, n_heads * head_dim, n_kv_heads * head_dim
     scale = 1 / math.sqrt(head_dim)
 
-    def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int, key_slots=None,
-              branch=None, block=None):
-        t = x.shape[0]
-        qkv = F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv)  # [T, (Hq + 2 Hkv) D]
+    def attend(qkv, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block):
+        t = qkv.shape[0]  # qkv: [T, (Hq + 2 Hkv) D] -> [T, Hq D]
         q, k, v = qkv.split([dq, dkv, dkv], dim=-1)
         q, k, v = q.view(t, n_heads, head_dim), k.view(t, n_kv_heads, head_dim), v.view(t, n_kv_heads, head_dim)
         if w.q_norm is not None:
@@ -169,8 +171,22 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
         v_cache.index_copy_(2, slots, v.transpose(0, 1)[None])
         # each KV head with its g query heads as g*T rows: [Hkv, g*T, D], row j*T + t
         qg = q.view(t, n_kv_heads, g, head_dim).permute(1, 2, 0, 3).reshape(n_kv_heads, g * t, head_dim)
-        o = grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
-                              attention, key_slots, branch, block)  # [T, Hq D]
+        return grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
+                                 attention, key_slots, branch, block)  # [T, Hq D]
+
+    def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int, key_slots=None,
+              branch=None, block=None):
+        cache = (k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block)
+        if key_slots is not None and attention == "split" and x.shape[0] <= ROW_MAX_M:  # exact mode on CUDA
+            lin = row_linear_op()
+            o = attend(lin(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv, False, None), w, *cache)
+            x = lin(o, w.wo, w.bo, False, x)
+            h = rms_norm(x, w.mlp_norm, eps)
+            if silu:
+                return lin(lin(h, w.w13, w.b13, True, None), w.w2, w.b2, False, x)
+            gate, up = lin(h, w.w13, w.b13, False, None).chunk(2, dim=-1)  # [T, I] each
+            return lin(act(gate) * up, w.w2, w.b2, False, x)
+        o = attend(F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv), w, *cache)  # [T, Hq D]
         x = x + F.linear(o, w.wo, w.bo)
         gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
         return x + F.linear(act(gate) * up, w.w2, w.b2)  # [T, H]
@@ -204,7 +220,8 @@ class Decoder:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
         eps = base.norm.variance_epsilon if hasattr(base.norm, "variance_epsilon") else cfg.rms_norm_eps
         self.eager = (make_layer(n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads, head_dim, eps,
-                                 base.layers[0].mlp.act_fn, attention), make_head(eps))
+                                 base.layers[0].mlp.act_fn, attention,
+                                 silu=getattr(cfg, "hidden_act", None) in ("silu", "swish")), make_head(eps))
         self.compiled = compile_by_block(self.eager, compile)  # by "a 1-token step"
 
     def __call__(self, tokens, pos, slots, allowed, kv, kv_len: int, want: list[int], last_only: bool,

@@ -242,6 +242,49 @@ def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d,
         assert torch.equal(step[0], tree[r]) and not step[1:].any(), r
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,k,glu,bias,residual", [(6144, 4096, False, False, False), (4096, 4096, False, True, True),
+                                                    (1000, 3000, True, False, False), (333, 100, True, True, True)])
+def test_row_linear_rows_are_computed_alone(dtype, n, k, glu, bias, residual):
+    """Exact mode's matmul kernel on the GPU (PDL launches on Hopper): a row's bits are the same alone, in a block
+    of 9 and in a block of 16 rows whatever the other rows hold, eager and captured in a CUDA graph; and the
+    result is F.linear's (with SiLU gate and residual) to the dtype's precision."""
+    import torch.nn.functional as F
+
+    from hybridsd.linear import row_linear
+
+    torch.manual_seed(n + k)
+    w = torch.randn(2 * n if glu else n, k, device="cuda", dtype=dtype) / k**0.5
+    b = torch.randn(w.shape[0], device="cuda", dtype=dtype) if bias else None
+    x = torch.randn(16, k, device="cuda", dtype=dtype)
+    r = torch.randn(16, n, device="cuda", dtype=dtype) if residual else None
+
+    def run(xs, rs, rows=slice(0, 16)):
+        return row_linear(xs[rows], w, b, glu=glu, residual=None if rs is None else rs[rows])
+
+    block = run(x, r)
+    other, other_r = torch.randn_like(x), None if r is None else torch.randn_like(r)  # row 0 among other rows
+    other[0] = x[0]
+    if r is not None:
+        other_r[0] = r[0]
+    assert torch.equal(run(other, other_r)[0], block[0])
+    assert torch.equal(run(x, r, slice(0, 9)), block[:9])
+    for i in (0, 5, 15):
+        assert torch.equal(run(x, r, slice(i, i + 1))[0], block[i]), i
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(x, r)
+    graph.replay()
+    assert torch.equal(out, block)
+    y = F.linear(x.double(), w.double(), None if b is None else b.double())
+    if glu:
+        y = F.silu(y[:, :n]) * y[:, n:]
+    if r is not None:
+        y = y + r.double()
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(block.double(), y, atol=tol, rtol=tol)
+
+
 def _exact_drafters(k: int, heads: dict) -> dict:
     """n-gram, EAGLE-1, EAGLE-3, both hybrids (prefer-ngram) and the tree, at draft length k."""
     ngram = lambda: NgramDrafter(k=k, min_n=2, max_n=5)  # noqa: E731

@@ -1,0 +1,93 @@
+"""Linear layers of a small block whose every row is computed alone: exact mode's matmuls on CUDA.
+
+A row of ``row_linear``'s output is a sum over the input width in one fixed order whatever the other rows of
+the block hold: one Triton program per tile of output features, over every row and the whole width (no
+split-K), with a launch plan that is a function of the weight's shape only. It folds in what a decoder layer
+does after its matmuls: a SiLU-gated pair of projections (gate rows, then up rows: ``silu(x @ Wg.T) *
+(x @ Wu.T)``) and the residual added to the rounded product (as ``res + F.linear(...)``). On Hopper and later
+it is launched as a programmatic dependent of the kernel before it (PDL): it starts while that kernel drains
+and waits for its results before reading any input. Its rounding differs from cuBLAS' in the last bits; what
+it guarantees is that a row's bits do not depend on the block around it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+ROW_TILE_N = 32  # output features per program: ~N/32 programs stream the weight (no split-K: a row's order fixed)
+ROW_MAX_M = 64  # rows row_linear takes (one row tile)
+
+
+def row_plan(n: int, k: int, element_size: int, glu: bool) -> tuple[int, int, int, int]:
+    """``(BLOCK_N, BLOCK_K, stages, warps)`` of ``row_linear`` for ``n`` outputs (per half with ``glu``) over width
+    ``k``: K steps of 256 two-byte elements where the grid is small (``n <= 4096``, about one wave on an H200)
+    and of 128 otherwise, halved for 4-byte inputs, never much wider than ``k``; fewer stages where a step
+    holds two weight tiles or 4-byte ones (shared memory); tuned on an H200 (``experiments/bench_speed.py
+    --kernels``, ``row_linear`` rows)."""
+    if min(n, k) < 1 or element_size not in (2, 4):
+        raise ValueError(f"row_plan needs n, k >= 1 and 2- or 4-byte elements, got {n}, {k}, {element_size}")
+    block_k = (256 if n <= 4096 else 128) * 2 // element_size
+    block_k = min(block_k, max(16, 1 << (k - 1).bit_length()))
+    return ROW_TILE_N, block_k, 3 if glu or element_size > 2 else 5, 4
+
+
+def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, glu: bool = False,
+               residual: torch.Tensor | None = None, wrap=lambda kernel: kernel) -> torch.Tensor:
+    """``residual + F.linear(x, w, b)`` for ``x`` ``[M, K]`` (``M <= ROW_MAX_M``), ``w`` ``[N, K]`` (``[2N, K]``, gate then
+    up, with ``glu``: ``silu(gate) * up``), ``residual`` ``[M, N]`` or None; returns ``[M, N]`` in ``x``'s dtype
+    (CUDA, Triton). ``wrap``: ``torch.library.wrap_triton`` when traced by ``torch.compile``."""
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or not 1 <= x.shape[0] <= ROW_MAX_M:
+        raise ValueError(f"row_linear takes x [M <= {ROW_MAX_M}, K] and w [N, K], got {tuple(x.shape)} and "
+                         f"{tuple(w.shape)}")
+    if glu and w.shape[0] % 2:
+        raise ValueError(f"glu needs the gate and up rows of w stacked (an even count), got {w.shape[0]}")
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    m, k = x.shape
+    n = w.shape[0] // 2 if glu else w.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [M, N]
+    res = out if residual is None else residual
+    block_n, block_k, stages, warps = row_plan(n, k, x.element_size(), glu)
+    wrap(_kernel())[(-(-n // block_n),)](
+        x, w, w if b is None else b, res, out, m, n, k, x.stride(0), w.stride(0), res.stride(0), out.stride(0),
+        BLOCK_M=max(16, 1 << (m - 1).bit_length()), BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=b is not None,
+        GLU=glu, HAS_RES=residual is not None, IEEE=x.dtype == torch.float32, num_stages=stages, num_warps=warps,
+        **pdl_options(x.device))
+    return out
+
+
+def pdl_options(device: torch.device) -> dict:
+    """Launch options of the kernel on ``device``: programmatic dependent launch (``PDL``, ``launch_pdl``) on a
+    CUDA device of compute capability 9 or more whose Triton has ``gdc_wait``, else none (``PDL`` off)."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not _gdc_available():
+        return {"PDL": False}
+    return {"PDL": True, "launch_pdl": True}
+
+
+@functools.cache
+def _gdc_available() -> bool:
+    import triton.language as tl
+
+    return hasattr(tl.extra.cuda, "gdc_wait")
+
+
+@functools.cache
+def _kernel():
+    """The kernel (:mod:`hybridsd.linear_kernels`, imported on first use)."""
+    from hybridsd.linear_kernels import row_linear_kernel
+
+    return row_linear_kernel
+
+
+@functools.cache
+def row_linear_op():
+    """``row_linear`` as a custom op that ``torch.compile`` traces into (registered on first use)."""
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("hybridsd::row_linear", mutates_args={})
+    def row_linear_custom(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, glu: bool,
+                          residual: torch.Tensor | None) -> torch.Tensor:
+        return row_linear(x, w, b, glu=glu, residual=residual, wrap=wrap_triton)
+
+    return row_linear_custom
