@@ -19,11 +19,13 @@ def row_linear_kernel(X, W, B, RES, OUT, M, N, K, sxm, swn, srm, som, BLOCK_M: t
                       IEEE: tl.constexpr, PDL: tl.constexpr):
     # y = X @ W[:N].T + B[:N]; GLU: OUT = silu(y) * (X @ W[N:2N].T + B[N:2N]) (gate rows, then up rows), else
     # OUT = y, plus RES when HAS_RES; each rounded to OUT's dtype as `res + F.linear(...)` and `act(g) * u` round.
-    # A row's sums run over K in the same order whatever the other rows hold. PDL: launched as a programmatic
-    # dependent of the kernel before it, this waits for that kernel's results before reading any input.
-    if PDL:
-        tl.extra.cuda.gdc_wait()
+    # A row's sums run over K in the same order whatever the other rows hold.
     rm = tl.arange(0, BLOCK_M)
+    if PDL:  # launched as a programmatic dependent of the kernel before it: wait for its results. A pure op (so
+        # torch.compile's analysis of the kernel knows it writes no input) that returns the row indices, so every
+        # load of X and RES and every store is ordered after it; the weights, which nobody writes, may stream before
+        rm = tl.inline_asm_elementwise("griddepcontrol.wait;\n\tmov.u32 $0, $1;", "=r,r", [rm], dtype=tl.int32,
+                                       is_pure=True, pack=1)
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
