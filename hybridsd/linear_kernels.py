@@ -24,8 +24,8 @@ def row_linear_kernel(X, W, B, RES, OUT, M, N, K, sxm, swn, srm, som, BLOCK_M: t
     if PDL:  # launched as a programmatic dependent of the kernel before it: wait for its results. A pure op (so
         # torch.compile's analysis of the kernel knows it writes no input) that returns the row indices, so every
         # load of X and RES and every store is ordered after it; the weights, which nobody writes, may stream before
-        rm = tl.inline_asm_elementwise("griddepcontrol.wait;\n\tmov.u32 $0, $1;", "=r,r", [rm], dtype=tl.int32,
-                                       is_pure=True, pack=1)
+        rm = tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, $1;", "=r,r", [rm], dtype=tl.int32,
+                                       is_pure=True, pack=1)  # one line: inductor copies the source into a string
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
