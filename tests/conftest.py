@@ -134,3 +134,31 @@ class OracleDrafter(ReplayDrafter):
             if self.rng.random() < self.err:
                 d[i] = int(self.rng.integers(self.vocab))
         return [Draft(torch.tensor(d, dtype=torch.long, device=request.device), self.name)] if d else []
+
+
+def run_interpreted(scripts: dict[str, str]) -> dict[str, str | None]:
+    """Each script (name -> code) run under Triton's CPU interpreter, all in one process (one import of torch and
+    triton; TRITON_INTERPRET=1 is read when triton is imported, so not in the test process), each in a fresh
+    namespace: name -> None, or the traceback it raised."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    pytest.importorskip("triton")
+    driver = textwrap.dedent(f"""
+        import json, traceback
+        failed = {{}}
+        for name, code in {scripts!r}.items():
+            try:
+                exec(compile(code, name, "exec"), {{"__name__": "__main__"}})
+                failed[name] = None
+            except BaseException:
+                failed[name] = traceback.format_exc()
+        print("RESULTS", json.dumps(failed))
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and "RESULTS " in out.stdout, out.stderr[-3000:]
+    return json.loads(out.stdout.rsplit("RESULTS ", 1)[1])

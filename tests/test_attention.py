@@ -5,16 +5,13 @@ bf16 is checked on the GPU (``tests/test_cuda.py``): the interpreter's bf16 ``tl
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import run_interpreted
 from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, grouped_attention, split_plan
 
 CASES = [  # (kv heads, group, block tokens, keys, head dim)
@@ -110,26 +107,8 @@ ATTENTION_PLANS = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, str | None]:
-    """Each script above run under the interpreter, all in one process (one import of torch and triton), each in
-    a fresh namespace: name -> None, or the traceback it raised."""
-    pytest.importorskip("triton")
-    scripts = {"SPLIT_KERNEL": SPLIT_KERNEL, "ATTENTION_PLANS": ATTENTION_PLANS}
-    driver = textwrap.dedent(f"""
-        import json, traceback
-        failed = {{}}
-        for name, code in {scripts!r}.items():
-            try:
-                exec(compile(code, name, "exec"), {{"__name__": "__main__"}})
-                failed[name] = None
-            except BaseException:
-                failed[name] = traceback.format_exc()
-        print("RESULTS", json.dumps(failed))
-    """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=600,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert out.returncode == 0 and "RESULTS " in out.stdout, out.stderr[-3000:]
-    return json.loads(out.stdout.rsplit("RESULTS ", 1)[1])
+    """Each script above run under the interpreter (``conftest.run_interpreted``): name -> None or its traceback."""
+    return run_interpreted({"SPLIT_KERNEL": SPLIT_KERNEL, "ATTENTION_PLANS": ATTENTION_PLANS})
 
 
 def test_split_kernel_in_the_triton_interpreter(interpreted):

@@ -6,10 +6,6 @@ bf16 and the bit-for-bit row independence of the compiled kernel are checked on 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -17,6 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import run_interpreted
 from hybridsd.linear import ROW_MAX_M, ROW_TILE_N, pdl_options, row_linear, row_plan
 
 
@@ -113,26 +110,8 @@ EXACT_LAYER = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, str | None]:
-    """Each script above run under the interpreter in one process, each in a fresh namespace: name -> None, or the
-    traceback it raised."""
-    pytest.importorskip("triton")
-    scripts = {"ROW_LINEAR": ROW_LINEAR, "EXACT_LAYER": EXACT_LAYER}
-    driver = textwrap.dedent(f"""
-        import json, traceback
-        failed = {{}}
-        for name, code in {scripts!r}.items():
-            try:
-                exec(compile(code, name, "exec"), {{"__name__": "__main__"}})
-                failed[name] = None
-            except BaseException:
-                failed[name] = traceback.format_exc()
-        print("RESULTS", json.dumps(failed))
-    """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=600,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert out.returncode == 0 and "RESULTS " in out.stdout, out.stderr[-3000:]
-    return json.loads(out.stdout.rsplit("RESULTS ", 1)[1])
+    """Each script above run under the interpreter (``conftest.run_interpreted``): name -> None or its traceback."""
+    return run_interpreted({"ROW_LINEAR": ROW_LINEAR, "EXACT_LAYER": EXACT_LAYER})
 
 
 def test_row_linear_in_the_triton_interpreter(interpreted):

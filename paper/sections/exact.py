@@ -78,18 +78,20 @@ def cost() -> None:
 
 
 def gpu_tests() -> None:
-    """gpu_tests_exact.log: pytest's ``-rA`` outcome lines of the split kernel's exact-path tests and of the
-    exact-mode grids (the zoo, the tiny models; uncompiled and compiled)."""
+    """gpu_tests_exact.log: pytest's ``-rA`` outcome lines of the split kernel's exact-path tests, of the row
+    matmul kernel's and of the tiny models' exact-mode grids (uncompiled and compiled)."""
     log = (EXACT / "gpu_tests_exact.log").read_text()
     passed = re.findall(r"^PASSED \S+::(\w+)", log, re.M)
     num("exactTestsKernel", sum(t.startswith("test_exact_split_kernel") for t in passed), "{:d}")
+    num("exactTestsRow", sum(t.startswith("test_row_linear") for t in passed), "{:d}")
     num("exactTestsGrid", sum(t.startswith("test_exact_mode") for t in passed), "{:d}")
     num("exactTestsFailed", len(re.findall(r"^(?:FAILED|ERROR) ", log, re.M)), "{:d}")
 
 
 def kernels() -> None:
     """speed_exact.json's kernels timed apart at context 2048: the attention of a 16-row exact block by its real
-    tokens against the non-exact kernel's decode and 9-token steps, and the matmuls of 16 rows against 1."""
+    tokens against the non-exact kernel's decode and 9-token steps, and the matmuls of 16 rows (cuBLAS, and exact
+    mode's row_linear) against 1."""
     d = json.loads((EXACT / "speed_exact.json").read_text())
     plans = {p["case"]: p["ms_per_step"] for p in d["attention_plans"]  # each case at the grid it runs with
              if p["programs"] == (EXACT_PROGRAMS if p["case"].startswith("exact") else SPLIT_PROGRAMS)
