@@ -59,14 +59,15 @@ def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, 
 
 def pdl_options(device: torch.device) -> dict:
     """Launch options of the kernel on ``device``: programmatic dependent launch (``PDL``, ``launch_pdl``) on a
-    CUDA device of compute capability 9 or more whose Triton has ``gdc_wait``, else none (``PDL`` off)."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not _gdc_available():
+    CUDA device of compute capability 9 or more whose Triton launches with it, else none (``PDL`` off)."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not _pdl_launches():
         return {"PDL": False}
     return {"PDL": True, "launch_pdl": True}
 
 
 @functools.cache
-def _gdc_available() -> bool:
+def _pdl_launches() -> bool:
+    """Whether Triton takes ``launch_pdl`` (the release that added it also added ``tl.extra.cuda.gdc_wait``)."""
     import triton.language as tl
 
     return hasattr(tl.extra.cuda, "gdc_wait")

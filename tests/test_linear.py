@@ -45,7 +45,7 @@ def test_pdl_only_on_hopper_and_later(monkeypatch):
     assert pdl_options(torch.device("cpu")) == {"PDL": False}
     import hybridsd.linear as linear
 
-    monkeypatch.setattr(linear, "_gdc_available", lambda: True)
+    monkeypatch.setattr(linear, "_pdl_launches", lambda: True)
     for major, want in ((8, {"PDL": False}), (9, {"PDL": True, "launch_pdl": True})):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, m=major: (m, 0))
         assert pdl_options(torch.device("cuda", 0)) == want
