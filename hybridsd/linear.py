@@ -24,8 +24,9 @@ def row_plan(n: int, k: int, element_size: int, glu: bool) -> tuple[int, int, in
     """``(BLOCK_N, BLOCK_K, stages, warps)`` of ``row_linear`` for ``n`` outputs (per half with ``glu``) over width
     ``k``: K steps of 256 two-byte elements where the grid is small (``n <= 4096``, about one wave on an H200)
     and of 128 otherwise, halved for 4-byte inputs, never much wider than ``k``; fewer stages where a step
-    holds two weight tiles or 4-byte ones (shared memory); tuned on an H200 (``experiments/bench_speed.py
-    --kernels``, ``row_linear`` rows)."""
+    holds two weight tiles or 4-byte ones (shared memory). Picked from a sweep of tile sizes, K steps and stages on
+    an H200 (16 rows, Llama-3.1-8B shapes); ``experiments/bench_speed.py --kernels`` times the plan (``gemm_rows``'
+    ``row_linear`` rows)."""
     if min(n, k) < 1 or element_size not in (2, 4):
         raise ValueError(f"row_plan needs n, k >= 1 and 2- or 4-byte elements, got {n}, {k}, {element_size}")
     block_k = (256 if n <= 4096 else 128) * 2 // element_size
