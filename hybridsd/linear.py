@@ -36,9 +36,9 @@ def row_plan(n: int, k: int, element_size: int, glu: bool) -> tuple[int, int, in
 
 def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, glu: bool = False,
                residual: torch.Tensor | None = None, wrap=lambda kernel: kernel) -> torch.Tensor:
-    """``residual + F.linear(x, w, b)`` for ``x`` ``[M, K]`` (``M <= ROW_MAX_M``), ``w`` ``[N, K]`` (``[2N, K]``, gate then
-    up, with ``glu``: ``silu(gate) * up``), ``residual`` ``[M, N]`` or None; returns ``[M, N]`` in ``x``'s dtype
-    (CUDA, Triton). ``wrap``: ``torch.library.wrap_triton`` when traced by ``torch.compile``."""
+    """``residual + F.linear(x, w, b)`` for ``x`` ``[M, K]`` (``M <= ROW_MAX_M``), ``w`` ``[N, K]`` (``[2N, K]``, gate
+    then up, with ``glu``: ``silu(gate) * up``), ``residual`` ``[M, N]`` or None; returns ``[M, N]`` in ``x``'s
+    dtype (CUDA, Triton). ``wrap``: ``torch.library.wrap_triton`` when traced by ``torch.compile``."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or not 1 <= x.shape[0] <= ROW_MAX_M:
         raise ValueError(f"row_linear takes x [M <= {ROW_MAX_M}, K] and w [N, K], got {tuple(x.shape)} and "
                          f"{tuple(w.shape)}")

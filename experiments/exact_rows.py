@@ -1,0 +1,73 @@
+"""Exact-mode grid rows into the results file: ``tests/test_cuda.py`` appends one JSON line per configuration and
+mode (``exact_same`` or ``nonexact_same``) to ``$HYBRIDSD_EXACT_JSON``; this merges such files into
+``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts and the ``run_info``
+(commit, device, torch, date, command) of the run each came from. Runs later on the command line replace earlier
+ones' counts for the same configuration and mode.
+
+    python -m experiments.exact_rows --run tiny.jsonl 6f5600a "pytest tests/test_cuda.py -k ..." \\
+        --run zoo.jsonl 5ff2dfd "pytest ..." --out experiments/results/exact/exact_match.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from experiments.distributed import write_atomic
+
+MODES = ("exact_same", "nonexact_same")
+CONFIG = ("model", "compile", "drafter", "k")
+
+
+def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
+    """Rows of ``runs`` (each: its grid lines and the run_info to record) merged by configuration, in order of first
+    appearance; a later run's count for a configuration and mode replaces an earlier one's, and the row's run_info
+    is that of the run that gave its last count."""
+    merged: dict[tuple, dict] = {}
+    for lines, info in runs:
+        for line in lines:
+            key = tuple(json.dumps(line[c]) for c in CONFIG)
+            row = merged.setdefault(key, {})
+            row.update({k: v for k, v in line.items() if k not in MODES}, **{m: line[m] for m in MODES if m in line})
+            row["run_info"] = dict(info, device=line["device"], torch=line["torch"])
+    return [dict({k: v for k, v in r.items() if k != "run_info"}, run_info=r["run_info"]) for r in merged.values()]
+
+
+def read_grid(path: Path) -> list[dict]:
+    """The grid lines of ``path``: JSON objects with every configuration field and one mode's count."""
+    lines = []
+    for i, text in enumerate(path.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        row = json.loads(text)
+        missing = [c for c in (*CONFIG, "device", "torch") if c not in row]
+        if missing or not any(m in row for m in MODES):
+            raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
+        lines.append(row)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", nargs=3, action="append", required=True, metavar=("FILE", "COMMIT", "COMMAND"),
+                   help="a grid file, the commit it ran at and the command that ran it (repeatable, in order)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--date", default=datetime.date.today().isoformat(), help="date recorded in run_info")
+    a = p.parse_args(argv)
+    runs = []
+    try:
+        for path, commit, command in a.run:
+            runs.append((read_grid(Path(path)), {"commit": commit, "date": a.date, "command": command}))
+    except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+        print(f"exact_rows: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    rows = merge(runs)
+    write_atomic(a.out, "".join(json.dumps(r) + "\n" for r in rows))
+    print(f"exact_rows: {len(rows)} configurations -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

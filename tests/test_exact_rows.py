@@ -1,0 +1,51 @@
+"""experiments.exact_rows: the exact-mode grid's per-mode lines merged into one row per configuration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from experiments.exact_rows import main, merge
+
+
+def _line(model, k, mode, same, compile_="auto"):
+    return {"model": model, "dtype": "torch.bfloat16", "compile": compile_, "drafter": "ngram", "k": k,
+            "exact_rows": 16, "prompts": 6, "new_tokens": 48, "torch": "2.11", "device": "H200", mode: same}
+
+
+def test_merge_joins_modes_and_later_runs_replace_earlier_counts():
+    first = [_line("a", 1, "exact_same", "6/6"), _line("a", 1, "nonexact_same", "2/6"),
+             _line("a", 3, "exact_same", "6/6"), _line("a", 1, "exact_same", "6/6", compile_=False)]
+    second = [_line("a", 3, "nonexact_same", "5/6"), _line("a", 1, "nonexact_same", "4/6")]
+    rows = merge([(first, {"commit": "c1"}), (second, {"commit": "c2"})])
+    assert [(r["compile"], r["k"]) for r in rows] == [("auto", 1), ("auto", 3), (False, 1)]  # first appearance
+    assert rows[0]["exact_same"] == "6/6" and rows[0]["nonexact_same"] == "4/6"  # replaced by the later run
+    assert rows[0]["run_info"] == {"commit": "c2", "device": "H200", "torch": "2.11"}
+    assert rows[2]["run_info"]["commit"] == "c1" and "nonexact_same" not in rows[2]
+    assert list(rows[0])[-1] == "run_info"
+
+
+def test_cli_writes_the_merged_file(tmp_path):
+    run = tmp_path / "grid.jsonl"
+    run.write_text("".join(json.dumps(x) + "\n" for x in (_line("a", 1, "exact_same", "6/6"),
+                                                            _line("a", 1, "nonexact_same", "3/6"))))
+    out = tmp_path / "exact_match.jsonl"
+    main(["--run", str(run), "abc1234", "pytest -k exact_mode", "--out", str(out), "--date", "2026-12-01"])
+    (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert row["exact_same"] == "6/6" and row["nonexact_same"] == "3/6"
+    assert row["run_info"] == {"commit": "abc1234", "date": "2026-12-01", "command": "pytest -k exact_mode",
+                               "device": "H200", "torch": "2.11"}
+
+
+def test_cli_names_a_missing_file_or_a_bad_line_and_exits_2(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_line("a", 1, "exact_same", "6/6")) + "\n" + json.dumps({"model": "a"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    for path, expect in ((tmp_path / "missing.jsonl", "missing.jsonl"), (bad, "bad.jsonl:2")):
+        r = subprocess.run([sys.executable, "-m", "experiments.exact_rows", "--run", str(path), "c", "cmd",
+                            "--out", str(out)], capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[1])
+        assert r.returncode == 2 and expect in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not out.exists()
