@@ -38,13 +38,15 @@ def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, 
                residual: torch.Tensor | None = None, wrap=lambda kernel: kernel) -> torch.Tensor:
     """``residual + F.linear(x, w, b)`` for ``x`` ``[M, K]`` (``M <= ROW_MAX_M``), ``w`` ``[N, K]`` (``[2N, K]``, gate
     then up, with ``glu``: ``silu(gate) * up``), ``residual`` ``[M, N]`` or None; returns ``[M, N]`` in ``x``'s
-    dtype (CUDA, Triton). ``wrap``: ``torch.library.wrap_triton`` when traced by ``torch.compile``."""
+    dtype (CUDA, Triton). Blocks of up to 16 rows share one row tile, so a row's bits are the same alone and in any
+    such block; larger blocks take a larger tile. ``wrap``: ``torch.library.wrap_triton`` when traced by
+    ``torch.compile``."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or not 1 <= x.shape[0] <= ROW_MAX_M:
         raise ValueError(f"row_linear takes x [M <= {ROW_MAX_M}, K] and w [N, K], got {tuple(x.shape)} and "
                          f"{tuple(w.shape)}")
     if glu and w.shape[0] % 2:
         raise ValueError(f"glu needs the gate and up rows of w stacked (an even count), got {w.shape[0]}")
-    x = x if x.stride(-1) == 1 else x.contiguous()
+    x, w, b, residual = (t if t is None or t.stride(-1) == 1 else t.contiguous() for t in (x, w, b, residual))
     m, k = x.shape
     n = w.shape[0] // 2 if glu else w.shape[0]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [M, N]

@@ -80,6 +80,8 @@ ROW_LINEAR = textwrap.dedent("""
                             assert torch.equal(alone[0], got[i]), (m, n, k, glu, i)
     print(worst)
     assert worst["torch.float32"] < 1e-5 and worst["torch.float16"] < 3e-3, worst
+    x, w, r = torch.randn(4, 40), torch.randn(40, 24).T, torch.randn(24, 4).T  # weight and residual not row-major
+    torch.testing.assert_close(row_linear(x, w, residual=r), r + F.linear(x, w))
 """)
 
 EXACT_LAYER = textwrap.dedent("""
@@ -116,7 +118,7 @@ def interpreted() -> dict[str, str | None]:
 
 def test_row_linear_in_the_triton_interpreter(interpreted):
     """fp32 and fp16 on awkward sizes, with and without bias, SiLU gate and residual: F.linear's result, and a row
-    alone equals the same row in its block."""
+    alone equals the same row in its block; inputs that are not row-major are read right."""
     assert interpreted["ROW_LINEAR"] is None, interpreted["ROW_LINEAR"][-3000:]
 
 
