@@ -31,9 +31,10 @@ def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
         for line in lines:
             key = tuple(json.dumps(line[c]) for c in CONFIG)
             row = merged.setdefault(key, {})
-            row.update({k: v for k, v in line.items() if k not in MODES}, **{m: line[m] for m in MODES if m in line})
+            row.pop("run_info", None)  # re-added last: the run that gave the row's latest count
+            row.update(line)  # a line holds one mode's count: the other mode's, if any, stays
             row["run_info"] = dict(info, device=line["device"], torch=line["torch"])
-    return [dict({k: v for k, v in r.items() if k != "run_info"}, run_info=r["run_info"]) for r in merged.values()]
+    return list(merged.values())
 
 
 def read_grid(path: Path) -> list[dict]:
