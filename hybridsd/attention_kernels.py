@@ -5,6 +5,8 @@ fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order,
 import triton
 import triton.language as tl
 
+from hybridsd.pdl_kernels import pdl_wait
+
 
 @triton.jit
 def dot(a, b, acc, IEEE: tl.constexpr):
@@ -60,7 +62,7 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
 @triton.jit
 def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
                     CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
+                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr, PDL: tl.constexpr):
     # NB = 0: keys in slot order, rows j*T + t in tiles. NB > 0 (exact mode): NB views of the keys, view b reading
     # its i-th key from slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and
     # value products are those of its own view's keys, whatever the other rows. Views differ only at the slots
@@ -68,6 +70,9 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
     # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
     # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
     # reads no keys.
+    z = pdl_wait(tl.program_id(0) * 0, PDL)  # 0 once the kernel before has finished (PDL): every pointer depends on it
+    Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS = Q + z, K + z, V + z, MASK + z, KSLOT + z, BRANCH + z, \
+        BLOCK + z, PART + z, STATS + z
     h = tl.program_id(0)
     c = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -114,7 +119,9 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
 
 @triton.jit
 def split_kv_merge(PART, STATS, OUT, BLOCK, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
-                   D_PAD: tl.constexpr, EXACT: tl.constexpr):
+                   D_PAD: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
+    z = pdl_wait(tl.program_id(0) * 0, PDL)  # as in split_kv_kernel
+    PART, STATS, OUT, BLOCK = PART + z, STATS + z, OUT + z, BLOCK + z
     h = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, D_PAD)
