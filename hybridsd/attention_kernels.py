@@ -70,7 +70,8 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
     # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
     # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
     # reads no keys.
-    z = pdl_wait(tl.program_id(0) * 0, PDL)  # 0 once the kernel before has finished (PDL): every pointer depends on it
+    z = tl.multiple_of(pdl_wait(tl.program_id(0) * 0, PDL), 16)  # 0 once the kernel before has finished (PDL):
+    # every pointer depends on it (a multiple of 16, so that the pointers keep their alignment)
     Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS = Q + z, K + z, V + z, MASK + z, KSLOT + z, BRANCH + z, \
         BLOCK + z, PART + z, STATS + z
     h = tl.program_id(0)
@@ -120,7 +121,7 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
 @triton.jit
 def split_kv_merge(PART, STATS, OUT, BLOCK, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
                    D_PAD: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
-    z = pdl_wait(tl.program_id(0) * 0, PDL)  # as in split_kv_kernel
+    z = tl.multiple_of(pdl_wait(tl.program_id(0) * 0, PDL), 16)  # as in split_kv_kernel
     PART, STATS, OUT, BLOCK = PART + z, STATS + z, OUT + z, BLOCK + z
     h = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)

@@ -14,12 +14,16 @@ import functools
 import torch
 
 
+PDL_LEVEL = 2  # 1: each kernel waits for the one before; 2: and then lets the one after launch
+
+
 def pdl_options(device: torch.device) -> dict:
-    """Launch options of a kernel on ``device``: programmatic dependent launch (``PDL``, ``launch_pdl``) on a
-    CUDA device of compute capability 9 or more whose Triton launches with it, else none (``PDL`` off)."""
+    """Launch options of a kernel on ``device``: programmatic dependent launch (``PDL`` = :data:`PDL_LEVEL`,
+    ``launch_pdl``) on a CUDA device of compute capability 9 or more whose Triton launches with it, else none
+    (``PDL`` 0)."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not _pdl_launches():
-        return {"PDL": False}
-    return {"PDL": True, "launch_pdl": True}
+        return {"PDL": 0}
+    return {"PDL": PDL_LEVEL, "launch_pdl": True}
 
 
 @functools.cache

@@ -162,3 +162,18 @@ def run_interpreted(scripts: dict[str, str]) -> dict[str, str | None]:
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0 and "RESULTS " in out.stdout, out.stderr[-3000:]
     return json.loads(out.stdout.rsplit("RESULTS ", 1)[1])
+
+
+def compile_sm90(fn, pointers: dict[str, str], consts: dict, aligned: tuple[str, ...] = (), stage: str = "ptx") -> str:
+    """``fn`` (a Triton kernel) compiled for an H100/H200 (sm_90; no GPU needed): the ``stage`` text (``ttir``,
+    ``ptx``). ``pointers``: name -> Triton type (``*bf16``, ...); ``consts``: the constexprs; every other argument an
+    int32; ``aligned``: arguments specialized as multiples of 16, as Triton's launcher does for aligned pointers and
+    strides."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    signature = {a: pointers.get(a, "constexpr" if a in consts else "i32") for a in fn.arg_names}
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, attrs=attrs,
+                                    constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm[stage]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_interpreted
+from conftest import compile_sm90, run_interpreted
 from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, grouped_attention, split_plan
 
 CASES = [  # (kv heads, group, block tokens, keys, head dim)
@@ -175,19 +175,12 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
     how its key tile was read."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     from hybridsd.attention_kernels import split_kv_kernel as fn
 
     pointers = dict(Q=f"*{elem}", K=f"*{elem}", V=f"*{elem}", MASK="*i1", KSLOT="*i64", BRANCH="*i64", BLOCK="*i64",
                     PART="*fp32", STATS="*fp32")
-    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4)
-    signature = {**pointers, **{a: "i32" for a in fn.arg_names if a not in pointers and a not in consts},
-                 **{a: "constexpr" for a in consts}}
-    src = triton.compiler.ASTSource(fn=fn, signature=signature,
-                                    constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
-    ttir = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ttir"]
+    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4, PDL=0)
+    ttir = compile_sm90(fn, pointers, consts, stage="ttir")
     dots = re.findall(r"tt\.dot (%[\w.]+), (%[\w.]+), (%[\w.]+).*-> tensor<16x(\d+)xf32>", ttir)
     values = [acc for _, _, acc, cols in dots if int(cols) == consts["D_PAD"]]  # [16, 64] x [64, D]; scores: [16, 64]
     assert len(values) >= (3 if nb else 1), dots  # exact mode: the in-place loops and the gathering loop
