@@ -5,8 +5,7 @@ the block's ``T`` tokens) against up to thousands of cached keys. ``"sdpa"`` han
 rows to ``scaled_dot_product_attention`` (one program per KV head on CUDA: a long serial loop
 over the keys); ``"split"`` is a Triton kernel with one program per (KV head, chunk of keys)
 whose partial softmaxes are merged by their log-sum-exp (flash-decoding) in a second kernel that
-writes the token-major output the o projection reads, CUDA only; both are launched as programmatic dependents of
-the kernel before them on Hopper and later (:mod:`hybridsd.pdl`).
+writes the token-major output the o projection reads, CUDA only.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import functools
 
 import torch
 import torch.nn.functional as F
-
-from hybridsd.pdl import pdl_options
 
 KERNELS = ("sdpa", "split")
 SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps) ...
@@ -133,13 +130,12 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb, G=rows // t, **({"num_warps": 8} if block_r >= 128 else {}),  # else 4
-        **pdl_options(q.device))
+        IEEE=q.dtype == torch.float32, NB=nb, G=rows // t, **({"num_warps": 8} if block_r >= 128 else {}))  # else 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
         part, stats, out, block, splits, rows, t, out.stride(0), BLOCK_R=block_m, D=d, D_PAD=_next_pow2(max(d, 16)),
-        EXACT=nb > 0, **pdl_options(q.device))
+        EXACT=nb > 0)
     return out
 
 

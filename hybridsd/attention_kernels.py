@@ -5,8 +5,6 @@ fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order,
 import triton
 import triton.language as tl
 
-from hybridsd.pdl_kernels import pdl_wait
-
 
 @triton.jit
 def dot(a, b, acc, IEEE: tl.constexpr):
@@ -62,7 +60,7 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
 @triton.jit
 def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
                     CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr, PDL: tl.constexpr):
+                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
     # NB = 0: keys in slot order, rows j*T + t in tiles. NB > 0 (exact mode): NB views of the keys, view b reading
     # its i-th key from slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and
     # value products are those of its own view's keys, whatever the other rows. Views differ only at the slots
@@ -70,10 +68,6 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
     # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
     # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
     # reads no keys.
-    z = tl.multiple_of(pdl_wait(tl.program_id(0) * 0, PDL), 16)  # 0 once the kernel before has finished (PDL):
-    # every pointer depends on it (a multiple of 16, so that the pointers keep their alignment)
-    Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS = Q + z, K + z, V + z, MASK + z, KSLOT + z, BRANCH + z, \
-        BLOCK + z, PART + z, STATS + z
     h = tl.program_id(0)
     c = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -111,18 +105,20 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
         for n0 in range(g1, hi, BLOCK_N):
             m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
                                  view, several, d, SCALE, BLOCK_N, D, IEEE, NB, False)
+    kept = row_ok
+    if NB > 0:  # the rows of padding tokens are not stored (the merge reads none of them); a mask of the stores only,
+        # so that the loads and the loop above compile as for every other row
+        kept = kept & (tok < tl.load(BLOCK + 2))
     base = (h * splits + c) * R
-    tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
-    tl.store(STATS + (base * 2) + r, m, mask=row_ok)
-    tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
+    tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=kept[:, None] & (d[None, :] < D))
+    tl.store(STATS + (base * 2) + r, m, mask=kept)
+    tl.store(STATS + (base * 2) + R + r, l, mask=kept)
 
 
 
 @triton.jit
 def split_kv_merge(PART, STATS, OUT, BLOCK, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
-                   D_PAD: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
-    z = tl.multiple_of(pdl_wait(tl.program_id(0) * 0, PDL), 16)  # as in split_kv_kernel
-    PART, STATS, OUT, BLOCK = PART + z, STATS + z, OUT + z, BLOCK + z
+                   D_PAD: tl.constexpr, EXACT: tl.constexpr):
     h = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, D_PAD)

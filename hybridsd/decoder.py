@@ -23,7 +23,6 @@ import torch.nn.functional as F
 
 from hybridsd.attention import KERNELS, grouped_attention
 from hybridsd.linear import ROW_MAX_M, row_linear_op
-from hybridsd.rowwise import rms_norm_op, rope_kv_op
 
 
 
@@ -152,10 +151,9 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
     ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
     ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
     in the virtual key order ``key_slots, branch`` of the block ``block`` when given (exact mode, see
-    :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA, blocks of up to
-    ``ROW_MAX_M`` rows) every step of the layer is a kernel of ours that computes each row alone: the norms and
-    rope with the cache write (:mod:`hybridsd.rowwise`), the matmuls (:func:`~hybridsd.linear.row_linear`, with
-    the residuals and, ``silu``: ``act`` is SiLU, the gated activation folded in) and the attention.
+    :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA) its matmuls are
+    :func:`~hybridsd.linear.row_linear`'s (blocks of up to ``ROW_MAX_M`` rows), each row computed alone, with
+    the residuals and (``silu``: ``act`` is SiLU) the gated activation folded in.
     """
     if attention not in KERNELS:
         raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
@@ -178,20 +176,17 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
 
     def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int, key_slots=None,
               branch=None, block=None):
+        cache = (k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block)
         if key_slots is not None and attention == "split" and x.shape[0] <= ROW_MAX_M:  # exact mode on CUDA
-            lin, norm = row_linear_op(), rms_norm_op()
-            qkv = lin(norm(x, w.attn_norm, eps), w.wqkv, w.bqkv, False, None)  # [T, (Hq + 2 Hkv) D]
-            q = rope_kv_op()(qkv, cos, sin, k_cache, v_cache, slots, n_heads, w.q_norm, w.k_norm, eps)  # [Hkv, g*T, D]
-            o = grouped_attention(q, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale, attention,
-                                  key_slots, branch, block)  # [T, Hq D]
+            lin = row_linear_op()
+            o = attend(lin(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv, False, None), w, *cache)
             x = lin(o, w.wo, w.bo, False, x)
-            h = norm(x, w.mlp_norm, eps)
+            h = rms_norm(x, w.mlp_norm, eps)
             if silu:
                 return lin(lin(h, w.w13, w.b13, True, None), w.w2, w.b2, False, x)
             gate, up = lin(h, w.w13, w.b13, False, None).chunk(2, dim=-1)  # [T, I] each
             return lin(act(gate) * up, w.w2, w.b2, False, x)
-        o = attend(F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv), w, k_cache, v_cache, slots, cos, sin,
-                   allowed, kv_len, key_slots, branch, block)  # [T, Hq D]
+        o = attend(F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv), w, *cache)  # [T, Hq D]
         x = x + F.linear(o, w.wo, w.bo)
         gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
         return x + F.linear(act(gate) * up, w.w2, w.b2)  # [T, H]

@@ -5,8 +5,8 @@ the block hold: one Triton program per tile of output features, over every row a
 split-K), with a launch plan that is a function of the weight's shape only. It folds in what a decoder layer
 does after its matmuls: a SiLU-gated pair of projections (gate rows, then up rows: ``silu(x @ Wg.T) *
 (x @ Wu.T)``) and the residual added to the rounded product (as ``res + F.linear(...)``). On Hopper and later
-it is launched as a programmatic dependent of the kernel before it (:mod:`hybridsd.pdl`): it starts while that
-kernel drains, streaming its weights, and waits for its results before reading any other input. Its rounding differs from cuBLAS' in the last bits; what
+it is launched as a programmatic dependent of the kernel before it (PDL): it starts while that kernel drains
+and waits for its results before reading any input. Its rounding differs from cuBLAS' in the last bits; what
 it guarantees is that a row's bits do not depend on the block around it.
 """
 
@@ -15,8 +15,6 @@ from __future__ import annotations
 import functools
 
 import torch
-
-from hybridsd.pdl import pdl_options
 
 ROW_TILE_N = 32  # output features per program: ~N/32 programs stream the weight (no split-K: a row's order fixed)
 ROW_MAX_M = 64  # rows row_linear takes (one row tile)
@@ -60,6 +58,22 @@ def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, 
         GLU=glu, HAS_RES=residual is not None, IEEE=x.dtype == torch.float32, num_stages=stages, num_warps=warps,
         **pdl_options(x.device))
     return out
+
+
+def pdl_options(device: torch.device) -> dict:
+    """Launch options of the kernel on ``device``: programmatic dependent launch (``PDL``, ``launch_pdl``) on a
+    CUDA device of compute capability 9 or more whose Triton launches with it, else none (``PDL`` off)."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not _pdl_launches():
+        return {"PDL": False}
+    return {"PDL": True, "launch_pdl": True}
+
+
+@functools.cache
+def _pdl_launches() -> bool:
+    """Whether Triton takes ``launch_pdl`` (the release that added it also added ``tl.extra.cuda.gdc_wait``)."""
+    import triton.language as tl
+
+    return hasattr(tl.extra.cuda, "gdc_wait")
 
 
 @functools.cache

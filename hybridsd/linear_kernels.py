@@ -5,8 +5,6 @@ whole input width in ``BLOCK_K`` steps (no split-K); a gated activation and a re
 import triton
 import triton.language as tl
 
-from hybridsd.pdl_kernels import pdl_wait
-
 
 @triton.jit
 def _dot(a, b, acc, IEEE: tl.constexpr):
@@ -23,8 +21,11 @@ def row_linear_kernel(X, W, B, RES, OUT, M, N, K, sxm, swn, srm, som, BLOCK_M: t
     # OUT = y, plus RES when HAS_RES; each rounded to OUT's dtype as `res + F.linear(...)` and `act(g) * u` round.
     # A row's sums run over K in the same order whatever the other rows hold.
     rm = tl.arange(0, BLOCK_M)
-    rm = pdl_wait(rm, PDL)  # every load of X and RES and every store after the kernel before (PDL); the weights,
-    # which nobody writes, may stream before
+    if PDL:  # launched as a programmatic dependent of the kernel before it: wait for its results. A pure op (so
+        # torch.compile's analysis of the kernel knows it writes no input) that returns the row indices, so every
+        # load of X and RES and every store is ordered after it; the weights, which nobody writes, may stream before
+        rm = tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, $1;", "=r,r", [rm], dtype=tl.int32,
+                                       is_pure=True, pack=1)  # one line: inductor copies the source into a string
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M

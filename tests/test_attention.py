@@ -179,7 +179,7 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
 
     pointers = dict(Q=f"*{elem}", K=f"*{elem}", V=f"*{elem}", MASK="*i1", KSLOT="*i64", BRANCH="*i64", BLOCK="*i64",
                     PART="*fp32", STATS="*fp32")
-    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4, PDL=0)
+    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4)
     ttir = compile_sm90(fn, pointers, consts, stage="ttir")
     dots = re.findall(r"tt\.dot (%[\w.]+), (%[\w.]+), (%[\w.]+).*-> tensor<16x(\d+)xf32>", ttir)
     values = [acc for _, _, acc, cols in dots if int(cols) == consts["D_PAD"]]  # [16, 64] x [64, D]; scores: [16, 64]

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import run_interpreted
-from hybridsd.linear import ROW_MAX_M, ROW_TILE_N, row_linear, row_plan
+from hybridsd.linear import ROW_MAX_M, ROW_TILE_N, pdl_options, row_linear, row_plan
 
 
 @given(st.integers(1, 70000), st.integers(1, 20000), st.sampled_from([2, 4]), st.booleans())
@@ -41,6 +41,14 @@ def test_row_linear_names_bad_shapes_before_any_kernel(x_shape, w_shape, glu):
         row_linear(torch.zeros(x_shape), torch.zeros(w_shape), glu=glu)
 
 
+def test_pdl_only_on_hopper_and_later(monkeypatch):
+    assert pdl_options(torch.device("cpu")) == {"PDL": False}
+    import hybridsd.linear as linear
+
+    monkeypatch.setattr(linear, "_pdl_launches", lambda: True)
+    for major, want in ((8, {"PDL": False}), (9, {"PDL": True, "launch_pdl": True})):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, m=major: (m, 0))
+        assert pdl_options(torch.device("cuda", 0)) == want
 
 
 # Run under Triton's CPU interpreter (TRITON_INTERPRET=1 is read when triton is imported, so not here)
