@@ -105,14 +105,10 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
         for n0 in range(g1, hi, BLOCK_N):
             m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
                                  view, several, d, SCALE, BLOCK_N, D, IEEE, NB, False)
-    kept = row_ok
-    if NB > 0:  # the rows of padding tokens are not stored (the merge reads none of them); a mask of the stores only,
-        # so that the loads and the loop above compile as for every other row
-        kept = kept & (tok < tl.load(BLOCK + 2))
     base = (h * splits + c) * R
-    tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=kept[:, None] & (d[None, :] < D))
-    tl.store(STATS + (base * 2) + r, m, mask=kept)
-    tl.store(STATS + (base * 2) + R + r, l, mask=kept)
+    tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
+    tl.store(STATS + (base * 2) + r, m, mask=row_ok)
+    tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
 
 
 
