@@ -120,8 +120,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
             block = torch.tensor([0, s, t], device=q.device)
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
         aim = EXACT_PROGRAMS if programs is None else programs
-        tile = EXACT_ROW_TILE if row_tile is None else row_tile
-        block_r, block_n, chunk, splits = split_plan(tile, s, h, d, aim, tile)
+        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, aim, EXACT_ROW_TILE)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]

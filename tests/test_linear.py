@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import run_interpreted
+from conftest import compile_sm90, run_interpreted
 from hybridsd.linear import ROW_MAX_M, ROW_TILE_N, pdl_options, row_linear, row_plan
 
 
@@ -126,3 +126,24 @@ def test_exact_layer_on_row_kernels_equals_the_plain_layer(interpreted):
     """A decoder layer in exact mode with the split kernel (row_linear, with and without the folded SiLU gate) gives
     the plain layer's output on the block's real tokens (fp32)."""
     assert interpreted["EXACT_LAYER"] is None, interpreted["EXACT_LAYER"][-3000:]
+
+
+def test_pdl_wait_leaves_the_memory_code_alone():
+    """Compiled for an H100/H200 (sm_90, no GPU needed), row_linear with PDL waits (``griddepcontrol.wait``) and
+    moves memory exactly as without it: the wait's result feeds the row indices, and an opaque value in an address
+    can cost the loads their alignment (vector loads, cp.async pipelining); here it does not."""
+    import collections
+    import re
+
+    pytest.importorskip("triton")
+    from hybridsd.linear_kernels import row_linear_kernel as fn
+
+    bf = "*bf16"
+    consts = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, HAS_BIAS=True, GLU=True, HAS_RES=True, IEEE=False)
+    aligned = ("X", "W", "B", "RES", "OUT", "K", "sxm", "swn", "srm", "som")  # as the launcher specializes them
+    ptx = {pdl: compile_sm90(fn, dict(X=bf, W=bf, B=bf, RES=bf, OUT=bf), consts | {"PDL": pdl}, aligned)
+           for pdl in (False, True)}
+    assert "griddepcontrol.wait" in ptx[True] and "griddepcontrol" not in ptx[False]
+    memory = {pdl: collections.Counter(re.findall(r"(?:ld|st)\.global[.\w]*|cp\.async\.c[ag][.\w]*", text))
+              for pdl, text in ptx.items()}
+    assert memory[True] == memory[False] and memory[True], memory
