@@ -8,7 +8,7 @@ Subcommands:
             within its time budget; skipped with ``--init MODEL_DIR``, which fine-tunes that model instead;
             (b) tuning on change request -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
             template, loss on the answer (the ``after`` file + ``<|eot_id|>``) only: the TRAIN split of
-            code_edits_dev.jsonl plus synthetic copy-heavy edits of Python files. The change request is a
+            code_edits_dev.jsonl (without the validation repositories) plus synthetic copy-heavy edits of Python files. The change request is a
             located one (``hybridsd.edit_requests``: the commit subject, then each changed place by the quoted
             kept lines around it, its line number, enclosing def/class, kind and number of new lines), or with
             ``--change-request subject`` the commit subject / transform instruction alone; ``--span-share`` of the
@@ -27,6 +27,8 @@ Subcommands:
             and the output's (both against the input), and each output's n-gram sequence-normalized AL.
 ``repair``  loop repair of an edit-tuned target on a small repair set (150 real training edits, ~300 synthetic
             edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it).
+``gate``    the quality gate on a saved target, on the validation split (``pallets/click``, held out of training to
+            choose among checkpoints) or the evaluation split.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
 
 Each phase stops at its step count or at its time budget, whichever comes first; the cosine learning-rate
@@ -38,6 +40,7 @@ schedule follows the larger of the two progress fractions, so it always complete
     python -m experiments.train_zoo repair --init /tmp/tc --out /tmp/tc-repaired --repair-weight 0.3 \
         --repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200    # CPU, about 11 minutes
     python -m experiments.train_zoo repair --init hybridsd/models/tiny-coder --out /tmp/tc-repaired --smoke  # seconds
+    python -m experiments.train_zoo gate --model /tmp/tc-repaired --rows validation --out /tmp/gate.json
 """
 
 from __future__ import annotations
@@ -59,8 +62,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments.distributed import write_atomic
-from experiments.edit_corpus import (EVAL_REPOS, blazedit_messages, change_request, eval_split_record, load_edits,
-                                     pretraining_texts, real_request, split_edits)
+from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_messages, change_request,
+                                     eval_split_record, load_edits, pretraining_texts, real_request, split_edits,
+                                     split_validation)
 from experiments.provenance import run_info
 from experiments.synthetic_edits import synthetic_edit
 from experiments.train_tokenizer import EOT
@@ -135,11 +139,16 @@ class TargetConfig:
     gate_max_new_frac: float = GATE_MAX_NEW_FRAC
     gate_time_s: float = 90.0           # no new gate prompt is started after this
     gate_bins: int = 8                  # gate prompts are spread evenly over this many bins of [0, 0.6]
+    validation_repos: tuple[str, ...] = VALIDATION_REPOS  # held out of training; a repair chooses its step on them
     change_request: str = "located"     # or "subject": the commit subject / transform instruction alone
     max_places: int = 6                 # changed places named in a located request
     workers: int = 16
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "validation_repos", tuple(self.validation_repos))  # a JSON record holds a list
+        if set(self.validation_repos) & set(EVAL_REPOS):
+            raise ValueError(f"validation_repos must not hold an evaluation repository {EVAL_REPOS}, got "
+                             f"{self.validation_repos}")
         if self.change_request not in CHANGE_REQUESTS:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
         if self.unlikelihood_weight < 0:
@@ -604,13 +613,13 @@ def cmd_target(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tok_dir = args.tokenizer or args.init or MODEL_DIR
     tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
-    special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id,
-               "eot": tokenizer.convert_tokens_to_ids(EOT)}
+    special = special_ids(tokenizer)
     fast = tokenizer.backend_tokenizer
 
     # data
     rows = load_edits()
     train_rows, eval_rows = split_edits(rows)
+    train_rows, val_rows = split_validation(train_rows, cfg.validation_repos)
     split = eval_split_record(rows)
     if args.smoke:
         train_rows = [r for r in train_rows if len(r["before"]) <= 1500][:SMOKE_REAL_ROWS]
@@ -655,7 +664,8 @@ def cmd_target(args) -> None:
             kinds[k] = kinds.get(k, 0) + 1
     data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
                       sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
-                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), synthetic_examples=len(synth),
+                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
+                      validation_repos=list(cfg.validation_repos), synthetic_examples=len(synth),
                       synthetic_kinds=kinds, synthetic_median_char_edit_norm=float(np.median([s["char_edit_norm"] for s in synth])),
                       sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
                       sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)),
@@ -831,9 +841,9 @@ def cmd_repair(args) -> None:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.init, local_files_only=True)
-    special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id,
-               "eot": tokenizer.convert_tokens_to_ids(EOT)}
+    special = special_ids(tokenizer)
     train_rows, eval_rows = split_edits(load_edits())
+    train_rows, val_rows = split_validation(train_rows, cfg.validation_repos)
     real = [r for r in train_rows if len(r["before"]) < args.max_before_chars][: args.real_rows]
     _, sources, _ = pretraining_texts(replace(cfg, pretrain_chars=0, synthetic_max_chars=args.max_before_chars,
                                               synthetic_sources=args.synthetic_sources))
@@ -850,10 +860,12 @@ def cmd_repair(args) -> None:
                             weight_decay=cfg.weight_decay)
     log = {"repair": []}
     select = None
-    if args.gate_every:  # selection rows: training edits outside the repair set, never the held-out split
+    if args.gate_every:  # selection rows: the validation split, else training edits outside the repair set; never
+        # the evaluation split
         used = {r["id"] for r in real}
-        select = CheckpointSelection(tokenizer, [r for r in train_rows if r["id"] not in used], cfg, special, device,
-                                     args.gate_every, args.gate_after)
+        rows, what = ((val_rows, f"validation split {list(cfg.validation_repos)}") if val_rows else
+                      ([r for r in train_rows if r["id"] not in used], "training split, outside the repair set"))
+        select = CheckpointSelection(tokenizer, rows, cfg, special, device, args.gate_every, args.gate_after, what)
         select(model, 0)
     info = loop_repair(model, opt, examples, cfg, special, device, log["repair"],
                        None if select is None else lambda steps: select(model, steps))
@@ -872,6 +884,34 @@ def cmd_repair(args) -> None:
               "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
     write_atomic(args.out / "repair_config.json", json.dumps(record, indent=1) + "\n")
     write_atomic(args.out / "repair_log.json", json.dumps({**log, "quality_gate_samples": gate["samples"]}) + "\n")
+
+
+def special_ids(tokenizer) -> dict:
+    """The zoo tokenizer's special token ids by role (``bos``, ``eos``, ``pad``, ``eot``: the end of a turn)."""
+    return {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id,
+            "eot": tokenizer.convert_tokens_to_ids(EOT)}
+
+
+def cmd_gate(args) -> None:
+    """The quality gate on a saved target, its weights as saved (bf16 on the GPU; fp32 compute on the CPU), on
+    ``--prompts`` prompts of the validation or the evaluation split; written to ``--out`` with the gate's samples."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = as_saved(AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True), device).to(device)
+    cfg = replace(TargetConfig(), gate_prompts=args.prompts, gate_time_s=args.time_s,
+                  max_position_embeddings=model.config.max_position_embeddings)
+    train_rows, eval_rows = split_edits(load_edits())
+    rows = split_validation(train_rows, cfg.validation_repos)[1] if args.rows == "validation" else eval_rows
+    gate = run_gate(model, tokenizer, rows, cfg, special_ids(tokenizer))
+    record = {"model": str(args.model), "rows": args.rows,
+              "repos": list(cfg.validation_repos if args.rows == "validation" else EVAL_REPOS), "device": str(device),
+              "command": f"python -m experiments.train_zoo gate --model {args.model} --rows {args.rows} --prompts "
+                         f"{args.prompts} --out {args.out}", "run_info": run_info(), "quality_gate": gate}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 
 
 def cmd_split(args) -> None:
@@ -955,13 +995,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             r.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
                            help=f"TargetConfig.{name} (default {default})")
     r.add_argument("--gate-every", type=int, default=0, help="gate the weights every this many repair steps on "
-                   "training edits outside the repair set and keep the best (0: keep the last)")
+                   "the validation split (TargetConfig.validation_repos; if none, training edits outside the repair "
+                   "set) and keep the best (0: keep the last)")
     r.add_argument("--gate-after", type=int, default=0, help="the first repair step gated (0: the initial weights)")
     r.add_argument("--smoke", action="store_true", help="a tiny repair set (replacing the repair-set sizes above), "
                    "one short step and a two-prompt gate, for testing the command on a CPU")
     r.set_defaults(func=cmd_repair)
+    g = sub.add_parser("gate", help="the quality gate on a saved target, on the validation or the evaluation split")
+    g.add_argument("--model", type=Path, required=True, help="the target's model folder")
+    g.add_argument("--rows", choices=("validation", "eval"), default="validation",
+                   help="validation: the repositories held out to choose checkpoints; eval: the held-out test split")
+    g.add_argument("--prompts", type=int, default=64, help="gate prompts, spread over 8 bins of reference edit norm")
+    g.add_argument("--time-s", type=float, default=3600.0, help="no new prompt is started after this many seconds")
+    g.add_argument("--out", type=Path, required=True, help="the gate's record (JSON, with every sample)")
+    g.set_defaults(func=cmd_gate)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     args = parser.parse_args(argv)
+    if args.cmd == "gate" and not (args.model / "config.json").is_file():
+        parser.error(f"--model: no model folder (config.json) at {args.model}")
+    if args.cmd == "gate" and args.prompts < 1:
+        parser.error(f"--prompts must be >= 1, got {args.prompts}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
         parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")
     return args

@@ -1,6 +1,7 @@
 """The zoo target's quality gate: greedy answers to edit prompts spread over the reference edit norm (the project's
-own loop with an n-gram drafter), scored by the share that ends with EOS before a cap and by the Spearman correlation
-between the reference's and the output's edit norm; and the early stopping of a loop repair by it
+own loop with an n-gram drafter), scored by the share that ends with EOS before a cap, the share that ends at a length
+near the reference's and the Spearman correlation between the reference's and the output's edit norm; and the early
+stopping of a loop repair by it
 (:class:`CheckpointSelection`). ``cfg`` is a :class:`experiments.train_zoo.TargetConfig` (its ``gate_*``,
 ``change_request``, ``max_places`` and ``max_position_embeddings``)."""
 
@@ -59,15 +60,28 @@ def gate_cap(tokenizer, after: str, frac: float = GATE_MAX_NEW_FRAC) -> int:
     return max(8, math.ceil(frac * len(tokenizer.encode(after, add_special_tokens=False))))
 
 
-GATE_EOS_SHARE, GATE_SPEARMAN = 0.9, 0.6  # the quality gate's pass line
+GATE_EOS_SHARE, GATE_SPEARMAN = 0.9, 0.6  # the quality gate's pass line ...
+GATE_LENGTH_SHARE = 0.8  # ... and this share of answers that stop at a length near the reference's:
+GATE_LENGTH_RANGE = (2 / 3, 1.5)  # their tokens over the reference's (a truncated or rambling answer also stops)
 
 
 def gate_score(gate: dict) -> float:
-    """How far a quality gate result clears its pass line: min(EOS share / 0.9, Spearman / 0.6); >= 1 passes
-    (a constant output norm, Spearman NaN or None, scores 0)."""
+    """How far a quality gate result clears its pass line: min(EOS share / 0.9, Spearman / 0.6, length share / 0.8)
+    (the length share where the result has one); >= 1 passes (a constant output norm, Spearman NaN or None, scores
+    0)."""
     rho = gate["spearman_ref_out"]
     rho = 0.0 if rho is None or math.isnan(rho) else rho
-    return min(gate["eos_share"] / GATE_EOS_SHARE, rho / GATE_SPEARMAN)
+    shares = [gate["eos_share"] / GATE_EOS_SHARE, rho / GATE_SPEARMAN]
+    if gate.get("length_share") is not None:
+        shares.append(gate["length_share"] / GATE_LENGTH_SHARE)
+    return min(shares)
+
+
+def length_ok(stopped: bool, tokens: int, ref_tokens: int) -> bool:
+    """Whether an answer stopped with ``tokens`` tokens (its stop token not counted) within
+    :data:`GATE_LENGTH_RANGE` times the reference answer's ``ref_tokens``."""
+    lo, hi = GATE_LENGTH_RANGE
+    return stopped and lo * ref_tokens <= tokens <= hi * ref_tokens
 
 
 def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -> dict:
@@ -75,7 +89,8 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
     training edits when a repair is stopped early) (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
     gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
     correlation of the output's edit norm with the reference's, and outputs stuck in a loop (``loops``: no stop and a
-    distinct-4-gram share below ``LOOP_DISTINCT``). Passes when >= 90% stop and rho >= 0.6."""
+    distinct-4-gram share below ``LOOP_DISTINCT``) and the share of answers of a length near the reference's
+    (:func:`length_ok`). Passes when >= 90% stop, rho >= 0.6 and >= 80% have such a length."""
     import hybridsd as hsd
     from hybridsd.edit_distance import edit_norm
 
@@ -93,15 +108,19 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
                            eos_token_id=stop_ids)
         stopped = bool(res.tokens) and res.tokens[-1] in stop_ids
         out = tokenizer.decode(res.tokens[:-1] if stopped else res.tokens, skip_special_tokens=True)
+        ref_tokens = len(tokenizer.encode(r["after"], add_special_tokens=False))
         samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_norm": round(edit_norm(r["before"], out), 6),
                         "out_vs_after": round(edit_norm(r["after"], out), 6), "stopped": stopped, "cap": cap,
-                        "tokens": len(res.tokens), "ngram_seq_al": round(res.stats.seq_normalized_al, 4),
+                        "tokens": len(res.tokens), "ref_tokens": ref_tokens,
+                        "length_ok": length_ok(stopped, len(res.tokens) - stopped, ref_tokens),
+                        "ngram_seq_al": round(res.stats.seq_normalized_al, 4),
                         "exact_after": out == r["after"], "distinct_4gram": round(distinct_share(res.tokens), 4),
                         "request": request, "output_head": out[:300]})
     med = lambda xs: float(np.median(xs)) if xs else float("nan")  # noqa: E731
     n = len(samples)
     result = {"n": n, "planned": len(chosen), "generate_s": round(time.time() - start, 1),
               "eos_share": sum(s["stopped"] for s in samples) / max(n, 1),
+              "length_share": sum(s["length_ok"] for s in samples) / max(n, 1),
               "spearman_ref_out": spearman([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples]),
               "median_ref_norm": med([s["ref_norm"] for s in samples]),
               "median_out_norm": med([s["out_norm"] for s in samples]),
@@ -129,6 +148,7 @@ def run_gate(model, tokenizer, eval_rows: list[dict], cfg, special: dict) -> dic
     """:func:`quality_gate` on ``eval_rows``, its summary and first samples printed."""
     gate = quality_gate(model, tokenizer, eval_rows, cfg, [special["eot"], special["eos"]])
     print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
+          f"length share {gate['length_share']:.2f}, "
           f"Spearman(ref, out) {gate['spearman_ref_out']}, median ref norm {gate['median_ref_norm']}, "
           f"median out norm {gate['median_out_norm']}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']} "
           f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']}, loops {gate['loops']}, passed={gate['passed']}", flush=True)
@@ -139,13 +159,14 @@ def run_gate(model, tokenizer, eval_rows: list[dict], cfg, special: dict) -> dic
 
 
 class CheckpointSelection:
-    """Early stopping of a loop repair by the quality gate on ``rows`` (training edits outside the repair set):
+    """Early stopping of a loop repair by the quality gate on ``rows`` (the validation split, or training edits
+    outside the repair set; ``what`` says which):
     called after repair steps, it gates the weights as they would be saved at ``after``, ``after + every``, ...
     steps (and the last), and keeps the weights of the best :func:`gate_score` (the earliest among equals)."""
 
     def __init__(self, tokenizer, rows: list[dict], cfg, special: dict, device, every: int,
-                 after: int) -> None:
-        self.tokenizer, self.rows, self.cfg, self.device = tokenizer, rows, cfg, device
+                 after: int, what: str = "training split, outside the repair set") -> None:
+        self.tokenizer, self.rows, self.cfg, self.device, self.what = tokenizer, rows, cfg, device, what
         self.stops = [special["eot"], special["eos"]]
         self.every, self.after = every, after
         self.gates: list[dict] = []
@@ -160,7 +181,8 @@ class CheckpointSelection:
         candidate = as_saved(copy.deepcopy(model), self.device)
         gate = quality_gate(candidate, self.tokenizer, self.rows, self.cfg, self.stops)
         entry = {"step": steps, "score": round(gate_score(gate), 4),
-                 **{k: gate[k] for k in ("n", "eos_share", "spearman_ref_out", "loops", "median_out_norm")}}
+                 **{k: gate[k] for k in ("n", "eos_share", "length_share", "spearman_ref_out", "loops",
+                                         "median_out_norm")}}
         self.gates.append(entry)
         print("[select] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
         if self.best is None or entry["score"] > self.best["score"]:
@@ -169,5 +191,5 @@ class CheckpointSelection:
 
     def record(self) -> dict:
         """What ``repair_config.json`` keeps: the schedule, the chosen step and every gate's summary."""
-        return {"rows": "training split, outside the repair set", "every": self.every, "after": self.after,
+        return {"rows": self.what, "every": self.every, "after": self.after,
                 "chosen_step": self.best["step"], "gates": self.gates}

@@ -419,3 +419,43 @@ def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
     count = lambda folder: sum(  # noqa: E731
         p.numel() for p in AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).parameters())
     assert count(tmp_path) == count(init)
+
+
+def test_validation_split_is_held_out_of_training_and_apart_from_the_evaluation_split():
+    from experiments.edit_corpus import EVAL_REPOS, VALIDATION_REPOS, split_edits, split_validation
+
+    rows = [{"id": str(i), "repo": repo} for i, repo in enumerate(["a/b", *VALIDATION_REPOS, *EVAL_REPOS] * 3)]
+    train, held = split_edits(rows)
+    rest, val = split_validation(train)
+    assert {r["repo"] for r in val} == set(VALIDATION_REPOS) and not {r["repo"] for r in rest} & set(VALIDATION_REPOS)
+    assert len(rest) + len(val) + len(held) == len(rows) and not {r["id"] for r in val} & {r["id"] for r in held}
+    assert tz.TargetConfig().validation_repos == VALIDATION_REPOS
+    assert tz.TargetConfig(validation_repos=["x/y"]).validation_repos == ("x/y",)  # as a JSON record holds it
+    with pytest.raises(ValueError, match="validation_repos"):
+        tz.TargetConfig(validation_repos=(EVAL_REPOS[0],))
+
+
+@pytest.mark.parametrize("argv,message", [(["--model", "/nonexistent/tc"], "--model"),
+                                          (["--prompts", "0"], "--prompts")])
+def test_gate_command_names_bad_input(argv, message, capsys):
+    args = ["gate", "--model", "hybridsd/models/tiny-coder", "--out", "/tmp/g.json"]
+    with pytest.raises(SystemExit) as e:
+        tz.parse_args(args + argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_gate_command_writes_its_record(tmp_path):
+    """``train_zoo gate`` on the zoo target, two validation prompts: the record names its rows, model and command,
+    with the gate's shares and every sample."""
+    import json
+
+    pytest.importorskip("rapidfuzz")
+    out = tmp_path / "gate.json"
+    tz.main(["gate", "--model", "hybridsd/models/tiny-coder", "--rows", "validation", "--prompts", "2", "--out",
+             str(out)])
+    record = json.loads(out.read_text())
+    gate = record["quality_gate"]
+    assert record["rows"] == "validation" and record["repos"] == ["pallets/click"] and "gate --model" in record["command"]
+    assert gate["n"] == 2 and len(gate["samples"]) == 2 and 0 <= gate["length_share"] <= 1
+    assert all(s["ref_tokens"] > 0 and isinstance(s["length_ok"], bool) for s in gate["samples"])

@@ -66,14 +66,16 @@ def test_gate_score_is_the_margin_over_the_pass_line():
 def test_checkpoint_selection_keeps_the_best_gated_weights(monkeypatch):
     """Gated at steps 2, 5, 8 and the last (9): the weights kept are those of the best score (the earliest of
     equals), as saved (bf16), and steps off the schedule are not gated."""
-    scores = {2: (0.5, 0.7), 5: (0.95, 0.65), 8: (1.0, 0.2), 9: (0.95, 0.65)}  # step -> (EOS share, Spearman)
+    # step -> (EOS share, Spearman, length share); step 8 fails on length alone
+    scores = {2: (0.5, 0.7, 1.0), 5: (0.95, 0.65, 1.0), 8: (1.0, 0.9, 0.4), 9: (0.95, 0.65, 0.9)}
     gated = []
 
     def fake_gate(model, tokenizer, rows, cfg, stops):
         step = int(model.weight[0, 0].round())
         gated.append(step)
-        eos, rho = scores[step]
-        return {"n": 4, "eos_share": eos, "spearman_ref_out": rho, "loops": 0, "median_out_norm": 0.2}
+        eos, rho, length = scores[step]
+        return {"n": 4, "eos_share": eos, "spearman_ref_out": rho, "length_share": length, "loops": 0,
+                "median_out_norm": 0.2}
 
     monkeypatch.setattr(zg, "quality_gate", fake_gate)
     model = torch.nn.Linear(3, 2, bias=False)
@@ -86,6 +88,18 @@ def test_checkpoint_selection_keeps_the_best_gated_weights(monkeypatch):
     assert gated == [2, 5, 8, 9]
     record = select.record()
     assert record["chosen_step"] == 5 and [g["step"] for g in record["gates"]] == [2, 5, 8, 9]
-    assert [g["score"] for g in record["gates"]] == pytest.approx([0.5556, 1.0556, 0.3333, 1.0556], abs=1e-4)
+    assert [g["score"] for g in record["gates"]] == pytest.approx([0.5556, 1.0556, 0.5, 1.0556], abs=1e-4)
     want = (torch.full((2, 3), 5.0) + torch.arange(6.0).view(2, 3) / 1000).bfloat16().float()
     assert torch.equal(select.best_state["weight"], want)
+
+
+def test_length_share_enters_the_score_where_a_gate_has_it():
+    base = {"eos_share": 1.0, "spearman_ref_out": 0.9}
+    assert zg.gate_score(base) == pytest.approx(1 / 0.9)  # a record made before the length share: two terms
+    assert zg.gate_score(base | {"length_share": 0.4}) == pytest.approx(0.5)
+    assert zg.gate_score(base | {"length_share": 0.84}) == pytest.approx(1.05)
+    lo, hi = zg.GATE_LENGTH_RANGE
+    assert zg.length_ok(True, 100, 100) and zg.length_ok(True, int(hi * 100), 100)
+    assert not zg.length_ok(True, int(lo * 100) - 1, 100)  # truncated
+    assert not zg.length_ok(True, int(hi * 100) + 1, 100)  # rambling
+    assert not zg.length_ok(False, 100, 100)  # did not stop
