@@ -438,7 +438,9 @@ def test_validation_split_is_held_out_of_training_and_apart_from_the_evaluation_
 @pytest.mark.parametrize("argv,message", [(["--model", "/nonexistent/tc"], "--model"),
                                           (["--prompts", "0"], "--prompts")])
 def test_gate_command_names_bad_input(argv, message, capsys):
-    args = ["gate", "--model", "hybridsd/models/tiny-coder", "--out", "/tmp/g.json"]
+    import hybridsd as hsd
+
+    args = ["gate", "--model", str(hsd.zoo.path()), "--out", "/tmp/g.json"]
     with pytest.raises(SystemExit) as e:
         tz.parse_args(args + argv)
     err = capsys.readouterr().err
@@ -450,9 +452,13 @@ def test_gate_command_writes_its_record(tmp_path):
     with the gate's shares and every sample."""
     import json
 
+    import hybridsd as hsd
+
     pytest.importorskip("rapidfuzz")
+    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES):
+        pytest.skip("code_edits_dev.jsonl not available")
     out = tmp_path / "gate.json"
-    tz.main(["gate", "--model", "hybridsd/models/tiny-coder", "--rows", "validation", "--prompts", "2", "--out",
+    tz.main(["gate", "--model", str(hsd.zoo.path()), "--rows", "validation", "--prompts", "2", "--out",
              str(out)])
     record = json.loads(out.read_text())
     gate = record["quality_gate"]
