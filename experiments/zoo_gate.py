@@ -86,7 +86,7 @@ def length_ok(stopped: bool, tokens: int, ref_tokens: int) -> bool:
 
 def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -> dict:
     """Greedy answers to the prompts of up to ``cfg.gate_prompts`` of ``rows`` (:func:`gate_rows`; held-out edits, or
-    training edits when a repair is stopped early) (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
+    the validation split when a repair is stopped early) (hybridsd's loop, n-gram drafter k=5, n 2..5: lossless, and it
     gives each answer's n-gram AL): stops at EOS before the cap, edit norms against the input, Spearman
     correlation of the output's edit norm with the reference's, and outputs stuck in a loop (``loops``: no stop and a
     distinct-4-gram share below ``LOOP_DISTINCT``) and the share of answers of a length near the reference's
