@@ -1,6 +1,6 @@
 """The zoo's training corpus: the real edits of ``code_edits_dev.jsonl`` (loaded, split by whole repository
-into training, validation and evaluation rows) with their change requests in the Blazedit prompt, and this machine's Python
-sources as pretraining text and as the files that synthetic edits (``synthetic_edits``) change."""
+into training, validation and evaluation rows) with their change requests in the Blazedit prompt, and this machine's
+Python sources as pretraining text and as the files that synthetic edits (``synthetic_edits``) change."""
 
 from __future__ import annotations
 

@@ -8,10 +8,11 @@ Subcommands:
             within its time budget; skipped with ``--init MODEL_DIR``, which fine-tunes that model instead;
             (b) tuning on change request -> edited-file pairs in the Blazedit prompt format, wrapped in the chat
             template, loss on the answer (the ``after`` file + ``<|eot_id|>``) only: the TRAIN split of
-            code_edits_dev.jsonl (without the validation repositories) plus synthetic copy-heavy edits of Python files. The change request is a
-            located one (``hybridsd.edit_requests``: the commit subject, then each changed place by the quoted
-            kept lines around it, its line number, enclosing def/class, kind and number of new lines), or with
-            ``--change-request subject`` the commit subject / transform instruction alone; ``--span-share`` of the
+            code_edits_dev.jsonl (without the validation repositories) plus synthetic copy-heavy edits of Python
+            files. The change request is a located one (``hybridsd.edit_requests``: the commit subject, then each
+            changed place by the quoted kept lines around it, its line number, enclosing def/class, kind and number
+            of new lines), or with ``--change-request subject`` the commit subject / transform instruction alone;
+            ``--span-share`` of the
             synthetic edits are span edits at random places (``synthetic_edits.span_edit``), which only the located
             request can locate; a share of the steps (``--sft-replay``) are pretraining batches, so that the model
             keeps writing code (with ``--init``, from a smaller corpus read for that); optionally, against greedy

@@ -462,6 +462,7 @@ def test_gate_command_writes_its_record(tmp_path):
              str(out)])
     record = json.loads(out.read_text())
     gate = record["quality_gate"]
-    assert record["rows"] == "validation" and record["repos"] == ["pallets/click"] and "gate --model" in record["command"]
+    assert record["rows"] == "validation" and record["repos"] == ["pallets/click"]
+    assert "gate --model" in record["command"]
     assert gate["n"] == 2 and len(gate["samples"]) == 2 and 0 <= gate["length_share"] <= 1
     assert all(s["ref_tokens"] > 0 and isinstance(s["length_ok"], bool) for s in gate["samples"])
