@@ -13,9 +13,9 @@ Subcommands:
             changed place by the quoted kept lines around it, its line number, enclosing def/class, kind and number
             of new lines), or with ``--change-request subject`` the commit subject / transform instruction alone;
             ``--span-share`` of the synthetic edits are span edits at random places (``synthetic_edits.span_edit``),
-            which only the located request can locate; a share of the steps (``--sft-replay``) are pretraining batches, so that the model
-            keeps writing code (with ``--init``, from a smaller corpus read for that); optionally, against greedy
-            loops, an unlikelihood term on copying an earlier occurrence inside new text
+            which only the located request can locate; a share of the steps (``--sft-replay``) are pretraining
+            batches, so that the model keeps writing code (with ``--init``, from a smaller corpus read for that);
+            optionally, against greedy loops, an unlikelihood term on copying an earlier occurrence inside new text
             (``--unlikelihood-weight``) and examples with an answer line repeated in the input, its targets ignored
             and the exit from the repeat taught (``--repeat-share``, ``--repeat-max``);
             (c) optionally, loop repair (``--repair-time-s``): greedy continuations of answers from their changed
