@@ -23,8 +23,9 @@ Subcommands:
             edit-tuning batches;
             then a quality gate: greedy answers (the project's own decoding loop with an n-gram drafter) to
             ~32 evaluation-split prompts spread over the reference edit norm: share ending with EOS before
-            the cap (1.5x the reference's tokens), Spearman correlation between the reference's edit norm
-            and the output's (both against the input), and each output's n-gram sequence-normalized AL.
+            the cap (1.5x the reference's tokens), share ending at 2/3 to 1.5x the reference's length, Spearman
+            correlation between the reference's edit norm and the output's (both against the input), and each
+            output's n-gram sequence-normalized AL.
 ``repair``  loop repair of an edit-tuned target on a small repair set (150 real training edits, ~300 synthetic
             edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it).
 ``gate``    the quality gate on a saved target, on the validation split (``pallets/click``, held out of training to
