@@ -21,10 +21,10 @@ SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree) of 2-by
 #                        once per 128 rows; fp32 tiles of 128 rows at head dim 128 overflow an H100/H200 SM's memory)
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
-EXACT_ROW_TILE = 16  # exact mode: query rows per tile, token-major; a program runs its (KV head, chunk)'s tiles in
-#                     turn, skipping those of padding tokens
-EXACT_PROGRAMS = 128  # exact mode: the grid's aim, one program per (KV head, chunk) running its row tiles in turn
-#                       (attention_plans in experiments/results/exact/speed_exact.json)
+EXACT_ROW_TILE = 16  # exact mode: query rows per program, token-major (a tile of padding tokens does no work)
+EXACT_PROGRAMS = 64  # exact mode: the grid's aim for one row tile (fewer, longer chunks than SPLIT_PROGRAMS: every
+#                      step is a padded block whose idle tiles and merge grow with the chunks: attention_plans in
+#                      experiments/results/exact/speed_exact.json)
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
@@ -45,9 +45,8 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
     depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views
     differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key tiles in
-    place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles of
-    :data:`EXACT_ROW_TILE` rows token-major, run in turn by each program, are skipped when they hold only padding;
-    padding rows come out as zeros).
+    place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
+    :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros).
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -103,7 +102,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch, block``: the virtual key order of exact mode, where it differs from slot order and the
     count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are :data:`EXACT_ROW_TILE`
-    token-major rows, run in turn by one program per KV head and key chunk); ``programs``, ``row_tile``: the grid's aim (default
+    token-major rows, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim (default
     :data:`SPLIT_PROGRAMS`, in exact mode :data:`EXACT_PROGRAMS`) and the most query rows per program
     (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
@@ -122,7 +121,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
         aim = EXACT_PROGRAMS if programs is None else programs
         block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, aim, EXACT_ROW_TILE)
-    row_tiles = -(-rows // block_r) if nb == 0 else 1  # exact mode: each program runs its row tiles in turn
+    row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
     wrap(_kernel())[(h, splits, row_tiles)](

@@ -58,11 +58,20 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
 
 
 @triton.jit
-def row_tile(tile, h, c, splits, Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt,
-             R, T, S, CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-             D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
-    # row tile `tile` of KV head h over key chunk c: its partial softmax into PART, STATS
-    i = tile * BLOCK_R + tl.arange(0, BLOCK_R)
+def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
+                    CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
+    # NB = 0: keys in slot order, rows j*T + t in tiles. NB > 0 (exact mode): NB views of the keys, view b reading
+    # its i-th key from slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and
+    # value products are those of its own view's keys, whatever the other rows. Views differ only at the slots
+    # BLOCK[0] .. BLOCK[1] - 1: key tiles outside them are read in place (the same keys for every view, so the
+    # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
+    # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
+    # reads no keys.
+    h = tl.program_id(0)
+    c = tl.program_id(1)
+    splits = tl.num_programs(1)
+    i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
     lo = c * CHUNK
     hi = lo + CHUNK
     if NB == 0:
@@ -71,6 +80,7 @@ def row_tile(tile, h, c, splits, Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STAT
     else:
         tok = i // G
         r = (i % G) * T + tok
+        hi = tl.where(tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2), hi, lo)
     d = tl.arange(0, D_PAD)
     row_ok = i < R
     q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
@@ -100,31 +110,6 @@ def row_tile(tile, h, c, splits, Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STAT
     tl.store(STATS + (base * 2) + r, m, mask=row_ok)
     tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
 
-
-@triton.jit
-def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
-                    CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
-    # NB = 0: keys in slot order, rows j*T + t in tiles, one program per (KV head, chunk, row tile). NB > 0 (exact
-    # mode): one program per (KV head, chunk) runs the row tiles in turn, skipping the tiles of padding tokens
-    # (tokens >= BLOCK[2]: the merge reads none of their rows), so that a step's work is that of its real tokens.
-    # NB views of the keys, view b reading its i-th key from slot KSLOT[b, i]; each row takes its token's view
-    # (BRANCH) by selection: its scores and value products are those of its own view's keys, whatever the other
-    # rows. Views differ only at the slots BLOCK[0] .. BLOCK[1] - 1: key tiles outside them are read in place (the
-    # same keys for every view, so the same bits), and a tile whose rows all read view 0 (a decode step, a chain)
-    # skips the other views. Rows are tiled token-major (tile row i: token i // G, query head i % G).
-    h = tl.program_id(0)
-    c = tl.program_id(1)
-    splits = tl.num_programs(1)
-    if NB == 0:
-        row_tile(tl.program_id(2), h, c, splits, Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh,
-                 sks, svh, svs, smt, R, T, S, CHUNK, SCALE, BLOCK_R, BLOCK_N, D, D_PAD, IEEE, NB, G)
-    else:
-        live = tl.load(BLOCK + 2)
-        for tile in range(0, tl.cdiv(R, BLOCK_R)):
-            if tile * BLOCK_R // G < live:
-                row_tile(tile, h, c, splits, Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks,
-                         svh, svs, smt, R, T, S, CHUNK, SCALE, BLOCK_R, BLOCK_N, D, D_PAD, IEEE, NB, G)
 
 
 @triton.jit

@@ -189,9 +189,8 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
-    """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, a program per row tile; ``EXACT_PROGRAMS``
-    in exact mode, each running its row tiles in turn (checked on the launch itself, the kernels replaced by
-    recorders: no Triton needed)."""
+    """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, ``EXACT_PROGRAMS`` per row tile in
+    exact mode (checked on the launch itself, the kernels replaced by recorders: no Triton needed)."""
     import hybridsd.attention as A
 
     grids = []
@@ -210,5 +209,5 @@ def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
     A.split_kv_attention(q, k, v, allowed, d**-0.5, **extra)
     tile = A.EXACT_ROW_TILE if exact else g * t
     _, _, _, splits = split_plan(tile, s, h, d, A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS, tile)
-    assert grids[0] == (h, splits, 1 if exact else -(-g * t // max(16, tile)))
+    assert grids[0] == (h, splits, -(-g * t // max(16, tile)))
     assert h * splits <= (A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS)
