@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     trees.make()
     exact.make()
     real_models.make()
-    tex.write(out / "numbers.tex", tex.numbers_tex())
+    cited = "".join(p.read_text() for p in [tex.PAPER / "hybridsd.tex", *sorted(tex.TAB.glob("*.tex"))])
+    tex.write(out / "numbers.tex", tex.numbers_tex(cited))  # the numbers the paper quotes
     return 0
 
 

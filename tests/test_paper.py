@@ -38,13 +38,19 @@ def test_every_input_of_the_paper_is_committed():
 
 def test_every_number_macro_the_paper_uses_is_defined():
     """Macros of numbers.tex are letters only and defined once; every lowercase-initial camel-case macro the paper
-    uses (``\\simN``, ``\\gpuALCodeNgramFive``) is one of them."""
+    uses (``\\simN``, ``\\gpuALCodeNgramFive``) is one of them, each of them is used by the paper or its tables,
+    and the README's pointers into it name defined ones."""
     defined = re.findall(r"\\newcommand\{\\([A-Za-z]+)\}", (PAPER / "numbers.tex").read_text())
     assert len(defined) == len(set(defined)) > 100
     tex = (PAPER / "hybridsd.tex").read_text()
     own = {"code", "AL"}
     used = {m for m in re.findall(r"\\([a-z]+[A-Z][A-Za-z]*)", tex)} - own
     assert not used - set(defined), sorted(used - set(defined))
+    tables = "".join(p.read_text() for p in sorted((PAPER / "tables").glob("*.tex")))
+    unused = [m for m in defined if not re.search(rf"\\{m}(?![A-Za-z])", tex + tables)]
+    assert not unused, unused[:10]  # numbers.tex holds the numbers the paper quotes, no others
+    readme = set(re.findall(r"`\\([a-z]+[A-Z][A-Za-z]*)`", (REPO / "README.md").read_text()))
+    assert readme and not readme - set(defined), sorted(readme - set(defined))  # the README's pointers into it
 
 
 def test_committed_numbers_and_tables_are_what_make_figures_writes(tmp_path):
