@@ -5,12 +5,7 @@ whole input width in ``BLOCK_K`` steps (no split-K); a gated activation and a re
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _dot(a, b, acc, IEEE: tl.constexpr):
-    if IEEE:
-        return tl.dot(a, b, acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
+from hybridsd.attention_kernels import dot
 
 
 @triton.jit
@@ -38,10 +33,10 @@ def row_linear_kernel(X, W, B, RES, OUT, M, N, K, sxm, swn, srm, som, BLOCK_M: t
         x = tl.load(X + rm[:, None] * sxm + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         w_mask = n_ok[:, None] & k_ok[None, :]
         w = tl.load(W + rn[:, None] * swn + k[None, :], mask=w_mask, other=0.0)  # [BLOCK_N, BLOCK_K]
-        acc = _dot(x, tl.trans(w), acc, IEEE)
+        acc = dot(x, tl.trans(w), acc, IEEE)
         if GLU:
             wu = tl.load(W + (rn + N)[:, None] * swn + k[None, :], mask=w_mask, other=0.0)
-            up = _dot(x, tl.trans(wu), up, IEEE)
+            up = dot(x, tl.trans(wu), up, IEEE)
     if HAS_BIAS:
         acc += tl.load(B + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if GLU:
