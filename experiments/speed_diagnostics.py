@@ -19,7 +19,8 @@ from torch.profiler import ProfilerActivity, profile
 import hybridsd as hsd
 from experiments.speed_loop import accepted_continuation
 from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
-from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, split_kv_attention
+from hybridsd.attention import (EXACT_PROGRAMS, EXACT_ROW_TILE, SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE,
+                                split_kv_attention)
 from hybridsd.decoder import fused_layers
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.drafters.tree import layout
@@ -299,9 +300,11 @@ ATTENTION_CASES = {  # name: (block tokens, a random tree (else a chain), exact-
 }
 
 
-ATTENTION_PLANS = (  # (grid aim, row tile): 64-row tiles (the default up to 64 rows), 128-row ones (above)
+ATTENTION_PLANS = (  # (grid aim, row tile): 64-row tiles (the default up to 64 rows), 128-row ones (above), and
+    # exact mode's 16-row token-major tiles
     (32, SPLIT_ROW_TILE), (64, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, SPLIT_ROW_TILE),
-    (512, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_WIDE_TILE), (256, SPLIT_WIDE_TILE))
+    (512, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_WIDE_TILE), (256, SPLIT_WIDE_TILE),
+    (32, EXACT_ROW_TILE), (EXACT_PROGRAMS, EXACT_ROW_TILE), (SPLIT_PROGRAMS, EXACT_ROW_TILE))
 
 
 @torch.inference_mode()

@@ -101,10 +101,10 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch, block``: the virtual key order of exact mode, where it differs from slot order and the
-    count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are :data:`EXACT_ROW_TILE`
-    token-major rows, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim (default
-    :data:`SPLIT_PROGRAMS`, in exact mode :data:`EXACT_PROGRAMS`) and the most query rows per program
-    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element)."""
+    count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are token-major, its grid planned
+    for one of them); ``programs``, ``row_tile``: the grid's aim (default :data:`SPLIT_PROGRAMS`, in exact mode
+    :data:`EXACT_PROGRAMS`) and the most query rows per program (:func:`split_plan`; by default
+    :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode :data:`EXACT_ROW_TILE`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     nb = 0 if key_slots is None else key_slots.shape[0]
     h, rows, d = q.shape
@@ -120,7 +120,8 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
             block = torch.tensor([0, s, t], device=q.device)
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
         aim = EXACT_PROGRAMS if programs is None else programs
-        block_r, block_n, chunk, splits = split_plan(EXACT_ROW_TILE, s, h, d, aim, EXACT_ROW_TILE)
+        tile = EXACT_ROW_TILE if row_tile is None else row_tile
+        block_r, block_n, chunk, splits = split_plan(tile, s, h, d, aim, tile)
     row_tiles = -(-rows // block_r)
     part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
     stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]

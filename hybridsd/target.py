@@ -149,6 +149,14 @@ def exact_layout(start: int, positions: np.ndarray | None, visible: np.ndarray |
     return pos, branch, window
 
 
+def view_region(start: int, window: np.ndarray) -> np.ndarray:
+    """The slots ``[lo, hi)`` where an exact-mode block's key views (``window`` ``[NB, rows]`` of
+    :func:`exact_layout`, the block at slots ``start ..``) leave slot order; ``[0, 0]`` where none does (a decode
+    step, a chain), so that the split kernel reads every key tile in place."""
+    differ = np.flatnonzero((window != start + np.arange(window.shape[1])).any(0))  # block columns
+    return np.array([start + differ[0], start + differ[-1] + 1] if differ.size else [0, 0], dtype=np.int64)
+
+
 class Target:
     """One HF causal LM with its KV cache; ``forward`` runs a block of tokens at consecutive slots.
 
@@ -321,7 +329,7 @@ class Target:
         if start + rows > kv_len:
             raise ValueError(f"exact mode: a block of {rows} rows at slot {start} overflows the key span {kv_len}")
         pos, branch, window = exact_layout(start, positions, visible, q, rows)
-        values = np.concatenate([[start, q], pos, branch, window.ravel()])
+        values = np.concatenate([[start, q], view_region(start, window), pos, branch, window.ravel()])
         if self.cuda_graphs:
             key = ("exact", hidden_layers, kv_len)
             if key not in self._graphs:
@@ -334,18 +342,18 @@ class Target:
         return logits[:q], None if hidden is None else hidden[:q]
 
     def _run_exact(self, tokens, packed, kv_len, hidden_layers):
-        """``_run`` on ``rows`` tokens and ``packed`` = ``[start, live | positions | branch | window]`` (device,
-        :func:`exact_layout`; ``live``: the real tokens): every row sees the keys of positions up to its own, in plain
-        decoding's places."""
+        """``_run`` on ``rows`` tokens and ``packed`` = ``[start, live, region | positions | branch | window]``
+        (device; :func:`exact_layout`, :func:`view_region`; ``live``: the real tokens): every row sees the keys of
+        positions up to its own, in plain decoding's places."""
         rows = tokens.shape[0]
-        start, live = packed[:1], packed[1:2]  # [1], [1]
-        pos, branch = packed[2 : 2 + rows], packed[2 + rows : 2 + 2 * rows]  # [R], [R]
-        window = packed[2 + 2 * rows :].view(-1, rows)  # [NB, R]
+        start, live, region = packed[:1], packed[1:2], packed[2:4]  # [1], [1], [2]
+        pos, branch = packed[4 : 4 + rows], packed[4 + rows : 4 + 2 * rows]  # [R], [R]
+        window = packed[4 + 2 * rows :].view(-1, rows)  # [NB, R]
         slots = start + self._slot_ids[:rows]  # [R] padding rows write past the block; no real row reads them
         allowed = self._slot_ids[None, :kv_len] <= pos[:, None]  # [R, kv_len] by position (virtual order)
         key_slots = self._slot_ids[:kv_len].expand(window.shape[0], -1).clone()  # [NB, kv_len]
         key_slots.scatter_(1, slots[None, :].expand_as(window), window)
-        block = torch.cat([start, start + rows, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
+        block = torch.cat([region, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
         return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(key_slots, branch, block))
 
 

@@ -96,9 +96,9 @@ ATTENTION_PLANS = textwrap.dedent("""
     cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2)
     cases = ("decode", "tree_q64", "exact16_two_views")
-    rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((3, 64), (3, 128)), cases=cases, iters=1)
-    # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128)
-    want = [(c, 3, t) for c in cases for t in (64, 128) if t == 64 or c == "tree_q64"]
+    rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((3, 64), (3, 128), (3, 16)), cases=cases, iters=1)
+    # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128); exact mode's 16-row ones
+    want = [(c, 3, t) for c in cases for t in (64, 128, 16) if t != 128 or c == "tree_q64"]
     assert [(r["case"], r["programs"], r["row_tile"]) for r in rows] == want
     assert min(r["ms_per_step"] for r in rows) > 0
     print("ok")

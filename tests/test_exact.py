@@ -18,7 +18,7 @@ from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import _tree_layout, generate
-from hybridsd.target import EXACT_ROWS, Target, exact_layout
+from hybridsd.target import EXACT_ROWS, Target, exact_layout, view_region
 
 LAYERS = (-1, 0, 1)  # logits plus the final, embedding and a middle hidden state
 
@@ -151,6 +151,19 @@ def test_exact_layout_of_a_tree():
     assert pos.tolist() == [10, 11, 12, 11, 12, 13, 10, 10]
     assert window[branch[1], :3].tolist() == [10, 11, 12] and window[branch[3], :4].tolist() == [10, 13, 14, 15]
     assert branch[1] == branch[2] != branch[3] == branch[4] == branch[5]
+    assert view_region(10, window).tolist() == [11, 14]  # branch 1 reads positions 11-13 from slots 13-15
+
+
+@pytest.mark.parametrize("q", [2, 5, 16])
+def test_a_chain_has_no_view_region(q):
+    """A decode step or a chain reads every key in slot order: the split kernel gathers no key tile."""
+    _, _, window = exact_layout(37, None, None, 1, 16)
+    assert view_region(37, window).tolist() == [0, 0]
+    _, _, window = exact_layout(37, None, None, q, 16)
+    assert view_region(37, window).tolist() == [0, 0]
+    positions, visible, _ = _tree_layout([q - 1], 37)  # the same chain given as a root and one branch
+    _, _, window = exact_layout(37, positions, visible, q, 16)
+    assert view_region(37, window).tolist() == [0, 0]
 
 
 def test_split_kernel_virtual_order_in_the_triton_interpreter():
@@ -181,6 +194,10 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
                                        branch=torch.zeros(t, dtype=torch.long))
             rows = torch.arange(t) >= 3
             assert torch.equal(tree.view(t, -1)[rows], chain.view(t, -1)[rows])
+            # the chain with no view region (every key tile read in place, as exact mode runs a chain): same bits
+            in_place = split_kv_attention(q, k2, v2, allowed, d ** -0.5, key_slots=torch.arange(s).repeat(2, 1),
+                                          branch=torch.zeros(t, dtype=torch.long), block=torch.tensor([0, 0, t]))
+            assert torch.equal(in_place, chain)
             # branch 0's rows: the same bits in a tile where every row reads view 0 (the other views skipped)
             alone = split_kv_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots,
                                        branch=torch.zeros(t, dtype=torch.long))

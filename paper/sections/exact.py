@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from hybridsd.attention import EXACT_PROGRAMS, SPLIT_PROGRAMS, SPLIT_ROW_TILE
+from hybridsd.attention import EXACT_PROGRAMS, EXACT_ROW_TILE, SPLIT_PROGRAMS, SPLIT_ROW_TILE
 from paper.sections.tex import RESULTS, num, of_n, provenance, table, tex_escape
 
 EXACT = RESULTS / "exact"
@@ -94,8 +94,8 @@ def kernels() -> None:
     mode's row_linear) against 1."""
     d = json.loads((EXACT / "speed_exact.json").read_text())
     plans = {p["case"]: p["ms_per_step"] for p in d["attention_plans"]  # each case at the grid it runs with
-             if p["programs"] == (EXACT_PROGRAMS if p["case"].startswith("exact") else SPLIT_PROGRAMS)
-             and p["row_tile"] == SPLIT_ROW_TILE}
+             if (p["programs"], p["row_tile"]) == ((EXACT_PROGRAMS, EXACT_ROW_TILE) if p["case"].startswith("exact")
+                                                   else (SPLIT_PROGRAMS, SPLIT_ROW_TILE))}
     for case, tag in (("decode", "Decode"), ("chain_q9", "Nine"), ("exact16_decode", "ExactDecode"),
                       ("exact16_chain9", "ExactNine"), ("exact16_tree9", "ExactTree"),
                       ("exact16_two_views", "ExactSixteen")):
