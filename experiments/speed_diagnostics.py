@@ -315,7 +315,8 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
     of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases are blocks of 16 rows whose first 1, 9 or 16 tokens
     are real; they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the second half of the real
-    tokens on view 1, as a tree does) or all on view 0 (a decode step, a chain)."""
+    tokens on view 1, as a tree does; the key tiles of the block gathered) or all on view 0 (a decode step, a chain:
+    every key tile read in place, as :func:`~hybridsd.target.view_region` has it)."""
     cfg = model.config
     p = next(model.parameters())
     hkv, heads = cfg.num_key_value_heads, cfg.num_attention_heads
@@ -336,8 +337,9 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
             branch = torch.zeros(t, dtype=torch.long, device=p.device)
             if views == "halves":
                 branch[live // 2 : live] = 1
+            region = [ctx, ctx + t] if views == "halves" else [0, 0]  # a chain's views follow slot order (view_region)
             extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch,
-                     "block": torch.tensor([ctx, ctx + t, live], device=p.device)}
+                     "block": torch.tensor([*region, live], device=p.device)}
         rows = q.shape[1]
         for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
             try:
