@@ -177,7 +177,8 @@ def main() -> None:
         print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
         save()
     if a.profile:  # the compiled step without graphs: which kernels the gap to the floor is made of
-        t = next((configs[c] for c in ("graph_autotune", "graph_compiled") if c in configs), configs["graph"])
+        t = next((configs[c] for c in ("graph_autotune", "graph_compiled", "graph_auto") if c in configs),
+                 configs["graph"])
         plain = Target(model, cap, compile=t.compiled, attention=t.attention)
         res["profile_config"] = {"compile": t.compiled, "attention": t.attention}
         res["profile"] = [profile_step(plain, a.contexts[0], q) for q in (1, 9)]
