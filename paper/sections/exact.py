@@ -1,6 +1,7 @@
 """Exact mode (experiments/results/exact/): bf16 speculative output against plain output over models, drafters,
 draft lengths and compile settings (exact_match.jsonl), the step cost of fixed-size blocks and its kernels
-(speed_exact.json) and the GPU tests of the same kernels (gpu_tests_exact.log)."""
+(speed_exact.json; the same bench on other machines in speed_exact_repeats/) and the GPU tests of the same kernels
+(gpu_tests_exact.log)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,13 @@ def cost() -> None:
             ratios.append(exact / d["floor_ms"])
     num("exactXLow", min(ratios))
     num("exactXHigh", max(ratios))
+    # the same bench of the same library code on other machines (speed_exact_repeats/, named by commit)
+    runs = [d] + [json.loads(f.read_text()) for f in sorted((EXACT / "speed_exact_repeats").glob("*.json"))]
+    num("exactRuns", len(runs), "{:d}")
+    for key, tag in (("graph_auto_exact_chain_q1", "Exact"), ("graph_auto_chain_q1", "Auto")):
+        x = [r["contexts"]["2048"][key] / r["floor_ms"] for r in runs]
+        num(f"exactRuns{tag}Low", min(x))
+        num(f"exactRuns{tag}High", max(x))
 
 
 def gpu_tests() -> None:
