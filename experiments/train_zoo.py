@@ -27,7 +27,9 @@ Subcommands:
             correlation between the reference's edit norm and the output's (both against the input), and each
             output's n-gram sequence-normalized AL.
 ``repair``  loop repair of an edit-tuned target on a small repair set (150 real training edits, ~300 synthetic
-            edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it).
+            edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it); with
+            ``--repair-mode resync``, instead of the repeats' unlikelihood, the answer after the model's own new
+            lines at a changed place (:func:`resync_batch`: going back to copying after writing the change).
 ``gate``    the quality gate on a saved target, on the validation split (``pallets/click``, held out of training to
             choose among checkpoints) or the evaluation split.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
@@ -76,6 +78,9 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 
 
+REPAIR_MODES = ("loops", "resync")
+
+
 @dataclass(frozen=True)
 class TargetConfig:
     """Model shape, data sizes and optimisation of the ``tiny-coder`` target."""
@@ -118,6 +123,8 @@ class TargetConfig:
     repair_lr: float = 1e-4
     repair_weight: float = 0.3          # weight of the unlikelihood of the continuations' repeated tokens
     repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
+    repair_mode: str = "loops"          # loops: unlikelihood of greedy repeats; resync: the answer after the
+    # model's own new lines (see resync_batch)
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -147,6 +154,8 @@ class TargetConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "validation_repos", tuple(self.validation_repos))  # a JSON record holds a list
+        if self.repair_mode not in REPAIR_MODES:
+            raise ValueError(f"repair_mode must be one of {REPAIR_MODES}, not {self.repair_mode!r}")
         if set(self.validation_repos) & set(EVAL_REPOS):
             raise ValueError(f"validation_repos must not hold an evaluation repository {EVAL_REPOS}, got "
                              f"{self.validation_repos}")
@@ -459,15 +468,82 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     return inputs, avoid, repeated / max(1, sum(map(len, conts)))
 
 
+def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_tokens: int, special: dict, device,
+                 rng: random.Random, supervised: int = 256):
+    """The model's own new lines at one changed place per ``(before, request, after)``, then the answer after them:
+    ``(inputs, targets, share)``. For a place where ``after`` inserts or replaces lines (a line diff), the prompt
+    and the answer's lines before it are the prefix (cut at a token boundary); the model continues it greedily
+    (up to ``new_tokens``) and its text is kept up to as many line ends as the place has new lines; the inputs are
+    prefix + that text + the answer's lines after the place + end of turn, the targets the first ``supervised``
+    tokens after the model's text (else -100): where a model that wrote the change in its own words must go back
+    to copying the input, the step a derailed answer misses. ``share``: the places whose continuation held that
+    many line ends (the rest are left out)."""
+    import torch
+
+    items = []
+    for before, request, after in triples:
+        b_lines, a_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
+        places = [(j1, j2) for tag, _, _, j1, j2 in
+                  difflib.SequenceMatcher(None, b_lines, a_lines, autojunk=False).get_opcodes()
+                  if tag in ("insert", "replace")]
+        if not places:
+            continue
+        j1, j2 = rng.choice(places)
+        prompt = tokenizer.apply_chat_template(blazedit_messages(before, request), tokenize=False,
+                                               add_generation_prompt=True)
+        text = prompt + after
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        start = len(prompt) + sum(map(len, a_lines[:j1]))  # the place's first character
+        cut = next(i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start)  # the token holding it
+        items.append((enc["input_ids"][:cut], text[: enc["offset_mapping"][cut][0]], start, j2 - j1,
+                      "".join(a_lines[j2:])))
+    if not items:
+        return None, None, 0.0
+    width = max(len(x[0]) for x in items)
+    ids = torch.full((len(items), width), special["pad"], dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, x in enumerate(items):
+        ids[i, width - len(x[0]):], mask[i, width - len(x[0]):] = torch.tensor(x[0]), 1
+    model.eval()
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
+                             min_new_tokens=1, do_sample=False, pad_token_id=special["pad"],
+                             eos_token_id=[special["eot"], special["eos"]])
+    model.train()
+    rows = []
+    for (_, head, start, lines, rest), cont in zip(items, out[:, width:].tolist()):  # one host sync for the batch
+        own = tokenizer.decode(cont, skip_special_tokens=True)
+        skip = start - len(head)  # characters of the model's text before the place (the cut token's)
+        ends = [i for i, c in enumerate(own) if c == "\n" and i >= skip]
+        if len(ends) < lines:
+            continue
+        own = own[: ends[lines - 1] + 1]
+        full = tokenizer(head + own + rest + EOT, add_special_tokens=False, return_offsets_mapping=True)
+        first = next(i for i, (a, _) in enumerate(full["offset_mapping"]) if a >= len(head) + len(own))
+        rows.append((full["input_ids"][: first + supervised], first))
+    if not rows:
+        return None, None, 0.0
+    seq_width = -(-max(len(r) for r, _ in rows) // 64) * 64
+    inputs = torch.full((len(rows), seq_width), special["pad"], dtype=torch.long)
+    targets = torch.full_like(inputs, -100)
+    for i, (r, first) in enumerate(rows):
+        inputs[i, : len(r) - 1] = torch.tensor(r[:-1])
+        targets[i, first - 1 : len(r) - 1] = torch.tensor(r[first:])
+    return inputs, targets, len(rows) / len(items)
+
+
 def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
-                after_step=None) -> dict:
+                after_step=None, tokenizer=None, triples: list[tuple[str, str, str]] = ()) -> dict:
     """Steps that unlearn the target's own greedy loops, for ``cfg.repair_time_s`` seconds: each step continues
     ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
     for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
     that repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of
     the answer has it, while an edit-tuning batch keeps the answers' likelihood. Logs the share of such tokens in
-    every step's continuations (before its update). ``after_step(steps)``, when given, is called after every step;
-    its time does not count against the budget."""
+    every step's continuations (before its update). With ``cfg.repair_mode`` ``"resync"`` the step instead trains
+    (weight ``cfg.repair_weight``) on the answer after the model's own new lines at a changed place of
+    ``cfg.repair_batch`` of ``triples`` (:func:`resync_batch`, with ``tokenizer``), and logs the share of places
+    used. ``after_step(steps)``, when given, is called after every step; its time does not count against the
+    budget."""
     import torch
 
     rng = random.Random(cfg.seed + 5)
@@ -477,12 +553,20 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
                           cfg.decision_weight)
     stop = [special["eot"], special["eos"]]
     start, steps, shares, paused = time.time(), 0, [], 0.0
+    resync = cfg.repair_mode == "resync"
+    if resync and (tokenizer is None or not triples):
+        raise ValueError("repair_mode 'resync' needs the tokenizer and the repair set's (before, request, after)")
     while pool and time.time() - start - paused < cfg.repair_time_s and not 0 < cfg.repair_steps <= steps:
-        picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
-        cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
-        prefixes, references = [e[0][:c] for e, c in zip(picked, cuts)], [e[0][c:-1] for e, c in zip(picked, cuts)]
-        inputs, avoid, share = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device,
-                                          references)
+        if resync:  # the answer after the model's own new lines
+            inputs, avoid, share = resync_batch(model, tokenizer, rng.sample(triples, min(cfg.repair_batch,
+                                                len(triples))), cfg.repair_new_tokens, special, device, rng)
+        else:
+            picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
+            cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
+            prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
+            references = [e[0][c:-1] for e, c in zip(picked, cuts)]
+            inputs, avoid, share = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device,
+                                              references)
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
@@ -493,7 +577,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             group["lr"] = cfg.repair_lr
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight)
-            if bool((avoid >= 0).any()):
+            if resync and inputs is not None:  # avoid holds the targets here
+                loss = loss + cfg.repair_weight * masked_loss(model, inputs.to(device), avoid.to(device))
+            elif not resync and bool((avoid >= 0).any()):
                 loss = loss + cfg.repair_weight * unlikelihood_loss(model, inputs.to(device), avoid.to(device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -501,7 +587,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         opt.zero_grad(set_to_none=True)
         steps += 1
         shares.append(round(share, 4))
-        entry = {"step": steps, "loss": round(loss.item(), 4), "repeated_share": shares[-1],
+        entry = {"step": steps, "loss": round(loss.item(), 4),
+                 ("resync_share" if resync else "repeated_share"): shares[-1],
                  "elapsed_s": round(time.time() - start - paused, 1)}
         log.append(entry)
         print("[repair] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
@@ -509,8 +596,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             t = time.time()
             after_step(steps)
             paused += time.time() - t
-    return {"steps": steps, "wall_s": round(time.time() - start - paused, 1), "repeated_share_first": shares[:3],
-            "repeated_share_last": shares[-3:]}
+    kind = "resync_share" if resync else "repeated_share"
+    return {"steps": steps, "wall_s": round(time.time() - start - paused, 1), "mode": cfg.repair_mode,
+            f"{kind}_first": shares[:3], f"{kind}_last": shares[-3:]}
 
 
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
@@ -762,7 +850,8 @@ def cmd_target(args) -> None:
     record_val("sft_end", sft_info["steps"])
     repair_info = None
     if cfg.repair_time_s > 0:  # (c) loop repair
-        repair_info = loop_repair(model, optimizer(cfg.repair_lr), examples, cfg, special, device, log["repair"])
+        repair_info = loop_repair(model, optimizer(cfg.repair_lr), examples, cfg, special, device, log["repair"],
+                                  tokenizer=tokenizer, triples=sft_rows)
         record_val("repair_end", repair_info["steps"])
 
     # save (bf16), quality gate, records
@@ -805,6 +894,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
+                  "repair_mode",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
@@ -869,7 +959,7 @@ def cmd_repair(args) -> None:
         select = CheckpointSelection(tokenizer, rows, cfg, special, device, args.gate_every, args.gate_after, what)
         select(model, 0)
     info = loop_repair(model, opt, examples, cfg, special, device, log["repair"],
-                       None if select is None else lambda steps: select(model, steps))
+                       None if select is None else lambda steps: select(model, steps), tokenizer, triples)
     if select is not None:
         select(model, info["steps"], last=True)
         model.load_state_dict(select.best_state)
@@ -928,7 +1018,8 @@ REPAIR_HELP = {
     "repair_batch": "greedy continuations per repair step",
     "repair_new_tokens": "tokens per repair continuation",
     "repair_lr": "loop repair learning rate",
-    "repair_weight": "weight of the repeats' unlikelihood",
+    "repair_weight": "weight of the repeats' unlikelihood (resync: of the answer's loss after the model's lines)",
+    "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines",
 }
 
 
@@ -938,7 +1029,8 @@ def add_repair_options(parser, defaults: dict | None = None) -> None:
     for name, text in REPAIR_HELP.items():
         default = (defaults or {}).get(name, getattr(TargetConfig(), name))
         parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
-                            help=f"{text} (default {default})")
+                            help=f"{text} (default {default})",
+                            **({"choices": REPAIR_MODES} if name == "repair_mode" else {}))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -360,6 +360,42 @@ def test_loop_batch_penalizes_the_repeats_of_a_greedy_continuation():
     assert share == 4 / 10
 
 
+def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
+    """A model that writes the same three lines at every place: its text is kept up to as many line ends as the
+    place has new lines, and the targets are the answer's lines after the place and the end of turn; a place where
+    it writes fewer line ends is left out, and an answer that only deletes lines has no place."""
+    from transformers import AutoTokenizer
+
+    import hybridsd as hsd
+
+    tok = AutoTokenizer.from_pretrained(hsd.zoo.path(), local_files_only=True)
+    special = tz.special_ids(tok)
+
+    class Writes(torch.nn.Module):
+        def __init__(self, text):
+            super().__init__()
+            self.ids = tok.encode(text, add_special_tokens=False)
+
+        def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+            assert kw["do_sample"] is False and special["eot"] in kw["eos_token_id"]
+            own = torch.tensor((self.ids + [special["eot"]] * max_new_tokens)[:max_new_tokens])
+            return torch.cat([input_ids, own.expand(input_ids.shape[0], -1)], dim=1)
+
+    before = "a = 1\nb = 2\nc = 3\n"
+    two = (before, "add two lines after `a = 1`", "a = 1\nnew_one()\nnew_two()\nb = 2\nc = 3\n")
+    gone = (before, "remove `b = 2`", "a = 1\nc = 3\n")
+    model, rng, cpu = Writes("x = 10\ny = 20\nz = 30\n"), random.Random(0), torch.device("cpu")
+    inputs, targets, share = tz.resync_batch(model, tok, [two, gone], 16, special, cpu, rng)
+    assert inputs.shape[0] == 1 and share == 1.0
+    first = int((targets[0] != -100).nonzero()[0])
+    assert tok.decode(targets[0][targets[0] != -100]) == "b = 2\nc = 3\n" + tz.EOT
+    assert tok.decode(inputs[0, : first + 1]).endswith("a = 1\nx = 10\ny = 20\n")
+    few = Writes("x = 10 y = 20\n")  # one line end where the place has two
+    assert tz.resync_batch(few, tok, [two], 16, special, cpu, rng) == (None, None, 0.0)
+    with pytest.raises(ValueError, match="repair_mode"):
+        tz.TargetConfig(repair_mode="both")
+
+
 def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
     torch.manual_seed(1)
     model = tz.build_model(tz.TargetConfig(**tz.SMOKE), 32, {"bos": 0, "eos": 1, "pad": 2, "eot": 3})
@@ -381,6 +417,12 @@ def test_repair_options():
         tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-steps", "-1"]))
     smoke = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--smoke", "--repair-steps", "2"]))
     assert smoke.repair_steps == 2 and smoke.gate_prompts == tz.SMOKE_REPAIR["gate_prompts"]
+    assert smoke.repair_mode == "loops"
+    resync = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "resync"]))
+    assert resync.repair_mode == "resync"
+    with pytest.raises(SystemExit) as e:
+        tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "both"])
+    assert e.value.code == 2
 
 
 def test_gate_every_must_not_be_negative(capsys):
