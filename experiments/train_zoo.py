@@ -125,6 +125,7 @@ class TargetConfig:
     repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
     repair_mode: str = "loops"          # loops: unlikelihood of greedy repeats; resync: the answer after the
     # model's own new lines (see resync_batch)
+    repair_copy_share: float = 0.0      # resync: share of its places that are kept lines
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -156,6 +157,8 @@ class TargetConfig:
         object.__setattr__(self, "validation_repos", tuple(self.validation_repos))  # a JSON record holds a list
         if self.repair_mode not in REPAIR_MODES:
             raise ValueError(f"repair_mode must be one of {REPAIR_MODES}, not {self.repair_mode!r}")
+        if not 0 <= self.repair_copy_share <= 1:
+            raise ValueError(f"repair_copy_share must be in [0, 1], got {self.repair_copy_share}")
         if set(self.validation_repos) & set(EVAL_REPOS):
             raise ValueError(f"validation_repos must not hold an evaluation repository {EVAL_REPOS}, got "
                              f"{self.validation_repos}")
@@ -469,23 +472,27 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
 
 
 def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_tokens: int, special: dict, device,
-                 rng: random.Random, supervised: int = 256):
+                 rng: random.Random, supervised: int = 256, copy_share: float = 0.0):
     """The model's own new lines at one changed place per ``(before, request, after)``, then the answer after them:
     ``(inputs, targets, share)``. For a place where ``after`` inserts or replaces lines (a line diff), the prompt
     and the answer's lines before it are the prefix (cut at a token boundary); the model continues it greedily
     (up to ``new_tokens``) and its text is kept up to as many line ends as the place has new lines; the inputs are
     prefix + that text + the answer's lines after the place + end of turn, the targets the first ``supervised``
     tokens after the model's text (else -100): where a model that wrote the change in its own words must go back
-    to copying the input, the step a derailed answer misses. ``share``: the places whose continuation held that
-    many line ends (the rest are left out)."""
+    to copying the input, the step a derailed answer misses. With probability ``copy_share`` the place is instead
+    one or two kept lines (the model should copy them; where it did not, the targets teach the way back).
+    ``share``: the places whose continuation held that many line ends (the rest are left out)."""
     import torch
 
     items = []
     for before, request, after in triples:
         b_lines, a_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
-        places = [(j1, j2) for tag, _, _, j1, j2 in
-                  difflib.SequenceMatcher(None, b_lines, a_lines, autojunk=False).get_opcodes()
-                  if tag in ("insert", "replace")]
+        ops = difflib.SequenceMatcher(None, b_lines, a_lines, autojunk=False).get_opcodes()
+        places = [(j1, j2) for tag, _, _, j1, j2 in ops if tag in ("insert", "replace")]
+        kept = [(j, min(j + rng.choice((1, 2)), j2)) for tag, _, _, j1, j2 in ops if tag == "equal"
+                for j in range(j1, j2)]
+        if kept and rng.random() < copy_share:
+            places = kept
         if not places:
             continue
         j1, j2 = rng.choice(places)
@@ -559,7 +566,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     while pool and time.time() - start - paused < cfg.repair_time_s and not 0 < cfg.repair_steps <= steps:
         if resync:  # the answer after the model's own new lines
             inputs, avoid, share = resync_batch(model, tokenizer, rng.sample(triples, min(cfg.repair_batch,
-                                                len(triples))), cfg.repair_new_tokens, special, device, rng)
+                                                len(triples))), cfg.repair_new_tokens, special, device, rng,
+                                                copy_share=cfg.repair_copy_share)
         else:
             picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
             cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
@@ -894,7 +902,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode",
+                  "repair_mode", "repair_copy_share",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
@@ -1020,6 +1028,7 @@ REPAIR_HELP = {
     "repair_lr": "loop repair learning rate",
     "repair_weight": "weight of the repeats' unlikelihood (resync: of the answer's loss after the model's lines)",
     "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines",
+    "repair_copy_share": "resync: share of its places that are kept lines (where the model should copy)",
 }
 
 

@@ -394,6 +394,16 @@ def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
     assert tz.resync_batch(few, tok, [two], 16, special, cpu, rng) == (None, None, 0.0)
     with pytest.raises(ValueError, match="repair_mode"):
         tz.TargetConfig(repair_mode="both")
+    with pytest.raises(ValueError, match="repair_copy_share"):
+        tz.TargetConfig(repair_copy_share=1.5)
+    # a kept line as the place (copy_share 1): the model's line where "b = 2" was copied, then the answer after it
+    inputs, targets, _ = tz.resync_batch(Writes("wrong = 0\n"), tok, [gone], 16, special, cpu, random.Random(3),
+                                         copy_share=1.0)
+    first = int((targets[0] != -100).nonzero()[0])
+    context, answer = tok.decode(inputs[0, : first + 1]), tok.decode(targets[0][targets[0] != -100])
+    # in place of "a = 1" the answer goes on with "c = 3"; in place of "c = 3", after "a = 1", it ends
+    assert (context.endswith("\nwrong = 0\n") and answer == "c = 3\n" + tz.EOT
+            or context.endswith("a = 1\nwrong = 0\n") and answer == tz.EOT), (context[-40:], answer)
 
 
 def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
