@@ -436,13 +436,10 @@ def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random
             [(q + d if q >= j else q, t) for q, t in avoided if q != j] + exit_copy, list(range(j, j + d)))
 
 
-def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device,
-               references: list[list[int]] | None = None):
-    """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
-    cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share)``,
-    inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it ends a
-    4-gram of new text (not in the prefix) repeated beyond the prefix's reference continuation (``references``;
-    :func:`repeat_positions`), else -100; share: those tokens over all continuation tokens."""
+def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int],
+                         device) -> list[list[int]]:
+    """``new_tokens`` greedy tokens after each of ``prefixes`` (``generate``, left padding, bf16 autocast on CUDA;
+    rows that stop early are filled after their stop token), in eval mode, the model left in train mode."""
     import torch
 
     width = max(len(x) for x in prefixes)
@@ -455,8 +452,20 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
                              min_new_tokens=1, do_sample=False, pad_token_id=pad, eos_token_id=stop)
     model.train()
+    return out[:, width:].tolist()  # one host sync for the batch
+
+
+def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device,
+               references: list[list[int]] | None = None):
+    """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
+    cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share)``,
+    inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it ends a
+    4-gram of new text (not in the prefix) repeated beyond the prefix's reference continuation (``references``;
+    :func:`repeat_positions`), else -100; share: those tokens over all continuation tokens."""
+    import torch
+
     conts = []
-    for row in out[:, width:].tolist():  # one host sync for the batch
+    for row in greedy_continuations(model, prefixes, new_tokens, pad, stop, device):
         cut = next((i for i, t in enumerate(row) if t in stop), len(row))
         conts.append(row[:cut])
     seq_width = -(-max(len(x) + len(c) for x, c in zip(prefixes, conts)) // 64) * 64
@@ -506,19 +515,10 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
                       "".join(a_lines[j2:])))
     if not items:
         return None, None, 0.0
-    width = max(len(x[0]) for x in items)
-    ids = torch.full((len(items), width), special["pad"], dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, x in enumerate(items):
-        ids[i, width - len(x[0]):], mask[i, width - len(x[0]):] = torch.tensor(x[0]), 1
-    model.eval()
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
-                             min_new_tokens=1, do_sample=False, pad_token_id=special["pad"],
-                             eos_token_id=[special["eot"], special["eos"]])
-    model.train()
+    conts = greedy_continuations(model, [x[0] for x in items], new_tokens, special["pad"],
+                                 [special["eot"], special["eos"]], device)
     rows = []
-    for (_, head, start, lines, rest), cont in zip(items, out[:, width:].tolist()):  # one host sync for the batch
+    for (_, head, start, lines, rest), cont in zip(items, conts):
         own = tokenizer.decode(cont, skip_special_tokens=True)
         skip = start - len(head)  # characters of the model's text before the place (the cut token's)
         ends = [i for i, c in enumerate(own) if c == "\n" and i >= skip]
