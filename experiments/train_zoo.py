@@ -687,7 +687,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
-                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps")
+                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
+                  "repair_mode", "repair_copy_share")
 
 
 def target_config(args) -> TargetConfig:

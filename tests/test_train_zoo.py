@@ -433,6 +433,10 @@ def test_repair_options():
     with pytest.raises(SystemExit) as e:
         tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "both"])
     assert e.value.code == 2
+    # the target command takes every repair option too (its optional repair stage)
+    assert set(tz.REPAIR_HELP) <= set(tz.CONFIG_OPTIONS)
+    target = tz.target_config(tz.parse_args(["target", "--repair-mode", "resync", "--repair-copy-share", "0.5"]))
+    assert (target.repair_mode, target.repair_copy_share) == ("resync", 0.5)
 
 
 def test_gate_every_must_not_be_negative(capsys):
