@@ -498,10 +498,10 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
         b_lines, a_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
         ops = difflib.SequenceMatcher(None, b_lines, a_lines, autojunk=False).get_opcodes()
         places = [(j1, j2) for tag, _, _, j1, j2 in ops if tag in ("insert", "replace")]
-        kept = [(j, min(j + rng.choice((1, 2)), j2)) for tag, _, _, j1, j2 in ops if tag == "equal"
-                for j in range(j1, j2)]
-        if kept and rng.random() < copy_share:
-            places = kept
+        kept = [(j, j2) for tag, _, _, j1, j2 in ops if tag == "equal" for j in range(j1, j2)]  # (line, run end)
+        if kept and copy_share and rng.random() < copy_share:
+            j, end = rng.choice(kept)
+            places = [(j, min(j + rng.choice((1, 2)), end))]
         if not places:
             continue
         j1, j2 = rng.choice(places)
@@ -563,7 +563,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     resync = cfg.repair_mode == "resync"
     if resync and (tokenizer is None or not triples):
         raise ValueError("repair_mode 'resync' needs the tokenizer and the repair set's (before, request, after)")
-    while pool and time.time() - start - paused < cfg.repair_time_s and not 0 < cfg.repair_steps <= steps:
+    while ((triples if resync else pool) and time.time() - start - paused < cfg.repair_time_s
+           and not 0 < cfg.repair_steps <= steps):
         if resync:  # the answer after the model's own new lines
             inputs, avoid, share = resync_batch(model, tokenizer, rng.sample(triples, min(cfg.repair_batch,
                                                 len(triples))), cfg.repair_new_tokens, special, device, rng,
