@@ -29,7 +29,8 @@ Subcommands:
 ``repair``  loop repair of an edit-tuned target on a small repair set (150 real training edits, ~300 synthetic
             edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it); with
             ``--repair-mode resync``, instead of the repeats' unlikelihood, the answer after the model's own new
-            lines at a changed place (:func:`resync_batch`: going back to copying after writing the change).
+            lines at a changed place (:func:`resync_batch`: going back to copying after writing the change);
+            ``--repair-mode both``, the two terms in every step.
 ``gate``    the quality gate on a saved target, on the validation split (``pallets/click``, held out of training to
             choose among checkpoints) or the evaluation split.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
@@ -78,7 +79,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 
 
-REPAIR_MODES = ("loops", "resync")
+REPAIR_MODES = ("loops", "resync", "both")
 
 
 @dataclass(frozen=True)
@@ -121,11 +122,12 @@ class TargetConfig:
     repair_batch: int = 64              # greedy continuations per repair step ...
     repair_new_tokens: int = 160        # ... of this many tokens, from a changed place of an answer
     repair_lr: float = 1e-4
-    repair_weight: float = 0.3          # weight of the unlikelihood of the continuations' repeated tokens
+    repair_weight: float = 0.3          # loops, both: weight of the unlikelihood of the continuations' repeats
     repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
     repair_mode: str = "loops"          # loops: unlikelihood of greedy repeats; resync: the answer after the
-    # model's own new lines (see resync_batch)
-    repair_copy_share: float = 0.0      # resync: share of its places that are kept lines
+    # model's own new lines (see resync_batch); both: the two terms in every step
+    repair_copy_share: float = 0.0      # resync, both: share of its places that are kept lines
+    resync_weight: float = 1.0          # resync, both: weight of the answer's loss after the model's own lines
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -157,6 +159,8 @@ class TargetConfig:
         object.__setattr__(self, "validation_repos", tuple(self.validation_repos))  # a JSON record holds a list
         if self.repair_mode not in REPAIR_MODES:
             raise ValueError(f"repair_mode must be one of {REPAIR_MODES}, not {self.repair_mode!r}")
+        if self.resync_weight < 0:
+            raise ValueError(f"resync_weight must be >= 0, got {self.resync_weight}")
         if not 0 <= self.repair_copy_share <= 1:
             raise ValueError(f"repair_copy_share must be in [0, 1], got {self.repair_copy_share}")
         if set(self.validation_repos) & set(EVAL_REPOS):
@@ -541,16 +545,16 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
 
 def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
                 after_step=None, tokenizer=None, triples: list[tuple[str, str, str]] = ()) -> dict:
-    """Steps that unlearn the target's own greedy loops, for ``cfg.repair_time_s`` seconds: each step continues
+    """Repair steps of an edit-tuned target, for ``cfg.repair_time_s`` seconds, each beside an edit-tuning batch
+    that keeps the answers' likelihood. ``cfg.repair_mode`` picks their terms: ``"loops"`` continues
     ``cfg.repair_batch`` answers greedily from one of their changed places (the teacher-forced answer before it)
-    for ``cfg.repair_new_tokens`` tokens, and lowers by unlikelihood (weight ``cfg.repair_weight``) every token
-    that repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of
-    the answer has it, while an edit-tuning batch keeps the answers' likelihood. Logs the share of such tokens in
-    every step's continuations (before its update). With ``cfg.repair_mode`` ``"resync"`` the step instead trains
-    (weight ``cfg.repair_weight``) on the answer after the model's own new lines at a changed place of
-    ``cfg.repair_batch`` of ``triples`` (:func:`resync_batch`, with ``tokenizer``), and logs the share of places
-    used. ``after_step(steps)``, when given, is called after every step; its time does not count against the
-    budget."""
+    for ``cfg.repair_new_tokens`` tokens and lowers by unlikelihood (weight ``cfg.repair_weight``) every token that
+    repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of the
+    answer has it (:func:`loop_batch`); ``"resync"`` trains (weight ``cfg.resync_weight``) on the answer after
+    the model's own new lines at a changed place of ``cfg.repair_batch`` of ``triples`` (:func:`resync_batch`,
+    with ``tokenizer``); ``"both"`` takes the two terms in every step. Logs each term's share (of repeated tokens
+    in the continuations before the update; of places used). ``after_step(steps)``, when given, is called after
+    every step; its time does not count against the budget."""
     import torch
 
     rng = random.Random(cfg.seed + 5)
@@ -559,23 +563,26 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 50, cfg.change_weight,
                           cfg.decision_weight)
     stop = [special["eot"], special["eos"]]
-    start, steps, shares, paused = time.time(), 0, [], 0.0
-    resync = cfg.repair_mode == "resync"
+    start, steps, paused = time.time(), 0, 0.0
+    loops, resync = cfg.repair_mode in ("loops", "both"), cfg.repair_mode in ("resync", "both")
     if resync and (tokenizer is None or not triples):
-        raise ValueError("repair_mode 'resync' needs the tokenizer and the repair set's (before, request, after)")
-    while ((triples if resync else pool) and time.time() - start - paused < cfg.repair_time_s
+        raise ValueError(f"repair_mode {cfg.repair_mode!r} needs the tokenizer and the repair set's (before, "
+                         "request, after)")
+    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync)) if on}
+    while ((pool if loops else triples) and time.time() - start - paused < cfg.repair_time_s
            and not 0 < cfg.repair_steps <= steps):
+        terms = []  # (kind, inputs, targets or avoided tokens, share)
         if resync:  # the answer after the model's own new lines
-            inputs, avoid, share = resync_batch(model, tokenizer, rng.sample(triples, min(cfg.repair_batch,
-                                                len(triples))), cfg.repair_new_tokens, special, device, rng,
-                                                copy_share=cfg.repair_copy_share)
-        else:
+            picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
+            terms.append(("resync_share", *resync_batch(model, tokenizer, picked, cfg.repair_new_tokens, special,
+                                                        device, rng, copy_share=cfg.repair_copy_share)))
+        if loops:  # the model's own repeats
             picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
             cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
             prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
             references = [e[0][c:-1] for e, c in zip(picked, cuts)]
-            inputs, avoid, share = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device,
-                                              references)
+            terms.append(("repeated_share", *loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"],
+                                                        stop, device, references)))
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
@@ -586,18 +593,19 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             group["lr"] = cfg.repair_lr
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight)
-            if resync and inputs is not None:  # avoid holds the targets here
-                loss = loss + cfg.repair_weight * masked_loss(model, inputs.to(device), avoid.to(device))
-            elif not resync and bool((avoid >= 0).any()):
-                loss = loss + cfg.repair_weight * unlikelihood_loss(model, inputs.to(device), avoid.to(device))
+            for kind, inputs, labels, _ in terms:
+                if kind == "resync_share" and inputs is not None:
+                    loss = loss + cfg.resync_weight * masked_loss(model, inputs.to(device), labels.to(device))
+                elif kind == "repeated_share" and bool((labels >= 0).any()):
+                    loss = loss + cfg.repair_weight * unlikelihood_loss(model, inputs.to(device), labels.to(device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         steps += 1
-        shares.append(round(share, 4))
-        entry = {"step": steps, "loss": round(loss.item(), 4),
-                 ("resync_share" if resync else "repeated_share"): shares[-1],
+        for kind, *_, share in terms:
+            shares[kind].append(round(share, 4))
+        entry = {"step": steps, "loss": round(loss.item(), 4), **{k: v[-1] for k, v in shares.items()},
                  "elapsed_s": round(time.time() - start - paused, 1)}
         log.append(entry)
         print("[repair] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
@@ -605,9 +613,10 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             t = time.time()
             after_step(steps)
             paused += time.time() - t
-    kind = "resync_share" if resync else "repeated_share"
-    return {"steps": steps, "wall_s": round(time.time() - start - paused, 1), "mode": cfg.repair_mode,
-            f"{kind}_first": shares[:3], f"{kind}_last": shares[-3:]}
+    out = {"steps": steps, "wall_s": round(time.time() - start - paused, 1), "mode": cfg.repair_mode}
+    for kind, values in shares.items():
+        out.update({f"{kind}_first": values[:3], f"{kind}_last": values[-3:]})
+    return out
 
 
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
@@ -689,7 +698,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share")
+                  "repair_mode", "repair_copy_share", "resync_weight")
 
 
 def target_config(args) -> TargetConfig:
@@ -904,7 +913,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode", "repair_copy_share",
+                  "repair_mode", "repair_copy_share", "resync_weight",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
@@ -1028,9 +1037,11 @@ REPAIR_HELP = {
     "repair_batch": "greedy continuations per repair step",
     "repair_new_tokens": "tokens per repair continuation",
     "repair_lr": "loop repair learning rate",
-    "repair_weight": "weight of the repeats' unlikelihood (resync: of the answer's loss after the model's lines)",
-    "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines",
-    "repair_copy_share": "resync: share of its places that are kept lines (where the model should copy)",
+    "repair_weight": "loops, both: weight of the repeats' unlikelihood",
+    "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines; "
+                   "both: the two in every step",
+    "repair_copy_share": "resync, both: share of its places that are kept lines (where the model should copy)",
+    "resync_weight": "resync, both: weight of the answer's loss after the model's own lines",
 }
 
 

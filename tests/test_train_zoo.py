@@ -393,7 +393,9 @@ def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
     few = Writes("x = 10 y = 20\n")  # one line end where the place has two
     assert tz.resync_batch(few, tok, [two], 16, special, cpu, rng) == (None, None, 0.0)
     with pytest.raises(ValueError, match="repair_mode"):
-        tz.TargetConfig(repair_mode="both")
+        tz.TargetConfig(repair_mode="all")
+    with pytest.raises(ValueError, match="resync_weight"):
+        tz.TargetConfig(resync_weight=-1.0)
     with pytest.raises(ValueError, match="repair_copy_share"):
         tz.TargetConfig(repair_copy_share=1.5)
     # a kept line as the place (copy_share 1): the model's line where "b = 2" was copied, then the answer after it
@@ -404,6 +406,48 @@ def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
     # in place of "a = 1" the answer goes on with "c = 3"; in place of "c = 3", after "a = 1", it ends
     assert (context.endswith("\nwrong = 0\n") and answer == "c = 3\n" + tz.EOT
             or context.endswith("a = 1\nwrong = 0\n") and answer == tz.EOT), (context[-40:], answer)
+
+
+@pytest.mark.parametrize("mode", tz.REPAIR_MODES)
+def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
+    """Every repair step adds to the edit-tuning loss the terms its mode names: the repeats' unlikelihood (weight
+    ``repair_weight``) for loops and both, the answer after the model's own lines (weight ``resync_weight``) for
+    resync and both; each term's share is logged."""
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
+
+    import hybridsd as hsd
+
+    tok = AutoTokenizer.from_pretrained(hsd.zoo.path(), local_files_only=True)
+    special = tz.special_ids(tok)
+    before = "a = 1\nb = 2\nc = 3\n"
+    triples = [(before, "add a line after `a = 1`", "a = 1\nnew()\nb = 2\nc = 3\n"),
+               (before, "change `b = 2`", "a = 1\nb = 5\nc = 3\n")]
+    examples = tz.sft_examples(tok, triples, special["eot"])
+    seq = torch.tensor([[5, 6, 7, 8]])
+    labels = torch.tensor([[-100, 7, 8, -100]])
+    monkeypatch.setattr(tz, "resync_batch", lambda *a, **k: (seq, labels, 0.25))
+    monkeypatch.setattr(tz, "loop_batch", lambda *a, **k: (seq, labels, 0.5))
+    calls = []
+    masked, unlikely = tz.masked_loss, tz.unlikelihood_loss
+    monkeypatch.setattr(tz, "masked_loss", lambda m, x, *a, **k: calls.append(("masked", x.shape[0])) or
+                        masked(m, x, *a, **k))
+    monkeypatch.setattr(tz, "unlikelihood_loss", lambda *a: calls.append(("unlikely", 1)) or unlikely(*a))
+    cfg = replace(tz.TargetConfig(**tz.SMOKE), repair_mode=mode, repair_steps=2, repair_batch=2,
+                  repair_new_tokens=8, repair_time_s=60.0, sft_batch_tokens=4096)
+    model = tz.build_model(cfg, len(tok), special)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.repair_lr)
+    log = []
+    out = tz.loop_repair(model, opt, examples, cfg, special, torch.device("cpu"), log, tokenizer=tok,
+                         triples=triples)
+    resync, loops = mode in ("resync", "both"), mode in ("loops", "both")
+    per_step = [("masked", calls[0][1])] + [("masked", 1)] * resync + [("unlikely", 1)] * loops
+    assert out["steps"] == 2 and len(calls) == 2 * len(per_step) and [c[0] for c in calls[: len(per_step)]] == [
+        c[0] for c in per_step]
+    assert ("resync_share" in log[0]) == resync and ("repeated_share" in log[0]) == loops
+    assert (out.get("resync_share_last"), out.get("repeated_share_last")) == (
+        [0.25, 0.25] if resync else None, [0.5, 0.5] if loops else None)
 
 
 def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
@@ -430,8 +474,11 @@ def test_repair_options():
     assert smoke.repair_mode == "loops"
     resync = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "resync"]))
     assert resync.repair_mode == "resync"
+    both = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "both",
+                                           "--resync-weight", "0.5"]))
+    assert (both.repair_mode, both.resync_weight) == ("both", 0.5)
     with pytest.raises(SystemExit) as e:
-        tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "both"])
+        tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "all"])
     assert e.value.code == 2
     # the target command takes every repair option too (its optional repair stage)
     assert set(tz.REPAIR_HELP) <= set(tz.CONFIG_OPTIONS)
