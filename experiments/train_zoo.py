@@ -179,6 +179,8 @@ class TargetConfig:
                              f"{self.repair_batch}, {self.repair_new_tokens}")
         if self.repeat_max < 1:
             raise ValueError(f"repeat_max must be >= 1, got {self.repeat_max}")
+        if self.gate_prompts < 1:
+            raise ValueError(f"gate_prompts must be >= 1, got {self.gate_prompts}")
         if not 0 <= self.repeat_share <= 1:
             raise ValueError(f"repeat_share must be in [0, 1], got {self.repeat_share}")
         if not 0 <= self.span_share <= 1:
@@ -913,7 +915,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode", "repair_copy_share", "resync_weight",
+                  "repair_mode", "repair_copy_share", "resync_weight", "gate_prompts",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
@@ -1132,6 +1134,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--prompts must be >= 1, got {args.prompts}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
         parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")
+    configs = {"target": target_config, "repair": repair_config}
+    if args.cmd in configs:  # the options' values checked before any work
+        try:
+            configs[args.cmd](args)
+        except ValueError as e:
+            parser.error(str(e))
     return args
 
 
