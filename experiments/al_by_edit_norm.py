@@ -17,7 +17,6 @@ error over bins against the measurement and against the simulation.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments import results
-from experiments.results import bin_table  # noqa: F401  (the per-bin table with bootstrap CIs)
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
+from experiments.results import bin_table  # noqa: F401  (the per-bin table with bootstrap CIs)
 from experiments.simulate_al import json_safe
 from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
 from hybridsd.fit import ModelFit, model_error
@@ -132,7 +132,7 @@ def errors(preds: dict, table: list[dict]) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="spec_bench JSONL files (paths or globs)")
     ap.add_argument("--bins", type=int, default=12, help="equal bins over [0, --max-e] (at least 8)")
     ap.add_argument("--max-e", type=float, default=0.6)

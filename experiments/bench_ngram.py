@@ -11,7 +11,6 @@ at a different position just below the target length, so the figures mix hits an
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import time
@@ -19,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from hybridsd.drafters.ngram import ngram_propose
 from experiments.provenance import run_info
+from hybridsd.drafters.ngram import ngram_propose
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared/data/code_edits_dev.jsonl"
@@ -81,7 +81,7 @@ def bench(stream: np.ndarray, length: int, calls: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=REPO / "experiments/results/speed/bench_ngram.json")

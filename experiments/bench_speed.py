@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from experiments import provenance
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.speed_diagnostics import (attention_plans, capacity_check, gemm_rows, profile_loop, profile_step,
                                            step_conditions)
@@ -81,7 +82,7 @@ def summary_table(res: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_speed.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])

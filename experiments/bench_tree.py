@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from experiments import provenance
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b, random_tree
 from hybridsd.drafters.base import ProposeRequest
@@ -100,7 +101,7 @@ def eagle2_build_ms(model, ctx: int, depth: int, top_k: int, nodes: int, compile
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_tree.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[2048])

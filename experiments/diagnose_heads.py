@@ -19,6 +19,7 @@ import torch
 
 import hybridsd as hsd
 from experiments import provenance
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from hybridsd import data, prompts
 from hybridsd.drafters.base import ProposeRequest
@@ -50,7 +51,7 @@ def diagnose(model, tok, head, examples, max_new: int, positions: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", type=int, default=3)
     p.add_argument("--max-new", type=int, default=64)
     p.add_argument("--positions", type=int, default=30)

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 
 MODES = ("exact_same", "nonexact_same")
@@ -52,7 +53,7 @@ def read_grid(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", nargs=3, action="append", required=True, metavar=("FILE", "COMMIT", "COMMAND"),
                    help="a grid file, the commit it ran at and the command that ran it (repeatable, in order)")
     p.add_argument("--out", type=Path, required=True)

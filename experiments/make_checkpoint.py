@@ -23,6 +23,7 @@ import torch
 
 import hybridsd as hsd
 from experiments import provenance
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 
 BOS, EOT, END_OF_TEXT = 0, 4, 1  # in the zoo tokenizer
@@ -65,7 +66,7 @@ def build(out: Path, layers: int, device: str, shape: dict | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

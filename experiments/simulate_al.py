@@ -12,7 +12,6 @@ corpus ALs, bootstrap CIs from resampling examples within bins) and scored per b
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -22,12 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
+from experiments.provenance import run_info
 from hybridsd.analytic import al_from_rates, harmonic_calibrate_ngram
 from hybridsd.data import bin_index, default_data_dir, load_code_edits
 from hybridsd.edit_distance import copied_runs, token_edit_norm
 from hybridsd.fit import fit_edit_structure, fit_harmonic, fit_new_share, fit_resync, fit_resync_runs, model_error
-from experiments.provenance import run_info
 from hybridsd.simulate import SimConfig, iter_simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def boot_bins(idx, n_bins, members, r, n_boot, rng) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="code_edits_dev.jsonl (default: the shared data dir)")
     ap.add_argument("--limit", type=int, default=None, help="simulate a seeded random subset of this many examples")
     ap.add_argument("--k-ngram", type=int, default=5)

@@ -48,6 +48,7 @@ from hybridsd.edit_distance import edit_norm
 
 from experiments import distributed as dp
 from experiments import results
+from experiments.cli import Parser
 from experiments.speed_loop import accepted_continuation
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
@@ -463,13 +464,6 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     return dp.broadcast(merged)  # the merge is done before any rank moves on
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage mistake in one line (exit code 2)."""
-
-    def error(self, message: str) -> None:  # noqa: D401 - argparse's hook
-        fail(message)
-
-
 def fail(message: str) -> None:
     """A user mistake: one line on stderr, exit code 2, no traceback."""
     print(f"spec_bench: error: {message}", file=sys.stderr)
@@ -506,7 +500,7 @@ def speculative_tokens(method: str, k: int | None, per: dict | None) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     """The command line, in vLLM's ``examples/offline_inference/spec_decode.py`` spelling where it has one."""
-    p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="spec_bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="ngram-eagle", choices=METHODS + tuple(METHOD_ALIASES))
     p.add_argument("--model-dir", "--model", dest="model", default="tiny-coder",
                    help="target: a zoo name, a model folder or a Hub id (default: the zoo's tiny-coder)")

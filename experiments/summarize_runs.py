@@ -26,6 +26,7 @@ import sys
 import pandas as pd
 
 from experiments import results
+from experiments.cli import Parser
 
 CONFIG = ["dataset", "variant", "k", "bos_mode", "dtype"]
 PR = ["dataset", "variant", "k"]
@@ -40,7 +41,7 @@ def pr_table(df) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", help="JSONL files or glob patterns")
     p.add_argument("--by", choices=("output", "reference"), default="output")
     p.add_argument("--bins", choices=("coarse", "fine"), default="coarse",

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from experiments import distributed as dp
 from experiments import spec_bench as sb
+from experiments.cli import Parser
 from experiments.provenance import run_info
 from hybridsd.data import default_data_dir
 
@@ -142,7 +143,7 @@ def record_call(path: Path, call: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True, choices=sorted(PRESETS))
     p.add_argument("--device", default=sb.BenchConfig.device)
     p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))

@@ -25,6 +25,7 @@ import torch
 
 import hybridsd as hsd
 from experiments import provenance
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from hybridsd import data, prompts
 from hybridsd.eagle.loader import read_state_dict
@@ -90,8 +91,9 @@ def timed_steps(head, model, seqs, seconds: float, probe_steps: int = 8, **kw) -
     return max(10, int(seconds / ((time.perf_counter() - t) / probe_steps)))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked before any work: a bad value is one line on stderr and exit 2."""
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny-coder", help="zoo model name (see --target)")
     p.add_argument("--target", type=Path, default=None, help="target model folder (default: the zoo's --model)")
     p.add_argument("--init-heads", type=Path, default=None,
@@ -115,7 +117,34 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--kinds", nargs="+", default=["eagle1", "eagle3"], choices=["eagle1", "eagle3"])
     p.add_argument("--limit", type=int, default=None, help="use only this many training rows (smoke tests)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    positive = ("gen_batch", "max_new", "max_before_chars", "batch_size", "seq_len", "draft_vocab", "ttt_steps",
+                "steps", "limit", "seconds_per_head", "lr")
+    for name in positive:
+        if getattr(a, name) is not None and not getattr(a, name) > 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(a, name)}")
+    if a.gen_seconds < 0:
+        p.error(f"--gen-seconds must be >= 0, got {a.gen_seconds}")
+    try:
+        device = torch.device(a.device)
+    except RuntimeError:
+        p.error(f"--device: not a torch device: {a.device!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {a.device}: no CUDA device here (--device cpu trains on the CPU)")
+    folder = a.target or hsd.zoo.path(a.model)
+    for name in ("config.json", "eval_split.json"):
+        if not (folder / name).is_file():
+            p.error(f"--target: no {name} in {folder}")
+    if a.data is not None and not (a.data / "code_edits_dev.jsonl").is_file():
+        p.error(f"--data: no code_edits_dev.jsonl in {a.data}")
+    for kind in a.kinds if a.init_heads is not None else ():
+        if not (a.init_heads / kind / "config.json").is_file():
+            p.error(f"--init-heads: no {kind}/config.json in {a.init_heads}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
     t_start = time.perf_counter()
     torch.manual_seed(0)
     log = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)  # noqa: E731

@@ -16,7 +16,6 @@ normalizer and round-trips any text exactly (``decode(encode(code)) == code``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -25,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,7 +191,7 @@ def check_tokenizer(tokenizer, samples: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=MODEL_DIR)
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and vocabulary, output to /tmp")
     args = parser.parse_args(argv)

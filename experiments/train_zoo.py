@@ -65,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_messages, change_request,
                                      eval_split_record, load_edits, pretraining_texts, real_request, split_edits,
@@ -1058,7 +1059,7 @@ def add_repair_options(parser, defaults: dict | None = None) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("target", help="pretrain + edit-tune the tiny-coder target, then run the quality gate")
     p.add_argument("--out", type=Path, default=None, help="model folder (default hybridsd/models/tiny-coder)")

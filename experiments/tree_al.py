@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments import provenance, spec_bench
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from hybridsd import analytic, checkpoint, prompts
 from hybridsd.drafters.base import Drafter
@@ -183,7 +184,7 @@ def record(cfg: spec_bench.BenchConfig, data_dir: str | None = None, num_prompts
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny-coder")
     p.add_argument("--method", default="eagle3", choices=("eagle", "eagle3", "ngram-eagle", "ngram-eagle3"))
     p.add_argument("--tree", default="dynamic", choices=("dynamic", "static"))

@@ -25,15 +25,15 @@ Writes paper/figures/*.pdf, paper/tables/*.tex and paper/numbers.tex (one ``\\ne
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from experiments.cli import Parser
 from paper.sections import edit_norm, exact, real_models, simulation, speed, sweep, tex, theory, trees, zoo
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=tex.PAPER, help="folder for figures/, tables/ and numbers.tex")
     ap.add_argument("--no-figures", action="store_true", help="write numbers.tex and the tables only")
     args = ap.parse_args(argv)

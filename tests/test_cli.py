@@ -1,0 +1,65 @@
+"""Every command line reports a usage mistake in one line on stderr with exit code 2, before any work."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+COMMANDS = ["experiments.al_by_edit_norm", "experiments.bench_ngram", "experiments.bench_speed",
+            "experiments.bench_tree", "experiments.diagnose_heads", "experiments.exact_rows",
+            "experiments.make_checkpoint", "experiments.simulate_al", "experiments.spec_bench",
+            "experiments.summarize_runs", "experiments.sweep", "experiments.train_heads",
+            "experiments.train_tokenizer", "experiments.train_zoo", "experiments.tree_al", "paper.make_figures"]
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_an_unknown_option_is_one_line_and_exit_2(module, monkeypatch, capsys):
+    main = importlib.import_module(module).main
+    monkeypatch.setattr(sys, "argv", [module, "--no-such-option"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_subcommand_mistake_is_one_line_too(capsys):
+    from experiments import train_zoo
+
+    with pytest.raises(SystemExit) as e:
+        train_zoo.parse_args(["repair", "--out", "o"])  # --init missing
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--init" in err[0], err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "-1"], "--steps"), (["--batch-size", "0"], "--batch-size"), (["--gen-seconds", "-1"], "--gen-seconds"),
+    (["--device", "nonsense"], "--device"), (["--target", "/nonexistent/tc"], "--target"),
+    (["--data", "/nonexistent/data"], "--data"), (["--init-heads", "/nonexistent/heads"], "--init-heads")])
+def test_train_heads_names_bad_input(argv, message, capsys, tmp_path):
+    from experiments import train_heads
+
+    with pytest.raises(SystemExit) as e:
+        train_heads.parse_args(["--out", str(tmp_path), "--device", "cpu", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and message in err[0], err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_train_heads_asks_for_a_cuda_device_it_lacks(capsys, tmp_path, monkeypatch):
+    import torch
+
+    from experiments import train_heads
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        train_heads.parse_args(["--out", str(tmp_path)])  # the default device is cuda
+    assert e.value.code == 2 and "--device cuda" in capsys.readouterr().err
+
+
+def test_train_heads_takes_good_input(tmp_path):
+    from experiments import train_heads
+
+    a = train_heads.parse_args(["--out", str(tmp_path), "--device", "cpu", "--steps", "2"])
+    assert a.steps == 2 and a.device == "cpu"
