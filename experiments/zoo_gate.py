@@ -40,6 +40,19 @@ def spearman(x, y) -> float:
     return float(spearmanr(x, y).statistic)
 
 
+def spearman_ci(x, y, level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of :func:`spearman` over the ``(x, y)`` pairs (resampled together, fixed
+    seed): how far a gate's Spearman could move on another draw of as many prompts. NaN where it is undefined."""
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    draws = [spearman(x[i], y[i]) for i in rng.integers(0, len(x), size=(resamples, len(x)))]
+    draws = np.asarray([d for d in draws if not math.isnan(d)])
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2]) if draws.size else (float("nan"),) * 2
+    return float(lo), float(hi)
+
+
 def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> list[dict]:
     """Up to ``n`` rows with short inputs, spread evenly over ``bins`` equal bins of reference edit norm in
     [0, 0.6]: taken in turn from each bin, each bin in a fixed hash order."""
@@ -122,6 +135,8 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
               "eos_share": sum(s["stopped"] for s in samples) / max(n, 1),
               "length_share": sum(s["length_ok"] for s in samples) / max(n, 1),
               "spearman_ref_out": spearman([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples]),
+              "spearman_ci95": list(spearman_ci([s["ref_norm"] for s in samples],
+                                                [s["out_norm"] for s in samples])),
               "median_ref_norm": med([s["ref_norm"] for s in samples]),
               "median_out_norm": med([s["out_norm"] for s in samples]),
               "median_out_vs_after": med([s["out_vs_after"] for s in samples]),
@@ -132,7 +147,9 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
         als = [s["ngram_seq_al"] for s in samples if lo <= s["ref_norm"] <= hi]
         result[f"ngram_seq_al_ref_{name}"] = float(np.mean(als)) if als else float("nan")
     result["passed"] = gate_score(result) >= 1
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}  # strict JSON
+    nan = lambda v: isinstance(v, float) and math.isnan(v)  # noqa: E731
+    result["spearman_ci95"] = None if any(map(nan, result["spearman_ci95"])) else result["spearman_ci95"]
+    return {k: None if nan(v) else v for k, v in result.items()}  # strict JSON
 
 
 def as_saved(model, device):
@@ -149,7 +166,8 @@ def run_gate(model, tokenizer, eval_rows: list[dict], cfg, special: dict) -> dic
     gate = quality_gate(model, tokenizer, eval_rows, cfg, [special["eot"], special["eos"]])
     print(f"quality gate: n={gate['n']}/{gate['planned']} in {gate['generate_s']}s, EOS share {gate['eos_share']:.2f}, "
           f"length share {gate['length_share']:.2f}, "
-          f"Spearman(ref, out) {gate['spearman_ref_out']}, median ref norm {gate['median_ref_norm']}, "
+          f"Spearman(ref, out) {gate['spearman_ref_out']} (95% CI {gate['spearman_ci95']}), "
+          f"median ref norm {gate['median_ref_norm']}, "
           f"median out norm {gate['median_out_norm']}, n-gram seq AL ref<=0.1 {gate['ngram_seq_al_ref_low']} "
           f"vs 0.3-0.6 {gate['ngram_seq_al_ref_high']}, loops {gate['loops']}, passed={gate['passed']}", flush=True)
     for s in gate["samples"][:3]:
@@ -181,8 +199,8 @@ class CheckpointSelection:
         candidate = as_saved(copy.deepcopy(model), self.device)
         gate = quality_gate(candidate, self.tokenizer, self.rows, self.cfg, self.stops)
         entry = {"step": steps, "score": round(gate_score(gate), 4),
-                 **{k: gate[k] for k in ("n", "eos_share", "length_share", "spearman_ref_out", "loops",
-                                         "median_out_norm")}}
+                 **{k: gate[k] for k in ("n", "eos_share", "length_share", "spearman_ref_out", "spearman_ci95",
+                                         "loops", "median_out_norm")}}
         self.gates.append(entry)
         print("[select] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
         if self.best is None or entry["score"] > self.best["score"]:

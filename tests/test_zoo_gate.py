@@ -32,6 +32,24 @@ def test_spearman_matches_the_textbook_definition(pairs):
         assert got == pytest.approx(_slow_spearman(x, y), abs=1e-12)
 
 
+def test_spearman_interval_holds_the_estimate_and_narrows_with_more_prompts():
+    rng = np.random.default_rng(3)
+
+    def draw(n):
+        x = rng.uniform(0, 0.6, n)
+        return list(x), list(x + rng.normal(0, 0.2, n))
+
+    x, y = draw(32)
+    lo, hi = zg.spearman_ci(x, y)
+    assert lo <= zg.spearman(x, y) <= hi and -1 <= lo < hi <= 1
+    assert zg.spearman_ci(x, y) == (lo, hi)  # a fixed seed
+    x4, y4 = (a * 4 for a in (x, y))  # the same pairs four times: a quarter of the variance, about half the width
+    lo4, hi4 = zg.spearman_ci(x4, y4)
+    assert 0.35 < (hi4 - lo4) / (hi - lo) < 0.65
+    assert zg.spearman_ci(list(range(10)), list(range(10))) == pytest.approx((1.0, 1.0))
+    assert all(np.isnan(zg.spearman_ci([0.1] * 5, [0.1, 0.2, 0.3, 0.4, 0.5])))  # undefined: a constant side
+
+
 def test_gate_rows_spread_over_bins_and_respect_the_size_limit():
     rows = [{"id": f"r{i}", "before": "x" * (100 if i % 7 else 5000), "char_edit_norm": (i % 60) / 100}
             for i in range(600)]
@@ -74,8 +92,8 @@ def test_checkpoint_selection_keeps_the_best_gated_weights(monkeypatch):
         step = int(model.weight[0, 0].round())
         gated.append(step)
         eos, rho, length = scores[step]
-        return {"n": 4, "eos_share": eos, "spearman_ref_out": rho, "length_share": length, "loops": 0,
-                "median_out_norm": 0.2}
+        return {"n": 4, "eos_share": eos, "spearman_ref_out": rho, "spearman_ci95": None, "length_share": length,
+                "loops": 0, "median_out_norm": 0.2}
 
     monkeypatch.setattr(zg, "quality_gate", fake_gate)
     model = torch.nn.Linear(3, 2, bias=False)
