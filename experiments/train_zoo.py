@@ -920,9 +920,10 @@ REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_t
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
-# ``repair``'s defaults: a small repair set (CPU-sized anchor batches), the gate without a time limit
+# ``repair``'s defaults: a small repair set (CPU-sized anchor batches), gates of 64 prompts (a 32-prompt gate's
+# Spearman interval is about +-0.25 wide: too wide to choose a step on) without a time limit
 REPAIR_DEFAULTS = dict(repair_time_s=600.0, sft_max_len=2048, sft_batch_tokens=16384, decision_weight=4.0,
-                       unlikelihood_weight=1.0, gate_time_s=3000.0)
+                       unlikelihood_weight=1.0, gate_time_s=3000.0, gate_prompts=64)
 
 
 # ``repair --smoke``: one short step on a tiny repair set, a two-prompt gate (for testing the command on a CPU)

@@ -49,7 +49,7 @@
 #     --sft-time-s 420 --deadline-s 505 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5 \
 #     --unlikelihood-weight 1 --repeat-share 0.3" bash experiments/train_zoo_gpu.sh $OUT      # edit tuning: 8.1 min
 #   NO_TARGET=1 NO_HEADS=1 REPAIR_S=440 REPAIR="--repair-mode both --repair-batch 16 --repair-new-tokens 128 \
-#     --repair-steps 40 --repair-time-s 230 --repair-copy-share 0.5 --gate-every 4 --gate-after 0" \
+#     --repair-steps 40 --repair-time-s 230 --repair-copy-share 0.5 --gate-every 4 --gate-after 0 --gate-prompts 32" \
 #     bash experiments/train_zoo_gpu.sh $OUT      # repair, the step of the best validation gate kept: 5.5 min
 # Their targets' gates on 32 held-out evaluation prompts (GPU, bf16): EOS share 0.34, 0.44, 0.84; Spearman 0.20,
 # 0.34, 0.53; looping outputs 15, 10, 1. The repair's validation gates (every 4 steps) show its trade: EOS share

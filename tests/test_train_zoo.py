@@ -477,8 +477,10 @@ def test_repair_options(capsys):
     both = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "both",
                                            "--resync-weight", "0.5"]))
     assert (both.repair_mode, both.resync_weight) == ("both", 0.5)
-    gated = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--gate-prompts", "64"]))
-    assert gated.gate_prompts == 64  # the selection's gates and the final one
+    gated = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--gate-prompts", "48"]))
+    assert gated.gate_prompts == 48  # the selection's gates and the final one
+    assert tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o"])).gate_prompts == 64  # the default
+    assert tz.target_config(tz.parse_args(["target"])).gate_prompts == 32
     for cmd in (["repair", "--init", "m", "--out", "o"], ["target"]):  # a bad value: one line, exit 2, no work
         with pytest.raises(SystemExit) as e:
             tz.parse_args(cmd + ["--gate-prompts" if cmd[0] == "repair" else "--repair-batch", "0"])
