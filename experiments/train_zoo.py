@@ -1036,11 +1036,11 @@ def cmd_split(args) -> None:
 
 
 REPAIR_HELP = {
-    "repair_time_s": "seconds of loop repair: unlikelihood of the model's own greedy repeats",
-    "repair_steps": "most loop repair steps (0: the time budget alone)",
+    "repair_time_s": "seconds of repair (--repair-mode: its terms)",
+    "repair_steps": "most repair steps (0: the time budget alone)",
     "repair_batch": "greedy continuations per repair step",
     "repair_new_tokens": "tokens per repair continuation",
-    "repair_lr": "loop repair learning rate",
+    "repair_lr": "repair learning rate",
     "repair_weight": "loops, both: weight of the repeats' unlikelihood",
     "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines; "
                    "both: the two in every step",
