@@ -131,10 +131,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--device: not a torch device: {a.device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error(f"--device {a.device}: no CUDA device here (--device cpu trains on the CPU)")
-    folder = a.target or hsd.zoo.path(a.model)
+    if a.target is None:
+        try:
+            a.target = hsd.zoo.path(a.model)
+        except ValueError as e:
+            p.error(f"--model: {e}")
     for name in ("config.json", "eval_split.json"):
-        if not (folder / name).is_file():
-            p.error(f"--target: no {name} in {folder}")
+        if not (a.target / name).is_file():
+            p.error(f"--target: no {name} in {a.target}")
     if a.data is not None and not (a.data / "code_edits_dev.jsonl").is_file():
         p.error(f"--data: no code_edits_dev.jsonl in {a.data}")
     for kind in a.kinds if a.init_heads is not None else ():
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.perf_counter()
     torch.manual_seed(0)
     log = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)  # noqa: E731
-    folder = a.target or hsd.zoo.path(a.model)
+    folder = a.target  # the zoo's --model when not given
     model, tok = load_target(folder, a.device)
     held_out = set(json.loads((folder / "eval_split.json").read_text())["ids"])
     path = a.data / "code_edits_dev.jsonl" if a.data else None

@@ -574,18 +574,17 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync)) if on}
     while ((pool if loops else triples) and time.time() - start - paused < cfg.repair_time_s
            and not 0 < cfg.repair_steps <= steps):
-        terms = []  # (kind, inputs, targets or avoided tokens, share)
+        synced = repeats = None  # (inputs, targets, share), (inputs, avoided tokens, share)
         if resync:  # the answer after the model's own new lines
             picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
-            terms.append(("resync_share", *resync_batch(model, tokenizer, picked, cfg.repair_new_tokens, special,
-                                                        device, rng, copy_share=cfg.repair_copy_share)))
+            synced = resync_batch(model, tokenizer, picked, cfg.repair_new_tokens, special, device, rng,
+                                  copy_share=cfg.repair_copy_share)
         if loops:  # the model's own repeats
             picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
             cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
             prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
             references = [e[0][c:-1] for e, c in zip(picked, cuts)]
-            terms.append(("repeated_share", *loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"],
-                                                        stop, device, references)))
+            repeats = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device, references)
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
@@ -596,18 +595,19 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             group["lr"] = cfg.repair_lr
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight)
-            for kind, inputs, labels, _ in terms:
-                if kind == "resync_share" and inputs is not None:
-                    loss = loss + cfg.resync_weight * masked_loss(model, inputs.to(device), labels.to(device))
-                elif kind == "repeated_share" and bool((labels >= 0).any()):
-                    loss = loss + cfg.repair_weight * unlikelihood_loss(model, inputs.to(device), labels.to(device))
+            if synced is not None and synced[0] is not None:
+                loss = loss + cfg.resync_weight * masked_loss(model, synced[0].to(device), synced[1].to(device))
+            if repeats is not None and bool((repeats[1] >= 0).any()):  # CPU tensors: no device sync
+                loss = loss + cfg.repair_weight * unlikelihood_loss(model, repeats[0].to(device),
+                                                                    repeats[1].to(device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         steps += 1
-        for kind, *_, share in terms:
-            shares[kind].append(round(share, 4))
+        for kind, batch_ in (("resync_share", synced), ("repeated_share", repeats)):
+            if batch_ is not None:
+                shares[kind].append(round(batch_[2], 4))
         entry = {"step": steps, "loss": round(loss.item(), 4), **{k: v[-1] for k, v in shares.items()},
                  "elapsed_s": round(time.time() - start - paused, 1)}
         log.append(entry)

@@ -36,7 +36,8 @@ def test_a_subcommand_mistake_is_one_line_too(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "-1"], "--steps"), (["--batch-size", "0"], "--batch-size"), (["--gen-seconds", "-1"], "--gen-seconds"),
     (["--device", "nonsense"], "--device"), (["--target", "/nonexistent/tc"], "--target"),
-    (["--data", "/nonexistent/data"], "--data"), (["--init-heads", "/nonexistent/heads"], "--init-heads")])
+    (["--data", "/nonexistent/data"], "--data"), (["--init-heads", "/nonexistent/heads"], "--init-heads"),
+    (["--model", "no-such-model"], "--model")])
 def test_train_heads_names_bad_input(argv, message, capsys, tmp_path):
     from experiments import train_heads
 
@@ -59,7 +60,8 @@ def test_train_heads_asks_for_a_cuda_device_it_lacks(capsys, tmp_path, monkeypat
 
 
 def test_train_heads_takes_good_input(tmp_path):
+    import hybridsd as hsd
     from experiments import train_heads
 
     a = train_heads.parse_args(["--out", str(tmp_path), "--device", "cpu", "--steps", "2"])
-    assert a.steps == 2 and a.device == "cpu"
+    assert a.steps == 2 and a.device == "cpu" and a.target == hsd.zoo.path()  # the zoo's target by default
