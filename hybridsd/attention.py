@@ -38,9 +38,11 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     row tiles, of ``SPLIT_WIDE_TILE`` rows for 2-byte inputs, each with programs of its own); longer ones
     (prefill) go to SDPA.
 
-    Virtual key order (exact mode): with ``key_slots`` ``[NB, S]`` (int64) and ``branch`` ``[T]`` (int64 in
-    ``[0, NB)``), token ``t`` reads its ``i``-th key from slot ``key_slots[branch[t], i]`` and ``allowed``
-    is in that order. Every token is then reduced over its keys in the order and at the places a plain decode
+    Exact mode (``block`` or ``key_slots`` given). Virtual key order: with ``key_slots`` ``[NB, S]`` (int64) and
+    ``branch`` ``[T]`` (int64 in ``[0, NB)``), token ``t`` reads its ``i``-th key from slot
+    ``key_slots[branch[t], i]`` and ``allowed`` is in that order (without them every token reads slot order: a
+    decode step or a chain, whose split kernel has no gathering path and gives the same bits as the gathering one
+    on its in-place tiles). Every token is then reduced over its keys in the order and at the places a plain decode
     step would use, whatever slots its tree branch occupies: a row's scores and value products are selected from
     its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
     depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views
@@ -51,7 +53,7 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
     if kernel == "split" and q.shape[1] <= SPLIT_MAX_ROWS:
-        if key_slots is None:
+        if key_slots is None and block is None:
             return _split_op()(q, keys, values, allowed, scale)
         if block is None:
             block = torch.tensor([0, *allowed.shape[::-1]], device=q.device)
@@ -100,16 +102,17 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
                        branch=None, programs: int | None = None, row_tile: int | None = None, block=None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
-    ``key_slots, branch, block``: the virtual key order of exact mode, where it differs from slot order and the
-    count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are token-major, its grid planned
+    ``key_slots, branch, block`` (either ``key_slots`` or ``block`` given: exact mode): the virtual key order, where
+    it differs from slot order and the count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are token-major, its grid planned
     for one of them); ``programs``, ``row_tile``: the grid's aim (default :data:`SPLIT_PROGRAMS`, in exact mode
     :data:`EXACT_PROGRAMS`) and the most query rows per program (:func:`split_plan`; by default
     :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode :data:`EXACT_ROW_TILE`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
+    exact = key_slots is not None or block is not None
     nb = 0 if key_slots is None else key_slots.shape[0]
     h, rows, d = q.shape
     t, s = allowed.shape
-    if key_slots is None:  # unused pointers (NB = 0 compiles the plain kernel)
+    if not exact:  # unused pointers (NB = 0 compiles the plain kernel)
         key_slots, branch, block = allowed, allowed, allowed
         if row_tile is None and q.element_size() > 2:
             row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
@@ -118,6 +121,8 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     else:  # splits planned for one row tile; the tiles of padding tokens read no keys
         if block is None:
             block = torch.tensor([0, s, t], device=q.device)
+        if key_slots is None:  # unused pointers (NB = 0: every key tile read in place)
+            key_slots, branch = block, block
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
         aim = EXACT_PROGRAMS if programs is None else programs
         tile = EXACT_ROW_TILE if row_tile is None else row_tile
@@ -130,12 +135,13 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         allowed.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb, G=rows // t, **({"num_warps": 8} if block_r >= 128 else {}))  # else 4
+        IEEE=q.dtype == torch.float32, NB=nb, G=rows // t, EXACT=exact,
+        **({"num_warps": 8} if block_r >= 128 else {}))  # else 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
         part, stats, out, block, splits, rows, t, out.stride(0), BLOCK_R=block_m, D=d, D_PAD=_next_pow2(max(d, 16)),
-        EXACT=nb > 0)
+        EXACT=exact)
     return out
 
 
@@ -175,7 +181,7 @@ def _split_exact_op():
 
     @triton_op("hybridsd::split_kv_attention_exact", mutates_args={})
     def split_kv_exact_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
-                          scale: float, key_slots: torch.Tensor, branch: torch.Tensor,
+                          scale: float, key_slots: torch.Tensor | None, branch: torch.Tensor | None,
                           block: torch.Tensor) -> torch.Tensor:
         return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton, key_slots=key_slots,
                                   branch=branch, block=block)

@@ -60,21 +60,23 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
 @triton.jit
 def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
                     CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr):
-    # NB = 0: keys in slot order, rows j*T + t in tiles. NB > 0 (exact mode): NB views of the keys, view b reading
-    # its i-th key from slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and
-    # value products are those of its own view's keys, whatever the other rows. Views differ only at the slots
-    # BLOCK[0] .. BLOCK[1] - 1: key tiles outside them are read in place (the same keys for every view, so the
-    # same bits), and a tile whose rows all read view 0 (a decode step, a chain) skips the other views. Rows are
-    # tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding)
-    # reads no keys.
+                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr,
+                    EXACT: tl.constexpr):
+    # Not EXACT: rows j*T + t in tiles. EXACT: rows tiled token-major (tile row i: token i // G, query head i % G),
+    # and a tile of tokens >= BLOCK[2] (padding) reads no keys. NB = 0: keys in slot order, every tile read in
+    # place. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from slot KSLOT[b, i]; each row
+    # takes its token's view (BRANCH) by selection: its scores and value products are those of its own view's
+    # keys, whatever the other rows. Views differ only at the slots BLOCK[0] .. BLOCK[1] - 1: key tiles outside
+    # them are read in place (the same keys for every view, and the same code as NB = 0's, so the same bits), and
+    # a tile whose rows all read view 0 skips the other views. (NB = 0 in exact mode serves decode steps and chains:
+    # a kernel without the gathering path keeps its registers; the two-view kernel spills.)
     h = tl.program_id(0)
     c = tl.program_id(1)
     splits = tl.num_programs(1)
     i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
     lo = c * CHUNK
     hi = lo + CHUNK
-    if NB == 0:
+    if not EXACT:
         tok = i % T  # the block token of each row (row j*T + t)
         r = i
     else:

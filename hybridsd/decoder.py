@@ -150,7 +150,8 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
 
     ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
     ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
-    in the virtual key order ``key_slots, branch`` of the block ``block`` when given (exact mode, see
+    in the virtual key order ``key_slots, branch`` (or slot order: None) of the block ``block`` when given (exact
+    mode, see
     :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA) its matmuls are
     :func:`~hybridsd.linear.row_linear`'s (blocks of up to ``ROW_MAX_M`` rows), each row computed alone, with
     the residuals and (``silu``: ``act`` is SiLU) the gated activation folded in.
@@ -177,7 +178,7 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
     def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int, key_slots=None,
               branch=None, block=None):
         cache = (k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block)
-        if key_slots is not None and attention == "split" and x.shape[0] <= ROW_MAX_M:  # exact mode on CUDA
+        if block is not None and attention == "split" and x.shape[0] <= ROW_MAX_M:  # exact mode on CUDA
             lin = row_linear_op()
             o = attend(lin(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv, False, None), w, *cache)
             x = lin(o, w.wo, w.bo, False, x)
@@ -229,7 +230,8 @@ class Decoder:
         """Logits ``[T or 1, V]`` fp32 and the ``want`` hidden states concatenated ``[T, len*H]`` (or None) for
         ``tokens`` ``[T]`` at ``pos`` ``[T]`` written at ``slots`` ``[T]``; ``allowed`` ``[T, kv_len]`` bool.
         ``compiled=False`` runs the uncompiled functions (prefill: its length varies). ``gather``: the virtual
-        key order ``(key_slots [NB, kv_len], branch [T], block [3])`` of exact mode."""
+        key order ``(key_slots [NB, kv_len] or None, branch [T] or None, block [3])`` of exact mode (None: slot
+        order)."""
         layer, head = self.compiled[tokens.shape[0] == 1] if compiled else self.eager
         n = len(self.weights)
         x = self.base.embed_tokens(tokens)  # [T, H]

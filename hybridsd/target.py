@@ -329,31 +329,39 @@ class Target:
         if start + rows > kv_len:
             raise ValueError(f"exact mode: a block of {rows} rows at slot {start} overflows the key span {kv_len}")
         pos, branch, window = exact_layout(start, positions, visible, q, rows)
-        values = np.concatenate([[start, q], view_region(start, window), pos, branch, window.ravel()])
+        region = view_region(start, window)
+        in_place = bool(region[0] == region[1])  # a decode step or a chain: every key in slot order (host numpy)
+        values = np.concatenate([[start, q], region, pos, branch, window.ravel()])
         if self.cuda_graphs:
-            key = ("exact", hidden_layers, kv_len)
+            key = ("exact", hidden_layers, kv_len, in_place)
             if key not in self._graphs:
-                run = lambda toks, packed: self._run_exact(toks, packed, kv_len, hidden_layers)  # noqa: E731
+                def run(toks, packed):
+                    return self._run_exact(toks, packed, kv_len, hidden_layers, in_place)
+
                 self._graphs[key] = _GraphedStep(self, rows, values.size, run, self._graphs)
             logits, hidden = self._graphs[key](tokens, values)
         else:
             padded = torch.cat([tokens, tokens[:1].expand(rows - q)])  # [rows]: padding repeats the first token
-            logits, hidden = self._run_exact(padded, torch.as_tensor(values).to(self.device), kv_len, hidden_layers)
+            logits, hidden = self._run_exact(padded, torch.as_tensor(values).to(self.device), kv_len, hidden_layers,
+                                             in_place)
         return logits[:q], None if hidden is None else hidden[:q]
 
-    def _run_exact(self, tokens, packed, kv_len, hidden_layers):
+    def _run_exact(self, tokens, packed, kv_len, hidden_layers, in_place: bool):
         """``_run`` on ``rows`` tokens and ``packed`` = ``[start, live, region | positions | branch | window]``
         (device; :func:`exact_layout`, :func:`view_region`; ``live``: the real tokens): every row sees the keys of
-        positions up to its own, in plain decoding's places."""
+        positions up to its own, in plain decoding's places. ``in_place``: the region is empty (a decode step, a
+        chain), so the attention reads every key in slot order, with no key views."""
         rows = tokens.shape[0]
         start, live, region = packed[:1], packed[1:2], packed[2:4]  # [1], [1], [2]
         pos, branch = packed[4 : 4 + rows], packed[4 + rows : 4 + 2 * rows]  # [R], [R]
         window = packed[4 + 2 * rows :].view(-1, rows)  # [NB, R]
         slots = start + self._slot_ids[:rows]  # [R] padding rows write past the block; no real row reads them
         allowed = self._slot_ids[None, :kv_len] <= pos[:, None]  # [R, kv_len] by position (virtual order)
+        block = torch.cat([region, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
+        if in_place:
+            return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(None, None, block))
         key_slots = self._slot_ids[:kv_len].expand(window.shape[0], -1).clone()  # [NB, kv_len]
         key_slots.scatter_(1, slots[None, :].expand_as(window), window)
-        block = torch.cat([region, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
         return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(key_slots, branch, block))
 
 

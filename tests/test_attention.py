@@ -167,8 +167,8 @@ def test_cuda_split_kernel_tree_block_plans(dtype, programs, row_tile):
 
 
 @pytest.mark.parametrize("elem, ieee", [("bf16", False), ("fp32", True)])
-@pytest.mark.parametrize("nb", [0, 2])
-def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
+@pytest.mark.parametrize("nb, exact", [(0, False), (0, True), (2, True)])
+def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb, exact):
     """Compiled for an H100/H200 (sm_90, no GPU needed), every value-product dot of the split kernel takes the
     running output as its accumulator, on the in-place and the gathering paths alike: a path where the compiler
     folds ``acc + dot`` into the dot and one where it cannot round differently, so a row's bits would depend on
@@ -179,7 +179,7 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
 
     pointers = dict(Q=f"*{elem}", K=f"*{elem}", V=f"*{elem}", MASK="*i1", KSLOT="*i64", BRANCH="*i64", BLOCK="*i64",
                     PART="*fp32", STATS="*fp32")
-    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4)
+    consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4, EXACT=exact)
     ttir = compile_sm90(fn, pointers, consts, stage="ttir")
     dots = re.findall(r"tt\.dot (%[\w.]+), (%[\w.]+), (%[\w.]+).*-> tensor<16x(\d+)xf32>", ttir)
     values = [acc for _, _, acc, cols in dots if int(cols) == consts["D_PAD"]]  # [16, 64] x [64, D]; scores: [16, 64]
@@ -187,27 +187,31 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb):
     assert not any(acc.startswith("%cst") for acc in values), values
 
 
-@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("exact", [False, "views", "in-place"])
 def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
     """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, ``EXACT_PROGRAMS`` per row tile in
-    exact mode (checked on the launch itself, the kernels replaced by recorders: no Triton needed)."""
+    exact mode, with key views or without (checked on the launch itself, the kernels replaced by recorders: no
+    Triton needed)."""
     import hybridsd.attention as A
 
-    grids = []
+    grids, consts = [], []
 
     class Launch:
         def __getitem__(self, grid):
             grids.append(grid)
-            return lambda *args, **kwargs: None
+            return lambda *args, **kwargs: consts.append(kwargs)
 
     monkeypatch.setattr(A, "_kernel", lambda: Launch())
     monkeypatch.setattr(A, "_merge_kernel", lambda: Launch())
     h, g, t, s, d = 8, 4, 16, 2560, 128
     q, k, v = torch.zeros(h, g * t, d), torch.zeros(h, s, d), torch.zeros(h, s, d)
     allowed = torch.ones(t, s, dtype=torch.bool)
-    extra = {"key_slots": torch.arange(s).repeat(2, 1), "branch": torch.zeros(t, dtype=torch.long)} if exact else {}
+    extra = {"views": {"key_slots": torch.arange(s).repeat(2, 1), "branch": torch.zeros(t, dtype=torch.long)},
+             "in-place": {"block": torch.tensor([0, 0, t])}, False: {}}[exact]
     A.split_kv_attention(q, k, v, allowed, d**-0.5, **extra)
     tile = A.EXACT_ROW_TILE if exact else g * t
     _, _, _, splits = split_plan(tile, s, h, d, A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS, tile)
     assert grids[0] == (h, splits, -(-g * t // max(16, tile)))
     assert h * splits <= (A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS)
+    assert consts[0]["EXACT"] == bool(exact) and consts[0]["NB"] == (2 if exact == "views" else 0)
+    assert consts[1]["EXACT"] == bool(exact)  # the merge: padding rows zeroed in exact mode

@@ -240,6 +240,13 @@ def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d,
                                   branch=torch.zeros(rows, dtype=torch.long, device="cuda"),
                                   block=torch.tensor([own, own + rows, 1], device="cuda")).view(rows, -1)
         assert torch.equal(step[0], tree[r]) and not step[1:].any(), r
+        # ... and as exact mode runs it: no key views (the kernel without the gathering path)
+        bare = split_kv_attention(alone, k2, v2, seen, d**-0.5,
+                                  block=torch.tensor([0, 0, 1], device="cuda")).view(rows, -1)
+        assert torch.equal(bare[0], tree[r]) and not bare[1:].any(), r
+    bare_chain = split_kv_attention(q, k2, v2, allowed, d**-0.5,
+                                    block=torch.tensor([0, 0, rows], device="cuda")).view(rows, -1)
+    assert torch.equal(bare_chain[1 + wrong :], chain[1 + wrong :])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

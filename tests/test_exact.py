@@ -166,6 +166,29 @@ def test_a_chain_has_no_view_region(q):
     assert view_region(37, window).tolist() == [0, 0]
 
 
+def test_only_trees_read_keys_through_views(monkeypatch):
+    """Exact mode's steps: a decode step and a chain (no view region) attend with no key views, so the split
+    kernel runs without its gathering path; a tree whose second branch sits at shifted slots attends through them."""
+    model = tiny_target("llama", layers=1)
+    target = Target(model, 64, exact=EXACT_ROWS)
+    views = []
+    run = Target._run
+
+    def spy(self, *args, gather=None, **kwargs):
+        if gather is not None:
+            views.append(gather[0] is not None and gather[1] is not None)
+        return run(self, *args, gather=gather, **kwargs)
+
+    monkeypatch.setattr(Target, "_run", spy)
+    seq = torch.arange(3, 30)
+    target.forward(seq[:8], 0, last_logits_only=True)
+    target.forward(seq[8:9], 8)  # decode
+    target.forward(seq[9:13], 9)  # chain
+    positions, visible, _ = _tree_layout([2, 2], 13)
+    target.forward(seq[13:18], 13, positions=positions, visible=visible)  # tree
+    assert views == [False, False, True]
+
+
 def test_split_kernel_virtual_order_in_the_triton_interpreter():
     """The Triton kernel in exact mode: a row reads its keys through its branch's slots, giving what a plain
     decode step (keys at their own slots) gives, bit for bit, whether or not the other rows of its tile read other
@@ -198,6 +221,11 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
             in_place = split_kv_attention(q, k2, v2, allowed, d ** -0.5, key_slots=torch.arange(s).repeat(2, 1),
                                           branch=torch.zeros(t, dtype=torch.long), block=torch.tensor([0, 0, t]))
             assert torch.equal(in_place, chain)
+            # and with no key views at all (the kernel without the gathering path, as exact mode runs a decode step
+            # or a chain), the first 4 tokens real: the same bits, zeros for the padding
+            no_views = split_kv_attention(q, k2, v2, allowed, d ** -0.5, block=torch.tensor([0, 0, 4]))
+            assert torch.equal(no_views.view(t, -1)[:4], chain.view(t, -1)[:4])
+            assert not no_views.view(t, -1)[4:].any()
             # branch 0's rows: the same bits in a tile where every row reads view 0 (the other views skipped)
             alone = split_kv_attention(q, k, v, allowed, d ** -0.5, key_slots=key_slots,
                                        branch=torch.zeros(t, dtype=torch.long))
