@@ -17,8 +17,9 @@
 #           zoo", its padded block is profiled too)
 #   sweep   experiments.sweep --preset $SWEEP_PRESET (default gpu-one-call; -> $OUT/sweeps), data-parallel over every GPU
 #   exact   exact mode's GPU tests: the split kernel's exact path, row_linear, and the bf16 grids of the tiny models and
-#           the zoo (EXACT_KS, default 1,3,8; EXACT_K selects grids, default every one; about 9 min) -> outcome lines
-#           in gpu_tests_exact.log, the grid's rows merged into exact_match.jsonl (experiments.exact_rows)
+#           the zoo (EXACT_KS, default 1,3,8; EXACT_K selects grids, default every one; about 9.5 min, at one call's
+#           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls) -> each test's outcome line as
+#           it ends in gpu_tests_exact.log, the grid's rows merged into exact_match.jsonl (experiments.exact_rows)
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
 #   xz -9c ../shared/data/code_edits_dev.jsonl > .cache/code_edits_dev.jsonl.xz   # smaller; read first when present
@@ -70,8 +71,9 @@ for stage in "$@"; do
     exact)  sel="row_linear or exact_split_kernel or ${EXACT_K:-exact_mode}"
             { echo "# tests/test_cuda.py -k '$sel' (commit $HYBRIDSD_COMMIT, HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8})"
               HYBRIDSD_INSTAFAIL=1 HYBRIDSD_EXACT_JSON="$OUT/exact_grid.jsonl" HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} \
-                timeout ${TESTS_S:-570} python3 -u -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_cuda.py -k "$sel" \
-                2>&1 | sed -n '/short test summary info/,$p'; } > "$OUT/gpu_tests_exact.log"
+                timeout ${TESTS_S:-570} python3 -u -m pytest -v -p no:cacheprovider --tb=short tests/test_cuda.py -k "$sel" \
+                2>&1 | grep -E " (PASSED|FAILED|ERROR|SKIPPED)|^(FAILED|ERROR) |^E |[0-9]+ (passed|failed)"; } \
+              > "$OUT/gpu_tests_exact.log"
             touch "$OUT/exact_grid.jsonl"
             python3 -m experiments.exact_rows --run "$OUT/exact_grid.jsonl" "$HYBRIDSD_COMMIT" \
               "HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} HYBRIDSD_EXACT_JSON=... pytest tests/test_cuda.py -k '$sel'" \

@@ -292,10 +292,11 @@ def gemm_rows(model, rows: tuple[int, ...] = (1, 8, 9, 16, 64), iters: int = 20,
     return out
 
 
-ATTENTION_CASES = {  # name: (block tokens, a random tree (else a chain), exact-mode views with the rows' branches,
-    # exact mode's real tokens of the block (the rest padding))
+ATTENTION_CASES = {  # name: (block tokens, a random tree (else a chain), exact-mode views with the rows' branches
+    # ("in-place": exact mode without views), exact mode's real tokens of the block (the rest padding))
     "decode": (1, False, None, 1), "chain_q9": (9, False, None, 9), "tree_q64": (64, True, None, 64),
     "exact16_decode": (16, False, "zeros", 1), "exact16_chain9": (16, False, "zeros", 9),
+    "exact16_decode_in_place": (16, False, "in-place", 1), "exact16_chain9_in_place": (16, False, "in-place", 9),
     "exact16_tree9": (16, False, "halves", 9), "exact16_two_views": (16, False, "halves", 16),
 }
 
@@ -315,8 +316,10 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
     of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases are blocks of 16 rows whose first 1, 9 or 16 tokens
     are real; they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the second half of the real
-    tokens on view 1, as a tree does; the key tiles of the block gathered) or all on view 0 (a decode step, a chain:
-    every key tile read in place, as :func:`~hybridsd.target.view_region` has it)."""
+    tokens on view 1, as a tree does; the key tiles of the block gathered), through two views all on view 0 (the
+    kernel with its gathering path, every key tile read in place, as :func:`~hybridsd.target.view_region` has it for
+    a chain), or with no views (``*_in_place``: the kernel without the gathering path, which exact mode runs for
+    decode steps and chains)."""
     cfg = model.config
     p = next(model.parameters())
     hkv, heads = cfg.num_key_value_heads, cfg.num_attention_heads
@@ -333,7 +336,9 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
         allowed[:, :ctx] = True
         allowed[:, ctx : ctx + t] = torch.as_tensor(block, device=p.device)
         extra = {}
-        if views is not None:
+        if views == "in-place":
+            extra = {"block": torch.tensor([0, 0, live], device=p.device)}
+        elif views is not None:
             branch = torch.zeros(t, dtype=torch.long, device=p.device)
             if views == "halves":
                 branch[live // 2 : live] = 1

@@ -95,7 +95,7 @@ ATTENTION_PLANS = textwrap.dedent("""
     from experiments.speed_diagnostics import attention_plans
     cfg = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2)
-    cases = ("decode", "tree_q64", "exact16_two_views")
+    cases = ("decode", "tree_q64", "exact16_two_views", "exact16_decode_in_place")
     rows = attention_plans(tf.LlamaForCausalLM(cfg), 20, plans=((3, 64), (3, 128), (3, 16)), cases=cases, iters=1)
     # 128-row tiles only where a block has more than 64 query rows (the 64-node tree: 128); exact mode's 16-row ones
     want = [(c, 3, t) for c in cases for t in (64, 128, 16) if t != 128 or c == "tree_q64"]
@@ -134,7 +134,7 @@ def test_sdpa_kernel_equals_per_head_reference():
 
 
 def test_attention_plans_in_the_triton_interpreter(interpreted):
-    """The benchmark's attention timing (``speed_diagnostics.attention_plans``) runs a plain, a tree and a
+    """The benchmark's attention timing (``speed_diagnostics.attention_plans``) runs a plain, a tree, an in-place and a
     two-view exact case at each grid aim (every case's kernel path is checked against SDPA elsewhere)."""
     assert interpreted["ATTENTION_PLANS"] is None, interpreted["ATTENTION_PLANS"][-3000:]
 

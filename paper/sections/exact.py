@@ -86,14 +86,31 @@ def cost() -> None:
 
 
 def gpu_tests() -> None:
-    """gpu_tests_exact.log: pytest's ``-rA`` outcome lines of the split kernel's exact-path tests, of the row
-    matmul kernel's and of the tiny models' exact-mode grids (uncompiled and compiled)."""
+    """gpu_tests_exact.log: pytest's outcome lines (``-v`` progress lines or ``-rA`` summary lines) of the split
+    kernel's exact-path tests, of the row matmul kernel's and of the exact-mode grids; a sentence on them, or on their
+    absence (a run stopped by its time limit prints none of its summary)."""
     log = (EXACT / "gpu_tests_exact.log").read_text()
-    passed = re.findall(r"^PASSED \S+::(\w+)", log, re.M)
-    num("exactTestsKernel", sum(t.startswith("test_exact_split_kernel") for t in passed), "{:d}")
-    num("exactTestsRow", sum(t.startswith("test_row_linear") for t in passed), "{:d}")
-    num("exactTestsGrid", sum(t.startswith("test_exact_mode") for t in passed), "{:d}")
-    num("exactTestsFailed", len(re.findall(r"^(?:FAILED|ERROR) ", log, re.M)), "{:d}")
+    outcome = {}  # test id -> outcome, from either form of line
+    for m in re.finditer(r"^(?:(PASSED|FAILED|ERROR) (\S+::\S+)|(\S+::\S+) (PASSED|FAILED|ERROR))", log, re.M):
+        outcome[m[2] or m[3]] = m[1] or m[4]
+    passed = [t.split("::")[1].split("[")[0] for t, o in outcome.items() if o == "PASSED"]
+    failed = sum(o != "PASSED" for o in outcome.values())
+    kernel = sum(t.startswith("test_exact_split_kernel") for t in passed)
+    row = sum(t.startswith("test_row_linear") for t in passed)
+    grid = sum(t.startswith("test_exact_mode") for t in passed)
+    if passed or failed:
+        text = (f"The GPU tests of the same kernels (\\code{{exact/gpu\\_tests\\_exact.log}}): {kernel} tests of the "
+                "split kernel's exact path (a tree's rows equal, bit for bit, the same tokens as a chain, each token's own "
+                "decode step and the kernel without the gathering path), "
+                f"{row} of the matmul kernel (a row's bits the same alone and in blocks of 9 and 16 rows whatever the "
+                f"others hold, eager and replayed from a CUDA graph) and {grid} of the grids, with {failed} failures.")
+    else:  # the run ended before pytest's summary: say what the grid's file holds
+        rows = [json.loads(line) for line in (EXACT / "exact_match.jsonl").read_text().splitlines() if line.strip()]
+        cut = sum("nonexact_same" not in r for r in rows)
+        text = ("The log of the pytest run that wrote these lines (\\code{exact/gpu\\_tests\\_exact.log}) holds no "
+                f"outcome lines: the run ended before pytest's summary, with every exact-mode line written and {cut} "
+                f"of the {len(rows)} configurations without their run without exact mode.")
+    num("exactTestsSentence", text, "{}")
 
 
 def kernels() -> None:
@@ -108,6 +125,9 @@ def kernels() -> None:
                       ("exact16_chain9", "ExactNine"), ("exact16_tree9", "ExactTree"),
                       ("exact16_two_views", "ExactSixteen")):
         num(f"exactAttn{tag}", plans[case], "{:.2f}")
+    in_place = [plans.get(f"exact16_{c}_in_place") for c in ("decode", "chain9")]  # timed by later benches
+    num("exactAttnInPlace", "" if None in in_place else
+        f" (without the gathering path, as exact mode runs them: {in_place[0]:.2f} and {in_place[1]:.2f}\\,ms)", "{}")
     num("exactPrograms", EXACT_PROGRAMS, "{:d}")
     num("splitPrograms", SPLIT_PROGRAMS, "{:d}")
     gemm = {}  # ms per step of every layer's matmuls and the LM head, by kernel and block rows
