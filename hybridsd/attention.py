@@ -40,9 +40,9 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 
     Exact mode (``block`` or ``key_slots`` given). Virtual key order: with ``key_slots`` ``[NB, S]`` (int64) and
     ``branch`` ``[T]`` (int64 in ``[0, NB)``), token ``t`` reads its ``i``-th key from slot
-    ``key_slots[branch[t], i]`` and ``allowed`` is in that order (without them every token reads slot order: a
-    decode step or a chain, whose split kernel has no gathering path and gives the same bits as the gathering one
-    on its in-place tiles). Every token is then reduced over its keys in the order and at the places a plain decode
+    ``key_slots[branch[t], i]`` and ``allowed`` is in that order (without them every token reads slot order, as in
+    a decode step or a chain: the split kernel is then compiled without its gathering path, with the bits of the
+    gathering kernel's in-place tiles). Every token is then reduced over its keys in the order and at the places a plain decode
     step would use, whatever slots its tree branch occupies: a row's scores and value products are selected from
     its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
     depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views

@@ -113,7 +113,6 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
     tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
 
 
-
 @triton.jit
 def split_kv_merge(PART, STATS, OUT, BLOCK, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
                    D_PAD: tl.constexpr, EXACT: tl.constexpr):
