@@ -64,7 +64,7 @@ def simulate_outputs(df, change_request: str, k: dict, rates) -> tuple[object, i
     by_id = {e.id: e for e in data.load_code_edits()}
     first = df.dropna(subset=["output_tokens"]).drop_duplicates("example_id")
     rows, skipped = [], 0
-    for _, r in first.iterrows():
+    for i, (_, r) in enumerate(first.iterrows()):
         ex = by_id.get(r["example_id"])
         if ex is None:
             skipped += 1
@@ -80,7 +80,8 @@ def simulate_outputs(df, change_request: str, k: dict, rates) -> tuple[object, i
                 continue
             cfg = SimConfig(policy=policy, k_ngram=k["ngram"], k_eagle=k["eagle"],
                             eagle_rates=rates if rates else (0.0,) * k["eagle"])
-            st = simulate(ids, r["output_tokens"], cfg)
+            # EAGLE's draws seeded per prompt (as simulate_al's iter_simulate does), the same for every variant
+            st = simulate(ids, r["output_tokens"], cfg, np.random.default_rng((cfg.seed, i)))
             rows.append({"variant": variant, "example_id": r["example_id"], "ref_edit_norm": r["ref_edit_norm"],
                          "output_edit_norm": r["output_edit_norm"], "tokens": st.num_tokens,
                          "passes": st.num_target_steps, "drafts": st.num_drafts, "accepted": st.num_accepted})

@@ -89,3 +89,31 @@ def test_cli_writes_the_tables(runs, tmp_path):
     assert len(doc["bins"]) == 9 and doc["errors_vs_measured"]
     with pytest.raises(SystemExit):
         ab.main([*runs, "--bins", "4", "--out", str(out)])
+
+
+def test_simulated_prompts_draw_eagle_apart(monkeypatch):
+    """The trace simulation of the measured outputs draws EAGLE's acceptances per prompt: two prompts with the same
+    text and output get different draws (one shared seed gave every prompt the same first draws), and each prompt
+    the same draws in every variant."""
+    pd = pytest.importorskip("pandas")
+    from hybridsd import data
+    from hybridsd.data import Example
+
+    before, after = "def f(x):\n    return x\n" * 20, "def f(x):\n    return x + 1\n" * 20
+    exs = [Example(id=f"ex{i}", source="code-edits", prompt="", reference=after, edit_norm=0.1, input_text=before,
+                   meta={"instruction": "Add one"}) for i in range(2)]
+    monkeypatch.setattr(data, "load_code_edits", lambda *a, **k: exs)
+    from hybridsd import prompts, zoo
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(zoo.path(), local_files_only=True)
+    ids = prompts.build_prompt_ids(tok, data.blazedit_prompt(before, "Add one"))
+    out = tok(after, add_special_tokens=False)["input_ids"]
+    df = pd.DataFrame([{"example_id": e.id, "output_tokens": out, "prompt_tokens": len(ids), "ref_edit_norm": 0.1,
+                        "output_edit_norm": 0.1} for e in exs])
+    sim, skipped = ab.simulate_outputs(df, "subject", {"ngram": 5, "eagle": 3}, (0.6, 0.4, 0.2))
+    assert skipped == 0
+    eagle = sim[sim["variant"] == "eagle"].set_index("example_id")
+    assert eagle.loc["ex0", "accepted"] != eagle.loc["ex1", "accepted"]
+    again, _ = ab.simulate_outputs(df, "subject", {"ngram": 5, "eagle": 3}, (0.6, 0.4, 0.2))
+    assert again.equals(sim)
