@@ -42,12 +42,12 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     ``branch`` ``[T]`` (int64 in ``[0, NB)``), token ``t`` reads its ``i``-th key from slot
     ``key_slots[branch[t], i]`` and ``allowed`` is in that order (without them every token reads slot order, as in
     a decode step or a chain: the split kernel is then compiled without its gathering path, with the bits of the
-    gathering kernel's in-place tiles). Every token is then reduced over its keys in the order and at the places a plain decode
-    step would use, whatever slots its tree branch occupies: a row's scores and value products are selected from
-    its own view's (the same code for every view; a row tile all on view 0 skips the others), so a row's result
-    depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``): the views
-    differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key tiles in
-    place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
+    gathering kernel's in-place tiles). Every token is then reduced over its keys in the order and at the places a
+    plain decode step would use, whatever slots its tree branch occupies: a row's scores and value products are
+    selected from its own view's (the same code for every view; a row tile all on view 0 skips the others), so a
+    row's result depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``):
+    the views differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key
+    tiles in place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
     :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros).
     """
     if (key_slots is None) != (branch is None):
@@ -103,10 +103,11 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
     traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
     ``key_slots, branch, block`` (either ``key_slots`` or ``block`` given: exact mode): the virtual key order, where
-    it differs from slot order and the count of real tokens (see :func:`grouped_attention`; exact mode's row tiles are token-major, its grid planned
-    for one of them); ``programs``, ``row_tile``: the grid's aim (default :data:`SPLIT_PROGRAMS`, in exact mode
-    :data:`EXACT_PROGRAMS`) and the most query rows per program (:func:`split_plan`; by default
-    :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode :data:`EXACT_ROW_TILE`)."""
+    it differs from slot order and the count of real tokens (see :func:`grouped_attention`; exact mode's row tiles
+    are token-major, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim (default
+    :data:`SPLIT_PROGRAMS`, in exact mode :data:`EXACT_PROGRAMS`) and the most query rows per program
+    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode
+    :data:`EXACT_ROW_TILE`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     exact = key_slots is not None or block is not None
     nb = 0 if key_slots is None else key_slots.shape[0]

@@ -151,8 +151,7 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
     ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
     ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
     in the virtual key order ``key_slots, branch`` (or slot order: None) of the block ``block`` when given (exact
-    mode, see
-    :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA) its matmuls are
+    mode, see :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA) its matmuls are
     :func:`~hybridsd.linear.row_linear`'s (blocks of up to ``ROW_MAX_M`` rows), each row computed alone, with
     the residuals and (``silu``: ``act`` is SiLU) the gated activation folded in.
     """
