@@ -9,7 +9,9 @@ realised edit norm of each output against its input) and each variant: per bin t
 AL (sum tokens / sum passes) and precision AL, with percentile CIs from resampling the bin's prompts. The
 simulation replays each prompt's output (``output_tokens`` of the rows) after its prompt, rebuilt from
 code_edits_dev.jsonl with ``--change-request`` (rows whose rebuilt prompt has another token count are left
-out and counted), with EAGLE's per-position rates measured in the EAGLE-1 run. Models per bin: the PR's
+out and counted), with EAGLE's per-position rates measured in the EAGLE-1 run; and again with two sets of rates
+from that run, split by what n-gram drafting would propose at each step (no draft or a wrong first token: new
+text; a right one: copied text), with EAGLE's acceptance per such state. Models per bin: the PR's
 harmonic model (AL_ngram calibrated on the lowest bin of the n-gram run, AL_eagle the EAGLE-1 run's AL) and,
 with ``--theory``, the predictive models fitted by simulate_al.py on other prompts; each model's mean relative
 error over bins against the measurement and against the simulation.
@@ -49,22 +51,20 @@ def eagle_rates(df, variant: str = "eagle") -> tuple[float, ...] | None:
     return tuple(float(min(1.0, r)) for r in np.minimum.accumulate(acc / part["drafts"].sum()))
 
 
-def simulate_outputs(df, change_request: str, k: dict, rates) -> tuple[object, int]:
-    """Rows like ``df``'s, one per (prompt, simulated variant), from replaying each prompt's output; and the
-    number of prompts left out because their rebuilt prompt has another token count."""
-    import pandas as pd
-
+def rebuilt_prompts(df, change_request: str) -> tuple[dict, int]:
+    """Each prompt of ``df``'s rows with stored outputs, rebuilt from code_edits_dev.jsonl as spec_bench built it
+    (``change_request`` as its --change-request): example id -> token ids (int64); and the number of prompts left
+    out (not in the data, or rebuilt to another token count)."""
     from hybridsd import data, prompts, zoo
     from hybridsd.edit_requests import located_request
-    from hybridsd.simulate import SimConfig, simulate
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(zoo.path(df["model"].dropna().iloc[0] if "model" in df else None),
                                         local_files_only=True)
     by_id = {e.id: e for e in data.load_code_edits()}
     first = df.dropna(subset=["output_tokens"]).drop_duplicates("example_id")
-    rows, skipped = [], 0
-    for i, (_, r) in enumerate(first.iterrows()):
+    out, skipped = {}, 0
+    for _, r in first.iterrows():
         ex = by_id.get(r["example_id"])
         if ex is None:
             skipped += 1
@@ -75,17 +75,84 @@ def simulate_outputs(df, change_request: str, k: dict, rates) -> tuple[object, i
         if len(ids) != r["prompt_tokens"]:
             skipped += 1
             continue
+        out[r["example_id"]] = np.asarray(ids, dtype=np.int64)
+    return out, skipped
+
+
+NGRAM_STATES = ("no draft", "first wrong", "first right")
+
+
+def eagle_by_ngram_state(df, prompt_ids: dict, k_ngram: int, min_n: int = 2, max_n: int = 5,
+                         variant: str = "eagle") -> dict:
+    """EAGLE's acceptance in the ``variant`` run (rows with a per-step ``trace`` and ``output_tokens``) split by
+    what n-gram drafting (``k_ngram``, ``min_n..max_n``, as the engine runs it) would propose at the same step:
+    no draft, a draft whose first token is wrong, or right. Per state: ``steps``, ``drafts`` (steps with an EAGLE
+    draft), ``mean_accepted`` (per draft) and ``rates`` (accepted at position ``i`` / drafts, as
+    :func:`eagle_rates`); ``novel`` pools the first two states (new text)."""
+    from hybridsd.drafters.ngram import ngram_propose
+
+    counts: dict = {}
+    part = df[(df["variant"] == variant) & df["example_id"].isin(list(prompt_ids))]
+    for _, r in part.iterrows():
+        ids, out = prompt_ids[r["example_id"]], np.asarray(r["output_tokens"], dtype=np.int64)
+        full, pos = np.concatenate([ids, out]), 1  # the prefill emitted the first output token
+        for _src, drafted, accepted, *_ in r["trace"]:
+            budget = out.size - pos - 1
+            draft = ngram_propose(full[: ids.size + pos], min_n, max_n, min(k_ngram, budget)) if budget > 0 else []
+            state = NGRAM_STATES[0 if len(draft) == 0 else 1 + int(draft[0] == out[pos])]
+            c = counts.setdefault(state, {"steps": 0, "drafts": 0, "accepted": []})
+            c["steps"] += 1
+            if drafted:
+                c["drafts"] += 1
+                c["accepted"].append(int(accepted))
+            pos += int(accepted) + 1
+    pooled = {"novel": [s for s in NGRAM_STATES[:2] if s in counts]}
+    out_table = {}
+    for state, members in [*((s, [s]) for s in NGRAM_STATES if s in counts), *pooled.items()]:
+        acc = np.array([a for m in members for a in counts[m]["accepted"]], dtype=int)
+        drafts = sum(counts[m]["drafts"] for m in members)
+        if drafts == 0:
+            continue
+        width = int(acc.max()) if acc.size else 0
+        rates = [float((acc >= i).sum() / drafts) for i in range(1, max(width, 1) + 1)]
+        out_table[state] = {"steps": sum(counts[m]["steps"] for m in members), "drafts": drafts,
+                            "mean_accepted": float(acc.mean()) if acc.size else 0.0, "rates": rates}
+    return out_table
+
+
+def simulate_outputs(df, prompt_ids: dict, k: dict, rates, novel_rates=None) -> object:
+    """Rows like ``df``'s, one per (prompt of ``prompt_ids``, simulated variant), from replaying each prompt's
+    output with EAGLE's per-position ``rates`` (with ``novel_rates``: those where n-gram would have no draft or a
+    wrong first token, ``rates`` elsewhere; see :class:`~hybridsd.simulate.SimConfig`)."""
+    import pandas as pd
+
+    from hybridsd.simulate import SimConfig, simulate
+
+    first = df.dropna(subset=["output_tokens"]).drop_duplicates("example_id")
+    rows = []
+    for i, (_, r) in enumerate(first.iterrows()):
+        ids = prompt_ids.get(r["example_id"])
+        if ids is None:
+            continue
         for variant, policy in SIM_POLICY.items():
             if policy != "ngram" and rates is None:
                 continue
-            cfg = SimConfig(policy=policy, k_ngram=k["ngram"], k_eagle=k["eagle"],
-                            eagle_rates=rates if rates else (0.0,) * k["eagle"])
+            k_eagle = k["eagle"]
+            cfg = SimConfig(policy=policy, k_ngram=k["ngram"], k_eagle=k_eagle,
+                            eagle_rates=_padded(rates, k_eagle), eagle_rates_novel=_padded(novel_rates, k_eagle)
+                            if novel_rates is not None else None)
             # EAGLE's draws seeded per prompt (as simulate_al's iter_simulate does), the same for every variant
             st = simulate(ids, r["output_tokens"], cfg, np.random.default_rng((cfg.seed, i)))
             rows.append({"variant": variant, "example_id": r["example_id"], "ref_edit_norm": r["ref_edit_norm"],
                          "output_edit_norm": r["output_edit_norm"], "tokens": st.num_tokens,
                          "passes": st.num_target_steps, "drafts": st.num_drafts, "accepted": st.num_accepted})
-    return pd.DataFrame(rows), skipped
+    return pd.DataFrame(rows)
+
+
+def _padded(rates, k: int) -> tuple[float, ...]:
+    """``rates`` as ``k`` non-increasing per-position rates (zeros past the measured ones; all zero for None)."""
+    r = list(rates or ())[:k]
+    return tuple(np.minimum.accumulate(np.array(r + [0.0] * (k - len(r)), dtype=float)).tolist()) if r else (0.0,) * k
 
 
 def model_predictions(table: list[dict], theory: dict | None, al_eagle: float | None, k: dict) -> dict:
@@ -165,9 +232,18 @@ def main(argv=None) -> int:
            "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
            "errors_vs_measured": errors(preds, measured)}
     if not a.no_sim:
-        sim_df, skipped = simulate_outputs(df, a.change_request, k, rates)
+        prompt_ids, skipped = rebuilt_prompts(df, a.change_request)
+        sim_df = simulate_outputs(df, prompt_ids, k, rates)
         simulated = [t for c in BINNINGS for t in bin_table(sim_df, edges, c, a.n_boot)] if len(sim_df) else []
         doc.update(simulated=simulated, sim_skipped_prompts=skipped, errors_vs_simulated=errors(preds, simulated))
+        # EAGLE's acceptance by what n-gram would do at the same step, and the simulation with those two rates
+        traced = results.load_runs(a.runs, trace=True)
+        by_state = eagle_by_ngram_state(traced, prompt_ids, k["ngram"]) if "trace" in traced else {}
+        if {"first right", "novel"} <= set(by_state):
+            state_df = simulate_outputs(df, prompt_ids, k, by_state["first right"]["rates"],
+                                        by_state["novel"]["rates"])
+            doc.update(eagle_by_ngram_state=by_state,
+                       simulated_by_state=[t for c in BINNINGS for t in bin_table(state_df, edges, c, a.n_boot)])
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(json_safe(doc), indent=1) + "\n")
     for t in measured:

@@ -32,7 +32,9 @@ class SimConfig:
     branch with more accepted tokens is kept, the n-gram one on ties). ``k_ngram``/``k_eagle``: draft
     lengths; ``min_n``/``max_n``: n-gram lengths to match. ``eagle_rates``: EAGLE's per-position
     acceptance rates ``r_i`` (non-increasing, in [0, 1], at least ``k_eagle`` of them; the first
-    ``k_eagle`` are used). ``seed``: seeds the EAGLE draws.
+    ``k_eagle`` are used). ``eagle_rates_novel`` (same form, or None): EAGLE's rates at the steps where
+    n-gram drafting, run or not, would have no draft or a wrong first token (new text); given, ``eagle_rates``
+    holds at the other steps (copied text). ``seed``: seeds the EAGLE draws.
     """
 
     policy: str = "prefer-ngram"
@@ -41,6 +43,7 @@ class SimConfig:
     min_n: int = 2
     max_n: int = 5
     eagle_rates: tuple[float, ...] = (0.65, 0.42, 0.25)
+    eagle_rates_novel: tuple[float, ...] | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -50,14 +53,17 @@ class SimConfig:
             raise ValueError(f"k_ngram and k_eagle must be >= 1, got {self.k_ngram} and {self.k_eagle}")
         if not 1 <= self.min_n <= self.max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={self.min_n}, max_n={self.max_n}")
-        rates = tuple(float(r) for r in self.eagle_rates)
-        object.__setattr__(self, "eagle_rates", rates)
-        if self.uses_eagle:
-            if len(rates) < self.k_eagle:
-                raise ValueError(f"eagle_rates has {len(rates)} rates, k_eagle={self.k_eagle} needs as many")
-            r = rates[: self.k_eagle]
-            if any(not 0 <= x <= 1 for x in r) or any(b > a for a, b in zip(r, r[1:])):
-                raise ValueError(f"eagle_rates must lie in [0, 1] and not increase, got {r}")
+        for name in ("eagle_rates", "eagle_rates_novel"):
+            if getattr(self, name) is None:
+                continue
+            rates = tuple(float(r) for r in getattr(self, name))
+            object.__setattr__(self, name, rates)
+            if self.uses_eagle:
+                if len(rates) < self.k_eagle:
+                    raise ValueError(f"{name} has {len(rates)} rates, k_eagle={self.k_eagle} needs as many")
+                r = rates[: self.k_eagle]
+                if any(not 0 <= x <= 1 for x in r) or any(b > a for a, b in zip(r, r[1:])):
+                    raise ValueError(f"{name} must lie in [0, 1] and not increase, got {r}")
 
     @property
     def uses_ngram(self) -> bool:
@@ -69,11 +75,12 @@ class SimConfig:
         """Whether the policy drafts with EAGLE."""
         return self.policy != "ngram"
 
-    def eagle_accept_probs(self) -> np.ndarray:
+    def eagle_accept_probs(self, novel: bool = False) -> np.ndarray:
         """``P(EAGLE accepts exactly j tokens)`` for ``j = 0..k_eagle``: ``r_{j-1} - r_j`` with ``r_{-1} = 1``
         and ``r_k = 0`` (equivalently, token ``i`` is accepted with probability ``r_i / r_{i-1}`` given
-        the ones before it were)."""
-        r = np.concatenate([[1.0], self.eagle_rates[: self.k_eagle], [0.0]])
+        the ones before it were); of ``eagle_rates_novel`` with ``novel`` (where given)."""
+        rates = self.eagle_rates_novel if novel and self.eagle_rates_novel is not None else self.eagle_rates
+        r = np.concatenate([[1.0], rates[: self.k_eagle], [0.0]])
         return np.clip(r[:-1] - r[1:], 0.0, None)
 
 
@@ -99,21 +106,27 @@ def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int
     stats.record_prefill(1 if n else 0)
     if n == 0:
         return stats
-    # One draw per possible step (at most n - 1 steps), made up front: the same seed gives the same draws.
+    # One draw per possible step (at most n - 1 steps), made up front: the same seed gives the same draws
+    # (the draws on new text after them, so that a config without novel rates draws as before).
     eagle = (rng.choice(config.k_eagle + 1, size=n, p=config.eagle_accept_probs())
              if config.uses_eagle else None)
+    by_state = config.uses_eagle and config.eagle_rates_novel is not None
+    eagle_novel = rng.choice(config.k_eagle + 1, size=n, p=config.eagle_accept_probs(novel=True)) if by_state else None
     pos, step = 1, 0
     while pos < n:
         left = n - pos
         budget = left - 1  # as the engine: drafts leave room for the target's own token, none at the last step
         k_e = min(config.k_eagle, budget)
         draft = (ngram_propose(full[: n_prompt + pos], config.min_n, config.max_n, min(config.k_ngram, budget))
-                 if config.uses_ngram and budget > 0 else np.empty(0, dtype=np.int64))
+                 if (config.uses_ngram or by_state) and budget > 0 else np.empty(0, dtype=np.int64))
+        a_n = _matched(draft, ref, pos) if draft.size else 0
+        novel = a_n == 0  # no n-gram draft, or its first token wrong
+        if not config.uses_ngram:  # the n-gram draft only told the state
+            draft = np.empty(0, dtype=np.int64)
         k_n = draft.size
-        a_n = _matched(draft, ref, pos) if k_n else 0
         use_eagle = budget > 0 and (config.policy == "eagle" or config.policy == "tree"
                                     or (config.uses_eagle and not k_n))
-        a_e = min(int(eagle[step]), k_e) if use_eagle else 0
+        a_e = min(int((eagle_novel if by_state and novel else eagle)[step]), k_e) if use_eagle else 0
         if config.policy == "tree" and k_n:
             proposed: tuple[str, ...] = ("ngram", "eagle")
             if a_n >= a_e and a_n > 0:

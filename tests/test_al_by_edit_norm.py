@@ -111,9 +111,29 @@ def test_simulated_prompts_draw_eagle_apart(monkeypatch):
     out = tok(after, add_special_tokens=False)["input_ids"]
     df = pd.DataFrame([{"example_id": e.id, "output_tokens": out, "prompt_tokens": len(ids), "ref_edit_norm": 0.1,
                         "output_edit_norm": 0.1} for e in exs])
-    sim, skipped = ab.simulate_outputs(df, "subject", {"ngram": 5, "eagle": 3}, (0.6, 0.4, 0.2))
-    assert skipped == 0
+    prompt_ids, skipped = ab.rebuilt_prompts(df, "subject")
+    assert skipped == 0 and sorted(prompt_ids) == ["ex0", "ex1"]
+    sim = ab.simulate_outputs(df, prompt_ids, {"ngram": 5, "eagle": 3}, (0.6, 0.4, 0.2))
     eagle = sim[sim["variant"] == "eagle"].set_index("example_id")
     assert eagle.loc["ex0", "accepted"] != eagle.loc["ex1", "accepted"]
-    again, _ = ab.simulate_outputs(df, "subject", {"ngram": 5, "eagle": 3}, (0.6, 0.4, 0.2))
-    assert again.equals(sim)
+    assert ab.simulate_outputs(df, prompt_ids, {"ngram": 5, "eagle": 3}, (0.6, 0.4, 0.2)).equals(sim)
+
+
+def test_eagle_acceptance_by_ngram_state_on_a_hand_traced_run():
+    """A hand-made EAGLE run: at each step the n-gram state worked out by hand (no draft, first token wrong or
+    right against the output), EAGLE's accepted counts pooled per state into per-position rates."""
+    pd = pytest.importorskip("pandas")
+    prompt = np.arange(10, 20)
+    out = [10, 11, 12, 13, 14, 15, 16, 17, 40, 41, 42, 43, 44]
+    # steps at output positions 1 (no earlier [19, 10]: no draft), 3 ([10, 11, 12] in the prompt: 13, right),
+    # 7 ([12..16]: 17, right), 8 ([13..17]: 18 against 40, wrong) and 11 (no draft)
+    trace = [["eagle1", 3, 1], ["eagle1", 3, 3], ["eagle1", 3, 0], ["eagle1", 3, 2], ["eagle1", 1, 1]]
+    df = pd.DataFrame([{"variant": "eagle", "example_id": "ex0", "output_tokens": out, "trace": trace},
+                       {"variant": "ngram", "example_id": "ex0", "output_tokens": out, "trace": [["ngram", 5, 5]]}])
+    got = ab.eagle_by_ngram_state(df, {"ex0": prompt}, k_ngram=5)
+    assert {s: (v["steps"], v["drafts"]) for s, v in got.items()} == {
+        "no draft": (2, 2), "first wrong": (1, 1), "first right": (2, 2), "novel": (3, 3)}
+    assert got["first right"]["rates"] == pytest.approx([0.5, 0.5, 0.5])
+    assert got["novel"]["rates"] == pytest.approx([1.0, 1 / 3])
+    assert got["novel"]["mean_accepted"] == pytest.approx(4 / 3)
+    assert ab._padded(got["novel"]["rates"], 3) == pytest.approx((1.0, 1 / 3, 0.0))

@@ -153,9 +153,34 @@ def test_seeds_and_batches():
     assert total.num_tokens == 350
 
 
+@pytest.mark.parametrize("policy", POLICIES[1:])
+def test_eagle_rates_by_ngram_state(policy):
+    """With ``eagle_rates_novel``, EAGLE draws from those rates exactly where n-gram drafting would have no draft
+    or a wrong first token (found here by a replay of the trace with ``ngram_propose``), from ``eagle_rates``
+    elsewhere: with all-or-nothing rates every EAGLE step's acceptance is that state's."""
+    from hybridsd.drafters.ngram import ngram_propose
+
+    prompt = np.arange(80)
+    ref = np.r_[prompt[:30], np.arange(500, 540), prompt[35:80], np.arange(600, 620), prompt[10:40]]
+    cfg = SimConfig(policy=policy, eagle_rates=(1.0, 1.0, 1.0), eagle_rates_novel=(0.0, 0.0, 0.0))
+    stats = simulate(prompt, ref, cfg)
+    stats.check()
+    full, pos, seen = np.r_[prompt, ref], 1, {True: 0, False: 0}
+    for t in stats.trace:
+        budget = ref.size - pos - 1
+        draft = ngram_propose(full[: prompt.size + pos], cfg.min_n, cfg.max_n, min(cfg.k_ngram, budget))
+        novel = draft.size == 0 or draft[0] != ref[pos]
+        if "eagle" in t.proposed and t.source != "ngram":  # EAGLE's own acceptance decided the step
+            assert t.accepted == (0 if novel else min(3, budget)), (pos, novel)
+            seen[novel] += 1
+        pos += t.emitted
+    assert pos == ref.size and seen[True] and (seen[False] or policy == "prefer-ngram")
+
+
 @pytest.mark.parametrize("kwargs", [
     {"policy": "draft"}, {"k_ngram": 0}, {"k_eagle": 0}, {"min_n": 3, "max_n": 2}, {"min_n": 0},
     {"k_eagle": 4}, {"eagle_rates": (0.2, 0.5, 0.1)}, {"eagle_rates": (1.2, 0.5, 0.1)},
+    {"eagle_rates_novel": (0.2, 0.5, 0.1)}, {"eagle_rates_novel": (0.5,)},
 ])
 def test_config_validation(kwargs):
     with pytest.raises(ValueError):
