@@ -13,7 +13,8 @@ hand):
 - edit_norm    experiments/results/sweeps/edit_norm_h200_bf16/ (GPU): AL per edit-norm bin, the corpus table
 - sweep        experiments/results/sweeps/zoo_cpu_fp32/ (CPU): data sets x methods x k, doubled BOS
 - theory       the GPU edit-norm sweep's code edits against the analytic models (also reads the data directory's
-               code_edits_dev.jsonl for the input files and tiny-coder's tokenizer)
+               code_edits_dev.jsonl for the input files and tiny-coder's tokenizer); EAGLE by n-gram state from
+               experiments/results/zoo/al_by_edit_norm.json
 - speed        experiments/results/speed/: 8B-shape step times and ratios, draft cost, loop overhead, tiny-coder end
                to end, the diagnostic runs, the n-gram proposer
 - trees        experiments/results/trees/bench_tree.json
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     edit_norm.make()
     sweep.make()
     theory.make(edit_norm.load())
+    theory.eagle_by_state()
     speed.make()
     trees.make()
     exact.make()

@@ -12,7 +12,7 @@ from experiments import results
 from paper.sections.simulation import SIMULATION
 from paper.sections.style import MODEL_STYLE, VARIANT_LABEL, legend_below, savefig
 from paper.sections.sweep import VARIANT_TAG
-from paper.sections.tex import MODEL_DIR, NUMBERS, mae_cell, num, table
+from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, mae_cell, num, table
 
 
 def _context_runs(source: list[int], output: list[int]) -> list[int]:
@@ -203,4 +203,26 @@ def theory_figure(preds) -> None:
     fig.tight_layout(w_pad=0.5)
     savefig(fig, "gpu_theory")
 
+
+def eagle_by_state() -> None:
+    """zoo/al_by_edit_norm.json: EAGLE-1's accepted tokens per draft on new and on copied text (by what n-gram would
+    propose at the same step), and the simulation of the sweep's own outputs with one set of EAGLE rates and with
+    the two, scored against the measured hybrids (mean relative error over the bins, both binnings)."""
+    from hybridsd.fit import model_error
+
+    doc = json.loads((RESULTS / "zoo" / "al_by_edit_norm.json").read_text())
+    states = doc["eagle_by_ngram_state"]
+    num("thEagleNovelAcc", states["novel"]["mean_accepted"])
+    num("thEagleCopyAcc", states["first right"]["mean_accepted"])
+    measured = {(t["binning"], t["variant"], t["bin"]): t["seq_al"] for t in doc["measured"]}
+    for key, tag in (("simulated", "OneSet"), ("simulated_by_state", "ByState")):
+        errs = []
+        for variant in ("ngram-eagle", "ngram-eagle tree"):
+            for binning in ("ref_edit_norm", "output_edit_norm"):
+                rows = [t for t in doc[key] if (t["binning"], t["variant"]) == (binning, variant)
+                        and (binning, variant, t["bin"]) in measured]
+                errs.append(model_error(np.array([t["seq_al"] for t in rows]),
+                                        np.array([measured[binning, variant, t["bin"]] for t in rows]))["mean_rel"])
+        num(f"thSim{tag}Low", 100 * min(errs), "{:.1f}")
+        num(f"thSim{tag}High", 100 * max(errs), "{:.1f}")
 
