@@ -2,6 +2,7 @@
 the target's own outputs beside them, and the analytic models over both.
 
     python -m experiments.al_by_edit_norm RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
+        [--theory-by-state SIM.json] [--exclude-prompts OTHER_RUNS.jsonl...]
 
 ``RUNS``: spec_bench JSONL files of several methods on the same code-edit prompts (greedy, so every method's
 output is the target's one output). For each binning (the reference's edit norm, as the PR bins, and the
@@ -13,8 +14,11 @@ out and counted), with EAGLE's per-position rates measured in the EAGLE-1 run; a
 from that run, split by what n-gram drafting would propose at each step (no draft or a wrong first token: new
 text; a right one: copied text), with EAGLE's acceptance per such state. Models per bin: the PR's
 harmonic model (AL_ngram calibrated on the lowest bin of the n-gram run, AL_eagle the EAGLE-1 run's AL) and,
-with ``--theory``, the predictive models fitted by simulate_al.py on other prompts; each model's mean relative
-error over bins against the measurement and against the simulation.
+with ``--theory``, the predictive models fitted by simulate_al.py on other prompts (``sim_*``), and with
+``--theory-by-state`` those of a simulate_al.py run whose EAGLE rates depend on the n-gram state (``state_*``);
+each model's mean relative error over bins against the measurement and against the simulation.
+``--exclude-prompts`` leaves out the prompts of other runs (to measure EAGLE's rates on prompts that the runs being
+predicted do not hold).
 """
 
 from __future__ import annotations
@@ -155,8 +159,10 @@ def _padded(rates, k: int) -> tuple[float, ...]:
     return tuple(np.minimum.accumulate(np.array(r + [0.0] * (k - len(r)), dtype=float)).tolist()) if r else (0.0,) * k
 
 
-def model_predictions(table: list[dict], theory: dict | None, al_eagle: float | None, k: dict) -> dict:
-    """Per (binning, variant): model -> per-bin predictions, from the measured table's bins."""
+def model_predictions(table: list[dict], theory: dict | None, al_eagle: float | None, k: dict,
+                      prefix: str = "sim_") -> dict:
+    """Per (binning, variant): model -> per-bin predictions, from the measured table's bins: the PR's harmonic
+    model from the parts, and ``theory``'s fits (a simulate_al.json's ``fits``) named ``prefix + model``."""
     out: dict = {}
     for binning in BINNINGS:
         rows = [t for t in table if t["binning"] == binning]
@@ -182,7 +188,7 @@ def model_predictions(table: list[dict], theory: dict | None, al_eagle: float | 
                     continue  # diagnostic models need each output's copied runs
                 mf = ModelFit(model=fit["model"], params=fit["params"], ci={k_: tuple(v) for k_, v in fit["ci"].items()},
                               fitted=tuple(fit["fitted"]), settings=fit["settings"])
-                preds[f"sim_{name}"] = np.asarray(mf.predict(np.clip(e, 0, 1), length), dtype=float).tolist()
+                preds[f"{prefix}{name}"] = np.asarray(mf.predict(np.clip(e, 0, 1), length), dtype=float).tolist()
             out[(binning, variant)] = {"bins": [t["bin"] for t in mine], "predictions": preds}
     return out
 
@@ -208,6 +214,10 @@ def main(argv=None) -> int:
     ap.add_argument("--k-ngram", type=int, default=5)
     ap.add_argument("--k-eagle", type=int, default=3)
     ap.add_argument("--theory", type=Path, default=None, help="simulate_al.json with models fitted on other prompts")
+    ap.add_argument("--theory-by-state", type=Path, default=None,
+                    help="a second simulate_al.json (run with --eagle-rates-by-state), its models named state_*")
+    ap.add_argument("--exclude-prompts", nargs="+", default=(),
+                    help="spec_bench JSONL files (paths or globs) whose prompts are left out of the analysis")
     ap.add_argument("--change-request", choices=("located", "subject"), default="located",
                     help="how the runs' prompts were built, as spec_bench's --change-request (to rebuild them for "
                     "the simulation)")
@@ -217,8 +227,11 @@ def main(argv=None) -> int:
     if a.bins < 8:
         ap.error("--bins must be >= 8")
     df = results.load_runs(a.runs)
+    left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
+    excluded = set(df["example_id"]) & left_out
+    df = df[~df["example_id"].isin(excluded)]
     if df.empty:
-        print("no rows in the given files", file=sys.stderr)
+        print("no rows in the given files" + (" outside --exclude-prompts" if left_out else ""), file=sys.stderr)
         return 2
     edges = np.linspace(0.0, a.max_e, a.bins + 1)
     k = {"ngram": a.k_ngram, "eagle": a.k_eagle}
@@ -228,7 +241,13 @@ def main(argv=None) -> int:
     al_eagle = float(eagle_rows["tokens"].sum() / eagle_rows["passes"].sum()) if len(eagle_rows) else None
     theory = json.loads(a.theory.read_text())["fits"] if a.theory else None
     preds = model_predictions(measured, theory, al_eagle, k)
-    doc = {"runs": a.runs, "bins": edges.tolist(), "k": k, "eagle_rates": rates, "al_eagle": al_eagle,
+    if a.theory_by_state:
+        by_state_fits = json.loads(a.theory_by_state.read_text())["fits"]
+        for key, p in model_predictions(measured, by_state_fits, al_eagle, k, prefix="state_").items():
+            p["predictions"] = {m: v for m, v in p["predictions"].items() if m.startswith("state_")}
+            preds[key]["predictions"].update(p["predictions"])
+    doc = {"runs": a.runs, "excluded_prompts": len(excluded), "bins": edges.tolist(), "k": k, "eagle_rates": rates,
+           "al_eagle": al_eagle,
            "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
            "errors_vs_measured": errors(preds, measured)}
     if not a.no_sim:

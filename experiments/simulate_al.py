@@ -124,6 +124,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-n", type=int, default=5)
     ap.add_argument("--eagle-rates", type=float, nargs="+", default=list(DEFAULT_RATES),
                     help="EAGLE per-position acceptance rates r_i (default: " + RATES_SOURCE + ")")
+    ap.add_argument("--eagle-rates-by-state", type=Path, default=None,
+                    help="a JSON with an eagle_by_ngram_state table (written by experiments.al_by_edit_norm): "
+                    "EAGLE drawn from its 'novel' rates where n-gram would have no draft or a wrong first token, "
+                    "from its 'first right' rates elsewhere (instead of --eagle-rates); the models' AL_eagle is "
+                    "then EAGLE's AL on new text")
     ap.add_argument("--bins", type=int, default=12, help="edit-norm bins over [0, --max-e]")
     ap.add_argument("--max-e", type=float, default=0.6)
     ap.add_argument("--level", choices=("char", "token"), default="char", help="edit norm to bin by")
@@ -134,6 +139,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.bins < 10:
         ap.error("--bins must be >= 10")
+    novel_rates = None
+    if args.eagle_rates_by_state is not None:
+        try:
+            states = json.loads(args.eagle_rates_by_state.read_text())["eagle_by_ngram_state"]
+            args.eagle_rates = _k_rates(states["first right"]["rates"], args.k_eagle)
+            novel_rates = _k_rates(states["novel"]["rates"], args.k_eagle)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--eagle-rates-by-state {args.eagle_rates_by_state}: no eagle_by_ngram_state table with "
+                     f"'first right' and 'novel' rates ({type(e).__name__}: {e})")
+    args.eagle_rates_novel = novel_rates
     t0 = time.time()
 
     path = args.data or default_data_dir() / "code_edits_dev.jsonl"
@@ -153,7 +168,8 @@ def main(argv=None) -> int:
 
     pairs = list(zip(prompts, refs))
     configs = {p: SimConfig(policy=p, k_ngram=args.k_ngram, k_eagle=args.k_eagle, min_n=args.min_n,
-                            max_n=args.max_n, eagle_rates=tuple(args.eagle_rates), seed=args.seed) for p in POLICIES}
+                            max_n=args.max_n, eagle_rates=tuple(args.eagle_rates), eagle_rates_novel=novel_rates,
+                            seed=args.seed) for p in POLICIES}
     res = {}
     for p, cfg in configs.items():
         t = time.time()
@@ -170,7 +186,7 @@ def main(argv=None) -> int:
     table_fit = per_bin(idx, n_bins, fit_half, e, length, res)
     table_test = per_bin(idx, n_bins, test_half, e, length, res)
 
-    al_eagle = al_from_rates(args.eagle_rates[: args.k_eagle])
+    al_eagle = al_from_rates((novel_rates or args.eagle_rates)[: args.k_eagle])  # by state: EAGLE on new text
     ok_fit, ok_test = table_fit["n"] > 0, table_test["n"] > 0
     lowest = int(np.flatnonzero(ok_fit)[0])
     al_ngram_lowest = float(table_fit["ngram_al"][lowest])
@@ -227,6 +243,20 @@ def main(argv=None) -> int:
     return 0
 
 
+def _k_rates(rates, k: int) -> list[float]:
+    """``k`` per-position rates from a measured table's (zeros past the measured positions)."""
+    r = [float(x) for x in rates][:k]
+    return r + [0.0] * (k - len(r))
+
+
+def _rates_source(args) -> str:
+    """Where the simulation's EAGLE rates come from."""
+    if args.eagle_rates_novel is not None:
+        return (f"by n-gram state, from {args.eagle_rates_by_state}: eagle_rates where n-gram's first token would be "
+                f"right, eagle_rates_novel {args.eagle_rates_novel} where it would be wrong or absent")
+    return RATES_SOURCE if tuple(args.eagle_rates) == DEFAULT_RATES else "given on the command line"
+
+
 def json_safe(x):
     """JSON-safe copy (NaN -> None, numpy -> Python)."""
     if isinstance(x, dict):
@@ -248,7 +278,7 @@ def _write(c: dict) -> None:
     doc = {
         "run_info": run_info(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "eagle_rates_source": RATES_SOURCE if tuple(args.eagle_rates) == DEFAULT_RATES else "given on the command line",
+        "eagle_rates_source": _rates_source(args),
         "tokenizer": c["tok_desc"],
         "prompt": "Blazedit prompt (hybridsd.data.blazedit_prompt) as raw text, no chat template; reference = after",
         "al": "sequence-normalized: tokens / target passes, prefill included; corpus = sum tokens / sum passes",
@@ -321,7 +351,7 @@ def _print(c: dict) -> None:
     print(f"\nSequence-normalized AL per {args.level} edit-norm bin, all examples: corpus (mean per example). "
           f"k_ngram={args.k_ngram}, k_eagle={args.k_eagle}, n-gram n in [{args.min_n},{args.max_n}], "
           f"EAGLE rates {args.eagle_rates} (AL {c['al_eagle']:.2f}; "
-          f"{RATES_SOURCE if tuple(args.eagle_rates) == DEFAULT_RATES else 'given on the command line'}). "
+          f"{_rates_source(args)}). "
           f"Tokenizer: {c['tok_desc']}.\n")
     print("| bin | n | mean e | tokens | ngram | eagle | prefer-ngram | tree |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

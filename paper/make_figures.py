@@ -14,7 +14,7 @@ hand):
 - sweep        experiments/results/sweeps/zoo_cpu_fp32/ (CPU): data sets x methods x k, doubled BOS
 - theory       the GPU edit-norm sweep's code edits against the analytic models (also reads the data directory's
                code_edits_dev.jsonl for the input files and tiny-coder's tokenizer); EAGLE by n-gram state from
-               experiments/results/zoo/al_by_edit_norm.json
+               experiments/results/zoo/al_by_edit_norm.json and eagle1_by_ngram_state_other_prompts.json
 - speed        experiments/results/speed/: 8B-shape step times and ratios, draft cost, loop overhead, tiny-coder end
                to end, the diagnostic runs, the n-gram proposer
 - trees        experiments/results/trees/bench_tree.json

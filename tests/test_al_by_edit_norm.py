@@ -91,6 +91,27 @@ def test_cli_writes_the_tables(runs, tmp_path):
         ab.main([*runs, "--bins", "4", "--out", str(out)])
 
 
+def test_cli_leaves_out_prompts_and_adds_the_by_state_models(runs, tmp_path):
+    """``--exclude-prompts`` drops the prompts of other runs before any table; ``--theory-by-state`` adds a second
+    simulate_al file's models as ``state_*`` beside ``--theory``'s ``sim_*``."""
+    fit = {"model": "harmonic", "params": {"al_eagle": 2.0, "al_ngram": 5.0}, "ci": {}, "fitted": [],
+           "settings": {"k_ngram": 5, "k_eagle": 3}}
+    theory = tmp_path / "sim.json"
+    theory.write_text(json.dumps({"fits": {p: {"harmonic_fit": fit} for p in ("ngram", "prefer-ngram", "tree")}}))
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(line for line in open(runs[0]) if json.loads(line)["example_id"] in ("ex0", "ex1")))
+    out = tmp_path / "fig.json"
+    assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--bins", "8", "--theory", str(theory), "--theory-by-state",
+                    str(theory), "--exclude-prompts", str(other), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["excluded_prompts"] == 2
+    assert sum(t["n"] for t in doc["measured"] if (t["binning"], t["variant"]) == ("ref_edit_norm", "ngram")) == 38
+    models = {e["model"] for e in doc["errors_vs_measured"]}
+    assert models == {"harmonic_pr", "sim_harmonic_fit", "state_harmonic_fit"}
+    pred = doc["predictions"]["ref_edit_norm|ngram-eagle"]["predictions"]
+    assert pred["sim_harmonic_fit"] == pred["state_harmonic_fit"]  # the same fits, under both names
+
+
 def test_simulated_prompts_draw_eagle_apart(monkeypatch):
     """The trace simulation of the measured outputs draws EAGLE's acceptances per prompt: two prompts with the same
     text and output get different draws (one shared seed gave every prompt the same first draws), and each prompt

@@ -225,4 +225,14 @@ def eagle_by_state() -> None:
                                         np.array([measured[binning, variant, t["bin"]] for t in rows]))["mean_rel"])
         num(f"thSim{tag}Low", 100 * min(errs), "{:.1f}")
         num(f"thSim{tag}High", 100 * max(errs), "{:.1f}")
+    # the re-sync model for the tree hybrid, fitted with one assumed set of EAGLE rates and with the rates by state
+    # measured on other prompts (simulate_al --eagle-rates-by-state; the state_* models)
+    err = {(e["binning"], e["variant"], e["model"]): e["mean_rel"] for e in doc["errors_vs_measured"]}
+    other = json.loads((RESULTS / "zoo" / "eagle1_by_ngram_state_other_prompts.json").read_text())
+    num("thOtherPrompts", sum(t["n"] for t in other["measured"] if t["binning"] == "ref_edit_norm"), "{:d}")
+    num("thOtherNovelAcc", other["eagle_by_ngram_state"]["novel"]["mean_accepted"])
+    num("thOtherCopyAcc", other["eagle_by_ngram_state"]["first right"]["mean_accepted"])
+    for model, tag in (("sim_resync", "One"), ("state_resync", "State")):
+        for binning, b in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+            num(f"thTreeResync{tag}{b}", 100 * err[binning, "ngram-eagle tree", model], "{:.1f}")
 

@@ -1,0 +1,68 @@
+"""experiments.simulate_al end to end on a small made-up edit set: EAGLE's rates by n-gram state read from an
+al_by_edit_norm table, recorded in the output, and a file without that table named in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import simulate_al
+
+
+@pytest.fixture()
+def edits(tmp_path):
+    """40 small Python files, each edited by replacing some of its lines, with their character edit norm."""
+    from rapidfuzz.distance import Levenshtein
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(40):
+        lines = [f"def f{j}(x):\n    return x + {j}\n" for j in range(12)]
+        before = "".join(lines)
+        for j in rng.choice(12, size=int(rng.integers(1, 6)), replace=False):
+            lines[j] = f"def g{j}(y, z):\n    return y * z - {j}\n"
+        after = "".join(lines)
+        rows.append({"id": f"e{i}", "instruction": "Change some functions", "before": before, "after": after,
+                     "char_edit_norm": Levenshtein.normalized_distance(before, after)})
+    path = tmp_path / "code_edits_dev.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_eagle_rates_by_state_reach_the_simulation(edits, tmp_path):
+    table = {"eagle_by_ngram_state": {"first right": {"rates": [0.8, 0.6, 0.5]}, "novel": {"rates": [0.3, 0.1]}}}
+    rates = tmp_path / "states.json"
+    rates.write_text(json.dumps(table))
+    out = tmp_path / "sim"
+    assert simulate_al.main(["--data", str(edits), "--n-boot", "0", "--eagle-rates-by-state", str(rates),
+                             "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["config"]["eagle_rates"] == [0.8, 0.6, 0.5]
+    assert doc["config"]["eagle_rates_novel"] == [0.3, 0.1, 0.0]  # padded to k_eagle
+    assert "by n-gram state" in doc["eagle_rates_source"]
+    one = tmp_path / "one"
+    assert simulate_al.main(["--data", str(edits), "--n-boot", "0", "--eagle-rates", "0.8", "0.6", "0.5",
+                             "--out", str(one)]) == 0
+    single = json.loads(one.with_suffix(".json").read_text())
+
+    def corpus(d, policy):  # AL over every bin
+        t = d["tables"]["all"]
+        n = np.array([x or 0 for x in t["n"]], dtype=float)
+        return np.nansum(np.array(t[f"{policy}_al"], dtype=float) * n) / n.sum()
+
+    # n-gram alone ignores EAGLE; the prefer-ngram hybrid, whose EAGLE drafts only where n-gram has none (new
+    # text), loses AL with the lower novel rates
+    assert corpus(doc, "ngram") == pytest.approx(corpus(single, "ngram"))
+    assert corpus(doc, "prefer-ngram") < corpus(single, "prefer-ngram")
+
+
+def test_a_file_without_the_table_is_named(edits, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"fits": {}}))
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(edits), "--eagle-rates-by-state", str(bad), "--out", str(tmp_path / "x")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.json" in err[0] and "eagle_by_ngram_state" in err[0]
