@@ -33,7 +33,7 @@ from experiments import results
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.results import bin_table  # noqa: F401  (the per-bin table with bootstrap CIs)
-from experiments.simulate_al import json_safe
+from experiments.simulate_al import json_safe, k_rates
 from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
 from hybridsd.fit import ModelFit, model_error
 
@@ -141,10 +141,9 @@ def simulate_outputs(df, prompt_ids: dict, k: dict, rates, novel_rates=None) -> 
         for variant, policy in SIM_POLICY.items():
             if policy != "ngram" and rates is None:
                 continue
-            k_eagle = k["eagle"]
-            cfg = SimConfig(policy=policy, k_ngram=k["ngram"], k_eagle=k_eagle,
-                            eagle_rates=_padded(rates, k_eagle), eagle_rates_novel=_padded(novel_rates, k_eagle)
-                            if novel_rates is not None else None)
+            cfg = SimConfig(policy=policy, k_ngram=k["ngram"], k_eagle=k["eagle"],
+                            eagle_rates=k_rates(rates, k["eagle"]),
+                            eagle_rates_novel=None if novel_rates is None else k_rates(novel_rates, k["eagle"]))
             # EAGLE's draws seeded per prompt (as simulate_al's iter_simulate does), the same for every variant
             st = simulate(ids, r["output_tokens"], cfg, np.random.default_rng((cfg.seed, i)))
             rows.append({"variant": variant, "example_id": r["example_id"], "ref_edit_norm": r["ref_edit_norm"],
@@ -153,16 +152,10 @@ def simulate_outputs(df, prompt_ids: dict, k: dict, rates, novel_rates=None) -> 
     return pd.DataFrame(rows)
 
 
-def _padded(rates, k: int) -> tuple[float, ...]:
-    """``rates`` as ``k`` non-increasing per-position rates (zeros past the measured ones; all zero for None)."""
-    r = list(rates or ())[:k]
-    return tuple(np.minimum.accumulate(np.array(r + [0.0] * (k - len(r)), dtype=float)).tolist()) if r else (0.0,) * k
-
-
-def model_predictions(table: list[dict], theory: dict | None, al_eagle: float | None, k: dict,
-                      prefix: str = "sim_") -> dict:
+def model_predictions(table: list[dict], theories: dict | None, al_eagle: float | None, k: dict) -> dict:
     """Per (binning, variant): model -> per-bin predictions, from the measured table's bins: the PR's harmonic
-    model from the parts, and ``theory``'s fits (a simulate_al.json's ``fits``) named ``prefix + model``."""
+    model from the parts, and each of ``theories``' fits (prefix -> a simulate_al.json's ``fits``) named
+    ``prefix + model``."""
     out: dict = {}
     for binning in BINNINGS:
         rows = [t for t in table if t["binning"] == binning]
@@ -183,12 +176,13 @@ def model_predictions(table: list[dict], theory: dict | None, al_eagle: float | 
             ae = 1.0 if variant == "ngram" else al_eagle
             if ae is not None:
                 preds["harmonic_pr"] = harmonic_al(np.clip(e, 0, 1), ae, al_copy).tolist()
-            for name, fit in ((theory or {}).get(policy) or {}).items():
-                if name == "resync_runs" or fit["model"] not in ("harmonic", "resync"):
-                    continue  # diagnostic models need each output's copied runs
-                mf = ModelFit(model=fit["model"], params=fit["params"], ci={k_: tuple(v) for k_, v in fit["ci"].items()},
-                              fitted=tuple(fit["fitted"]), settings=fit["settings"])
-                preds[f"{prefix}{name}"] = np.asarray(mf.predict(np.clip(e, 0, 1), length), dtype=float).tolist()
+            for prefix, fits in (theories or {}).items():
+                for name, fit in (fits.get(policy) or {}).items():
+                    if name == "resync_runs" or fit["model"] not in ("harmonic", "resync"):
+                        continue  # diagnostic models need each output's copied runs
+                    mf = ModelFit(model=fit["model"], params=fit["params"], fitted=tuple(fit["fitted"]),
+                                  ci={k_: tuple(v) for k_, v in fit["ci"].items()}, settings=fit["settings"])
+                    preds[f"{prefix}{name}"] = np.asarray(mf.predict(np.clip(e, 0, 1), length), dtype=float).tolist()
             out[(binning, variant)] = {"bins": [t["bin"] for t in mine], "predictions": preds}
     return out
 
@@ -226,7 +220,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.bins < 8:
         ap.error("--bins must be >= 8")
-    df = results.load_runs(a.runs)
+    df = results.load_runs(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
     left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
     excluded = set(df["example_id"]) & left_out
     df = df[~df["example_id"].isin(excluded)]
@@ -239,13 +233,9 @@ def main(argv=None) -> int:
     rates = eagle_rates(df)
     eagle_rows = df[df["variant"] == "eagle"]
     al_eagle = float(eagle_rows["tokens"].sum() / eagle_rows["passes"].sum()) if len(eagle_rows) else None
-    theory = json.loads(a.theory.read_text())["fits"] if a.theory else None
-    preds = model_predictions(measured, theory, al_eagle, k)
-    if a.theory_by_state:
-        by_state_fits = json.loads(a.theory_by_state.read_text())["fits"]
-        for key, p in model_predictions(measured, by_state_fits, al_eagle, k, prefix="state_").items():
-            p["predictions"] = {m: v for m, v in p["predictions"].items() if m.startswith("state_")}
-            preds[key]["predictions"].update(p["predictions"])
+    theories = {prefix: json.loads(path.read_text())["fits"]
+                for prefix, path in (("sim_", a.theory), ("state_", a.theory_by_state)) if path}
+    preds = model_predictions(measured, theories, al_eagle, k)
     doc = {"runs": a.runs, "excluded_prompts": len(excluded), "bins": edges.tolist(), "k": k, "eagle_rates": rates,
            "al_eagle": al_eagle,
            "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
@@ -256,8 +246,7 @@ def main(argv=None) -> int:
         simulated = [t for c in BINNINGS for t in bin_table(sim_df, edges, c, a.n_boot)] if len(sim_df) else []
         doc.update(simulated=simulated, sim_skipped_prompts=skipped, errors_vs_simulated=errors(preds, simulated))
         # EAGLE's acceptance by what n-gram would do at the same step, and the simulation with those two rates
-        traced = results.load_runs(a.runs, trace=True)
-        by_state = eagle_by_ngram_state(traced, prompt_ids, k["ngram"]) if "trace" in traced else {}
+        by_state = eagle_by_ngram_state(df, prompt_ids, k["ngram"]) if "trace" in df else {}
         if {"first right", "novel"} <= set(by_state):
             state_df = simulate_outputs(df, prompt_ids, k, by_state["first right"]["rates"],
                                         by_state["novel"]["rates"])

@@ -143,8 +143,8 @@ def main(argv=None) -> int:
     if args.eagle_rates_by_state is not None:
         try:
             states = json.loads(args.eagle_rates_by_state.read_text())["eagle_by_ngram_state"]
-            args.eagle_rates = _k_rates(states["first right"]["rates"], args.k_eagle)
-            novel_rates = _k_rates(states["novel"]["rates"], args.k_eagle)
+            args.eagle_rates = k_rates(states["first right"]["rates"], args.k_eagle)
+            novel_rates = k_rates(states["novel"]["rates"], args.k_eagle)
         except (OSError, ValueError, KeyError, TypeError) as e:
             ap.error(f"--eagle-rates-by-state {args.eagle_rates_by_state}: no eagle_by_ngram_state table with "
                      f"'first right' and 'novel' rates ({type(e).__name__}: {e})")
@@ -243,9 +243,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def _k_rates(rates, k: int) -> list[float]:
-    """``k`` per-position rates from a measured table's (zeros past the measured positions)."""
-    r = [float(x) for x in rates][:k]
+def k_rates(rates, k: int) -> list[float]:
+    """``k`` per-position rates from measured ones (zeros past the measured positions; all zeros for none)."""
+    r = [float(x) for x in rates or ()][:k]
     return r + [0.0] * (k - len(r))
 
 

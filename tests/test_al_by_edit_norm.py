@@ -157,4 +157,5 @@ def test_eagle_acceptance_by_ngram_state_on_a_hand_traced_run():
     assert got["first right"]["rates"] == pytest.approx([0.5, 0.5, 0.5])
     assert got["novel"]["rates"] == pytest.approx([1.0, 1 / 3])
     assert got["novel"]["mean_accepted"] == pytest.approx(4 / 3)
-    assert ab._padded(got["novel"]["rates"], 3) == pytest.approx((1.0, 1 / 3, 0.0))
+    assert ab.k_rates(got["novel"]["rates"], 3) == pytest.approx([1.0, 1 / 3, 0.0])  # as the simulation takes them
+    assert ab.k_rates(None, 2) == [0.0, 0.0]

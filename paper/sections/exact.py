@@ -100,8 +100,8 @@ def gpu_tests() -> None:
     grid = sum(t.startswith("test_exact_mode") for t in passed)
     if passed or failed:
         text = (f"The GPU tests of the same kernels (\\code{{exact/gpu\\_tests\\_exact.log}}): {kernel} tests of the "
-                "split kernel's exact path (a tree's rows equal, bit for bit, the same tokens as a chain, each token's own "
-                "decode step and the kernel without the gathering path), "
+                "split kernel's exact path (a tree's rows equal, bit for bit, the same tokens as a chain, each token's "
+                "own decode step and the kernel without the gathering path), "
                 f"{row} of the matmul kernel (a row's bits the same alone and in blocks of 9 and 16 rows whatever the "
                 f"others hold, eager and replayed from a CUDA graph) and {grid} of the grids, with {failed} failures.")
     else:  # the run ended before pytest's summary: say what the grid's file holds
