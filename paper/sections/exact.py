@@ -83,6 +83,10 @@ def cost() -> None:
         x = [r["contexts"]["2048"][key] / r["floor_ms"] for r in runs]
         num(f"exactRuns{tag}Low", min(x))
         num(f"exactRuns{tag}High", max(x))
+    over = [r["contexts"]["2048"]["graph_auto_exact_chain_q1"] / r["contexts"]["2048"]["graph_auto_chain_q1"]
+            for r in runs]  # exact decode over the non-exact decode timed in the same run
+    num("exactRunsOverLow", min(over))
+    num("exactRunsOverHigh", max(over))
 
 
 def gpu_tests() -> None:
