@@ -145,6 +145,8 @@ class TargetConfig:
     grad_clip: float = 1.0
     seed: int = 0
     log_every: int = 10
+    compile_layers: bool = False        # torch.compile each decoder layer for the training steps (evaluation and
+    # generation stay eager); see compile_layers()
     # quality gate
     gate_prompts: int = 32
     gate_max_before_chars: int = 2500
@@ -234,6 +236,21 @@ def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
         attn_implementation="sdpa",
     )
     return LlamaForCausalLM(config)
+
+
+def compile_layers(model, backend: str = "inductor") -> None:
+    """``torch.compile`` every decoder layer of ``model`` in place (regional compilation: the layers share one
+    compiled graph, so compiling costs about one layer's time; shapes recompile dynamically after the first); the
+    state dict is unchanged. Code that evaluates or generates runs under :func:`eager`."""
+    for layer in model.model.layers:
+        layer.compile(backend=backend)
+
+
+def eager():
+    """A context in which compiled modules run eagerly (evaluation and ``generate``: their shapes would recompile)."""
+    import torch
+
+    return torch.compiler.set_stance("force_eager")
 
 
 def unlikelihood(logits, tokens):
@@ -455,7 +472,7 @@ def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad:
     for i, x in enumerate(prefixes):
         ids[i, width - len(x):], mask[i, width - len(x):] = torch.tensor(x), 1
     model.eval()
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with eager(), torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
                              min_new_tokens=1, do_sample=False, pad_token_id=pad, eos_token_id=stop)
     model.train()
@@ -701,7 +718,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share", "resync_weight")
+                  "repair_mode", "repair_copy_share", "resync_weight", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -788,6 +805,8 @@ def cmd_target(args) -> None:
 
     # model and optimiser
     model = load_target(cfg, args.init, len(tokenizer), special).to(device)
+    if cfg.compile_layers:
+        compile_layers(model, args.compile_backend)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters on {device}" + (f", from {args.init}" if args.init else ""),
           flush=True)
@@ -803,7 +822,7 @@ def cmd_target(args) -> None:
         """Mean token loss on ``seq_rows``; on ``sft`` examples (answer loss, loss at the decision positions)."""
         model.eval()
         losses, decided = [], []
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with eager(), torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             if seq_rows is not None:
                 for i in range(0, len(seq_rows), 8):
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
@@ -894,7 +913,8 @@ def cmd_target(args) -> None:
         return record
 
     write_record({"error": "not run yet"})  # kept if the gate fails
-    record = write_record(run_gate(model, tokenizer, eval_rows, cfg, special))
+    with eager():
+        record = write_record(run_gate(model, tokenizer, eval_rows, cfg, special))
     print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt", "data")}, indent=1))
 
 
@@ -1097,6 +1117,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_repair_options(p)
     p.add_argument("--real-epochs", type=int, default=None, help="copies of the real edits among the examples")
     p.add_argument("--synthetic-examples", type=int, default=None, help="synthetic edits made for edit tuning")
+    p.add_argument("--compile-layers", action="store_const", const=True, default=None,
+                   help="torch.compile each decoder layer for the training steps (evaluation and generation eager)")
+    p.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)  # tests: aot_eager
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     r = sub.add_parser("repair", help="loop repair of an edit-tuned target, then the quality gate")

@@ -245,6 +245,45 @@ def test_unlikelihood_term_is_added_where_asked():
     assert torch.allclose(tz.masked_loss(model, x, y, None, avoid, 0.5), want, atol=1e-6)
 
 
+def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(tmp_path):
+    """``compile_layers`` (backend ``aot_eager`` here; ``inductor`` on the GPU): the training steps run the compiled
+    layers and follow the eager model's losses and weights; ``generate`` under ``eager()`` compiles nothing; the
+    saved state dict has the eager model's keys; ``--compile-layers`` reaches the config."""
+    from torch._dynamo.utils import counters
+
+    special = {"bos": 0, "eos": 1, "pad": 2, "eot": 3}
+    cfg = tz.TargetConfig(**{**tz.SMOKE, "log_every": 1})
+    torch.manual_seed(0)
+    plain = tz.build_model(cfg, 40, special)
+    compiled = tz.build_model(cfg, 40, special)
+    compiled.load_state_dict(plain.state_dict())
+    torch._dynamo.reset()
+    tz.compile_layers(compiled, backend="aot_eager")
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(4, 40, (2, n), generator=g), torch.randint(4, 40, (2, n), generator=g))
+               for n in (12, 12, 17, 9)]  # 3 shapes
+    runs = {}
+    for name, model in (("plain", plain), ("compiled", compiled)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        log = []
+        before = counters["stats"]["unique_graphs"]
+        tz.train_phase(model, opt, iter(batches), tz.Phase(name, 4, 600.0, 1e-2, 1, 0.1), cfg, torch.device("cpu"), log)
+        runs[name] = ([e["loss"] for e in log], counters["stats"]["unique_graphs"] - before)
+    assert len(runs["plain"][0]) == 4 and runs["plain"][1] == 0
+    assert runs["compiled"][1] >= 1  # the layers ran compiled (one graph shared by the layers, one more per shape kind)
+    assert runs["compiled"][0] == pytest.approx(runs["plain"][0], rel=1e-4)
+    for (k, a), (k2, b) in zip(plain.state_dict().items(), compiled.state_dict().items()):
+        assert k == k2 and torch.allclose(a, b, atol=1e-5), k
+    before = counters["stats"]["unique_graphs"]
+    out = tz.greedy_continuations(compiled, [[4, 5, 6], [7, 8]], 5, special["pad"], [special["eot"]],
+                                  torch.device("cpu"))
+    assert counters["stats"]["unique_graphs"] == before
+    assert out == tz.greedy_continuations(plain, [[4, 5, 6], [7, 8]], 5, special["pad"], [special["eot"]],
+                                          torch.device("cpu"))
+    assert tz.target_config(tz.parse_args(["target", "--compile-layers"])).compile_layers
+    assert not tz.target_config(tz.parse_args(["target"])).compile_layers
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
     """Token 0 is the newline: the answer [5 6 0 | 7 8 9 0 | 3 4 0] after a 3-token prompt, its second line the
