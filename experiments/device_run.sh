@@ -16,6 +16,9 @@
 #           e.g. "--contexts 2048 --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead
 #           zoo", its padded block is profiled too)
 #   sweep   experiments.sweep --preset $SWEEP_PRESET (default gpu-one-call; -> $OUT/sweeps), data-parallel over every GPU
+#   train-speed  the zoo target's training from scratch twice with the same short budgets (train_zoo.py target: 60 s
+#           of pretraining, 60 s of edit tuning on 8,000 synthetic edits), eager and with --compile-layers (-> each
+#           run's training_config.json and train_log.json in $OUT/train_speed/{eager,compiled}; about 6 minutes)
 #   exact   exact mode's GPU tests: the split kernel's exact path, row_linear, and the bf16 grids of the tiny models and
 #           the zoo (EXACT_KS, default 1,3,8; EXACT_K selects grids, default every one; about 9.5 min, at one call's
 #           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls) -> each test's outcome line as
@@ -79,6 +82,17 @@ for stage in "$@"; do
               "HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} HYBRIDSD_EXACT_JSON=... pytest tests/test_cuda.py -k '$sel'" \
               --out "$OUT/exact_match.jsonl" | tee -a "$log"
             tail -3 "$OUT/gpu_tests_exact.log" | tee -a "$log" ;;
+    train-speed) for mode in eager compiled; do
+              WORK=/tmp/train_speed_$mode INIT= NO_HEADS=1 TARGET_S=280 TARGET_EXTRA="--pretrain-time-s 60 \
+                --sft-time-s 60 --deadline-s 260 --synthetic-examples 8000 --pretrain-chars 40000000 \
+                $([ $mode = compiled ] && echo --compile-layers)" bash experiments/train_zoo_gpu.sh /tmp/train_speed_out_$mode \
+                > "$OUT/train_speed_$mode.log" 2>&1
+              mkdir -p "$OUT/train_speed/$mode"
+              cp /tmp/train_speed_$mode/tiny-coder/{training_config,train_log}.json "$OUT/train_speed/$mode/"
+              python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[2], {p: {k: d[p][k] \
+                for k in ('steps', 'first_step_s', 'tokens_per_s', 'tokens_per_s_after_first_step')} for p in ('pretrain', 'sft')})" \
+                "$OUT/train_speed/$mode/training_config.json" $mode | tee -a "$log"
+            done ;;
     bench-exact) timeout ${BENCH_S:-300} python3 -m experiments.bench_speed --contexts 2048 512 --kernels \
               --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead zoo \
               --out "$OUT/speed_exact.json" 2>&1 | grep -v Warning | tail -30 | tee -a "$log" ;;

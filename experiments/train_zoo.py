@@ -361,10 +361,12 @@ class Phase:
 
 def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
     """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid]) CPU tensors)
-    until done."""
+    until done; returns the phase's record, with the first step's time (compilation, with ``compile_layers``) and
+    the throughput after it."""
     import torch
 
-    tokens = seen = 0
+    tokens = seen = first_seen = 0
+    first_s = 0.0
     model.train()
     for inputs, targets, *extra in batches:
         if phase.progress() >= 1.0:
@@ -383,6 +385,8 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
         phase.step += 1
         tokens += int((targets != -100).sum())
         seen += inputs.numel()
+        if phase.step == 1:  # the first step holds the compilation, if any (the token count above synced)
+            first_seen, first_s = seen, time.time() - phase.start
         if phase.step % cfg.log_every == 0 or phase.step == 1:
             entry = {"step": phase.step, "loss": round(loss.item(), 4), "lr": round(lr, 6),
                      "grad_norm": round(float(grad_norm), 3), "loss_tokens": tokens, "tokens_seen": seen,
@@ -394,6 +398,8 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
     wall = time.time() - phase.start
     return {"steps": phase.step, "planned_steps": phase.steps, "time_budget_s": round(phase.time_s, 1),
             "loss_tokens": tokens, "tokens_seen": seen, "tokens_per_s": round(seen / max(wall, 1e-9)),
+            "first_step_s": round(first_s, 2),
+            "tokens_per_s_after_first_step": round((seen - first_seen) / max(wall - first_s, 1e-9)),
             "wall_s": round(wall, 1), "stopped_by": "time" if phase.step < phase.steps else "steps"}
 
 

@@ -267,8 +267,11 @@ def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(tmp_path):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         log = []
         before = counters["stats"]["unique_graphs"]
-        tz.train_phase(model, opt, iter(batches), tz.Phase(name, 4, 600.0, 1e-2, 1, 0.1), cfg, torch.device("cpu"), log)
+        info = tz.train_phase(model, opt, iter(batches), tz.Phase(name, 4, 600.0, 1e-2, 1, 0.1), cfg,
+                              torch.device("cpu"), log)
         runs[name] = ([e["loss"] for e in log], counters["stats"]["unique_graphs"] - before)
+        assert info["steps"] == 4 and info["tokens_seen"] == 2 * (12 + 12 + 17 + 9)
+        assert 0 < info["first_step_s"] <= info["wall_s"] + 0.05 and info["tokens_per_s_after_first_step"] > 0
     assert len(runs["plain"][0]) == 4 and runs["plain"][1] == 0
     assert runs["compiled"][1] >= 1  # the layers ran compiled (one graph shared by the layers, one more per shape kind)
     assert runs["compiled"][0] == pytest.approx(runs["plain"][0], rel=1e-4)
