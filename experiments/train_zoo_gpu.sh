@@ -55,6 +55,9 @@
 # 0.34, 0.53; looping outputs 15, 10, 1. The repair's validation gates (every 4 steps) show its trade: EOS share
 # 0.38 -> 0.88-0.91 and loops 18 -> 2 by step 12-24, while the median output norm falls 0.55 -> 0.28-0.36 and
 # Spearman peaks at 0.61 (step 4) and then stays at 0.37-0.47: fewer loops, but also less new text.
+# TARGET_EXTRA="... --compile-layers" compiles each decoder layer for the training steps: 1.73x / 1.63x the tokens per
+# second of pretraining / edit tuning after a first step of 7 / 8 s (device_run.sh train-speed,
+# experiments/results/zoo/train_compile_h200/); the calls above ran eager.
 # On 96 evaluation prompts (CPU, `python -m experiments.train_zoo gate --rows eval --prompts 96`) the repaired target
 # has EOS share 0.83 and Spearman 0.34 [95% CI 0.17, 0.50], the installed zoo 0.99 and 0.56 [0.40, 0.69].
 set -uo pipefail

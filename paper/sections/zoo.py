@@ -14,6 +14,7 @@ from paper.sections.simulation import SIMULATION
 from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num, of_n, provenance, table
 
 GPU_TESTS = RESULTS / "speed" / "gpu_tests.log"
+COMPILE_RUNS = RESULTS / "zoo" / "train_compile_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -142,6 +143,25 @@ def eagle3_gate() -> None:
 # ----------------------------------------------------------------------------- GPU speed
 
 
+def compile_speed() -> None:
+    """train_compile_h200/: the target trained from scratch eager and with --compile-layers under the same short
+    budgets (device_run.sh train-speed); the lineage's training phases (TARGET_CALLS) at the compiled rates."""
+    runs = {m: json.loads((COMPILE_RUNS / m / "training_config.json").read_text()) for m in ("eager", "compiled")}
+    num("zooCompileProv", provenance(runs["compiled"]["run_info"]), "{}")
+    speedup = {}
+    for phase, tag in (("pretrain", "Pre"), ("sft", "Sft")):
+        eager, compiled = (runs[m][phase] for m in ("eager", "compiled"))
+        speedup[phase] = compiled["tokens_per_s_after_first_step"] / eager["tokens_per_s_after_first_step"]
+        num(f"zooCompile{tag}X", speedup[phase])
+        num(f"zooCompile{tag}First", compiled["first_step_s"], "{:.0f}")
+    calls = [json.loads((MODEL_DIR / f).read_text()) for f in TARGET_CALLS]
+    phases = [(p, c[p]["wall_s"]) for c in calls for p in ("pretrain", "sft") if "wall_s" in c[p]]
+    first = {p: runs["compiled"][p]["first_step_s"] for p in ("pretrain", "sft")}
+    num("zooCompileLineageMin", sum(s for _, s in phases) / 60, "{:.1f}")
+    num("zooCompileLineageAtMin", sum(s / speedup[p] + first[p] for p, s in phases) / 60, "{:.1f}")
+
+
 def make() -> None:
     model()
+    compile_speed()
     eagle3_gate()
