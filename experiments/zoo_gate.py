@@ -70,7 +70,12 @@ def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> lis
 
 def gate_cap(tokenizer, after: str, frac: float = GATE_MAX_NEW_FRAC) -> int:
     """The quality gate's token cap for an answer whose reference is ``after``: ``frac`` x its tokens (at least 8)."""
-    return max(8, math.ceil(frac * len(tokenizer.encode(after, add_special_tokens=False))))
+    return cap_of(len(tokenizer.encode(after, add_special_tokens=False)), frac)
+
+
+def cap_of(reference_tokens: int, frac: float = GATE_MAX_NEW_FRAC) -> int:
+    """The quality gate's token cap for a reference of ``reference_tokens`` tokens."""
+    return max(8, math.ceil(frac * reference_tokens))
 
 
 GATE_EOS_SHARE, GATE_SPEARMAN = 0.9, 0.6  # the quality gate's pass line ...

@@ -5,6 +5,7 @@ norm, with bootstrap CIs; the corpus table beside it."""
 from __future__ import annotations
 
 import json
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -40,9 +41,11 @@ def make() -> None:
     num("enPerBin", spec["per_bin"], "{:d}")
     num("enSampleWidth", spec.get("bin_width", 0.05), "{:g}")
     stopped = int((plain.tokens < plain.output_len).sum())
+    ref_tokens = reference_tokens(plain)
     num("enStopped", of_n(stopped, len(plain)), "{}")
-    num("enStoppedRef", of_n(stopped_within_reference(plain), len(plain)), "{}")
+    num("enStoppedRef", of_n(stopped_within_reference(plain, ref_tokens), len(plain)), "{}")
     num("enRho", spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic)
+    rho_failures(plain, ref_tokens)
     num("enMedOut", float(plain.output_edit_norm.median()))
     num("enMedRef", float(plain.ref_edit_norm.median()))
     num("enBins", len(EDGES) - 1, "{:d}")
@@ -54,18 +57,44 @@ def make() -> None:
     high_bins(df)
 
 
-def stopped_within_reference(plain) -> int:
-    """Plain outputs that end with EOS within the zoo quality gate's cap (1.5x their reference's tokens), counted
-    with the zoo tokenizer on the references in the data directory's code_edits_dev.jsonl."""
+def reference_tokens(plain) -> np.ndarray:
+    """Tokens of each plain row's reference (the zoo tokenizer on the data directory's code_edits_dev.jsonl)."""
     from transformers import AutoTokenizer
 
-    from experiments.zoo_gate import gate_cap
     from hybridsd import data, zoo
 
     tok = AutoTokenizer.from_pretrained(zoo.path(plain.model.iloc[0]), local_files_only=True)
     ref = {e.id: e.reference for e in data.load_code_edits() if e.id in set(plain.example_id)}
-    cap = np.array([gate_cap(tok, ref[i]) for i in plain.example_id])
+    return np.array([len(tok.encode(ref[i], add_special_tokens=False)) for i in plain.example_id])
+
+
+def stopped_within_reference(plain, ref_tokens: np.ndarray) -> int:
+    """Plain outputs that end with EOS within the zoo quality gate's cap (1.5x their reference's tokens)."""
+    from experiments.zoo_gate import cap_of
+
+    cap = np.array([cap_of(int(n)) for n in ref_tokens])
     return int(((plain.tokens < plain.output_len) & (plain.tokens <= cap)).sum())
+
+
+def rho_failures(plain, ref_tokens: np.ndarray) -> None:
+    """What holds the two norms' Spearman correlation down: outputs that copy the input where an edit of norm >= 0.05
+    was asked (output norm < 0.02), outputs shorter than 3/4 of their reference's tokens, and outputs whose norm
+    exceeds the reference's by more than 0.2 (each output in the first group that fits); and the correlation with
+    each group's output norms set to their references'."""
+    ref, out = plain.ref_edit_norm.to_numpy(), plain.output_edit_norm.to_numpy()
+    copy = (out < 0.02) & (ref >= 0.05)
+    short = ~copy & (plain.tokens.to_numpy() < 0.75 * ref_tokens)
+    over = ~copy & ~short & (out > ref + 0.2)
+    for group, tag in ((copy, "Copy"), (short, "Short"), (over, "Over")):
+        num(f"enRho{tag}N", int(group.sum()), "{:d}")
+        num(f"enRho{tag}Fixed", spearmanr(ref, np.where(group, ref, out)).statistic)
+    from hybridsd import data
+
+    prompts = {e.id: e.prompt for e in data.load_code_edits(change_request="located")
+               if e.id in set(plain.example_id[short])}
+    hard = [p.count("\n- ") >= 3 or max(map(int, re.findall(r"about (\d+) new lines", p)), default=0) >= 10
+            for p in prompts.values()]  # a request of three or more places, or of ten or more new lines at one
+    num("enRhoShortHard", sum(hard), "{:d}")
 
 
 def corpus_table(df) -> None:
