@@ -5,7 +5,6 @@ norm, with bootstrap CIs; the corpus table beside it."""
 from __future__ import annotations
 
 import json
-import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -79,8 +78,12 @@ def stopped_within_reference(plain, ref_tokens: np.ndarray) -> int:
 def rho_failures(plain, ref_tokens: np.ndarray) -> None:
     """What holds the two norms' Spearman correlation down: outputs that copy the input where an edit of norm >= 0.05
     was asked (output norm < 0.02), outputs shorter than 3/4 of their reference's tokens, and outputs whose norm
-    exceeds the reference's by more than 0.2 (each output in the first group that fits); and the correlation with
-    each group's output norms set to their references'."""
+    exceeds the reference's by more than 0.2 (each output in the first group that fits); the correlation with each
+    group's output norms set to their references'; and how many short ones were asked for three or more changed
+    places or ten or more new lines at one (the located request's places, hybridsd.edit_requests.change_places)."""
+    from hybridsd import data
+    from hybridsd.edit_requests import change_places
+
     ref, out = plain.ref_edit_norm.to_numpy(), plain.output_edit_norm.to_numpy()
     copy = (out < 0.02) & (ref >= 0.05)
     short = ~copy & (plain.tokens.to_numpy() < 0.75 * ref_tokens)
@@ -88,13 +91,9 @@ def rho_failures(plain, ref_tokens: np.ndarray) -> None:
     for group, tag in ((copy, "Copy"), (short, "Short"), (over, "Over")):
         num(f"enRho{tag}N", int(group.sum()), "{:d}")
         num(f"enRho{tag}Fixed", spearmanr(ref, np.where(group, ref, out)).statistic)
-    from hybridsd import data
-
-    prompts = {e.id: e.prompt for e in data.load_code_edits(change_request="located")
-               if e.id in set(plain.example_id[short])}
-    hard = [p.count("\n- ") >= 3 or max(map(int, re.findall(r"about (\d+) new lines", p)), default=0) >= 10
-            for p in prompts.values()]  # a request of three or more places, or of ten or more new lines at one
-    num("enRhoShortHard", sum(hard), "{:d}")
+    wanted = set(plain.example_id[short])
+    places = [change_places(e.input_text, e.reference) for e in data.load_code_edits() if e.id in wanted]
+    num("enRhoShortHard", sum(len(p) >= 3 or max(q.new_end - q.new_start for q in p) >= 10 for p in places), "{:d}")
 
 
 def corpus_table(df) -> None:
