@@ -128,6 +128,8 @@ class TargetConfig:
     repair_mode: str = "loops"          # loops: unlikelihood of greedy repeats; resync: the answer after the
     # model's own new lines (see resync_batch); both: the two terms in every step
     repair_copy_share: float = 0.0      # resync, both: share of its places that are kept lines
+    repair_early_stop: int = 0          # loops, both: also lower a stop this many or more tokens before the
+    # reference's end (0: never), see loop_batch
     resync_weight: float = 1.0          # resync, both: weight of the answer's loss after the model's own lines
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
@@ -176,6 +178,8 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.repair_early_stop < 0:
+            raise ValueError(f"repair_early_stop must be >= 0, got {self.repair_early_stop}")
         if self.repair_time_s < 0 or self.repair_steps < 0 or self.repair_batch < 1 or self.repair_new_tokens < 8:
             raise ValueError(f"need repair_time_s >= 0, repair_steps >= 0, repair_batch >= 1 and "
                              f"repair_new_tokens >= 8, got {self.repair_time_s}, {self.repair_steps}, "
@@ -486,18 +490,23 @@ def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad:
 
 
 def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device,
-               references: list[list[int]] | None = None):
+               references: list[list[int]] | None = None, early_stop: int = 0):
     """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
-    cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share)``,
-    inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it ends a
-    4-gram of new text (not in the prefix) repeated beyond the prefix's reference continuation (``references``;
-    :func:`repeat_positions`), else -100; share: those tokens over all continuation tokens."""
+    cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share,
+    early)``, inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it
+    ends a 4-gram of new text (not in the prefix) repeated beyond the prefix's reference continuation
+    (``references``; :func:`repeat_positions`), else -100; share: those tokens over all continuation tokens. With
+    ``early_stop`` > 0 (and ``references``), a continuation that stops while its reference goes on for
+    ``early_stop`` or more tokens past the stop has that stop token avoided where it was predicted (the end of a
+    file cut short, or fewer new lines than asked); early: the share of continuations so stopped."""
     import torch
 
-    conts = []
-    for row in greedy_continuations(model, prefixes, new_tokens, pad, stop, device):
-        cut = next((i for i, t in enumerate(row) if t in stop), len(row))
+    conts, stops = [], []
+    for i, row in enumerate(greedy_continuations(model, prefixes, new_tokens, pad, stop, device)):
+        cut = next((j for j, t in enumerate(row) if t in stop), len(row))
         conts.append(row[:cut])
+        early = early_stop > 0 and references and cut < len(row) and len(references[i]) - cut >= early_stop
+        stops.append(row[cut] if early else None)
     seq_width = -(-max(len(x) + len(c) for x, c in zip(prefixes, conts)) // 64) * 64
     inputs = torch.full((len(prefixes), seq_width), pad, dtype=torch.long)
     avoid = torch.full_like(inputs, -100)
@@ -507,7 +516,10 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
         for t in repeat_positions(c, 4, references[i] if references else (), x):
             avoid[i, len(x) + t - 1] = c[t]  # the position that predicts c[t]
             repeated += 1
-    return inputs, avoid, repeated / max(1, sum(map(len, conts)))
+        if stops[i] is not None:
+            avoid[i, len(x) + len(c) - 1] = stops[i]  # the last token's position predicted the stop
+    return (inputs, avoid, repeated / max(1, sum(map(len, conts))),
+            sum(t is not None for t in stops) / max(1, len(stops)))
 
 
 def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_tokens: int, special: dict, device,
@@ -594,7 +606,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     if resync and (tokenizer is None or not triples):
         raise ValueError(f"repair_mode {cfg.repair_mode!r} needs the tokenizer and the repair set's (before, "
                          "request, after)")
-    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync)) if on}
+    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync),
+                                  ("early_stop_share", loops and cfg.repair_early_stop > 0)) if on}
     while ((pool if loops else triples) and time.time() - start - paused < cfg.repair_time_s
            and not 0 < cfg.repair_steps <= steps):
         synced = repeats = None  # (inputs, targets, share), (inputs, avoided tokens, share)
@@ -607,7 +620,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
             prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
             references = [e[0][c:-1] for e, c in zip(picked, cuts)]
-            repeats = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device, references)
+            repeats = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device, references,
+                                 cfg.repair_early_stop)
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
@@ -631,6 +645,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         for kind, batch_ in (("resync_share", synced), ("repeated_share", repeats)):
             if batch_ is not None:
                 shares[kind].append(round(batch_[2], 4))
+        if "early_stop_share" in shares:
+            shares["early_stop_share"].append(round(repeats[3], 4))
         entry = {"step": steps, "loss": round(loss.item(), 4), **{k: v[-1] for k, v in shares.items()},
                  "elapsed_s": round(time.time() - start - paused, 1)}
         log.append(entry)
@@ -724,7 +740,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share", "resync_weight", "compile_layers")
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -942,7 +958,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode", "repair_copy_share", "resync_weight", "gate_prompts",
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "gate_prompts",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
@@ -1072,6 +1088,8 @@ REPAIR_HELP = {
                    "both: the two in every step",
     "repair_copy_share": "resync, both: share of its places that are kept lines (where the model should copy)",
     "resync_weight": "resync, both: weight of the answer's loss after the model's own lines",
+    "repair_early_stop": "loops, both: also lower a stop this many or more tokens before the reference's end "
+                         "(0: never)",
 }
 
 
