@@ -237,8 +237,7 @@ def main(argv=None) -> int:
                 for prefix, path in (("sim_", a.theory), ("state_", a.theory_by_state)) if path}
     preds = model_predictions(measured, theories, al_eagle, k)
     doc = {"runs": a.runs, "excluded_prompts": len(excluded), "bins": edges.tolist(), "k": k, "eagle_rates": rates,
-           "al_eagle": al_eagle,
-           "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
+           "al_eagle": al_eagle, "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
            "errors_vs_measured": errors(preds, measured)}
     if not a.no_sim:
         prompt_ids, skipped = rebuilt_prompts(df, a.change_request)

@@ -1,7 +1,7 @@
 """Linear layers of a small block whose every row is computed alone: exact mode's matmuls on CUDA.
 
 A row of ``row_linear``'s output is a sum over the input width in one fixed order whatever the other rows of
-the block holds: one Triton program per tile of output features, over every row and the whole width (no
+the block hold: one Triton program per tile of output features, over every row and the whole width (no
 split-K), with a launch plan that is a function of the weight's shape only. It folds in what a decoder layer
 does after its matmuls: a SiLU-gated pair of projections (gate rows, then up rows: ``silu(x @ Wg.T) *
 (x @ Wu.T)``) and the residual added to the rounded product (as ``res + F.linear(...)``). On Hopper and later
