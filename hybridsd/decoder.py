@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsd.attention import KERNELS, grouped_attention
-from hybridsd.linear import ROW_MAX_M, row_linear_op
+from hybridsd.linear import ROW_MAX_M, row_linear_norm_op, row_linear_op
 
 
 
@@ -143,25 +143,17 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa",
-               silu: bool = False):
-    """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block) -> x``: one
-    decoder layer.
-
-    ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
-    ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
-    in the virtual key order ``key_slots, branch`` (or slot order: None) of the block ``block`` when given (exact
-    mode, see :func:`~hybridsd.attention.grouped_attention`). In exact mode with the split kernel (CUDA) its matmuls are
-    :func:`~hybridsd.linear.row_linear`'s (blocks of up to ``ROW_MAX_M`` rows), each row computed alone, with
-    the residuals and (``silu``: ``act`` is SiLU) the gated activation folded in.
-    """
+def make_attend(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, attention: str = "sdpa"):
+    """``attend(qkv, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block) -> [T, Hq D]``:
+    a layer's attention from its q/k/v projection ``qkv`` ``[T, (Hq + 2 Hkv) D]`` (see :func:`make_layer`): the
+    q/k norms (qwen3) and rotary embedding, the new keys and values written to the caches, the grouped attention."""
     if attention not in KERNELS:
         raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
     g, dq, dkv = n_heads // n_kv_heads, n_heads * head_dim, n_kv_heads * head_dim
     scale = 1 / math.sqrt(head_dim)
 
     def attend(qkv, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block):
-        t = qkv.shape[0]  # qkv: [T, (Hq + 2 Hkv) D] -> [T, Hq D]
+        t = qkv.shape[0]
         q, k, v = qkv.split([dq, dkv, dkv], dim=-1)
         q, k, v = q.view(t, n_heads, head_dim), k.view(t, n_kv_heads, head_dim), v.view(t, n_kv_heads, head_dim)
         if w.q_norm is not None:
@@ -174,24 +166,61 @@ def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, at
         return grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
                                  attention, key_slots, branch, block)  # [T, Hq D]
 
+    return attend
+
+
+def make_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, attention: str = "sdpa"):
+    """``layer(x, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block) -> x``: one
+    decoder layer.
+
+    ``x`` ``[T, H]``; ``w`` a :class:`LayerWeights`; caches ``[1, Hkv, S, D]`` (written at ``slots``, ``[T]``);
+    ``cos, sin`` ``[T, D]``; ``allowed`` ``[T, kv_len]`` bool; the layer attends over the first ``kv_len`` slots,
+    in the virtual key order ``key_slots, branch`` (or slot order: None) of the block ``block`` when given (exact
+    mode, see :func:`~hybridsd.attention.grouped_attention`; on CUDA with the split kernel exact mode runs
+    :func:`make_row_layer`'s layer instead).
+    """
+    attend = make_attend(n_heads, n_kv_heads, head_dim, eps, attention)
+
     def layer(x, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int, key_slots=None,
               branch=None, block=None):
         cache = (k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block)
-        if block is not None and attention == "split" and x.shape[0] <= ROW_MAX_M:  # exact mode on CUDA
-            lin = row_linear_op()
-            o = attend(lin(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv, False, None), w, *cache)
-            x = lin(o, w.wo, w.bo, False, x)
-            h = rms_norm(x, w.mlp_norm, eps)
-            if silu:
-                return lin(lin(h, w.w13, w.b13, True, None), w.w2, w.b2, False, x)
-            gate, up = lin(h, w.w13, w.b13, False, None).chunk(2, dim=-1)  # [T, I] each
-            return lin(act(gate) * up, w.w2, w.b2, False, x)
         o = attend(F.linear(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv), w, *cache)  # [T, Hq D]
         x = x + F.linear(o, w.wo, w.bo)
         gate, up = F.linear(rms_norm(x, w.mlp_norm, eps), w.w13, w.b13).chunk(2, dim=-1)  # [T, I] each
         return x + F.linear(act(gate) * up, w.w2, w.b2)  # [T, H]
 
     return layer
+
+
+def make_row_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act, silu: bool = False):
+    """``row_layer(x, normed, w, next_norm, k_cache, ..., block) -> (x, normed)``: one decoder layer of exact mode
+    on CUDA (the split kernel), its matmuls :func:`~hybridsd.linear.row_linear`'s (blocks of up to ``ROW_MAX_M``
+    rows), each row computed alone, with the residuals, (``silu``: ``act`` is SiLU) the gated activation and the
+    RMS norms folded in: ``normed`` is ``(x * attn_norm, sums of squares of x [T, P])`` from the layer before (None:
+    the layer normalizes ``x`` itself), and the layer returns the same for ``next_norm`` (the next layer's
+    ``attn_norm``; None: ``normed`` None). Other arguments as :func:`make_layer`'s."""
+    attend = make_attend(n_heads, n_kv_heads, head_dim, eps, "split")
+
+    def row_layer(x, normed, w: LayerWeights, next_norm, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int,
+                  key_slots, branch, block):
+        lin, lin_norm = row_linear_op(), row_linear_norm_op()
+        if normed is None:
+            qkv = lin(rms_norm(x, w.attn_norm, eps), w.wqkv, w.bqkv, False, None, None, 0.0)
+        else:
+            qkv = lin(normed[0], w.wqkv, w.bqkv, False, None, normed[1], eps)
+        o = attend(qkv, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block)
+        x, hg, sums = lin_norm(o, w.wo, w.bo, x, w.mlp_norm)  # x [T, H], x * mlp_norm [T, H], sums [T, P]
+        if silu:
+            a = lin(hg, w.w13, w.b13, True, None, sums, eps)  # [T, I]
+        else:
+            gate, up = lin(hg, w.w13, w.b13, False, None, sums, eps).chunk(2, dim=-1)  # [T, I] each
+            a = act(gate) * up
+        if next_norm is None:
+            return lin(a, w.w2, w.b2, False, x, None, 0.0), None
+        x, xg, sums = lin_norm(a, w.w2, w.b2, x, next_norm)
+        return x, (xg, sums)
+
+    return row_layer
 
 
 def make_head(eps: float):
@@ -219,9 +248,13 @@ class Decoder:
         n_heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
         eps = base.norm.variance_epsilon if hasattr(base.norm, "variance_epsilon") else cfg.rms_norm_eps
-        self.eager = (make_layer(n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads, head_dim, eps,
-                                 base.layers[0].mlp.act_fn, attention,
-                                 silu=getattr(cfg, "hidden_act", None) in ("silu", "swish")), make_head(eps))
+        n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+        act = base.layers[0].mlp.act_fn
+        # exact mode on row kernels: the split kernel (CUDA), 16-row blocks
+        row_layer = make_row_layer(n_heads, n_kv, head_dim, eps, act,
+                                   silu=getattr(cfg, "hidden_act", None) in ("silu", "swish"))
+        self.row_kernels = attention == "split"
+        self.eager = (make_layer(n_heads, n_kv, head_dim, eps, act, attention), make_head(eps), row_layer)
         self.compiled = compile_by_block(self.eager, compile)  # by "a 1-token step"
 
     def __call__(self, tokens, pos, slots, allowed, kv, kv_len: int, want: list[int], last_only: bool,
@@ -231,14 +264,20 @@ class Decoder:
         ``compiled=False`` runs the uncompiled functions (prefill: its length varies). ``gather``: the virtual
         key order ``(key_slots [NB, kv_len] or None, branch [T] or None, block [3])`` of exact mode (None: slot
         order)."""
-        layer, head = self.compiled[tokens.shape[0] == 1] if compiled else self.eager
+        layer, head, row_layer = self.compiled[tokens.shape[0] == 1] if compiled else self.eager
+        rows = gather is not None and self.row_kernels and tokens.shape[0] <= ROW_MAX_M
         n = len(self.weights)
         x = self.base.embed_tokens(tokens)  # [T, H]
         cos, sin = self.base.rotary_emb(x[None], pos[None])  # [1, T, D] each
         cos, sin = cos[0], sin[0]
         kept = {0: x} if 0 in want else {}
+        normed = None  # exact mode on row kernels: (x * attn_norm, sums of squares) for the next layer
         for i, w in enumerate(self.weights):
-            x = layer(x, w, kv.keys[i], kv.values[i], slots, cos, sin, allowed, kv_len, *(gather or ()))
+            cache = (kv.keys[i], kv.values[i], slots, cos, sin, allowed, kv_len, *(gather or ()))
+            if rows:
+                x, normed = row_layer(x, normed, w, self.weights[i + 1].attn_norm if i + 1 < n else None, *cache)
+            else:
+                x = layer(x, w, *cache)
             if i + 1 in want and i + 1 < n:
                 kept[i + 1] = x
         kept[n], logits = head(x, self.base.norm.weight, self.lm_head.weight, last_only)

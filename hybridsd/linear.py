@@ -3,11 +3,15 @@
 A row of ``row_linear``'s output is a sum over the input width in one fixed order whatever the other rows of
 the block hold: one Triton program per tile of output features, over every row and the whole width (no
 split-K), with a launch plan that is a function of the weight's shape only. It folds in what a decoder layer
-does after its matmuls: a SiLU-gated pair of projections (gate rows, then up rows: ``silu(x @ Wg.T) *
-(x @ Wu.T)``) and the residual added to the rounded product (as ``res + F.linear(...)``). On Hopper and later
-it is launched as a programmatic dependent of the kernel before it (PDL): it starts while that kernel drains
-and waits for its results before reading any input. Its rounding differs from cuBLAS' in the last bits; what
-it guarantees is that a row's bits do not depend on the block around it.
+does around its matmuls: a SiLU-gated pair of projections (gate rows, then up rows: ``silu(x @ Wg.T) *
+(x @ Wu.T)``), the residual added to the rounded product (as ``res + F.linear(...)``), and an RMS norm between
+two of them, in two halves: the kernel that writes the residual stream also writes it times the next norm's
+weight with its sums of squares in pieces (``norm``), and the next kernel multiplies each row's product by its
+``rsqrt(mean square + eps)`` (``scale``), so no kernel of its own runs the norm. On Hopper and later it is
+launched as a programmatic dependent of the kernel before it (PDL): it starts while that kernel drains and
+waits for its results before reading any input. Its rounding differs from cuBLAS' (and, with the norm folded,
+from a norm rounded before the matmul) in the last bits; what it guarantees is that a row's bits do not depend
+on the block around it.
 """
 
 from __future__ import annotations
@@ -35,29 +39,49 @@ def row_plan(n: int, k: int, element_size: int, glu: bool) -> tuple[int, int, in
 
 
 def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, glu: bool = False,
-               residual: torch.Tensor | None = None, wrap=lambda kernel: kernel) -> torch.Tensor:
+               residual: torch.Tensor | None = None, scale: torch.Tensor | None = None, eps: float = 0.0,
+               norm: torch.Tensor | None = None, wrap=lambda kernel: kernel):
     """``residual + F.linear(x, w, b)`` for ``x`` ``[M, K]`` (``M <= ROW_MAX_M``), ``w`` ``[N, K]`` (``[2N, K]``, gate
     then up, with ``glu``: ``silu(gate) * up``), ``residual`` ``[M, N]`` or None; returns ``[M, N]`` in ``x``'s
     dtype (CUDA, Triton). Blocks of up to 16 rows share one row tile, so a row's bits are the same alone and in any
     such block; larger blocks take a larger tile. ``wrap``: ``torch.library.wrap_triton`` when traced by
-    ``torch.compile``."""
+    ``torch.compile``.
+
+    An RMS norm folded in. ``scale`` ``[M, P]`` fp32 (with ``eps``): ``x`` is ``h * g`` for rows ``h`` whose sums of
+    squares are ``scale``'s rows' sums, and each row's product is multiplied by ``rsqrt(mean(h**2) + eps)`` before
+    the bias: ``F.linear(rms_norm(h, g, eps), w, b)`` up to rounding. ``norm`` ``[N]`` (a norm weight): returns
+    ``(out, out * norm [M, N], sums [M, P] fp32)``, the sums of squares of ``out``'s rows in ``P`` pieces, which
+    the next ``row_linear`` takes as ``x`` and ``scale``."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or not 1 <= x.shape[0] <= ROW_MAX_M:
         raise ValueError(f"row_linear takes x [M <= {ROW_MAX_M}, K] and w [N, K], got {tuple(x.shape)} and "
                          f"{tuple(w.shape)}")
     if glu and w.shape[0] % 2:
         raise ValueError(f"glu needs the gate and up rows of w stacked (an even count), got {w.shape[0]}")
-    x, w, b, residual = (t if t is None or t.stride(-1) == 1 else t.contiguous() for t in (x, w, b, residual))
     m, k = x.shape
     n = w.shape[0] // 2 if glu else w.shape[0]
+    if scale is not None and (scale.dim() != 2 or scale.shape[0] != m or scale.dtype != torch.float32):
+        raise ValueError(f"row_linear's scale is [M={m}, pieces] fp32, got {tuple(scale.shape)} {scale.dtype}")
+    if norm is not None and norm.shape != (n,):
+        raise ValueError(f"row_linear's norm weight is [N={n}], got {tuple(norm.shape)}")
+    x, w, b, residual, scale = (t if t is None or t.stride(-1) == 1 else t.contiguous()
+                                for t in (x, w, b, residual, scale))
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [M, N]
     res = out if residual is None else residual
     block_n, block_k, stages, warps = row_plan(n, k, x.element_size(), glu)
-    wrap(_kernel())[(-(-n // block_n),)](
-        x, w, w if b is None else b, res, out, m, n, k, x.stride(0), w.stride(0), res.stride(0), out.stride(0),
+    programs = -(-n // block_n)
+    if norm is not None:
+        xg = torch.empty_like(out)  # [M, N] out * norm
+        sums = torch.empty(m, programs, dtype=torch.float32, device=x.device)  # [M, P] per program
+    pieces = 1 if scale is None else scale.shape[1]
+    wrap(_kernel())[(programs,)](
+        x, w, w if b is None else b, res, out, out if scale is None else scale, w if norm is None else norm,
+        out if norm is None else xg, out if norm is None else sums, m, n, k, pieces,
+        x.stride(0), w.stride(0), res.stride(0), out.stride(0),
         BLOCK_M=max(16, 1 << (m - 1).bit_length()), BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=b is not None,
-        GLU=glu, HAS_RES=residual is not None, IEEE=x.dtype == torch.float32, num_stages=stages, num_warps=warps,
+        GLU=glu, HAS_RES=residual is not None, SCALED=scale is not None, P_PAD=max(16, 1 << (pieces - 1).bit_length()),
+        EPS=float(eps), NORM=norm is not None, IEEE=x.dtype == torch.float32, num_stages=stages, num_warps=warps,
         **pdl_options(x.device))
-    return out
+    return out if norm is None else (out, xg, sums)
 
 
 def pdl_options(device: torch.device) -> dict:
@@ -86,12 +110,28 @@ def _kernel():
 
 @functools.cache
 def row_linear_op():
-    """``row_linear`` as a custom op that ``torch.compile`` traces into (registered on first use)."""
+    """``row_linear`` (without ``norm``) as a custom op that ``torch.compile`` traces into (registered on first use):
+    ``op(x, w, b, glu, residual, scale, eps)``."""
     from torch.library import triton_op, wrap_triton
 
     @triton_op("hybridsd::row_linear", mutates_args={})
     def row_linear_custom(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, glu: bool,
-                          residual: torch.Tensor | None) -> torch.Tensor:
-        return row_linear(x, w, b, glu=glu, residual=residual, wrap=wrap_triton)
+                          residual: torch.Tensor | None, scale: torch.Tensor | None, eps: float) -> torch.Tensor:
+        return row_linear(x, w, b, glu=glu, residual=residual, scale=scale, eps=eps, wrap=wrap_triton)
 
     return row_linear_custom
+
+
+@functools.cache
+def row_linear_norm_op():
+    """``row_linear`` with ``norm`` as a custom op (registered on first use): ``op(x, w, b, residual, norm) -> (out,
+    out * norm, sums)``."""
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("hybridsd::row_linear_norm", mutates_args={})
+    def row_linear_norm_custom(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+                               residual: torch.Tensor | None, norm: torch.Tensor
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return row_linear(x, w, b, residual=residual, norm=norm, wrap=wrap_triton)
+
+    return row_linear_norm_custom

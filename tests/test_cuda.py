@@ -292,6 +292,47 @@ def test_row_linear_rows_are_computed_alone(dtype, n, k, glu, bias, residual):
     torch.testing.assert_close(block.double(), y, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("h,n,glu", [(4096, 6144, False), (4096, 14336, True), (896, 1000, True)])
+def test_row_linear_folded_norm_rows_are_computed_alone(dtype, h, n, glu):
+    """The RMS norm folded into exact mode's matmuls on the GPU: the producer (residual stream, ``out * g`` and sums
+    of squares) and the consumer (scaled by each row's rsqrt) give a row the same bits alone, in a block of 9 and
+    among other rows, eager and from a CUDA graph; and the pair is ``F.linear(rms_norm(out, g), w)`` to the dtype's
+    precision."""
+    import torch.nn.functional as F
+
+    from hybridsd.linear import row_linear
+
+    torch.manual_seed(h + n)
+    w1, w2 = (torch.randn(h, h, device="cuda", dtype=dtype) / h**0.5,
+              torch.randn(2 * n if glu else n, h, device="cuda", dtype=dtype) / h**0.5)
+    g = torch.rand(h, device="cuda", dtype=dtype) + 0.5
+    a, res = torch.randn(16, h, device="cuda", dtype=dtype), torch.randn(16, h, device="cuda", dtype=dtype)
+
+    def run(xs, rs, rows=slice(0, 16)):
+        out, xg, sums = row_linear(xs[rows], w1, residual=rs[rows], norm=g)
+        return out, xg, sums, row_linear(xg, w2, glu=glu, scale=sums, eps=1e-5)
+
+    block = run(a, res)
+    other, other_r = torch.randn_like(a), torch.randn_like(res)
+    other[0], other_r[0] = a[0], res[0]
+    assert all(torch.equal(p[0], q[0]) for p, q in zip(run(other, other_r), block))
+    assert all(torch.equal(p, q[:9]) for p, q in zip(run(a, res, slice(0, 9)), block))
+    for i in (0, 5, 15):
+        assert all(torch.equal(p[0], q[i]) for p, q in zip(run(a, res, slice(i, i + 1)), block)), i
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = run(a, res)
+    graph.replay()
+    assert all(torch.equal(p, q) for p, q in zip(replayed, block))
+    x = block[0].double()
+    y = F.linear(x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-5) * g.double(), w2.double())
+    if glu:
+        y = F.silu(y[:, :n]) * y[:, n:]
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(block[3].double(), y, atol=tol, rtol=tol)
+
+
 def _exact_drafters(k: int, heads: dict) -> dict:
     """n-gram, EAGLE-1, EAGLE-3, both hybrids (prefer-ngram) and the tree, at draft length k."""
     ngram = lambda: NgramDrafter(k=k, min_n=2, max_n=5)  # noqa: E731
