@@ -22,20 +22,24 @@ import torch
 
 ROW_TILE_N = 32  # output features per program: ~N/32 programs stream the weight (no split-K: a row's order fixed)
 ROW_MAX_M = 64  # rows row_linear takes (one row tile)
+ROW_WAVE = 132  # programs of one wave of row_linear on an H100/H200 (one per SM)
 
 
 def row_plan(n: int, k: int, element_size: int, glu: bool) -> tuple[int, int, int, int]:
     """``(BLOCK_N, BLOCK_K, stages, warps)`` of ``row_linear`` for ``n`` outputs (per half with ``glu``) over width
-    ``k``: K steps of 256 two-byte elements where the grid is small (``n <= 4096``, about one wave on an H200)
-    and of 128 otherwise, halved for 4-byte inputs, never much wider than ``k``; fewer stages where a step
-    holds two weight tiles or 4-byte ones (shared memory). Picked from a sweep of tile sizes, K steps and stages on
-    an H200 (16 rows, Llama-3.1-8B shapes); ``experiments/bench_speed.py --kernels`` times the plan (``gemm_rows``'
-    ``row_linear`` rows)."""
+    ``k``: tiles of ``ROW_TILE_N`` features, or twice that where those would leave a second wave part-filled
+    (``ROW_WAVE < n / ROW_TILE_N <= 2 ROW_WAVE``, without ``glu``: one wave of wider tiles streams faster); K
+    steps of 256 two-byte elements (128 with the wider tiles), halved for 4-byte inputs, never much wider than
+    ``k``; 5 stages, 6 with the wider tiles, 3 where a step holds two weight tiles or 4-byte ones (shared memory).
+    Picked from a sweep of tile widths, K steps, stages and warps on an H200 (16 rows, Llama-3.1-8B shapes);
+    ``experiments/bench_speed.py --kernels`` times the plan (``gemm_rows``' ``row_linear`` rows)."""
     if min(n, k) < 1 or element_size not in (2, 4):
         raise ValueError(f"row_plan needs n, k >= 1 and 2- or 4-byte elements, got {n}, {k}, {element_size}")
-    block_k = (256 if n <= 4096 else 128) * 2 // element_size
+    wide = not glu and ROW_WAVE < -(-n // ROW_TILE_N) <= 2 * ROW_WAVE
+    block_k = (128 if wide else 256) * 2 // element_size
     block_k = min(block_k, max(16, 1 << (k - 1).bit_length()))
-    return ROW_TILE_N, block_k, 3 if glu or element_size > 2 else 5, 4
+    stages = 3 if glu or element_size > 2 else 6 if wide else 5
+    return ROW_TILE_N * (2 if wide else 1), block_k, stages, 4
 
 
 def row_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, glu: bool = False,

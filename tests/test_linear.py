@@ -14,17 +14,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import compile_sm90, run_interpreted
-from hybridsd.linear import ROW_MAX_M, ROW_TILE_N, pdl_options, row_linear, row_plan
+from hybridsd.linear import ROW_MAX_M, ROW_TILE_N, ROW_WAVE, pdl_options, row_linear, row_plan
 
 
 @given(st.integers(1, 70000), st.integers(1, 20000), st.sampled_from([2, 4]), st.booleans())
 def test_row_plan_tiles_cover_the_weight(n, k, element_size, glu):
     block_n, block_k, stages, warps = row_plan(n, k, element_size, glu)
-    assert block_n == ROW_TILE_N and warps == 4
+    assert warps == 4 and block_n in (ROW_TILE_N, 2 * ROW_TILE_N)
+    assert (block_n > ROW_TILE_N) == (not glu and ROW_WAVE < -(-n // ROW_TILE_N) <= 2 * ROW_WAVE)
     assert block_k & (block_k - 1) == 0 and 16 <= block_k <= 256 * 2 // element_size
     assert block_k < 2 * max(k, 16)  # never much wider than the input
     smem = stages * (16 + block_n * (2 if glu else 1)) * block_k * element_size  # x and weight tiles in flight
     assert smem <= 200 * 1024
+
+
+def test_row_plan_on_llama_8b_shapes():
+    """The plan the H200 sweep picked for each projection of Llama-3.1-8B (bf16): q/k/v in one wave of 64-wide
+    tiles, the others in 32-wide tiles."""
+    assert row_plan(6144, 4096, 2, False) == (64, 128, 6, 4)  # q/k/v
+    assert row_plan(4096, 4096, 2, False) == (32, 256, 5, 4)  # o
+    assert row_plan(14336, 4096, 2, True) == (32, 256, 3, 4)  # gate/up
+    assert row_plan(4096, 14336, 2, False) == (32, 256, 5, 4)  # down
 
 
 @pytest.mark.parametrize("args", [(0, 10, 2, False), (10, 0, 2, False), (10, 10, 1, False), (10, 10, 8, True)])
@@ -90,6 +100,8 @@ ROW_LINEAR = textwrap.dedent("""
     assert worst["torch.float32"] < 1e-5 and worst["torch.float16"] < 3e-3, worst
     x, w, r = torch.randn(4, 40), torch.randn(40, 24).T, torch.randn(24, 4).T  # weight and residual not row-major
     torch.testing.assert_close(row_linear(x, w, residual=r), r + F.linear(x, w))
+    x, w = torch.randn(2, 24), torch.randn(4300, 24)  # a grid of 64-wide tiles (row_plan)
+    torch.testing.assert_close(row_linear(x, w), F.linear(x, w))
     # the RMS norm folded in: a producer's (out, out * g, sums) feed the next row_linear as x and scale
     for m, n, k2 in [(1, 40, 72), (5, 100, 33), (16, 70, 300), (3, 33, 16)]:
         for dtype in (torch.float32, torch.float16):
