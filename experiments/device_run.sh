@@ -21,7 +21,8 @@
 #           run's training_config.json and train_log.json in $OUT/train_speed/{eager,compiled}; about 6 minutes)
 #   exact   exact mode's GPU tests: the split kernel's exact path, row_linear, and the bf16 grids of the tiny models and
 #           the zoo (EXACT_KS, default 1,3,8; EXACT_K selects grids, default every one; about 9.5 min, at one call's
-#           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls) -> each test's outcome line as
+#           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls; EXACT_SEL replaces the whole
+#           pytest -k selection, kernel tests included) -> each test's outcome line as
 #           it ends in gpu_tests_exact.log, the grid's rows merged into exact_match.jsonl (experiments.exact_rows)
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
@@ -71,7 +72,7 @@ for stage in "$@"; do
               tests/test_trees.py tests/test_real_models.py tests/test_bad_input.py -k "cuda or graphed or compiled or exact or another_device" \
               > "$OUT/gpu_tests.log" 2>&1
             grep -E "^(FAILED|ERROR)|passed|failed|^!! " "$OUT/gpu_tests.log" | head -40 | tee -a "$log" ;;
-    exact)  sel="row_linear or exact_split_kernel or ${EXACT_K:-exact_mode}"
+    exact)  sel="${EXACT_SEL:-row_linear or exact_split_kernel or ${EXACT_K:-exact_mode}}"
             { echo "# tests/test_cuda.py -k '$sel' (commit $HYBRIDSD_COMMIT, HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8})"
               HYBRIDSD_INSTAFAIL=1 HYBRIDSD_EXACT_JSON="$OUT/exact_grid.jsonl" HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} \
                 timeout ${TESTS_S:-570} python3 -u -m pytest -v -p no:cacheprovider --tb=short tests/test_cuda.py -k "$sel" \
