@@ -100,14 +100,16 @@ def gpu_tests() -> None:
     passed = [t.split("::")[1].split("[")[0] for t, o in outcome.items() if o == "PASSED"]
     failed = sum(o != "PASSED" for o in outcome.values())
     kernel = sum(t.startswith("test_exact_split_kernel") for t in passed)
-    row = sum(t.startswith("test_row_linear") for t in passed)
+    row = sum(t.startswith("test_row_linear") and "folded_norm" not in t for t in passed)
+    norm = sum(t.startswith("test_row_linear_folded_norm") for t in passed)
     grid = sum(t.startswith("test_exact_mode") for t in passed)
     if passed or failed:
         text = (f"The GPU tests of the same kernels (\\code{{exact/gpu\\_tests\\_exact.log}}): {kernel} tests of the "
                 "split kernel's exact path (a tree's rows equal, bit for bit, the same tokens as a chain, each token's "
                 "own decode step and the kernel without the gathering path), "
                 f"{row} of the matmul kernel (a row's bits the same alone and in blocks of 9 and 16 rows whatever the "
-                f"others hold, eager and replayed from a CUDA graph) and {grid} of the grids, with {failed} failures.")
+                f"others hold, eager and replayed from a CUDA graph), {norm} of the same for the RMS norm folded into "
+                f"two of them, and {grid} of the grids, with {failed} failures.")
     else:  # the run ended before pytest's summary: say what the grid's file holds
         rows = [json.loads(line) for line in (EXACT / "exact_match.jsonl").read_text().splitlines() if line.strip()]
         cut = sum("nonexact_same" not in r for r in rows)
