@@ -73,7 +73,7 @@ from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_mess
 from experiments.provenance import run_info
 from experiments.synthetic_edits import synthetic_edit
 from experiments.train_tokenizer import EOT
-from experiments.zoo_gate import GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, run_gate
+from experiments.zoo_gate import GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, compare_gates, run_gate
 from hybridsd.data import BLAZEDIT_TEMPLATE, CHANGE_REQUESTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1070,6 +1070,11 @@ def cmd_gate(args) -> None:
     write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 
 
+def cmd_compare_gates(args) -> None:
+    """Prints :func:`~experiments.zoo_gate.compare_gates` of the two records (one JSON line)."""
+    print(json.dumps(args.comparison))
+
+
 def cmd_split(args) -> None:
     record = eval_split_record(load_edits())
     MODEL_DIR.mkdir(parents=True, exist_ok=True)
@@ -1175,12 +1180,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--time-s", type=float, default=3600.0, help="no new prompt is started after this many seconds")
     g.add_argument("--out", type=Path, required=True, help="the gate's record (JSON, with every sample)")
     g.set_defaults(func=cmd_gate)
+    c = sub.add_parser("compare-gates", help="two gate records on their shared prompts: B's Spearman minus A's, "
+                       "with a paired bootstrap interval")
+    c.add_argument("a", type=Path, help="gate record A (train_zoo gate --out)")
+    c.add_argument("b", type=Path, help="gate record B")
+    c.set_defaults(func=cmd_compare_gates)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     args = parser.parse_args(argv)
     if args.cmd == "gate" and not (args.model / "config.json").is_file():
         parser.error(f"--model: no model folder (config.json) at {args.model}")
     if args.cmd == "gate" and args.prompts < 1:
         parser.error(f"--prompts must be >= 1, got {args.prompts}")
+    if args.cmd == "compare-gates":  # both records read and compared before anything is printed
+        try:
+            args.comparison = compare_gates(*(json.loads(f.read_text()) for f in (args.a, args.b)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            parser.error(f"compare-gates {args.a} {args.b}: {type(e).__name__}: {e}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
         parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")
     configs = {"target": target_config, "repair": repair_config}

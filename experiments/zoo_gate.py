@@ -53,6 +53,45 @@ def spearman_ci(x, y, level: float = 0.95, resamples: int = 2000, seed: int = 0)
     return float(lo), float(hi)
 
 
+def spearman_diff_ci(x, y_a, y_b, level: float = 0.95, resamples: int = 2000,
+                     seed: int = 0) -> tuple[float, float, float, float]:
+    """``(d, lo, hi, share)``: ``d = spearman(x, y_b) - spearman(x, y_a)``, two targets' Spearman on the same
+    prompts (``x`` their reference norms, ``y_a, y_b`` the two targets' output norms), with the percentile interval
+    of a paired bootstrap over the prompts (fixed seed) and the share of its resamples where ``d <= 0``: whether B's
+    correlation beats A's by more than another draw of as many prompts would move it."""
+    x, y_a, y_b = (np.asarray(v, float) for v in (x, y_a, y_b))
+    if not len(x) == len(y_a) == len(y_b):
+        raise ValueError(f"spearman_diff_ci needs paired samples, got {len(x)}, {len(y_a)} and {len(y_b)}")
+    d = spearman(x, y_b) - spearman(x, y_a)
+    if len(x) < 3 or math.isnan(d):
+        return d, float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    draws = np.asarray([spearman(x[i], y_b[i]) - spearman(x[i], y_a[i])
+                        for i in rng.integers(0, len(x), size=(resamples, len(x)))])
+    draws = draws[~np.isnan(draws)]
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    return float(d), float(lo), float(hi), float(np.mean(draws <= 0))
+
+
+def compare_gates(a: dict, b: dict) -> dict:
+    """Two gate records (``train_zoo gate`` files, or their ``quality_gate``) on the prompts both answered (by
+    sample id): ``n``, each one's EOS share and Spearman, and B's Spearman minus A's with its paired bootstrap
+    interval (:func:`spearman_diff_ci`). Raises ValueError when they share fewer than 3 prompts."""
+    sa, sb = ({s["id"]: s for s in g.get("quality_gate", g)["samples"]} for g in (a, b))
+    ids = sorted(set(sa) & set(sb))
+    if len(ids) < 3:
+        raise ValueError(f"the two gates share {len(ids)} prompts; comparing them needs at least 3")
+    ref = [sa[i]["ref_norm"] for i in ids]
+    d, lo, hi, share = spearman_diff_ci(ref, [sa[i]["out_norm"] for i in ids], [sb[i]["out_norm"] for i in ids])
+
+    def side(samples: dict) -> dict:
+        return {"eos_share": float(np.mean([samples[i]["stopped"] for i in ids])),
+                "spearman": spearman(ref, [samples[i]["out_norm"] for i in ids])}
+
+    return {"n": len(ids), "a": side(sa), "b": side(sb), "spearman_b_minus_a": d, "ci95": [lo, hi],
+            "share_not_above_0": share}
+
+
 def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> list[dict]:
     """Up to ``n`` rows with short inputs, spread evenly over ``bins`` equal bins of reference edit norm in
     [0, 0.6]: taken in turn from each bin, each bin in a fixed hash order."""

@@ -1,8 +1,10 @@
 """The zoo target's quality gate (experiments.zoo_gate): its rank correlation against the textbook definition,
-the spread of its prompts over edit-norm bins, the loop measure, the score against the pass line, and the early
-stopping of a loop repair by it."""
+the spread of its prompts over edit-norm bins, the loop measure, the score against the pass line, the early
+stopping of a loop repair by it, and the paired comparison of two gates."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -121,3 +123,44 @@ def test_length_share_enters_the_score_where_a_gate_has_it():
     assert not zg.length_ok(True, int(lo * 100) - 1, 100)  # truncated
     assert not zg.length_ok(True, int(hi * 100) + 1, 100)  # rambling
     assert not zg.length_ok(False, 100, 100)  # did not stop
+
+
+def test_spearman_difference_is_paired_and_its_interval_excludes_zero_only_for_a_real_gain():
+    rng = np.random.default_rng(1)
+    x = rng.random(80)
+    noisy, sharp = x + rng.normal(0, 0.4, 80), x + rng.normal(0, 0.02, 80)
+    d, lo, hi, share = zg.spearman_diff_ci(x, noisy, sharp)
+    assert d == pytest.approx(zg.spearman(x, sharp) - zg.spearman(x, noisy))
+    assert 0 < lo <= d <= hi and share == 0.0  # B tracks x far better: every resample says so
+    assert zg.spearman_diff_ci(x, noisy, sharp) == (d, lo, hi, share)  # a fixed seed
+    d, lo, hi, share = zg.spearman_diff_ci(x, noisy, noisy)  # the same outputs: no difference, in every resample
+    assert (d, lo, hi, share) == (0.0, 0.0, 0.0, 1.0)
+    other = x + rng.normal(0, 0.4, 80)  # as noisy as A: the interval holds 0
+    d, lo, hi, share = zg.spearman_diff_ci(x, noisy, other)
+    assert lo < 0 < hi and 0 < share < 1
+    with pytest.raises(ValueError, match="paired"):
+        zg.spearman_diff_ci(x, noisy, sharp[:-1])
+
+
+def _gate_record(ids, ref, out, stopped):
+    return {"quality_gate": {"samples": [{"id": i, "ref_norm": r, "out_norm": o, "stopped": s}
+                                         for i, r, o, s in zip(ids, ref, out, stopped)]}}
+
+
+def test_compare_gates_uses_the_shared_prompts(tmp_path, capsys):
+    a = _gate_record("pqrstu", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.3, 0.1, 0.2, 0.6, 0.4, 0.5], [1, 1, 0, 1, 1, 1])
+    b = _gate_record("qrstuvw", [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], [0.2, 0.3, 0.4, 0.5, 0.6, 0.1, 0.1],
+                     [1, 1, 1, 1, 1, 0, 0])
+    got = zg.compare_gates(a, b)  # shared: q r s t u (v, w and p are each in one record only)
+    assert got["n"] == 5 and got["b"]["spearman"] == pytest.approx(1.0) and got["b"]["eos_share"] == 1.0
+    assert got["a"]["eos_share"] == 0.8
+    assert got["spearman_b_minus_a"] == pytest.approx(1.0 - zg.spearman([.2, .3, .4, .5, .6], [.1, .2, .6, .4, .5]))
+    with pytest.raises(ValueError, match="share 1 prompts"):
+        zg.compare_gates(a, _gate_record("pxy", [0.1, 0.2, 0.3], [0.1, 0.2, 0.3], [1, 1, 1]))
+    fa, fb = tmp_path / "a.json", tmp_path / "b.json"
+    fa.write_text(json.dumps(a)), fb.write_text(json.dumps(b))
+    tz.main(["compare-gates", str(fa), str(fb)])
+    assert json.loads(capsys.readouterr().out)["n"] == 5
+    with pytest.raises(SystemExit) as e:
+        tz.main(["compare-gates", str(fa), str(tmp_path / "missing.json")])
+    assert e.value.code == 2 and "missing.json" in capsys.readouterr().err
