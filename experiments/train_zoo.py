@@ -934,9 +934,12 @@ def cmd_target(args) -> None:
                                                         indent=0) + "\n")
         return record
 
-    write_record({"error": "not run yet"})  # kept if the gate fails
-    with eager():
-        record = write_record(run_gate(model, tokenizer, eval_rows, cfg, special))
+    if args.no_gate:
+        record = write_record({"skipped": "--no-gate"})
+    else:
+        write_record({"error": "not run yet"})  # kept if the gate fails
+        with eager():
+            record = write_record(run_gate(model, tokenizer, eval_rows, cfg, special))
     print(json.dumps({k: v for k, v in record.items() if k not in ("config", "blazedit_prompt", "data")}, indent=1))
 
 
@@ -1149,6 +1152,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-layers", action="store_const", const=True, default=None,
                    help="torch.compile each decoder layer for the training steps (evaluation and generation eager)")
     p.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)  # tests: aot_eager
+    p.add_argument("--no-gate", action="store_true",
+                   help="no quality gate at the end (a stage of a lineage whose last stage is gated)")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     r = sub.add_parser("repair", help="loop repair of an edit-tuned target, then the quality gate")

@@ -633,3 +633,20 @@ def test_gate_command_writes_its_record(tmp_path):
     assert "gate --model" in record["command"]
     assert gate["n"] == 2 and len(gate["samples"]) == 2 and 0 <= gate["length_share"] <= 1
     assert all(s["ref_tokens"] > 0 and isinstance(s["length_ok"], bool) for s in gate["samples"])
+
+
+def test_target_smoke_without_gate_writes_a_loadable_target(tmp_path):
+    """``train_zoo target --smoke --no-gate`` from scratch (tiny model, data and budgets): pretraining and edit
+    tuning run, the model folder loads, and its record says the gate was skipped (a stage of a lineage)."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES):
+        pytest.skip("code_edits_dev.jsonl not available")
+    tz.main(["target", "--smoke", "--no-gate", "--pretrain-time-s", "4", "--sft-time-s", "4", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "training_config.json").read_text())
+    assert record["quality_gate"] == {"skipped": "--no-gate"} and record["smoke"]
+    assert record["pretrain"]["steps"] >= 1 and record["sft"]["steps"] >= 1
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, local_files_only=True)
+    assert sum(p.numel() for p in model.parameters()) == record["parameters"]
