@@ -394,19 +394,28 @@ def test_loop_batch_penalizes_the_repeats_of_a_greedy_continuation():
             return torch.cat([input_ids, fill], dim=1)
 
     prefixes = [[5, 6, 7], [8, 9]]
-    inputs, avoid, share, early = tz.loop_batch(Always(3), prefixes, 8, pad=0, stop=[1, 2],
-                                                device=torch.device("cpu"))
+    inputs, avoid, share, early, late = tz.loop_batch(Always(3), prefixes, 8, pad=0, stop=[1, 2],
+                                                      device=torch.device("cpu"))
     assert inputs[0, :11].tolist() == [5, 6, 7] + [3] * 8 and inputs[1, :4].tolist() == [8, 9, 3, 3]
     assert [q for q in range(inputs.shape[1]) if avoid[0, q] >= 0] == [3 + t - 1 for t in range(4, 8)]
     assert set(avoid[0][avoid[0] >= 0].tolist()) == {3} and not bool((avoid[1] >= 0).any())
-    assert share == 4 / 10 and early == 0
+    assert share == 4 / 10 and early == late == 0
     # early stops: the second row stops after 2 tokens; its reference goes on for 9 more (11 in all)
     for refs, margin, want in ((([], list(range(11))), 9, True), (([], list(range(11))), 10, False),
                                (([], list(range(11))), 0, False), (([], [4, 4]), 1, False)):
-        _, avoid, _, early = tz.loop_batch(Always(3), prefixes, 8, pad=0, stop=[1, 2], device=torch.device("cpu"),
-                                           references=list(refs), early_stop=margin)
+        _, avoid, _, early, _ = tz.loop_batch(Always(3), prefixes, 8, pad=0, stop=[1, 2],
+                                              device=torch.device("cpu"), references=list(refs), early_stop=margin)
         assert early == (0.5 if want else 0)
         assert avoid[1].tolist()[:5] == [-100, -100, -100, 1 if want else -100, -100]  # position 3 predicted the stop
+    # late stops: the first row writes its reference's last 3 tokens (3 3 3) and goes on instead of stopping
+    for refs, tail, want in ((([7, 3, 3, 3], []), 3, 3), (([7, 3, 3, 3], []), 0, None), (([7, 3, 3, 3], []), 5, None),
+                             (([7, 3, 4, 3], []), 2, None)):
+        inputs, avoid, _, _, late = tz.loop_batch(Always(3), prefixes, 8, pad=0, stop=[1, 2],
+                                                  device=torch.device("cpu"), references=list(refs), late_stop=tail)
+        assert late == (0.5 if want else 0)
+        if want:  # kept up to the token after the reference's end: the position of the end (2 + 3) predicted it
+            assert inputs[0, : 3 + want + 1].tolist() == [5, 6, 7] + [3] * (want + 1)
+            assert avoid[0, 3 + want - 1].item() == 3 and int((avoid[0] >= 0).sum()) == 1 + (want >= 4)
 
 
 def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
@@ -545,6 +554,8 @@ def test_repair_options(capsys):
     early = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-early-stop", "32"]))
     assert early.repair_early_stop == 32 and tz.repair_config(tz.parse_args(
         ["repair", "--init", "m", "--out", "o"])).repair_early_stop == 0
+    late = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-late-stop", "8"]))
+    assert late.repair_late_stop == 8
     with pytest.raises(SystemExit) as e:
         tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-early-stop", "-1"])
     assert e.value.code == 2 and "repair_early_stop" in capsys.readouterr().err
