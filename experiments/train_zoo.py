@@ -132,6 +132,8 @@ class TargetConfig:
     # reference's end (0: never), see loop_batch
     repair_late_stop: int = 0           # loops, both: also lower the token written right after the reference's
     # last this many tokens (its end reproduced, no stop; 0: never), see loop_batch
+    repair_end_share: float = 0.0       # loops, both: share of continuations started near the answer's end
+    # (see repair_cut), where a late stop can show
     resync_weight: float = 1.0          # resync, both: weight of the answer's loss after the model's own lines
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
@@ -168,6 +170,8 @@ class TargetConfig:
             raise ValueError(f"repair_mode must be one of {REPAIR_MODES}, not {self.repair_mode!r}")
         if self.resync_weight < 0:
             raise ValueError(f"resync_weight must be >= 0, got {self.resync_weight}")
+        if not 0 <= self.repair_end_share <= 1:
+            raise ValueError(f"repair_end_share must be in [0, 1], got {self.repair_end_share}")
         if not 0 <= self.repair_copy_share <= 1:
             raise ValueError(f"repair_copy_share must be in [0, 1], got {self.repair_copy_share}")
         if set(self.validation_repos) & set(EVAL_REPOS):
@@ -595,6 +599,17 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
     return inputs, targets, len(rows) / len(items)
 
 
+def repair_cut(example: tuple, rng: random.Random, new_tokens: int, end_share: float = 0.0) -> int:
+    """Where a loop repair's continuation of ``example`` (an :func:`sft_examples` row with a changed position
+    before its end of turn) starts, as a length of its token ids: at one of its changed answer positions, or, with
+    probability ``end_share``, at the last one or ``new_tokens // 2`` tokens before the answer's end, whichever
+    is later (so that the continuation reaches the end, where it should stop)."""
+    ids, n_prompt, changed = example[:3]
+    if end_share and rng.random() < end_share:
+        return n_prompt + max(changed[-2], changed[-1] - new_tokens // 2)
+    return n_prompt + rng.choice(changed[:-1])
+
+
 def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
                 after_step=None, tokenizer=None, triples: list[tuple[str, str, str]] = ()) -> dict:
     """Repair steps of an edit-tuned target, for ``cfg.repair_time_s`` seconds, each beside an edit-tuning batch
@@ -632,7 +647,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
                                   copy_share=cfg.repair_copy_share)
         if loops:  # the model's own repeats
             picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
-            cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
+            cuts = [repair_cut(e, rng, cfg.repair_new_tokens, cfg.repair_end_share) for e in picked]
             prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
             references = [e[0][c:-1] for e, c in zip(picked, cuts)]
             repeats = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device, references,
@@ -757,7 +772,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
                   "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_late_stop",
-                  "compile_layers")
+                  "repair_end_share", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -979,7 +994,8 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
                   "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_late_stop",
-                  "gate_prompts", "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
+                  "repair_end_share", "gate_prompts", "sft_batch_tokens", "sft_max_len", "unlikelihood_weight",
+                  "decision_weight", "span_share")
 
 
 # ``repair``'s defaults: a small repair set (CPU-sized anchor batches), gates of 64 prompts (a 32-prompt gate's
@@ -1117,6 +1133,8 @@ REPAIR_HELP = {
                          "(0: never)",
     "repair_late_stop": "loops, both: also lower the token written right after the reference's last this many "
                         "tokens, where the continuation goes on instead of stopping (0: never)",
+    "repair_end_share": "loops, both: share of continuations started near the answer's end (the last changed "
+                        "position or half a continuation before the end, whichever is later)",
 }
 
 

@@ -661,3 +661,17 @@ def test_target_smoke_without_gate_writes_a_loadable_target(tmp_path):
     assert record["pretrain"]["steps"] >= 1 and record["sft"]["steps"] >= 1
     model = AutoModelForCausalLM.from_pretrained(tmp_path, local_files_only=True)
     assert sum(p.numel() for p in model.parameters()) == record["parameters"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 400), min_size=1, max_size=8, unique=True), st.integers(1, 200),
+       st.integers(8, 128), st.sampled_from([0.0, 0.5, 1.0]), st.integers(0, 1000))
+def test_repair_cut_starts_at_a_change_or_near_the_end(changed, tail, new_tokens, end_share, seed):
+    changed = sorted(changed)
+    end = changed[-1] + tail  # the end of turn's position, after every changed one
+    example = (list(range(20 + end + 1)), 20, changed + [end])
+    cuts = {tz.repair_cut(example, random.Random(seed + i), new_tokens, end_share) - 20 for i in range(20)}
+    near = max(changed[-1], end - new_tokens // 2)
+    assert cuts <= set(changed) | ({near} if end_share else set())
+    if end_share == 1.0:
+        assert cuts == {near} and end - near <= max(new_tokens // 2, tail)
