@@ -130,10 +130,6 @@ class TargetConfig:
     repair_copy_share: float = 0.0      # resync, both: share of its places that are kept lines
     repair_early_stop: int = 0          # loops, both: also lower a stop this many or more tokens before the
     # reference's end (0: never), see loop_batch
-    repair_late_stop: int = 0           # loops, both: also lower the token written right after the reference's
-    # last this many tokens (its end reproduced, no stop; 0: never), see loop_batch
-    repair_end_share: float = 0.0       # loops, both: share of continuations started near the answer's end
-    # (see repair_cut), where a late stop can show
     resync_weight: float = 1.0          # resync, both: weight of the answer's loss after the model's own lines
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
@@ -170,8 +166,6 @@ class TargetConfig:
             raise ValueError(f"repair_mode must be one of {REPAIR_MODES}, not {self.repair_mode!r}")
         if self.resync_weight < 0:
             raise ValueError(f"resync_weight must be >= 0, got {self.resync_weight}")
-        if not 0 <= self.repair_end_share <= 1:
-            raise ValueError(f"repair_end_share must be in [0, 1], got {self.repair_end_share}")
         if not 0 <= self.repair_copy_share <= 1:
             raise ValueError(f"repair_copy_share must be in [0, 1], got {self.repair_copy_share}")
         if set(self.validation_repos) & set(EVAL_REPOS):
@@ -184,9 +178,8 @@ class TargetConfig:
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.repair_early_stop < 0 or self.repair_late_stop < 0:
-            raise ValueError(f"repair_early_stop and repair_late_stop must be >= 0, got {self.repair_early_stop} and "
-                             f"{self.repair_late_stop}")
+        if self.repair_early_stop < 0:
+            raise ValueError(f"repair_early_stop must be >= 0, got {self.repair_early_stop}")
         if self.repair_time_s < 0 or self.repair_steps < 0 or self.repair_batch < 1 or self.repair_new_tokens < 8:
             raise ValueError(f"need repair_time_s >= 0, repair_steps >= 0, repair_batch >= 1 and "
                              f"repair_new_tokens >= 8, got {self.repair_time_s}, {self.repair_steps}, "
@@ -497,7 +490,7 @@ def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad:
 
 
 def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device,
-               references: list[list[int]] | None = None, early_stop: int = 0, late_stop: int = 0):
+               references: list[list[int]] | None = None, early_stop: int = 0):
     """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
     cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share,
     early)``, inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it
@@ -505,23 +498,14 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     (``references``; :func:`repeat_positions`), else -100; share: those tokens over all continuation tokens. With
     ``early_stop`` > 0 (and ``references``), a continuation that stops while its reference goes on for
     ``early_stop`` or more tokens past the stop has that stop token avoided where it was predicted (the end of a
-    file cut short, or fewer new lines than asked); early: the share of continuations so stopped. With
-    ``late_stop`` > 0 (and ``references``), a continuation that writes its reference's last ``late_stop`` tokens and
-    then a token that is not a stop has that token avoided where it was predicted (the end of the file reproduced
-    and not stopped at; the continuation is kept up to it); late: the share of continuations so continued."""
+    file cut short, or fewer new lines than asked); early: the share of continuations so stopped."""
     import torch
 
-    conts, stops, lates = [], [], []
+    conts, stops = [], []
     for i, row in enumerate(greedy_continuations(model, prefixes, new_tokens, pad, stop, device)):
         cut = next((j for j, t in enumerate(row) if t in stop), len(row))
-        ref = references[i] if references else []
-        tail = ref[-late_stop:] if late_stop and len(ref) >= late_stop else None
-        end = next((p for p in range(late_stop, cut) if row[p - late_stop : p] == tail), None) if tail else None
-        if end is not None:  # the reference's end written at end - 1, then another token instead of a stop
-            cut = end + 1
         conts.append(row[:cut])
-        lates.append(end is not None)
-        early = early_stop > 0 and references and cut < len(row) and row[cut] in stop and len(ref) - cut >= early_stop
+        early = early_stop > 0 and references and cut < len(row) and len(references[i]) - cut >= early_stop
         stops.append(row[cut] if early else None)
     seq_width = -(-max(len(x) + len(c) for x, c in zip(prefixes, conts)) // 64) * 64
     inputs = torch.full((len(prefixes), seq_width), pad, dtype=torch.long)
@@ -534,10 +518,8 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
             repeated += 1
         if stops[i] is not None:
             avoid[i, len(x) + len(c) - 1] = stops[i]  # the last token's position predicted the stop
-        if lates[i]:
-            avoid[i, len(x) + len(c) - 2] = c[-1]  # the reference's last token's position predicted c[-1]
     return (inputs, avoid, repeated / max(1, sum(map(len, conts))),
-            sum(t is not None for t in stops) / max(1, len(stops)), sum(lates) / max(1, len(lates)))
+            sum(t is not None for t in stops) / max(1, len(stops)))
 
 
 def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_tokens: int, special: dict, device,
@@ -599,17 +581,6 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
     return inputs, targets, len(rows) / len(items)
 
 
-def repair_cut(example: tuple, rng: random.Random, new_tokens: int, end_share: float = 0.0) -> int:
-    """Where a loop repair's continuation of ``example`` (an :func:`sft_examples` row with a changed position
-    before its end of turn) starts, as a length of its token ids: at one of its changed answer positions, or, with
-    probability ``end_share``, at the last one or ``new_tokens // 2`` tokens before the answer's end, whichever
-    is later (so that the continuation reaches the end, where it should stop)."""
-    ids, n_prompt, changed = example[:3]
-    if end_share and rng.random() < end_share:
-        return n_prompt + max(changed[-2], changed[-1] - new_tokens // 2)
-    return n_prompt + rng.choice(changed[:-1])
-
-
 def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
                 after_step=None, tokenizer=None, triples: list[tuple[str, str, str]] = ()) -> dict:
     """Repair steps of an edit-tuned target, for ``cfg.repair_time_s`` seconds, each beside an edit-tuning batch
@@ -636,8 +607,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         raise ValueError(f"repair_mode {cfg.repair_mode!r} needs the tokenizer and the repair set's (before, "
                          "request, after)")
     shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync),
-                                  ("early_stop_share", loops and cfg.repair_early_stop > 0),
-                                  ("late_stop_share", loops and cfg.repair_late_stop > 0)) if on}
+                                  ("early_stop_share", loops and cfg.repair_early_stop > 0)) if on}
     while ((pool if loops else triples) and time.time() - start - paused < cfg.repair_time_s
            and not 0 < cfg.repair_steps <= steps):
         synced = repeats = None  # (inputs, targets, share), (inputs, avoided tokens, share)
@@ -647,11 +617,11 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
                                   copy_share=cfg.repair_copy_share)
         if loops:  # the model's own repeats
             picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
-            cuts = [repair_cut(e, rng, cfg.repair_new_tokens, cfg.repair_end_share) for e in picked]
+            cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
             prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
             references = [e[0][c:-1] for e, c in zip(picked, cuts)]
             repeats = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device, references,
-                                 cfg.repair_early_stop, cfg.repair_late_stop)
+                                 cfg.repair_early_stop)
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
@@ -675,9 +645,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         for kind, batch_ in (("resync_share", synced), ("repeated_share", repeats)):
             if batch_ is not None:
                 shares[kind].append(round(batch_[2], 4))
-        for kind, at in (("early_stop_share", 3), ("late_stop_share", 4)):
-            if kind in shares:
-                shares[kind].append(round(repeats[at], 4))
+        if "early_stop_share" in shares:
+            shares["early_stop_share"].append(round(repeats[3], 4))
         entry = {"step": steps, "loss": round(loss.item(), 4), **{k: v[-1] for k, v in shares.items()},
                  "elapsed_s": round(time.time() - start - paused, 1)}
         log.append(entry)
@@ -771,8 +740,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_late_stop",
-                  "repair_end_share", "compile_layers")
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -993,9 +961,8 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_late_stop",
-                  "repair_end_share", "gate_prompts", "sft_batch_tokens", "sft_max_len", "unlikelihood_weight",
-                  "decision_weight", "span_share")
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "gate_prompts",
+                  "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
 # ``repair``'s defaults: a small repair set (CPU-sized anchor batches), gates of 64 prompts (a 32-prompt gate's
@@ -1131,10 +1098,6 @@ REPAIR_HELP = {
     "resync_weight": "resync, both: weight of the answer's loss after the model's own lines",
     "repair_early_stop": "loops, both: also lower a stop this many or more tokens before the reference's end "
                          "(0: never)",
-    "repair_late_stop": "loops, both: also lower the token written right after the reference's last this many "
-                        "tokens, where the continuation goes on instead of stopping (0: never)",
-    "repair_end_share": "loops, both: share of continuations started near the answer's end (the last changed "
-                        "position or half a continuation before the end, whichever is later)",
 }
 
 
