@@ -40,15 +40,19 @@ def spearman(x, y) -> float:
     return float(spearmanr(x, y).statistic)
 
 
+def _resampled(stat, n: int, resamples: int, seed: int) -> np.ndarray:
+    """``stat(i)`` over ``resamples`` bootstrap draws ``i`` of ``n`` indices (fixed seed), NaN draws dropped."""
+    draws = np.asarray([stat(i) for i in np.random.default_rng(seed).integers(0, n, size=(resamples, n))])
+    return draws[~np.isnan(draws)]
+
+
 def spearman_ci(x, y, level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of :func:`spearman` over the ``(x, y)`` pairs (resampled together, fixed
     seed): how far a gate's Spearman could move on another draw of as many prompts. NaN where it is undefined."""
     if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
         return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
     x, y = np.asarray(x, float), np.asarray(y, float)
-    draws = [spearman(x[i], y[i]) for i in rng.integers(0, len(x), size=(resamples, len(x)))]
-    draws = np.asarray([d for d in draws if not math.isnan(d)])
+    draws = _resampled(lambda i: spearman(x[i], y[i]), len(x), resamples, seed)
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2]) if draws.size else (float("nan"),) * 2
     return float(lo), float(hi)
 
@@ -65,10 +69,7 @@ def spearman_diff_ci(x, y_a, y_b, level: float = 0.95, resamples: int = 2000,
     d = spearman(x, y_b) - spearman(x, y_a)
     if len(x) < 3 or math.isnan(d):
         return d, float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    draws = np.asarray([spearman(x[i], y_b[i]) - spearman(x[i], y_a[i])
-                        for i in rng.integers(0, len(x), size=(resamples, len(x)))])
-    draws = draws[~np.isnan(draws)]
+    draws = _resampled(lambda i: spearman(x[i], y_b[i]) - spearman(x[i], y_a[i]), len(x), resamples, seed)
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     return float(d), float(lo), float(hi), float(np.mean(draws <= 0))
 

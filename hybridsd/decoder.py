@@ -153,7 +153,7 @@ def make_attend(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, attent
     scale = 1 / math.sqrt(head_dim)
 
     def attend(qkv, w: LayerWeights, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block):
-        t = qkv.shape[0]
+        t = qkv.shape[0]  # qkv: [T, (Hq + 2 Hkv) D] -> [T, Hq D]
         q, k, v = qkv.split([dq, dkv, dkv], dim=-1)
         q, k, v = q.view(t, n_heads, head_dim), k.view(t, n_kv_heads, head_dim), v.view(t, n_kv_heads, head_dim)
         if w.q_norm is not None:
