@@ -402,7 +402,7 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
     wall = time.time() - phase.start
     return {"steps": phase.step, "planned_steps": phase.steps, "time_budget_s": round(phase.time_s, 1),
             "loss_tokens": tokens, "tokens_seen": seen, "tokens_per_s": round(seen / max(wall, 1e-9)),
-            "first_step_s": round(first_s, 2),
+            "first_step_s": round(first_s, 3),
             "tokens_per_s_after_first_step": round((seen - first_seen) / max(wall - first_s, 1e-9)),
             "wall_s": round(wall, 1), "stopped_by": "time" if phase.step < phase.steps else "steps"}
 
