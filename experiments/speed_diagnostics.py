@@ -315,7 +315,7 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     row_tile)`` (:func:`~hybridsd.attention.split_plan`; a row tile above a block's rows only where it changes the
     plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
     of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases are blocks of 16 rows whose first 1, 9 or 16 tokens
-    are real; they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the second half of the real
+    are real (no key past them seen: ``block[3]``, as exact mode's steps tell the kernel); they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the second half of the real
     tokens on view 1, as a tree does; the key tiles of the block gathered), through two views all on view 0 (the
     kernel with its gathering path, every key tile read in place, as :func:`~hybridsd.target.view_region` has it for
     a chain), or with no views (``*_in_place``: the kernel without the gathering path, which exact mode runs for
@@ -337,14 +337,14 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
         allowed[:, ctx : ctx + t] = torch.as_tensor(block, device=p.device)
         extra = {}
         if views == "in-place":
-            extra = {"block": torch.tensor([0, 0, live], device=p.device)}
+            extra = {"block": torch.tensor([0, 0, live, ctx + live], device=p.device)}  # keys past ctx + live: unseen
         elif views is not None:
             branch = torch.zeros(t, dtype=torch.long, device=p.device)
             if views == "halves":
                 branch[live // 2 : live] = 1
             region = [ctx, ctx + t] if views == "halves" else [0, 0]  # a chain's views follow slot order (view_region)
             extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch,
-                     "block": torch.tensor([*region, live], device=p.device)}
+                     "block": torch.tensor([*region, live, ctx + live], device=p.device)}
         rows = q.shape[1]
         for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
             try:

@@ -45,10 +45,13 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     gathering kernel's in-place tiles). Every token is then reduced over its keys in the order and at the places a
     plain decode step would use, whatever slots its tree branch occupies: a row's scores and value products are
     selected from its own view's (the same code for every view; a row tile all on view 0 skips the others), so a
-    row's result depends only on its own keys. ``block`` ``[3]`` (int64, ``"split"`` only; default ``[0, S, T]``):
+    row's result depends only on its own keys. ``block`` ``[3]`` or ``[4]`` (int64, ``"split"`` only; default
+    ``[0, S, T, S]``):
     the views differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key
     tiles in place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
-    :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros).
+    :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros);
+    no real token sees the keys from ``block[3]`` on (default ``S``: the split kernel skips the key tiles wholly past
+    it, which would add exact zeros, so a step's attention costs its context, not the span).
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
@@ -56,7 +59,7 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         if key_slots is None and block is None:
             return _split_op()(q, keys, values, allowed, scale)
         if block is None:
-            block = torch.tensor([0, *allowed.shape[::-1]], device=q.device)
+            block = torch.tensor([0, *allowed.shape[::-1], allowed.shape[1]], device=q.device)
         return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch, block)
     h, rows, d = q.shape
     t = allowed.shape[0]
@@ -121,7 +124,9 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         block_r, block_n, chunk, splits = split_plan(rows, s, h, d, aim, row_tile)
     else:  # splits planned for one row tile; the tiles of padding tokens read no keys
         if block is None:
-            block = torch.tensor([0, s, t], device=q.device)
+            block = torch.tensor([0, s, t, s], device=q.device)
+        elif block.shape[0] == 3:  # no key bound: every key tile may be seen
+            block = torch.cat([block, block.new_tensor([s])])
         if key_slots is None:  # unused pointers (NB = 0: every key tile read in place)
             key_slots, branch = block, block
         key_slots, branch = key_slots.contiguous(), branch.contiguous()

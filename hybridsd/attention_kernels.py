@@ -63,7 +63,7 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
                     D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr,
                     EXACT: tl.constexpr):
     # Not EXACT: rows j*T + t in tiles. EXACT: rows tiled token-major (tile row i: token i // G, query head i % G),
-    # and a tile of tokens >= BLOCK[2] (padding) reads no keys. NB = 0: keys in slot order, every tile read in
+    # a tile of tokens >= BLOCK[2] (padding) reads no keys, and no tile reads the key tiles wholly at or past BLOCK[3]. NB = 0: keys in slot order, every tile read in
     # place. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from slot KSLOT[b, i]; each row
     # takes its token's view (BRANCH) by selection: its scores and value products are those of its own view's
     # keys, whatever the other rows. Views differ only at the slots BLOCK[0] .. BLOCK[1] - 1: key tiles outside
@@ -83,6 +83,8 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
         tok = i // G
         r = (i % G) * T + tok
         hi = tl.where(tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2), hi, lo)
+        # keys from BLOCK[3] on are seen by no real token: the key tiles past it would add exact zeros, skipped
+        hi = tl.minimum(hi, tl.maximum(lo, (tl.load(BLOCK + 3) + BLOCK_N - 1) // BLOCK_N * BLOCK_N))
     d = tl.arange(0, D_PAD)
     row_ok = i < R
     q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)

@@ -262,7 +262,7 @@ class Decoder:
         """Logits ``[T or 1, V]`` fp32 and the ``want`` hidden states concatenated ``[T, len*H]`` (or None) for
         ``tokens`` ``[T]`` at ``pos`` ``[T]`` written at ``slots`` ``[T]``; ``allowed`` ``[T, kv_len]`` bool.
         ``compiled=False`` runs the uncompiled functions (prefill: its length varies). ``gather``: the virtual
-        key order ``(key_slots [NB, kv_len] or None, branch [T] or None, block [3])`` of exact mode (None: slot
+        key order ``(key_slots [NB, kv_len] or None, branch [T] or None, block [4])`` of exact mode (None: slot
         order)."""
         layer, head, row_layer = self.compiled[tokens.shape[0] == 1] if compiled else self.eager
         rows = gather is not None and self.row_kernels and tokens.shape[0] <= ROW_MAX_M

@@ -357,7 +357,8 @@ class Target:
         window = packed[4 + 2 * rows :].view(-1, rows)  # [NB, R]
         slots = start + self._slot_ids[:rows]  # [R] padding rows write past the block; no real row reads them
         allowed = self._slot_ids[None, :kv_len] <= pos[:, None]  # [R, kv_len] by position (virtual order)
-        block = torch.cat([region, live])  # [3] views differ at slots block[0]..block[1]-1; real tokens
+        # [4] views differ at slots block[0]..block[1]-1; real tokens; no real token sees slot start + live on
+        block = torch.cat([region, live, start + live])
         if in_place:
             return self._run(tokens, pos, slots, allowed, kv_len, hidden_layers, gather=(None, None, block))
         key_slots = self._slot_ids[:kv_len].expand(window.shape[0], -1).clone()  # [NB, kv_len]

@@ -244,9 +244,24 @@ def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d,
         bare = split_kv_attention(alone, k2, v2, seen, d**-0.5,
                                   block=torch.tensor([0, 0, 1], device="cuda")).view(rows, -1)
         assert torch.equal(bare[0], tree[r]) and not bare[1:].any(), r
+        # ... told that no key from its own slot + 1 on is seen: the key tiles past it skipped (NaN there), same bits
+        bounded = split_kv_attention(alone, past_nan(k2, own + 1), past_nan(v2, own + 1), seen, d**-0.5,
+                                     block=torch.tensor([0, 0, 1, own + 1], device="cuda")).view(rows, -1)
+        assert torch.equal(bounded[0], tree[r]), r
     bare_chain = split_kv_attention(q, k2, v2, allowed, d**-0.5,
                                     block=torch.tensor([0, 0, rows], device="cuda")).view(rows, -1)
     assert torch.equal(bare_chain[1 + wrong :], chain[1 + wrong :])
+    end = start + rows  # the block's slots end here: the tree's key tiles past it skipped, the same bits
+    bounded = split_kv_attention(q, past_nan(k, end), past_nan(v, end), allowed, d**-0.5, key_slots=key_slots,
+                                 branch=branch, block=torch.tensor([start, end, rows, end], device="cuda"))
+    assert torch.equal(bounded.view(rows, -1), tree)
+
+
+def past_nan(x: torch.Tensor, end: int, tile: int = 64) -> torch.Tensor:
+    """``x`` (``[Hkv, S, D]``) with NaN in the key tiles (of ``tile`` slots) wholly from slot ``end`` on."""
+    x = x.clone()
+    x[:, -(-end // tile) * tile :] = float("nan")
+    return x
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -192,7 +192,8 @@ def test_only_trees_read_keys_through_views(monkeypatch):
 def test_split_kernel_virtual_order_in_the_triton_interpreter():
     """The Triton kernel in exact mode: a row reads its keys through its branch's slots, giving what a plain
     decode step (keys at their own slots) gives, bit for bit, whether or not the other rows of its tile read other
-    views; and SDPA's result within rounding."""
+    views; and SDPA's result within rounding. A key bound (``block[3]``) skips the key tiles past it with the same
+    bits."""
     pytest.importorskip("triton")
     code = textwrap.dedent("""
         import torch
@@ -236,6 +237,20 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
                                       block=torch.tensor([start, start + t, 4]))
             assert torch.equal(told.view(t, -1)[:4], tree.view(t, -1)[:4])
             assert not told.view(t, -1)[4:].any()
+            # told also that no real token sees a key from slot start + 4 on (block[3]): the key tiles (64 keys)
+            # wholly past it are not read (NaN there changes nothing) and the real tokens' bits are the same
+            kn, vn, k2n, v2n = k.clone(), v.clone(), k2.clone(), v2.clone()
+            for x in (kn, vn, k2n, v2n):
+                x[:, 128:] = float("nan")
+            bound = torch.tensor([start, start + t, 4, start + 4])
+            bounded = split_kv_attention(q, kn, vn, allowed, d ** -0.5, key_slots=key_slots, branch=branch,
+                                         block=bound)
+            assert torch.equal(bounded.view(t, -1)[:4], tree.view(t, -1)[:4])
+            bounded = split_kv_attention(q, k2n, v2n, allowed, d ** -0.5, block=torch.tensor([0, 0, 4, start + 4]))
+            assert torch.equal(bounded.view(t, -1)[:4], chain.view(t, -1)[:4])
+            decode = split_kv_attention(q[:, :: t], k2n, v2n, allowed[:1], d ** -0.5,  # token 0 alone, one row a head
+                                        block=torch.tensor([0, 0, 1, start + 1]))
+            assert torch.equal(decode.view(1, -1)[0], chain.view(t, -1)[0])
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")
