@@ -305,7 +305,7 @@ ATTENTION_PLANS = (  # (grid aim, row tile): 64-row tiles (the default up to 64 
     # exact mode's 16-row token-major tiles
     (32, SPLIT_ROW_TILE), (64, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, SPLIT_ROW_TILE),
     (512, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_WIDE_TILE), (256, SPLIT_WIDE_TILE),
-    (32, EXACT_ROW_TILE), (EXACT_PROGRAMS, EXACT_ROW_TILE), (SPLIT_PROGRAMS, EXACT_ROW_TILE))
+    (64, EXACT_ROW_TILE), (SPLIT_PROGRAMS, EXACT_ROW_TILE), (EXACT_PROGRAMS, EXACT_ROW_TILE), (512, EXACT_ROW_TILE))
 
 
 @torch.inference_mode()
@@ -315,10 +315,11 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     row_tile)`` (:func:`~hybridsd.attention.split_plan`; a row tile above a block's rows only where it changes the
     plan): one CUDA graph of the attention of every layer (a KV cache per layer, ``ctx`` committed keys in a span
     of ``bucket(ctx + 64)``), in ms per step. Exact-mode cases are blocks of 16 rows whose first 1, 9 or 16 tokens
-    are real (no key past them seen: ``block[3]``, as exact mode's steps tell the kernel); they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the second half of the real
-    tokens on view 1, as a tree does; the key tiles of the block gathered), through two views all on view 0 (the
-    kernel with its gathering path, every key tile read in place, as :func:`~hybridsd.target.view_region` has it for
-    a chain), or with no views (``*_in_place``: the kernel without the gathering path, which exact mode runs for
+    are real (no key past them seen: ``block[3]``, as exact mode's steps tell the kernel), their queries token-major
+    and rotated in the kernel; they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the
+    second half of the real tokens on view 1, as a tree does; the key tiles of the block gathered), through two
+    views all on view 0 (the kernel with its gathering path, every key tile read in place, as
+    :func:`~hybridsd.target.view_region` has it for a chain), or with no views (``*_in_place``: the kernel without the gathering path, which exact mode runs for
     decode steps and chains)."""
     cfg = model.config
     p = next(model.parameters())
@@ -331,6 +332,11 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     for name in cases:
         t, tree, views, live = ATTENTION_CASES[name]
         q = torch.randn(hkv, heads // hkv * t, d, device=p.device, dtype=p.dtype)  # [Hkv, g*T, D]
+        if views is not None:  # exact mode: token-major [T, Hkv, g, D], rotated in the kernel
+            q = q.view(hkv, heads // hkv, t, d).permute(2, 0, 1, 3)
+            extra_q = {"rotary": tuple(torch.randn(t, d, device=p.device, dtype=p.dtype) for _ in range(2))}
+        else:
+            extra_q = {}
         block = np.tril(np.ones((t, t), dtype=bool)) if not tree else layout(random_tree(t - 1, 7), ctx)[1]
         allowed = torch.zeros(t, span, dtype=torch.bool, device=p.device)  # [T, span]
         allowed[:, :ctx] = True
@@ -345,7 +351,8 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
             region = [ctx, ctx + t] if views == "halves" else [0, 0]  # a chain's views follow slot order (view_region)
             extra = {"key_slots": torch.arange(span, device=p.device).repeat(2, 1), "branch": branch,
                      "block": torch.tensor([*region, live, ctx + live], device=p.device)}
-        rows = q.shape[1]
+        extra |= extra_q
+        rows = heads // hkv * t
         for aim, tile in dict.fromkeys((aim, min(tile, max(rows, SPLIT_ROW_TILE))) for aim, tile in plans):
             try:
                 ms = _graphed_ms(lambda: [split_kv_attention(q, k, v, allowed, d**-0.5, programs=aim, row_tile=tile,

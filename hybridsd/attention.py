@@ -22,14 +22,16 @@ SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree) of 2-by
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 EXACT_ROW_TILE = 16  # exact mode: query rows per program, token-major (a tile of padding tokens does no work)
-EXACT_PROGRAMS = 64  # exact mode: the grid's aim for one row tile (fewer, longer chunks than SPLIT_PROGRAMS: every
-#                      step is a padded block whose idle tiles and merge grow with the chunks: attention_plans in
-#                      experiments/results/exact/speed_exact.json)
-
+EXACT_CHUNK = 128  # exact mode: keys per partial softmax, whatever the grid or the span: a row's bits depend only on
+#                    its keys (the partials merged in key order)
+EXACT_PROGRAMS = 256  # exact mode: the grid's aim for one row tile (a program reduces one or more chunks; chunks
+#                       past the keys the block's tokens see are skipped: attention_plans in
+#                       experiments/results/exact/speed_exact.json)
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
                       scale: float, kernel: str = "sdpa", key_slots: torch.Tensor | None = None,
-                      branch: torch.Tensor | None = None, block: torch.Tensor | None = None) -> torch.Tensor:
+                      branch: torch.Tensor | None = None, block: torch.Tensor | None = None,
+                      rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Attention of ``q`` ``[Hkv, g*T, D]`` (row ``j*T + t``: query head ``j`` of the group, token ``t``) over
     ``keys, values`` ``[Hkv, S, D]``, where ``allowed`` ``[T, S]`` (bool) says which keys token ``t`` sees;
     every token must see at least one key. Returns ``[T, Hkv*g*D]``: token ``t``'s heads in query-head order
@@ -50,17 +52,29 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     the views differ from slot order only at slots ``block[0] .. block[1] - 1`` (the split kernel reads other key
     tiles in place), and the first ``block[2]`` tokens are real, the others padding (the split kernel's row tiles,
     :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros);
-    no real token sees the keys from ``block[3]`` on (default ``S``: the split kernel skips the key tiles wholly past
-    it, which would add exact zeros, so a step's attention costs its context, not the span).
+    no real token sees the keys from ``block[3]`` on (default ``S``: the split kernel skips the key chunks wholly past
+    it, which would add exact zeros, so a step's attention costs its context, not the span). The split kernel
+    reduces a row's keys in partials of :data:`EXACT_CHUNK` keys merged in key order, whatever its grid and ``S``.
+
+    ``q`` may also be token-major, ``[T, Hkv, g, D]`` (any strides but the last), and ``rotary`` ``(cos, sin)``
+    (``[T, D]`` each) asks for it to be rotated first (halves convention): exact mode's split kernel does both as it
+    loads the queries (in fp32, rounded to ``q``'s dtype), elsewhere they are done in torch first.
     """
     if (key_slots is None) != (branch is None):
         raise ValueError("key_slots and branch are given together")
-    if kernel == "split" and q.shape[1] <= SPLIT_MAX_ROWS:
-        if key_slots is None and block is None:
+    if rotary is not None and q.dim() != 4:
+        raise ValueError(f"rotary needs token-major queries [T, Hkv, g, D], got shape {tuple(q.shape)}")
+    exact = key_slots is not None or block is not None
+    rows = q.shape[0] * q.shape[2] if q.dim() == 4 else q.shape[1]
+    if q.dim() == 4 and not (kernel == "split" and exact and rows <= SPLIT_MAX_ROWS):
+        q, rotary = grouped_rows(q, rotary), None
+    if kernel == "split" and rows <= SPLIT_MAX_ROWS:
+        if not exact:
             return _split_op()(q, keys, values, allowed, scale)
         if block is None:
             block = torch.tensor([0, *allowed.shape[::-1], allowed.shape[1]], device=q.device)
-        return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch, block)
+        cos, sin = rotary or (None, None)
+        return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch, block, cos, sin)
     h, rows, d = q.shape
     t = allowed.shape[0]
     g = rows // t
@@ -77,6 +91,21 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     return o.reshape(h, g, t, d).permute(2, 0, 1, 3).reshape(t, h * g * d)  # o: [Hkv, g*T, D]
 
 
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` (``[T, ..., D]``) by ``cos, sin`` (broadcast to it), halves convention."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def grouped_rows(q: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Token-major queries ``[T, Hkv, g, D]`` (rotated first by ``rotary`` ``(cos, sin)`` ``[T, D]`` when given) as
+    :func:`grouped_attention`'s rows ``[Hkv, g*T, D]``, row ``j*T + t``."""
+    t, h, g, d = q.shape
+    if rotary is not None:
+        q = rope(q, rotary[0][:, None, None], rotary[1][:, None, None])
+    return q.permute(1, 2, 0, 3).reshape(h, g * t, d)
+
+
 def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int, programs: int = SPLIT_PROGRAMS,
                row_tile: int | None = None) -> tuple[int, int, int, int]:
     """``(BLOCK_R, BLOCK_N, chunk, splits)``: row and key tile sizes, keys per program and number of programs
@@ -89,11 +118,27 @@ def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int, programs: int
         raise ValueError(f"programs and row_tile must be >= 1, got {programs} and {row_tile}")
     block_r = max(16, _next_pow2(min(rows, row_tile)))
     row_tiles = -(-rows // block_r)
-    block_n = 64 if head_dim <= 128 else 32
+    block_n = keys_per_tile(head_dim)
     tiles = -(-keys // block_n)
     splits = max(1, min(tiles, programs // max(1, kv_heads * row_tiles)))
     chunk = -(-tiles // splits) * block_n
     return block_r, block_n, chunk, -(-keys // chunk)
+
+
+def exact_plan(keys: int, kv_heads: int, programs: int = EXACT_PROGRAMS) -> tuple[int, int, int]:
+    """Exact mode's ``(chunks, per, splits)``: the :data:`EXACT_CHUNK`-key chunks over ``keys``, the chunks each
+    program reduces (a power of two, so that about ``programs`` programs serve a row tile) and the programs per KV
+    head and row tile."""
+    if programs < 1:
+        raise ValueError(f"programs must be >= 1, got {programs}")
+    chunks = -(-keys // EXACT_CHUNK)
+    per = _next_pow2(-(-chunks // max(1, programs // kv_heads)))
+    return chunks, per, -(-chunks // per)
+
+
+def keys_per_tile(head_dim: int) -> int:
+    """Keys per tile of the split kernel (a divisor of :data:`EXACT_CHUNK`)."""
+    return 64 if head_dim <= 128 else 32
 
 
 def _next_pow2(n: int) -> int:
@@ -102,26 +147,40 @@ def _next_pow2(n: int) -> int:
 
 
 def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kernel: kernel, key_slots=None,
-                       branch=None, programs: int | None = None, row_tile: int | None = None, block=None):
+                       branch=None, programs: int | None = None, row_tile: int | None = None, block=None,
+                       rotary=None):
     """:func:`grouped_attention` by the split-KV Triton kernel (``wrap``: ``torch.library.wrap_triton`` when
-    traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel.
-    ``key_slots, branch, block`` (either ``key_slots`` or ``block`` given: exact mode): the virtual key order, where
-    it differs from slot order and the count of real tokens (see :func:`grouped_attention`; exact mode's row tiles
-    are token-major, its grid planned for one of them); ``programs``, ``row_tile``: the grid's aim (default
-    :data:`SPLIT_PROGRAMS`, in exact mode :data:`EXACT_PROGRAMS`) and the most query rows per program
-    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode
-    :data:`EXACT_ROW_TILE`)."""
+    traced by ``torch.compile``): partial results in fp32, merged in chunk order by a second kernel. ``q``:
+    ``[Hkv, g*T, D]`` rows, or token-major ``[T, Hkv, g, D]``, rotated by ``rotary`` ``(cos, sin)`` ``[T, D]`` when
+    given. ``key_slots, branch, block`` (either ``key_slots`` or ``block`` given: exact mode): the virtual key order,
+    where it differs from slot order, the count of real tokens and the key bound (see :func:`grouped_attention`;
+    exact mode's row tiles are token-major, its partials of :data:`EXACT_CHUNK` keys, its grid planned for one row
+    tile by :func:`exact_plan`); ``programs``, ``row_tile``: the grid's aim (default :data:`SPLIT_PROGRAMS`, in exact
+    mode :data:`EXACT_PROGRAMS`) and the most query rows per program (:func:`split_plan`; by default
+    :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode :data:`EXACT_ROW_TILE`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     exact = key_slots is not None or block is not None
     nb = 0 if key_slots is None else key_slots.shape[0]
-    h, rows, d = q.shape
     t, s = allowed.shape
+    if q.dim() == 4:  # token-major [T, Hkv, g, D]: row j*T + t of head h at h*sqh + j*sqj + t*sqt
+        h, g, d = q.shape[1:]
+        sqh, sqj, sqt = q.stride(1), q.stride(2), q.stride(0)
+    else:
+        h, d = q.shape[0], q.shape[2]
+        g = q.shape[1] // t
+        sqh, sqj, sqt = q.stride(0), t * q.stride(1), q.stride(1)
+    rows = g * t
+    if rotary is None:
+        cos = sin = allowed  # unused pointers (ROPE off)
+    else:
+        cos, sin = (x.contiguous() for x in rotary)
     if not exact:  # unused pointers (NB = 0 compiles the plain kernel)
         key_slots, branch, block = allowed, allowed, allowed
         if row_tile is None and q.element_size() > 2:
             row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
         aim = SPLIT_PROGRAMS if programs is None else programs
         block_r, block_n, chunk, splits = split_plan(rows, s, h, d, aim, row_tile)
+        chunks, per = splits, 1
     else:  # splits planned for one row tile; the tiles of padding tokens read no keys
         if block is None:
             block = torch.tensor([0, s, t, s], device=q.device)
@@ -130,24 +189,24 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         if key_slots is None:  # unused pointers (NB = 0: every key tile read in place)
             key_slots, branch = block, block
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
-        aim = EXACT_PROGRAMS if programs is None else programs
-        tile = EXACT_ROW_TILE if row_tile is None else row_tile
-        block_r, block_n, chunk, splits = split_plan(tile, s, h, d, aim, tile)
+        block_r = max(16, _next_pow2(EXACT_ROW_TILE if row_tile is None else row_tile))
+        block_n, chunk = keys_per_tile(d), EXACT_CHUNK
+        chunks, per, splits = exact_plan(s, h, EXACT_PROGRAMS if programs is None else programs)
     row_tiles = -(-rows // block_r)
-    part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
-    stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
+    part = torch.empty(h, chunks, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
+    stats = torch.empty(h, chunks, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
     wrap(_kernel())[(h, splits, row_tiles)](
-        q, keys, values, allowed, key_slots, branch, block, part, stats,
-        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
-        allowed.stride(0), rows, t, s, chunk,
+        q, keys, values, allowed, key_slots, branch, block, cos, sin, part, stats,
+        sqh, sqj, sqt, keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
+        allowed.stride(0), cos.stride(0), rows, t, s, chunk, chunks,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb, G=rows // t, EXACT=exact,
+        IEEE=q.dtype == torch.float32, NB=nb, G=g, EXACT=exact, PER=per, ROPE=rotary is not None,
         **({"num_warps": 8} if block_r >= 128 else {}))  # else 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
-        part, stats, out, block, splits, rows, t, out.stride(0), BLOCK_R=block_m, D=d, D_PAD=_next_pow2(max(d, 16)),
-        EXACT=exact)
+        part, stats, out, block, chunks, chunk, rows, t, out.stride(0), BLOCK_R=block_m, D=d,
+        D_PAD=_next_pow2(max(d, 16)), EXACT=exact)
     return out
 
 
@@ -188,8 +247,8 @@ def _split_exact_op():
     @triton_op("hybridsd::split_kv_attention_exact", mutates_args={})
     def split_kv_exact_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
                           scale: float, key_slots: torch.Tensor | None, branch: torch.Tensor | None,
-                          block: torch.Tensor) -> torch.Tensor:
+                          block: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None) -> torch.Tensor:
         return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton, key_slots=key_slots,
-                                  branch=branch, block=block)
+                                  branch=branch, block=block, rotary=None if cos is None else (cos, sin))
 
     return split_kv_exact_op

@@ -1,6 +1,6 @@
 """The Triton kernels of :mod:`hybridsd.attention`'s split-KV attention (imported on first use: importing hybridsd
-never needs Triton). ``split_kv_kernel``: one program per (KV head, chunk of keys, row tile), a partial softmax in
-fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order, written token-major."""
+never needs Triton). ``split_kv_kernel``: one program per (KV head, chunks of keys, row tile), a partial softmax per
+chunk in fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order, written token-major."""
 
 import triton
 import triton.language as tl
@@ -58,36 +58,11 @@ def key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0,
 
 
 @triton.jit
-def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, skh, sks, svh, svs, smt, R, T, S,
-                    CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                    D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr,
-                    EXACT: tl.constexpr):
-    # Not EXACT: rows j*T + t in tiles. EXACT: rows tiled token-major (tile row i: token i // G, query head i % G),
-    # a tile of tokens >= BLOCK[2] (padding) reads no keys, and no tile reads the key tiles wholly at or past BLOCK[3]. NB = 0: keys in slot order, every tile read in
-    # place. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from slot KSLOT[b, i]; each row
-    # takes its token's view (BRANCH) by selection: its scores and value products are those of its own view's
-    # keys, whatever the other rows. Views differ only at the slots BLOCK[0] .. BLOCK[1] - 1: key tiles outside
-    # them are read in place (the same keys for every view, and the same code as NB = 0's, so the same bits), and
-    # a tile whose rows all read view 0 skips the other views. (NB = 0 in exact mode serves decode steps and chains:
-    # a kernel without the gathering path keeps its registers; the two-view kernel spills.)
-    h = tl.program_id(0)
-    c = tl.program_id(1)
-    splits = tl.num_programs(1)
-    i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
-    lo = c * CHUNK
-    hi = lo + CHUNK
-    if not EXACT:
-        tok = i % T  # the block token of each row (row j*T + t)
-        r = i
-    else:
-        tok = i // G
-        r = (i % G) * T + tok
-        hi = tl.where(tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2), hi, lo)
-        # keys from BLOCK[3] on are seen by no real token: the key tiles past it would add exact zeros, skipped
-        hi = tl.minimum(hi, tl.maximum(lo, (tl.load(BLOCK + 3) + BLOCK_N - 1) // BLOCK_N * BLOCK_N))
-    d = tl.arange(0, D_PAD)
-    row_ok = i < R
-    q = tl.load(Q + h * sqh + r[:, None] * sqr + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+def chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, tok, row_ok, view, several, g0, g1,
+                  d, BLOCK_R: tl.constexpr, SCALE: tl.constexpr, BLOCK_N: tl.constexpr, D_PAD: tl.constexpr,
+                  D: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr):
+    # the running softmax (m, l, acc) of the tile's rows over keys lo .. hi - 1 (NB > 0: the key tiles g0 .. g1
+    # on the gathering path, the others in place)
     m = tl.full([BLOCK_R], -1e30, tl.float32)  # finite: a chunk with no visible key keeps m = -1e30, l = 0
     l = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
@@ -96,10 +71,8 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
             m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
                                  tok, False, d, SCALE, BLOCK_N, D, IEEE, NB, False)
     else:
-        view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
-        several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
-        g0 = tl.minimum(tl.maximum(lo, tl.load(BLOCK) // BLOCK_N * BLOCK_N), hi)  # tiles g0 .. g1: views differ
-        g1 = tl.maximum(tl.minimum(hi, (tl.load(BLOCK + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N), g0)
+        g0 = tl.minimum(tl.maximum(lo, g0), hi)
+        g1 = tl.maximum(tl.minimum(hi, g1), g0)
         for n0 in range(lo, g0, BLOCK_N):
             m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
                                  view, several, d, SCALE, BLOCK_N, D, IEEE, NB, False)
@@ -109,27 +82,98 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, PART, STATS, sqh, sqr, 
         for n0 in range(g1, hi, BLOCK_N):
             m, l, acc = key_tile(q, m, l, acc, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, n0, tok, row_ok,
                                  view, several, d, SCALE, BLOCK_N, D, IEEE, NB, False)
-    base = (h * splits + c) * R
-    tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
-    tl.store(STATS + (base * 2) + r, m, mask=row_ok)
-    tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
+    return m, l, acc
 
 
 @triton.jit
-def split_kv_merge(PART, STATS, OUT, BLOCK, C, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
+def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, COS, SIN, PART, STATS, sqh, sqj, sqt, skh, sks, svh, svs,
+                    smt, sct, R, T, S, CHUNK, NCHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
+                    BLOCK_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr,
+                    G: tl.constexpr, EXACT: tl.constexpr, PER: tl.constexpr, ROPE: tl.constexpr):
+    # Row j*T + t is query head j of KV head h (program 0), token t: its query at Q + h*sqh + j*sqj + t*sqt (ROPE:
+    # not yet rotated; rotated here by COS, SIN [T, D] at row stride sct, halves convention, in fp32, rounded to
+    # Q's dtype). Program c reduces key chunks c*PER .. c*PER + PER - 1 (of CHUNK keys; NCHUNK in all), one
+    # partial softmax each, stored at its chunk's index. Not EXACT: rows j*T + t in tiles. EXACT: rows tiled
+    # token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding) reads no
+    # keys, and no tile reads the key tiles wholly at or past BLOCK[3] (no real token sees them: they would add
+    # exact zeros) nor stores the chunks wholly past it (the merge does not read them). NB = 0: keys in slot order,
+    # every tile read in place. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from slot
+    # KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and value products are those
+    # of its own view's keys, whatever the other rows. Views differ only at the slots BLOCK[0] .. BLOCK[1] - 1: key
+    # tiles outside them are read in place (the same keys for every view, and the same code as NB = 0's, so the
+    # same bits), and a tile whose rows all read view 0 skips the other views. (NB = 0 in exact mode serves decode
+    # steps and chains: a kernel without the gathering path keeps its registers; the two-view kernel spills.)
+    h = tl.program_id(0)
+    c = tl.program_id(1)
+    i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
+    if not EXACT:
+        tok = i % T  # the block token of each row (row j*T + t)
+        j = i // T
+        end = S
+    else:
+        tok = i // G
+        j = i % G
+        real = tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2)  # the tile holds a real token
+        end = tl.minimum((tl.load(BLOCK + 3) + BLOCK_N - 1) // BLOCK_N * BLOCK_N, S)  # key tiles past: unseen
+    r = j * T + tok
+    d = tl.arange(0, D_PAD)
+    row_ok = i < R
+    q_at = Q + h * sqh + j[:, None] * sqj + tok[:, None] * sqt
+    q_ok = row_ok[:, None] & (d[None, :] < D)
+    q = tl.load(q_at + d[None, :], mask=q_ok, other=0.0)  # [BLOCK_R, D_PAD]
+    if ROPE:
+        half = D // 2
+        pair = tl.load(q_at + tl.where(d < half, d + half, d - half)[None, :], mask=q_ok, other=0.0)
+        cos = tl.load(COS + tok[:, None] * sct + d[None, :], mask=q_ok, other=0.0).to(tl.float32)
+        sin = tl.load(SIN + tok[:, None] * sct + d[None, :], mask=q_ok, other=0.0).to(tl.float32)
+        rot = tl.where(d[None, :] < half, -pair.to(tl.float32), pair.to(tl.float32))
+        q = (q.to(tl.float32) * cos + rot * sin).to(q.dtype)
+    view = tok
+    several = False
+    g0 = 0
+    g1 = 0
+    if NB > 0:
+        view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
+        several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
+        g0 = tl.load(BLOCK) // BLOCK_N * BLOCK_N  # key tiles g0 .. g1: the views differ
+        g1 = (tl.load(BLOCK + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+    for sub in tl.static_range(PER):
+        cc = c * PER + sub
+        lo = cc * CHUNK
+        hi = tl.minimum(lo + CHUNK, end)
+        live = (cc < NCHUNK) & (lo < end)
+        if EXACT:
+            live = live & real
+        hi = tl.where(live, hi, lo)
+        m, l, acc = chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, tok, row_ok, view,
+                                  several, g0, g1, d, BLOCK_R, SCALE, BLOCK_N, D_PAD, D, IEEE, NB)
+        base = (h * NCHUNK + cc) * R
+        keep = row_ok & (tl.full([BLOCK_R], 1, tl.int1) & live)  # (a vector first: the interpreter makes int32 of bool & scalar)
+        tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=keep[:, None] & (d[None, :] < D))
+        tl.store(STATS + (base * 2) + r, m, mask=keep)
+        tl.store(STATS + (base * 2) + R + r, l, mask=keep)
+
+
+@triton.jit
+def split_kv_merge(PART, STATS, OUT, BLOCK, C, CHUNK, R, T, sot, BLOCK_R: tl.constexpr, D: tl.constexpr,
                    D_PAD: tl.constexpr, EXACT: tl.constexpr):
+    # the partials of chunks 0 .. C - 1 (EXACT: those before the key bound BLOCK[3] only; the others, never
+    # stored, would add exact zeros) merged in chunk order
     h = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, D_PAD)
     row_ok = r < R
     if EXACT:  # padding tokens' rows were not all computed: zeros
         row_ok = row_ok & (r % T < tl.load(BLOCK + 2))
+        n = tl.minimum(C, (tl.load(BLOCK + 3) + CHUNK - 1) // CHUNK)
+    else:
+        n = C
     top = tl.full([BLOCK_R], -1e30, tl.float32)
-    for c in range(0, C):  # the largest chunk maximum of each row
+    for c in range(0, n):  # the largest chunk maximum of each row
         top = tl.maximum(top, tl.load(STATS + ((h * C + c) * 2) * R + r, mask=row_ok, other=-1e30))
     den = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-    for c in range(0, C):  # chunks in order: sum of exp(m_c - top) * (l_c, unnormalized output_c)
+    for c in range(0, n):  # chunks in order: sum of exp(m_c - top) * (l_c, unnormalized output_c)
         base = (h * C + c) * R
         w = tl.exp(tl.load(STATS + base * 2 + r, mask=row_ok, other=-1e30) - top)  # 0 for a chunk that saw nothing
         den += w * tl.load(STATS + base * 2 + R + r, mask=row_ok, other=0.0)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from hybridsd.attention import KERNELS, grouped_attention
+from hybridsd.attention import KERNELS, grouped_attention, grouped_rows, rope
 from hybridsd.linear import ROW_MAX_M, row_linear_norm_op, row_linear_op
 
 
@@ -137,16 +137,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` (``[T, heads, D]``) by ``cos, sin`` (``[T, 1, D]``), halves convention."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-
-def make_attend(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, attention: str = "sdpa"):
+def make_attend(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, attention: str = "sdpa",
+                rotate_q_in_attention: bool = False):
     """``attend(qkv, w, k_cache, v_cache, slots, cos, sin, allowed, kv_len, key_slots, branch, block) -> [T, Hq D]``:
     a layer's attention from its q/k/v projection ``qkv`` ``[T, (Hq + 2 Hkv) D]`` (see :func:`make_layer`): the
-    q/k norms (qwen3) and rotary embedding, the new keys and values written to the caches, the grouped attention."""
+    q/k norms (qwen3) and rotary embedding, the new keys and values written to the caches, the grouped attention.
+    ``rotate_q_in_attention``: the queries go to :func:`~hybridsd.attention.grouped_attention` token-major and not
+    yet rotated (exact mode's split kernel rotates them as it loads them)."""
     if attention not in KERNELS:
         raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
     g, dq, dkv = n_heads // n_kv_heads, n_heads * head_dim, n_kv_heads * head_dim
@@ -158,11 +155,14 @@ def make_attend(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, attent
         q, k, v = q.view(t, n_heads, head_dim), k.view(t, n_kv_heads, head_dim), v.view(t, n_kv_heads, head_dim)
         if w.q_norm is not None:
             q, k = rms_norm(q, w.q_norm, eps), rms_norm(k, w.k_norm, eps)
-        q, k = rope(q, cos[:, None], sin[:, None]), rope(k, cos[:, None], sin[:, None])
+        k = rope(k, cos[:, None], sin[:, None])
         k_cache.index_copy_(2, slots, k.transpose(0, 1)[None])  # [1, Hkv, S, D]
         v_cache.index_copy_(2, slots, v.transpose(0, 1)[None])
-        # each KV head with its g query heads as g*T rows: [Hkv, g*T, D], row j*T + t
-        qg = q.view(t, n_kv_heads, g, head_dim).permute(1, 2, 0, 3).reshape(n_kv_heads, g * t, head_dim)
+        q = q.view(t, n_kv_heads, g, head_dim)  # [T, Hkv, g, D] token-major, each KV head with its g query heads
+        if rotate_q_in_attention:
+            return grouped_attention(q, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale, attention,
+                                     key_slots, branch, block, rotary=(cos, sin))  # [T, Hq D]
+        qg = grouped_rows(q, (cos, sin))  # [Hkv, g*T, D], row j*T + t
         return grouped_attention(qg, k_cache[0, :, :kv_len], v_cache[0, :, :kv_len], allowed, scale,
                                  attention, key_slots, branch, block)  # [T, Hq D]
 
@@ -199,7 +199,7 @@ def make_row_layer(n_heads: int, n_kv_heads: int, head_dim: int, eps: float, act
     RMS norms folded in: ``normed`` is ``(x * attn_norm, sums of squares of x [T, P])`` from the layer before (None:
     the layer normalizes ``x`` itself), and the layer returns the same for ``next_norm`` (the next layer's
     ``attn_norm``; None: ``normed`` None). Other arguments as :func:`make_layer`'s."""
-    attend = make_attend(n_heads, n_kv_heads, head_dim, eps, "split")
+    attend = make_attend(n_heads, n_kv_heads, head_dim, eps, "split", rotate_q_in_attention=True)
 
     def row_layer(x, normed, w: LayerWeights, next_norm, k_cache, v_cache, slots, cos, sin, allowed, kv_len: int,
                   key_slots, branch, block):

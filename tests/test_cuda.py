@@ -257,6 +257,46 @@ def test_exact_split_kernel_rows_equal_their_decode_step(dtype, rows, g, hkv, d,
     assert torch.equal(bounded.view(rows, -1), tree)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("g,hkv,d,s,t", [(4, 8, 128, 2560, 16), (3, 2, 64, 700, 9)])
+def test_exact_split_kernel_partials_and_rotation(dtype, g, hkv, d, s, t):
+    """Exact mode's split kernel on the GPU, queries token-major and rotated as they are loaded: a chain's rows have
+    the same bits whatever the grid's aim (one to many key chunks a program), over a longer span with NaN past the
+    key bound, and as each token's own decode step (one real token, its own bound); close to rotating first and
+    attending with SDPA."""
+    from hybridsd.attention import EXACT_CHUNK, grouped_attention, grouped_rows, split_kv_attention
+
+    torch.manual_seed(t)
+    dev = "cuda"
+    start = 3 * EXACT_CHUNK - t // 2  # the chain crosses a chunk boundary
+    q = torch.randn(t, hkv, g, d, device=dev, dtype=dtype)
+    cos, sin = (torch.randn(t, d, device=dev, dtype=dtype) for _ in range(2))
+    k, v = (torch.randn(hkv, s, d, device=dev, dtype=dtype) for _ in range(2))
+    pos = start + torch.arange(t, device=dev)
+    allowed = torch.arange(s, device=dev)[None] <= pos[:, None]
+    block = torch.tensor([0, 0, t, start + t], device=dev)
+    runs = [split_kv_attention(q, k, v, allowed, d**-0.5, block=block, rotary=(cos, sin), programs=aim)
+            for aim in (hkv, 4 * hkv, 256, 4096)]
+    assert all(torch.equal(r, runs[0]) for r in runs[1:])
+    ref = grouped_attention(grouped_rows(q.float(), (cos.float(), sin.float())), k.float(), v.float(), allowed,
+                            d**-0.5, "sdpa")
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(runs[0].float(), ref, atol=tol, rtol=tol)
+    big = 2 * s  # a longer span, NaN from the first chunk past the bound on
+    live = -(-(start + t) // EXACT_CHUNK) * EXACT_CHUNK
+    kb, vb = (torch.full((hkv, big, d), float("nan"), device=dev, dtype=dtype) for _ in range(2))
+    kb[:, :live], vb[:, :live] = k[:, :live], v[:, :live]
+    wide = torch.arange(big, device=dev)[None] <= pos[:, None]
+    assert torch.equal(split_kv_attention(q, kb, vb, wide, d**-0.5, block=block, rotary=(cos, sin)), runs[0])
+    for i in range(t):  # each token as its decode step: one real token among padding rows
+        alone = torch.cat([q[i : i + 1], q[:1].expand(t - 1, -1, -1, -1)])
+        rot = tuple(torch.cat([x[i : i + 1], x[:1].expand(t - 1, -1)]) for x in (cos, sin))
+        seen = torch.arange(s, device=dev)[None] <= pos[i].expand(t, 1)
+        one = split_kv_attention(alone, k, v, seen, d**-0.5, rotary=rot,
+                                 block=torch.tensor([0, 0, 1, start + i + 1], device=dev))
+        assert torch.equal(one[0], runs[0][i]) and not one[1:].any(), i
+
+
 def past_nan(x: torch.Tensor, end: int, tile: int = 64) -> torch.Tensor:
     """``x`` (``[Hkv, S, D]``) with NaN in the key tiles (of ``tile`` slots) wholly from slot ``end`` on."""
     x = x.clone()

@@ -257,3 +257,60 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
+    """Exact mode's split kernel reduces a row's keys in partials of ``EXACT_CHUNK`` keys merged in key order: its
+    bits do not depend on how many chunks a program takes (the grid's aim) or on the span past the keys it sees (NaN
+    there, past the key bound, changes nothing). Queries given token-major and not yet rotated are rotated as they are
+    loaded: the result is rotating first within rounding, and a tree's rows still equal their chain's and their
+    own decode step's bits."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent("""
+        import torch
+        from hybridsd.attention import EXACT_CHUNK, exact_plan, grouped_attention, grouped_rows, split_kv_attention
+        torch.manual_seed(1)
+        hkv, g, d, s, t, start = 2, 2, 16, 5 * EXACT_CHUNK + 7, 5, 3 * EXACT_CHUNK + 60
+        assert [exact_plan(s, hkv, aim)[1] for aim in (2, 4, 8, 256)] == [8, 4, 2, 1]
+        q = torch.randn(t, hkv, g, d)  # token-major, not yet rotated
+        cos, sin = torch.randn(t, d), torch.randn(t, d)
+        k, v = torch.randn(hkv, s, d), torch.randn(hkv, s, d)
+        pos = start + torch.arange(t)
+        allowed = torch.arange(s)[None] <= pos[:, None]  # a chain of 5 at start (across a chunk boundary)
+        block = torch.tensor([0, 0, t, start + t])
+        runs = [split_kv_attention(q, k, v, allowed, d ** -0.5, block=block, rotary=(cos, sin), programs=aim)
+                for aim in (2, 4, 8, 256)]
+        assert all(torch.equal(r, runs[0]) for r in runs[1:])
+        ref = grouped_attention(grouped_rows(q, (cos, sin)), k, v, allowed, d ** -0.5)
+        assert (runs[0] - ref).abs().max() < 1e-5
+        # a longer span, NaN from the first key chunk past the bound on: the same bits
+        big = 2 * s
+        kb, vb = torch.full((hkv, big, d), float("nan")), torch.full((hkv, big, d), float("nan"))
+        live = -(-(start + t) // EXACT_CHUNK) * EXACT_CHUNK
+        kb[:, :live], vb[:, :live] = k[:, :live], v[:, :live]
+        wide = torch.arange(big)[None] <= pos[:, None]
+        got = split_kv_attention(q, kb, vb, wide, d ** -0.5, block=block, rotary=(cos, sin))
+        assert torch.equal(got, runs[0])
+        # each token as a decode step (one real token among padding, its own key bound), rotation in the kernel
+        for i in range(t):
+            alone = torch.cat([q[i : i + 1], q[:1].expand(t - 1, -1, -1, -1)])
+            rot = (torch.cat([cos[i : i + 1], cos[:1].expand(t - 1, -1)]), torch.cat([sin[i : i + 1], sin[:1].expand(t - 1, -1)]))
+            seen = torch.arange(s)[None] <= pos[i].expand(t, 1)
+            one = split_kv_attention(alone, k, v, seen, d ** -0.5, block=torch.tensor([0, 0, 1, start + i + 1]),
+                                     rotary=rot, programs=4)
+            assert torch.equal(one[0], runs[0][i]), i
+        # a tree over the same keys: token 3 read through view 1 (its key moved to slot start + 4), token 4 padding
+        k2, v2 = k.clone(), v.clone()
+        k2[:, start + 4], v2[:, start + 4] = k[:, start + 3], v[:, start + 3]
+        key_slots = torch.arange(s).repeat(2, 1)
+        key_slots[1, start + 3] = start + 4
+        branch = torch.tensor([0, 0, 0, 1, 0])
+        tree = split_kv_attention(q, k2, v2, allowed, d ** -0.5, key_slots=key_slots, branch=branch, rotary=(cos, sin),
+                                  block=torch.tensor([start, start + t, 4, start + 4]))
+        assert torch.equal(tree[:3], runs[0][:3]) and torch.equal(tree[3], runs[0][3]) and not tree[4].any()
+        print("ok")
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
