@@ -109,49 +109,53 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, COS, SIN, PART, STATS, 
     if not EXACT:
         tok = i % T  # the block token of each row (row j*T + t)
         j = i // T
-        end = S
+        go = True
     else:
         tok = i // G
         j = i % G
         real = tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2)  # the tile holds a real token
         end = tl.minimum((tl.load(BLOCK + 3) + BLOCK_N - 1) // BLOCK_N * BLOCK_N, S)  # key tiles past: unseen
-    r = j * T + tok
-    d = tl.arange(0, D_PAD)
-    row_ok = i < R
-    q_at = Q + h * sqh + j[:, None] * sqj + tok[:, None] * sqt
-    q_ok = row_ok[:, None] & (d[None, :] < D)
-    q = tl.load(q_at + d[None, :], mask=q_ok, other=0.0)  # [BLOCK_R, D_PAD]
-    if ROPE:
-        half = D // 2
-        pair = tl.load(q_at + tl.where(d < half, d + half, d - half)[None, :], mask=q_ok, other=0.0)
-        cos = tl.load(COS + tok[:, None] * sct + d[None, :], mask=q_ok, other=0.0).to(tl.float32)
-        sin = tl.load(SIN + tok[:, None] * sct + d[None, :], mask=q_ok, other=0.0).to(tl.float32)
-        rot = tl.where(d[None, :] < half, -pair.to(tl.float32), pair.to(tl.float32))
-        q = (q.to(tl.float32) * cos + rot * sin).to(q.dtype)
-    view = tok
-    several = False
-    g0 = 0
-    g1 = 0
-    if NB > 0:
-        view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
-        several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
-        g0 = tl.load(BLOCK) // BLOCK_N * BLOCK_N  # key tiles g0 .. g1: the views differ
-        g1 = (tl.load(BLOCK + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
-    for sub in tl.static_range(PER):
-        cc = c * PER + sub
-        lo = cc * CHUNK
-        hi = tl.minimum(lo + CHUNK, end)
-        live = (cc < NCHUNK) & (lo < end)
-        if EXACT:
-            live = live & real
-        hi = tl.where(live, hi, lo)
-        m, l, acc = chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, tok, row_ok, view,
-                                  several, g0, g1, d, BLOCK_R, SCALE, BLOCK_N, D_PAD, D, IEEE, NB)
-        base = (h * NCHUNK + cc) * R
-        keep = row_ok & (tl.full([BLOCK_R], 1, tl.int1) & live)  # (a vector first: the interpreter makes int32 of bool & scalar)
-        tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=keep[:, None] & (d[None, :] < D))
-        tl.store(STATS + (base * 2) + r, m, mask=keep)
-        tl.store(STATS + (base * 2) + R + r, l, mask=keep)
+        go = real & (c * PER * CHUNK < end)  # else the program has nothing to do
+    if go:
+        r = j * T + tok
+        d = tl.arange(0, D_PAD)
+        row_ok = i < R
+        q_at = Q + h * sqh + j[:, None] * sqj + tok[:, None] * sqt
+        q_ok = row_ok[:, None] & (d[None, :] < D)
+        q = tl.load(q_at + d[None, :], mask=q_ok, other=0.0)  # [BLOCK_R, D_PAD]
+        if ROPE:
+            half = D // 2
+            pair = tl.load(q_at + tl.where(d < half, d + half, d - half)[None, :], mask=q_ok, other=0.0)
+            cos = tl.load(COS + tok[:, None] * sct + d[None, :], mask=q_ok, other=0.0).to(tl.float32)
+            sin = tl.load(SIN + tok[:, None] * sct + d[None, :], mask=q_ok, other=0.0).to(tl.float32)
+            rot = tl.where(d[None, :] < half, -pair.to(tl.float32), pair.to(tl.float32))
+            q = (q.to(tl.float32) * cos + rot * sin).to(q.dtype)
+        view = tok
+        several = False
+        g0 = 0
+        g1 = 0
+        if NB > 0:
+            view = tl.load(BRANCH + tok, mask=row_ok, other=0)  # [BLOCK_R] the key view of each row
+            several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
+            g0 = tl.load(BLOCK) // BLOCK_N * BLOCK_N  # key tiles g0 .. g1: the views differ
+            g1 = (tl.load(BLOCK + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+        for sub in tl.static_range(PER):
+            cc = c * PER + sub
+            lo = cc * CHUNK
+            if EXACT:
+                live = real & (cc < NCHUNK) & (lo < end)
+                hi = tl.where(live, tl.minimum(lo + CHUNK, end), lo)
+            else:
+                live = cc < NCHUNK
+                hi = lo + CHUNK
+            m, l, acc = chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, tok, row_ok, view,
+                                      several, g0, g1, d, BLOCK_R, SCALE, BLOCK_N, D_PAD, D, IEEE, NB)
+            base = (h * NCHUNK + cc) * R
+            keep = row_ok & (tl.full([BLOCK_R], 1, tl.int1) & live)  # (a vector first: the interpreter
+            # makes int32 of a bool vector & a scalar)
+            tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=keep[:, None] & (d[None, :] < D))
+            tl.store(STATS + (base * 2) + r, m, mask=keep)
+            tl.store(STATS + (base * 2) + R + r, l, mask=keep)
 
 
 @triton.jit
