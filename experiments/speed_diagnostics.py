@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 import hybridsd as hsd
 from experiments.speed_loop import accepted_continuation
 from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
-from hybridsd.attention import (EXACT_PROGRAMS, EXACT_ROW_TILE, SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE,
+from hybridsd.attention import (EXACT_ROW_TILE, SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE,
                                 split_kv_attention)
 from hybridsd.decoder import fused_layers
 from hybridsd.drafters.replay import ReplayDrafter
@@ -305,7 +305,7 @@ ATTENTION_PLANS = (  # (grid aim, row tile): 64-row tiles (the default up to 64 
     # exact mode's 16-row token-major tiles
     (32, SPLIT_ROW_TILE), (64, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_ROW_TILE), (256, SPLIT_ROW_TILE),
     (512, SPLIT_ROW_TILE), (SPLIT_PROGRAMS, SPLIT_WIDE_TILE), (256, SPLIT_WIDE_TILE),
-    (64, EXACT_ROW_TILE), (SPLIT_PROGRAMS, EXACT_ROW_TILE), (EXACT_PROGRAMS, EXACT_ROW_TILE), (512, EXACT_ROW_TILE))
+    (SPLIT_PROGRAMS, EXACT_ROW_TILE))  # (exact mode: the grid follows the key chunks, not the aim)
 
 
 @torch.inference_mode()

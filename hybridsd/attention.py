@@ -22,11 +22,9 @@ SPLIT_WIDE_TILE = 128  # ... or, for a block of more rows (a draft tree) of 2-by
 SPLIT_MAX_ROWS = 512  # query rows the split kernel serves (in row tiles); longer blocks (prefill) go to SDPA
 SPLIT_PROGRAMS = 128  # programs the split kernel's grid aims at (one H100/H200 wave)
 EXACT_ROW_TILE = 16  # exact mode: query rows per program, token-major (a tile of padding tokens does no work)
-EXACT_CHUNK = 128  # exact mode: keys per partial softmax, whatever the grid or the span: a row's bits depend only on
-#                    its keys (the partials merged in key order)
-EXACT_PROGRAMS = 256  # exact mode: the grid's aim for one row tile (a program reduces one or more chunks; chunks
-#                       past the keys the block's tokens see are skipped: attention_plans in
-#                       experiments/results/exact/speed_exact.json)
+EXACT_CHUNK = 256  # exact mode: keys per program and partial softmax, whatever the span: a row's bits depend only on
+#                    its keys (the partials merged in key order); chunks past the keys the block's tokens see are
+#                    skipped (attention_plans in experiments/results/exact/speed_exact.json)
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
                       scale: float, kernel: str = "sdpa", key_slots: torch.Tensor | None = None,
@@ -125,17 +123,6 @@ def split_plan(rows: int, keys: int, kv_heads: int, head_dim: int, programs: int
     return block_r, block_n, chunk, -(-keys // chunk)
 
 
-def exact_plan(keys: int, kv_heads: int, programs: int = EXACT_PROGRAMS) -> tuple[int, int, int]:
-    """Exact mode's ``(chunks, per, splits)``: the :data:`EXACT_CHUNK`-key chunks over ``keys``, the chunks each
-    program reduces (a power of two, so that about ``programs`` programs serve a row tile) and the programs per KV
-    head and row tile."""
-    if programs < 1:
-        raise ValueError(f"programs must be >= 1, got {programs}")
-    chunks = -(-keys // EXACT_CHUNK)
-    per = _next_pow2(-(-chunks // max(1, programs // kv_heads)))
-    return chunks, per, -(-chunks // per)
-
-
 def keys_per_tile(head_dim: int) -> int:
     """Keys per tile of the split kernel (a divisor of :data:`EXACT_CHUNK`)."""
     return 64 if head_dim <= 128 else 32
@@ -154,10 +141,10 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     ``[Hkv, g*T, D]`` rows, or token-major ``[T, Hkv, g, D]``, rotated by ``rotary`` ``(cos, sin)`` ``[T, D]`` when
     given. ``key_slots, branch, block`` (either ``key_slots`` or ``block`` given: exact mode): the virtual key order,
     where it differs from slot order, the count of real tokens and the key bound (see :func:`grouped_attention`;
-    exact mode's row tiles are token-major, its partials of :data:`EXACT_CHUNK` keys, its grid planned for one row
-    tile by :func:`exact_plan`); ``programs``, ``row_tile``: the grid's aim (default :data:`SPLIT_PROGRAMS`, in exact
-    mode :data:`EXACT_PROGRAMS`) and the most query rows per program (:func:`split_plan`; by default
-    :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode :data:`EXACT_ROW_TILE`)."""
+    exact mode's row tiles are token-major, one program per :data:`EXACT_CHUNK` keys); ``programs``, ``row_tile``:
+    the grid's aim (default :data:`SPLIT_PROGRAMS`; not in exact mode) and the most query rows per program
+    (:func:`split_plan`; by default :data:`SPLIT_ROW_TILE` for inputs of more than 2 bytes an element, in exact mode
+    :data:`EXACT_ROW_TILE`)."""
     q, keys, values, allowed = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values, allowed))
     exact = key_slots is not None or block is not None
     nb = 0 if key_slots is None else key_slots.shape[0]
@@ -180,8 +167,7 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
             row_tile = SPLIT_ROW_TILE  # wide tiles are for 2-byte inputs only (shared memory)
         aim = SPLIT_PROGRAMS if programs is None else programs
         block_r, block_n, chunk, splits = split_plan(rows, s, h, d, aim, row_tile)
-        chunks, per = splits, 1
-    else:  # splits planned for one row tile; the tiles of padding tokens read no keys
+    else:  # one program per EXACT_CHUNK keys and row tile; the tiles of padding tokens read no keys
         if block is None:
             block = torch.tensor([0, s, t, s], device=q.device)
         elif block.shape[0] == 3:  # no key bound: every key tile may be seen
@@ -191,21 +177,21 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
         key_slots, branch = key_slots.contiguous(), branch.contiguous()
         block_r = max(16, _next_pow2(EXACT_ROW_TILE if row_tile is None else row_tile))
         block_n, chunk = keys_per_tile(d), EXACT_CHUNK
-        chunks, per, splits = exact_plan(s, h, EXACT_PROGRAMS if programs is None else programs)
+        splits = -(-s // chunk)
     row_tiles = -(-rows // block_r)
-    part = torch.empty(h, chunks, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
-    stats = torch.empty(h, chunks, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
+    part = torch.empty(h, splits, rows, d, dtype=torch.float32, device=q.device)  # [Hkv, C, R, D] unnormalized
+    stats = torch.empty(h, splits, 2, rows, dtype=torch.float32, device=q.device)  # [Hkv, C, (max, sum), R]
     wrap(_kernel())[(h, splits, row_tiles)](
         q, keys, values, allowed, key_slots, branch, block, cos, sin, part, stats,
         sqh, sqj, sqt, keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
-        allowed.stride(0), cos.stride(0), rows, t, s, chunk, chunks,
+        allowed.stride(0), cos.stride(0), rows, t, s, chunk,
         SCALE=scale, BLOCK_R=block_r, BLOCK_N=block_n, D=d, D_PAD=_next_pow2(max(d, 16)),
-        IEEE=q.dtype == torch.float32, NB=nb, G=g, EXACT=exact, PER=per, ROPE=rotary is not None,
+        IEEE=q.dtype == torch.float32, NB=nb, G=g, EXACT=exact, ROPE=rotary is not None,
         **({"num_warps": 8} if block_r >= 128 else {}))  # else 4
     out = torch.empty(t, h * rows * d // t, dtype=q.dtype, device=q.device)  # [T, Hkv*g*D]
     block_m = 16
     wrap(_merge_kernel())[(h, -(-rows // block_m))](
-        part, stats, out, block, chunks, chunk, rows, t, out.stride(0), BLOCK_R=block_m, D=d,
+        part, stats, out, block, splits, chunk, rows, t, out.stride(0), BLOCK_R=block_m, D=d,
         D_PAD=_next_pow2(max(d, 16)), EXACT=exact)
     return out
 

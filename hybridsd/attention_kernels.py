@@ -1,6 +1,6 @@
 """The Triton kernels of :mod:`hybridsd.attention`'s split-KV attention (imported on first use: importing hybridsd
-never needs Triton). ``split_kv_kernel``: one program per (KV head, chunks of keys, row tile), a partial softmax per
-chunk in fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order, written token-major."""
+never needs Triton). ``split_kv_kernel``: one program per (KV head, chunk of keys, row tile), a partial softmax in
+fp32; ``split_kv_merge``: the chunks merged by their log-sum-exp in chunk order, written token-major."""
 
 import triton
 import triton.language as tl
@@ -87,35 +87,38 @@ def chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, t
 
 @triton.jit
 def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, COS, SIN, PART, STATS, sqh, sqj, sqt, skh, sks, svh, svs,
-                    smt, sct, R, T, S, CHUNK, NCHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
-                    BLOCK_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr,
-                    G: tl.constexpr, EXACT: tl.constexpr, PER: tl.constexpr, ROPE: tl.constexpr):
+                    smt, sct, R, T, S, CHUNK, SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                    D: tl.constexpr, D_PAD: tl.constexpr, IEEE: tl.constexpr, NB: tl.constexpr, G: tl.constexpr,
+                    EXACT: tl.constexpr, ROPE: tl.constexpr):
     # Row j*T + t is query head j of KV head h (program 0), token t: its query at Q + h*sqh + j*sqj + t*sqt (ROPE:
     # not yet rotated; rotated here by COS, SIN [T, D] at row stride sct, halves convention, in fp32, rounded to
-    # Q's dtype). Program c reduces key chunks c*PER .. c*PER + PER - 1 (of CHUNK keys; NCHUNK in all), one
-    # partial softmax each, stored at its chunk's index. Not EXACT: rows j*T + t in tiles. EXACT: rows tiled
-    # token-major (tile row i: token i // G, query head i % G); a tile of tokens >= BLOCK[2] (padding) reads no
-    # keys, and no tile reads the key tiles wholly at or past BLOCK[3] (no real token sees them: they would add
-    # exact zeros) nor stores the chunks wholly past it (the merge does not read them). NB = 0: keys in slot order,
-    # every tile read in place. NB > 0 (exact mode): NB views of the keys, view b reading its i-th key from slot
-    # KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its scores and value products are those
-    # of its own view's keys, whatever the other rows. Views differ only at the slots BLOCK[0] .. BLOCK[1] - 1: key
-    # tiles outside them are read in place (the same keys for every view, and the same code as NB = 0's, so the
-    # same bits), and a tile whose rows all read view 0 skips the other views. (NB = 0 in exact mode serves decode
-    # steps and chains: a kernel without the gathering path keeps its registers; the two-view kernel spills.)
+    # Q's dtype). Program c reduces keys c*CHUNK .. (c + 1)*CHUNK - 1 into a partial softmax. Not EXACT: rows
+    # j*T + t in tiles. EXACT: rows tiled token-major (tile row i: token i // G, query head i % G); a tile of tokens
+    # >= BLOCK[2] (padding) does nothing, and neither does a program whose keys lie wholly at or past BLOCK[3] (no
+    # real token sees them: they would add exact zeros; the merge does not read its partial); key tiles past it are
+    # not read. NB = 0: keys in slot order, every tile read in place. NB > 0 (exact mode): NB views of the keys,
+    # view b reading its i-th key from slot KSLOT[b, i]; each row takes its token's view (BRANCH) by selection: its
+    # scores and value products are those of its own view's keys, whatever the other rows. Views differ only at
+    # the slots BLOCK[0] .. BLOCK[1] - 1: key tiles outside them are read in place (the same keys for every view,
+    # and the same code as NB = 0's, so the same bits), and a tile whose rows all read view 0 skips the other
+    # views. (NB = 0 in exact mode serves decode steps and chains: a kernel without the gathering path keeps its
+    # registers; the two-view kernel spills.)
     h = tl.program_id(0)
     c = tl.program_id(1)
     i = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)  # this program's row tile
+    lo = c * CHUNK
     if not EXACT:
         tok = i % T  # the block token of each row (row j*T + t)
         j = i // T
+        hi = lo + CHUNK
         go = True
     else:
         tok = i // G
         j = i % G
         real = tl.program_id(2) * BLOCK_R // G < tl.load(BLOCK + 2)  # the tile holds a real token
         end = tl.minimum((tl.load(BLOCK + 3) + BLOCK_N - 1) // BLOCK_N * BLOCK_N, S)  # key tiles past: unseen
-        go = real & (c * PER * CHUNK < end)  # else the program has nothing to do
+        hi = tl.minimum(lo + CHUNK, end)
+        go = real & (lo < end)  # else the program has nothing to do
     if go:
         r = j * T + tok
         d = tl.arange(0, D_PAD)
@@ -139,23 +142,12 @@ def split_kv_kernel(Q, K, V, MASK, KSLOT, BRANCH, BLOCK, COS, SIN, PART, STATS, 
             several = tl.max(view, 0) > 0  # some row of this tile reads another view than view 0
             g0 = tl.load(BLOCK) // BLOCK_N * BLOCK_N  # key tiles g0 .. g1: the views differ
             g1 = (tl.load(BLOCK + 1) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
-        for sub in tl.static_range(PER):
-            cc = c * PER + sub
-            lo = cc * CHUNK
-            if EXACT:
-                live = real & (cc < NCHUNK) & (lo < end)
-                hi = tl.where(live, tl.minimum(lo + CHUNK, end), lo)
-            else:
-                live = cc < NCHUNK
-                hi = lo + CHUNK
-            m, l, acc = chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, tok, row_ok, view,
-                                      several, g0, g1, d, BLOCK_R, SCALE, BLOCK_N, D_PAD, D, IEEE, NB)
-            base = (h * NCHUNK + cc) * R
-            keep = row_ok & (tl.full([BLOCK_R], 1, tl.int1) & live)  # (a vector first: the interpreter
-            # makes int32 of a bool vector & a scalar)
-            tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=keep[:, None] & (d[None, :] < D))
-            tl.store(STATS + (base * 2) + r, m, mask=keep)
-            tl.store(STATS + (base * 2) + R + r, l, mask=keep)
+        m, l, acc = chunk_softmax(q, K, V, MASK, KSLOT, h, skh, sks, svh, svs, smt, S, lo, hi, tok, row_ok, view,
+                                  several, g0, g1, d, BLOCK_R, SCALE, BLOCK_N, D_PAD, D, IEEE, NB)
+        base = (h * tl.num_programs(1) + c) * R
+        tl.store(PART + (base + r[:, None]) * D + d[None, :], acc, mask=row_ok[:, None] & (d[None, :] < D))
+        tl.store(STATS + (base * 2) + r, m, mask=row_ok)
+        tl.store(STATS + (base * 2) + R + r, l, mask=row_ok)
 
 
 @triton.jit

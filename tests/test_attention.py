@@ -10,8 +10,6 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 
 from conftest import compile_sm90, run_interpreted
 from hybridsd.attention import SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE, grouped_attention, split_plan
@@ -41,20 +39,6 @@ def test_split_plan_covers_every_key_once(rows, keys, heads, d, programs, row_ti
 
 def _pow2_at_least(n: int) -> int:
     return 1 << (n - 1).bit_length()
-
-
-@given(keys=st.integers(1, 40000), heads=st.integers(1, 64), programs=st.integers(1, 2048))
-def test_exact_plan_covers_every_chunk_once(keys, heads, programs):
-    """Exact mode's grid: the fixed chunks cover the keys; each program takes a run of them, the shortest power of
-    two that keeps the programs of a row tile within the aim (or one chunk, when there are more heads than the aim);
-    the last program's run reaches the last chunk, and no program is planned wholly past it."""
-    from hybridsd.attention import EXACT_CHUNK, exact_plan
-
-    chunks, per, splits = exact_plan(keys, heads, programs)
-    assert chunks == -(-keys // EXACT_CHUNK) and per & (per - 1) == 0
-    assert (splits - 1) * per < chunks <= splits * per
-    per_head = max(1, programs // heads)
-    assert per * per_head >= chunks and (per == 1 or per // 2 * per_head < chunks)
 
 
 def test_split_plan_rejects_no_programs():
@@ -183,13 +167,12 @@ def test_cuda_split_kernel_tree_block_plans(dtype, programs, row_tile):
 
 
 @pytest.mark.parametrize("elem, ieee", [("bf16", False), ("fp32", True)])
-@pytest.mark.parametrize("nb, exact, per, rope", [(0, False, 1, False), (0, True, 1, True), (0, True, 2, True),
-                                                  (2, True, 1, False), (2, True, 2, True)])
-def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb, exact, per, rope):
+@pytest.mark.parametrize("nb, exact, rope", [(0, False, False), (0, True, True), (2, True, False), (2, True, True)])
+def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb, exact, rope):
     """Compiled for an H100/H200 (sm_90, no GPU needed), every value-product dot of the split kernel takes the
-    running output as its accumulator, on the in-place and the gathering paths alike, for every chunk a program
-    reduces and with the queries rotated in the kernel: a path where the compiler folds ``acc + dot`` into the dot
-    and one where it cannot round differently, so a row's bits would depend on how its key tile was read."""
+    running output as its accumulator, on the in-place and the gathering paths alike, with the queries rotated in the
+    kernel or not: a path where the compiler folds ``acc + dot`` into the dot and one where it cannot round
+    differently, so a row's bits would depend on how its key tile was read."""
     import re
 
     from hybridsd.attention_kernels import split_kv_kernel as fn
@@ -197,18 +180,18 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb, exact, pe
     pointers = dict(Q=f"*{elem}", K=f"*{elem}", V=f"*{elem}", MASK="*i1", KSLOT="*i64", BRANCH="*i64", BLOCK="*i64",
                     COS=f"*{elem}", SIN=f"*{elem}", PART="*fp32", STATS="*fp32")
     consts = dict(SCALE=0.125, BLOCK_R=16, BLOCK_N=64, D=128, D_PAD=128, IEEE=ieee, NB=nb, G=4, EXACT=exact,
-                  PER=per, ROPE=rope)
+                  ROPE=rope)
     ttir = compile_sm90(fn, pointers, consts, stage="ttir")
     dots = re.findall(r"tt\.dot (%[\w.]+), (%[\w.]+), (%[\w.]+).*-> tensor<16x(\d+)xf32>", ttir)
     values = [acc for _, _, acc, cols in dots if int(cols) == consts["D_PAD"]]  # [16, 64] x [64, D]; scores: [16, 64]
-    assert len(values) >= per * (3 if nb else 1), dots  # exact mode: the in-place loops and the gathering loop
+    assert len(values) >= (3 if nb else 1), dots  # exact mode: the in-place loops and the gathering loop
     assert not any(acc.startswith("%cst") for acc in values), values
 
 
 @pytest.mark.parametrize("exact", [False, "views", "in-place"])
 def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
-    """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, ``EXACT_PROGRAMS`` per row tile in
-    exact mode, with key views or without (checked on the launch itself, the kernels replaced by recorders: no
+    """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, one program per ``EXACT_CHUNK`` keys
+    and row tile in exact mode (whatever the span: the chunks are its partials), with key views or without (checked on the launch itself, the kernels replaced by recorders: no
     Triton needed)."""
     import hybridsd.attention as A
 
@@ -229,11 +212,10 @@ def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
     A.split_kv_attention(q, k, v, allowed, d**-0.5, **extra)
     tile = A.EXACT_ROW_TILE if exact else g * t
     if exact:
-        _, per, splits = A.exact_plan(s, h)
-        assert consts[0]["PER"] == per and per * A.EXACT_CHUNK * splits >= s
+        splits = -(-s // A.EXACT_CHUNK)
     else:
         _, _, _, splits = split_plan(tile, s, h, d, SPLIT_PROGRAMS, tile)
+        assert h * splits <= SPLIT_PROGRAMS
     assert grids[0] == (h, splits, -(-g * t // max(16, tile)))
-    assert h * splits <= (A.EXACT_PROGRAMS if exact else SPLIT_PROGRAMS)
     assert consts[0]["EXACT"] == bool(exact) and consts[0]["NB"] == (2 if exact == "views" else 0)
     assert consts[1]["EXACT"] == bool(exact)  # the merge: padding rows zeroed in exact mode

@@ -261,26 +261,22 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
 
 def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
     """Exact mode's split kernel reduces a row's keys in partials of ``EXACT_CHUNK`` keys merged in key order: its
-    bits do not depend on how many chunks a program takes (the grid's aim) or on the span past the keys it sees (NaN
-    there, past the key bound, changes nothing). Queries given token-major and not yet rotated are rotated as they are
-    loaded: the result is rotating first within rounding, and a tree's rows still equal their chain's and their
-    own decode step's bits."""
+    bits do not depend on the span past the keys it sees (NaN there, past the key bound, changes nothing). Queries
+    given token-major and not yet rotated are rotated as they are loaded: the result is rotating first within
+    rounding, and a tree's rows still equal their chain's and their own decode step's bits."""
     pytest.importorskip("triton")
     code = textwrap.dedent("""
         import torch
-        from hybridsd.attention import EXACT_CHUNK, exact_plan, grouped_attention, grouped_rows, split_kv_attention
+        from hybridsd.attention import EXACT_CHUNK, grouped_attention, grouped_rows, split_kv_attention
         torch.manual_seed(1)
-        hkv, g, d, s, t, start = 2, 2, 16, 5 * EXACT_CHUNK + 7, 5, 3 * EXACT_CHUNK + 60
-        assert [exact_plan(s, hkv, aim)[1] for aim in (2, 4, 8, 256)] == [8, 4, 2, 1]
+        hkv, g, d, s, t, start = 2, 2, 16, 3 * EXACT_CHUNK + 7, 5, 2 * EXACT_CHUNK - 2
         q = torch.randn(t, hkv, g, d)  # token-major, not yet rotated
         cos, sin = torch.randn(t, d), torch.randn(t, d)
         k, v = torch.randn(hkv, s, d), torch.randn(hkv, s, d)
         pos = start + torch.arange(t)
         allowed = torch.arange(s)[None] <= pos[:, None]  # a chain of 5 at start (across a chunk boundary)
         block = torch.tensor([0, 0, t, start + t])
-        runs = [split_kv_attention(q, k, v, allowed, d ** -0.5, block=block, rotary=(cos, sin), programs=aim)
-                for aim in (2, 4, 8, 256)]
-        assert all(torch.equal(r, runs[0]) for r in runs[1:])
+        runs = [split_kv_attention(q, k, v, allowed, d ** -0.5, block=block, rotary=(cos, sin))]
         ref = grouped_attention(grouped_rows(q, (cos, sin)), k, v, allowed, d ** -0.5)
         assert (runs[0] - ref).abs().max() < 1e-5
         # a longer span, NaN from the first key chunk past the bound on: the same bits
@@ -297,7 +293,7 @@ def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
             rot = (torch.cat([cos[i : i + 1], cos[:1].expand(t - 1, -1)]), torch.cat([sin[i : i + 1], sin[:1].expand(t - 1, -1)]))
             seen = torch.arange(s)[None] <= pos[i].expand(t, 1)
             one = split_kv_attention(alone, k, v, seen, d ** -0.5, block=torch.tensor([0, 0, 1, start + i + 1]),
-                                     rotary=rot, programs=4)
+                                     rotary=rot)
             assert torch.equal(one[0], runs[0][i]), i
         # a tree over the same keys: token 3 read through view 1 (its key moved to slot start + 4), token 4 padding
         k2, v2 = k.clone(), v.clone()
