@@ -20,7 +20,8 @@
 #           of pretraining, 60 s of edit tuning on 8,000 synthetic edits), eager and with --compile-layers (-> each
 #           run's training_config.json and train_log.json in $OUT/train_speed/{eager,compiled}; about 6 minutes)
 #   exact   exact mode's GPU tests: the split kernel's exact path, row_linear, and the bf16 grids of the tiny models and
-#           the zoo (EXACT_KS, default 1,3,8; EXACT_K selects grids, default every one; about 9.5 min, at one call's
+#           the zoo (EXACT_KS, default 1,3,8; EXACT_MODES, default exact,nonexact: exact mode alone with "exact";
+#           EXACT_K selects grids, default every one; about 9.5 min, at one call's
 #           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls; EXACT_SEL replaces the whole
 #           pytest -k selection, kernel tests included) -> each test's outcome line as
 #           it ends in gpu_tests_exact.log, the grid's rows merged into exact_match.jsonl (experiments.exact_rows)
@@ -73,14 +74,16 @@ for stage in "$@"; do
               > "$OUT/gpu_tests.log" 2>&1
             grep -E "^(FAILED|ERROR)|passed|failed|^!! " "$OUT/gpu_tests.log" | head -40 | tee -a "$log" ;;
     exact)  sel="${EXACT_SEL:-row_linear or exact_split_kernel or ${EXACT_K:-exact_mode}}"
-            { echo "# tests/test_cuda.py -k '$sel' (commit $HYBRIDSD_COMMIT, HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8})"
+            modes=${EXACT_MODES:-exact,nonexact}
+            { echo "# tests/test_cuda.py -k '$sel' (commit $HYBRIDSD_COMMIT, HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8}, HYBRIDSD_EXACT_MODES=$modes)"
               HYBRIDSD_INSTAFAIL=1 HYBRIDSD_EXACT_JSON="$OUT/exact_grid.jsonl" HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} \
+                HYBRIDSD_EXACT_MODES=$modes \
                 timeout ${TESTS_S:-570} python3 -u -m pytest -v -p no:cacheprovider --tb=short tests/test_cuda.py -k "$sel" \
                 2>&1 | grep -E " (PASSED|FAILED|ERROR|SKIPPED)|^(FAILED|ERROR) |^E |[0-9]+ (passed|failed)"; } \
               > "$OUT/gpu_tests_exact.log"
             touch "$OUT/exact_grid.jsonl"
             python3 -m experiments.exact_rows --run "$OUT/exact_grid.jsonl" "$HYBRIDSD_COMMIT" \
-              "HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} HYBRIDSD_EXACT_JSON=... pytest tests/test_cuda.py -k '$sel'" \
+              "HYBRIDSD_EXACT_KS=${EXACT_KS:-1,3,8} HYBRIDSD_EXACT_MODES=$modes HYBRIDSD_EXACT_JSON=... pytest tests/test_cuda.py -k '$sel'" \
               --out "$OUT/exact_match.jsonl" | tee -a "$log"
             tail -3 "$OUT/gpu_tests_exact.log" | tee -a "$log" ;;
     train-speed) for mode in eager compiled; do

@@ -192,6 +192,7 @@ def test_split_kv_attention_equals_sdpa(dtype, t, s, g, hkv, d):
 # prompts whose output equals plain decoding's is measured and recorded. One JSON line per configuration and mode
 # (exact_same or nonexact_same), appended to the file named by $HYBRIDSD_EXACT_JSON when set, and printed.
 EXACT_KS = [int(k) for k in os.environ.get("HYBRIDSD_EXACT_KS", "1,2,3,5,8").split(",")]
+EXACT_MODES = os.environ.get("HYBRIDSD_EXACT_MODES", "exact,nonexact").split(",")  # the modes the grid runs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -405,11 +406,12 @@ def _record(row: dict) -> None:
 
 def _match_grid(model, heads, prompts_, new_tokens: int, compile, name: str) -> list[str]:
     """Runs the grid, exact mode first, then without it (each mode's runs together: one target, one set of
-    compilations); returns the exact-mode configurations whose output differed from plain (to assert empty)."""
+    compilations; ``$HYBRIDSD_EXACT_MODES``: the modes to run, default both); returns the exact-mode configurations
+    whose output differed from plain (to assert empty)."""
     common = dict(max_new_tokens=new_tokens, eos_token_id=[], compile=compile)
     rows_of = {k: max(EXACT_ROWS, 2 * k + 1) for k in EXACT_KS}  # the tree: two branches of k tokens and the newest
     failures = []
-    for mode in ("exact", "nonexact"):
+    for mode in EXACT_MODES:
         plain = {}
         for k in EXACT_KS:
             exact = rows_of[k] if mode == "exact" else False
