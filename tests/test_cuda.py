@@ -269,7 +269,7 @@ def test_exact_split_kernel_partials_and_rotation(dtype, g, hkv, d, s, t):
 
     torch.manual_seed(t)
     dev = "cuda"
-    start = 3 * EXACT_CHUNK - t // 2  # the chain crosses a chunk boundary
+    start = s // EXACT_CHUNK // 2 * EXACT_CHUNK + EXACT_CHUNK - t // 2  # the chain crosses a chunk boundary
     q = torch.randn(t, hkv, g, d, device=dev, dtype=dtype)
     cos, sin = (torch.randn(t, d, device=dev, dtype=dtype) for _ in range(2))
     k, v = (torch.randn(hkv, s, d, device=dev, dtype=dtype) for _ in range(2))
@@ -282,7 +282,7 @@ def test_exact_split_kernel_partials_and_rotation(dtype, g, hkv, d, s, t):
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(runs[0].float(), ref, atol=tol, rtol=tol)
     big = 2 * s  # a longer span, NaN from the first chunk past the bound on
-    live = -(-(start + t) // EXACT_CHUNK) * EXACT_CHUNK
+    live = min(s, -(-(start + t) // EXACT_CHUNK) * EXACT_CHUNK)
     kb, vb = (torch.full((hkv, big, d), float("nan"), device=dev, dtype=dtype) for _ in range(2))
     kb[:, :live], vb[:, :live] = k[:, :live], v[:, :live]
     wide = torch.arange(big, device=dev)[None] <= pos[:, None]
