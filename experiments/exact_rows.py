@@ -1,8 +1,10 @@
 """Exact-mode grid rows into the results file: ``tests/test_cuda.py`` appends one JSON line per configuration and
 mode (``exact_same`` or ``nonexact_same``) to ``$HYBRIDSD_EXACT_JSON``; this merges such files into
-``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts and the ``run_info``
-(commit, device, torch, date, command) of the run each came from. Runs later on the command line replace earlier
-ones' counts for the same configuration and mode.
+``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts and, per mode, the
+``run_info`` (commit, device, torch, date, command) of the run its count came from. Runs later on the command line
+replace earlier ones' counts for the same configuration and mode. A results file can be a run too (its rows keep
+their own ``run_info``; the COMMIT and COMMAND given with it are not used), so that one mode can be measured anew
+and the other kept: ``--run FILE:exact_same ...`` takes that mode's counts of FILE only.
 
     python -m experiments.exact_rows --run tiny.jsonl 6f5600a "pytest tests/test_cuda.py -k ..." \\
         --run zoo.jsonl 5ff2dfd "pytest ..." --out experiments/results/exact/exact_match.jsonl
@@ -25,21 +27,29 @@ CONFIG = ("model", "compile", "drafter", "k")
 
 def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
     """Rows of ``runs`` (each: its grid lines and the run_info to record) merged by configuration, in order of first
-    appearance; a later run's count for a configuration and mode replaces an earlier one's, and the row's run_info
-    is that of the run that gave its last count."""
+    appearance; a later run's count for a configuration and mode replaces an earlier one's, with its run_info
+    (``row["run_info"][mode]``). A line that carries its own ``run_info`` (a results file's row; one for every mode,
+    or one per mode) keeps it."""
     merged: dict[tuple, dict] = {}
     for lines, info in runs:
         for line in lines:
             key = tuple(json.dumps(line[c]) for c in CONFIG)
             row = merged.setdefault(key, {})
-            row.pop("run_info", None)  # re-added last: the run that gave the row's latest count
-            row.update(line)  # a line holds one mode's count: the other mode's, if any, stays
-            row["run_info"] = dict(info, device=line["device"], torch=line["torch"])
+            infos = row.pop("run_info", {})  # re-added last
+            own = line.get("run_info", {})
+            if "commit" in own:  # one run_info for the row's every mode (as this file wrote rows before)
+                own = {m: own for m in MODES}
+            row.update({k: v for k, v in line.items() if k != "run_info"})
+            for mode in MODES:
+                if mode in line:
+                    infos[mode] = own.get(mode) or dict(info, device=line["device"], torch=line["torch"])
+            row["run_info"] = {m: infos[m] for m in MODES if m in infos}
     return list(merged.values())
 
 
-def read_grid(path: Path) -> list[dict]:
-    """The grid lines of ``path``: JSON objects with every configuration field and one mode's count."""
+def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
+    """The grid lines of ``path``: JSON objects with every configuration field and one or both modes' counts (of
+    which only ``modes`` are kept)."""
     lines = []
     for i, text in enumerate(path.read_text().splitlines(), 1):
         if not text.strip():
@@ -48,21 +58,26 @@ def read_grid(path: Path) -> list[dict]:
         missing = [c for c in (*CONFIG, "device", "torch") if c not in row]
         if missing or not any(m in row for m in MODES):
             raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
-        lines.append(row)
+        row = {k: v for k, v in row.items() if k not in MODES or k in modes}
+        if any(m in row for m in MODES):
+            lines.append(row)
     return lines
 
 
 def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", nargs=3, action="append", required=True, metavar=("FILE", "COMMIT", "COMMAND"),
-                   help="a grid file, the commit it ran at and the command that ran it (repeatable, in order)")
+                   help="a grid file, the commit it ran at and the command that ran it (repeatable, in order); "
+                        "FILE:exact_same or FILE:nonexact_same keeps that mode's counts only")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date recorded in run_info")
     a = p.parse_args(argv)
     runs = []
     try:
         for path, commit, command in a.run:
-            runs.append((read_grid(Path(path)), {"commit": commit, "date": a.date, "command": command}))
+            path, _, mode = path.rpartition(":") if path.endswith(MODES) else (path, "", "")
+            grid = read_grid(Path(path), (mode,) if mode else MODES)
+            runs.append((grid, {"commit": commit, "date": a.date, "command": command}))
     except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
         print(f"exact_rows: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -22,9 +22,28 @@ def test_merge_joins_modes_and_later_runs_replace_earlier_counts():
     rows = merge([(first, {"commit": "c1"}), (second, {"commit": "c2"})])
     assert [(r["compile"], r["k"]) for r in rows] == [("auto", 1), ("auto", 3), (False, 1)]  # first appearance
     assert rows[0]["exact_same"] == "6/6" and rows[0]["nonexact_same"] == "4/6"  # replaced by the later run
-    assert rows[0]["run_info"] == {"commit": "c2", "device": "H200", "torch": "2.11"}
-    assert rows[2]["run_info"]["commit"] == "c1" and "nonexact_same" not in rows[2]
+    assert rows[0]["run_info"] == {"exact_same": {"commit": "c1", "device": "H200", "torch": "2.11"},
+                                   "nonexact_same": {"commit": "c2", "device": "H200", "torch": "2.11"}}
+    assert list(rows[2]["run_info"]) == ["exact_same"] and "nonexact_same" not in rows[2]
     assert list(rows[0])[-1] == "run_info"
+
+
+def test_a_results_file_keeps_its_provenance_and_one_mode_can_be_taken(tmp_path):
+    """An earlier results file as a run: its rows keep their run_info (a single one, as rows were written before,
+    or one per mode); ``FILE:mode`` keeps that mode's counts only, so one mode is measured anew and the other kept."""
+    old = dict(_line("a", 1, "exact_same", "5/6"), nonexact_same="2/6",
+               run_info={"commit": "old", "device": "H200", "torch": "2.11"})
+    results, grid = tmp_path / "exact_match.jsonl", tmp_path / "grid.jsonl"
+    results.write_text(json.dumps(old) + "\n")
+    grid.write_text(json.dumps(_line("a", 1, "exact_same", "6/6")) + "\n")
+    out = tmp_path / "out.jsonl"
+    main(["--run", f"{results}:nonexact_same", "unused", "unused", "--run", str(grid), "new", "pytest",
+          "--out", str(out), "--date", "2026-12-02"])
+    (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert row["exact_same"] == "6/6" and row["nonexact_same"] == "2/6"
+    assert row["run_info"]["nonexact_same"]["commit"] == "old" and row["run_info"]["exact_same"]["commit"] == "new"
+    main(["--run", str(out), "x", "x", "--out", str(tmp_path / "again.jsonl")])  # per-mode run_info read back
+    assert json.loads((tmp_path / "again.jsonl").read_text()) == row
 
 
 def test_cli_writes_the_merged_file(tmp_path):
@@ -35,8 +54,9 @@ def test_cli_writes_the_merged_file(tmp_path):
     main(["--run", str(run), "abc1234", "pytest -k exact_mode", "--out", str(out), "--date", "2026-12-01"])
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert row["exact_same"] == "6/6" and row["nonexact_same"] == "3/6"
-    assert row["run_info"] == {"commit": "abc1234", "date": "2026-12-01", "command": "pytest -k exact_mode",
-                               "device": "H200", "torch": "2.11"}
+    info = {"commit": "abc1234", "date": "2026-12-01", "command": "pytest -k exact_mode", "device": "H200",
+            "torch": "2.11"}
+    assert row["run_info"] == {"exact_same": info, "nonexact_same": info}
 
 
 def test_cli_names_a_missing_file_or_a_bad_line_and_exits_2(tmp_path):

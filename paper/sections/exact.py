@@ -1,6 +1,6 @@
 """Exact mode (experiments/results/exact/): bf16 speculative output against plain output over models, drafters,
 draft lengths and compile settings (exact_match.jsonl), the step cost of fixed-size blocks and its kernels
-(speed_exact.json; the same bench on other machines in speed_exact_repeats/) and the GPU tests of the same kernels
+(speed_exact.json; the same bench in other runs in speed_exact_repeats/) and the GPU tests of the same kernels
 (gpu_tests_exact.log)."""
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ def match() -> None:
     num("exactDevice", tex_escape(rows[0]["device"]), "{}")
     num("exactTorch", tex_escape(rows[0]["torch"]), "{}")
     num("exactDtype", rows[0]["dtype"].replace("torch.", ""), "{}")
-    by_commit = {r["run_info"]["commit"]: r["run_info"] for r in rows}  # the grids ran at these commits
-    num("exactMatchProv", "; ".join(provenance(info) for info in by_commit.values()), "{}")
+    prov = []
+    for mode, what in (("exact_same", "exact mode"), ("nonexact_same", "without it")):  # each mode's runs
+        infos = {r["run_info"][mode]["commit"]: r["run_info"][mode] for r in rows if mode in r["run_info"]}
+        prov.append(f"{what}: " + "; ".join(provenance(info) for info in infos.values()))
+    num("exactMatchProv", "; ".join(prov), "{}")
     lines = [r"\begin{tabular}{llrrrrr}", r"\toprule",
              r"model & compile & prompts & new tokens & configurations & exact: = plain & not exact: = plain \\",
              r"\midrule"]
@@ -76,7 +79,7 @@ def cost() -> None:
             ratios.append(exact / d["floor_ms"])
     num("exactXLow", min(ratios))
     num("exactXHigh", max(ratios))
-    # the same bench of the same library code on other machines (speed_exact_repeats/, named by commit)
+    # the same bench of the same library code in other runs (speed_exact_repeats/, named by commit)
     runs = [d] + [json.loads(f.read_text()) for f in sorted((EXACT / "speed_exact_repeats").glob("*.json"))]
     num("exactRuns", len(runs), "{:d}")
     for key, tag in (("graph_auto_exact_chain_q1", "Exact"), ("graph_auto_chain_q1", "Auto")):
@@ -106,7 +109,8 @@ def gpu_tests() -> None:
     if passed or failed:
         text = (f"The GPU tests of the same kernels (\\code{{exact/gpu\\_tests\\_exact.log}}): {kernel} tests of the "
                 "split kernel's exact path (a tree's rows equal, bit for bit, the same tokens as a chain, each token's "
-                "own decode step and the kernel without the gathering path), "
+                "own decode step and the kernel without the gathering path; with the queries rotated in the kernel, a chain's "
+                "rows the same over a longer span with NaN past the key bound), "
                 f"{row} of the matmul kernel (a row's bits the same alone and in blocks of 9 and 16 rows whatever the "
                 f"others hold, eager and replayed from a CUDA graph), {norm} of the same for the RMS norm folded into "
                 f"two of them, and {grid} of the grids, with {failed} failures.")
@@ -135,7 +139,6 @@ def kernels() -> None:
     num("exactAttnInPlace", "" if None in in_place else
         f" (without the gathering path, as exact mode runs them: {in_place[0]:.2f} and {in_place[1]:.2f}\\,ms)", "{}")
     num("exactChunk", EXACT_CHUNK, "{:d}")
-    num("splitPrograms", SPLIT_PROGRAMS, "{:d}")
     gemm = {}  # ms per step of every layer's matmuls and the LM head, by kernel and block rows
     for row in d["gemm_rows"]:
         gemm[row["kernel"], row["rows"]] = gemm.get((row["kernel"], row["rows"]), 0.0) + row["ms_per_step"]
