@@ -26,6 +26,7 @@ EXACT_CHUNK = 256  # exact mode: keys per program and partial softmax, whatever 
 #                    its keys (the partials merged in key order); chunks past the keys the block's tokens see are
 #                    skipped (attention_plans in experiments/results/exact/speed_exact.json)
 
+
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
                       scale: float, kernel: str = "sdpa", key_slots: torch.Tensor | None = None,
                       branch: torch.Tensor | None = None, block: torch.Tensor | None = None,
@@ -52,7 +53,7 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     :data:`EXACT_ROW_TILE` rows token-major, that hold only padding read no keys; padding rows come out as zeros);
     no real token sees the keys from ``block[3]`` on (default ``S``: the split kernel skips the key chunks wholly past
     it, which would add exact zeros, so a step's attention costs its context, not the span). The split kernel
-    reduces a row's keys in partials of :data:`EXACT_CHUNK` keys merged in key order, whatever its grid and ``S``.
+    reduces a row's keys in partials of :data:`EXACT_CHUNK` keys merged in key order, whatever ``S``.
 
     ``q`` may also be token-major, ``[T, Hkv, g, D]`` (any strides but the last), and ``rotary`` ``(cos, sin)``
     (``[T, D]`` each) asks for it to be rotated first (halves convention): exact mode's split kernel does both as it
