@@ -319,8 +319,8 @@ def attention_plans(model, ctx: int, plans: tuple[tuple[int, int], ...] = ATTENT
     and rotated in the kernel; they read keys through two views (``exact16_tree9``, ``exact16_two_views``: the
     second half of the real tokens on view 1, as a tree does; the key tiles of the block gathered), through two
     views all on view 0 (the kernel with its gathering path, every key tile read in place, as
-    :func:`~hybridsd.target.view_region` has it for a chain), or with no views (``*_in_place``: the kernel without the gathering path, which exact mode runs for
-    decode steps and chains)."""
+    :func:`~hybridsd.target.view_region` has it for a chain), or with no views (``*_in_place``: the kernel without
+    the gathering path, which exact mode runs for decode steps and chains)."""
     cfg = model.config
     p = next(model.parameters())
     hkv, heads = cfg.num_key_value_heads, cfg.num_attention_heads

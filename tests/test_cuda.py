@@ -276,24 +276,24 @@ def test_exact_split_kernel_partials_and_rotation(dtype, g, hkv, d, s, t):
     pos = start + torch.arange(t, device=dev)
     allowed = torch.arange(s, device=dev)[None] <= pos[:, None]
     block = torch.tensor([0, 0, t, start + t], device=dev)
-    runs = [split_kv_attention(q, k, v, allowed, d**-0.5, block=block, rotary=(cos, sin))]
+    chain = split_kv_attention(q, k, v, allowed, d**-0.5, block=block, rotary=(cos, sin))
     ref = grouped_attention(grouped_rows(q.float(), (cos.float(), sin.float())), k.float(), v.float(), allowed,
                             d**-0.5, "sdpa")
     tol = 1e-4 if dtype == torch.float32 else 3e-2
-    torch.testing.assert_close(runs[0].float(), ref, atol=tol, rtol=tol)
+    torch.testing.assert_close(chain.float(), ref, atol=tol, rtol=tol)
     big = 2 * s  # a longer span, NaN from the first chunk past the bound on
     live = min(s, -(-(start + t) // EXACT_CHUNK) * EXACT_CHUNK)
     kb, vb = (torch.full((hkv, big, d), float("nan"), device=dev, dtype=dtype) for _ in range(2))
     kb[:, :live], vb[:, :live] = k[:, :live], v[:, :live]
     wide = torch.arange(big, device=dev)[None] <= pos[:, None]
-    assert torch.equal(split_kv_attention(q, kb, vb, wide, d**-0.5, block=block, rotary=(cos, sin)), runs[0])
+    assert torch.equal(split_kv_attention(q, kb, vb, wide, d**-0.5, block=block, rotary=(cos, sin)), chain)
     for i in range(t):  # each token as its decode step: one real token among padding rows
         alone = torch.cat([q[i : i + 1], q[:1].expand(t - 1, -1, -1, -1)])
         rot = tuple(torch.cat([x[i : i + 1], x[:1].expand(t - 1, -1)]) for x in (cos, sin))
         seen = torch.arange(s, device=dev)[None] <= pos[i].expand(t, 1)
         one = split_kv_attention(alone, k, v, seen, d**-0.5, rotary=rot,
                                  block=torch.tensor([0, 0, 1, start + i + 1], device=dev))
-        assert torch.equal(one[0], runs[0][i]) and not one[1:].any(), i
+        assert torch.equal(one[0], chain[i]) and not one[1:].any(), i
 
 
 def past_nan(x: torch.Tensor, end: int, tile: int = 64) -> torch.Tensor:

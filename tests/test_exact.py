@@ -276,9 +276,9 @@ def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
         pos = start + torch.arange(t)
         allowed = torch.arange(s)[None] <= pos[:, None]  # a chain of 5 at start (across a chunk boundary)
         block = torch.tensor([0, 0, t, start + t])
-        runs = [split_kv_attention(q, k, v, allowed, d ** -0.5, block=block, rotary=(cos, sin))]
+        chain = split_kv_attention(q, k, v, allowed, d ** -0.5, block=block, rotary=(cos, sin))
         ref = grouped_attention(grouped_rows(q, (cos, sin)), k, v, allowed, d ** -0.5)
-        assert (runs[0] - ref).abs().max() < 1e-5
+        assert (chain - ref).abs().max() < 1e-5
         # a longer span, NaN from the first key chunk past the bound on: the same bits
         big = 2 * s
         kb, vb = torch.full((hkv, big, d), float("nan")), torch.full((hkv, big, d), float("nan"))
@@ -286,15 +286,15 @@ def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
         kb[:, :live], vb[:, :live] = k[:, :live], v[:, :live]
         wide = torch.arange(big)[None] <= pos[:, None]
         got = split_kv_attention(q, kb, vb, wide, d ** -0.5, block=block, rotary=(cos, sin))
-        assert torch.equal(got, runs[0])
+        assert torch.equal(got, chain)
         # each token as a decode step (one real token among padding, its own key bound), rotation in the kernel
         for i in range(t):
             alone = torch.cat([q[i : i + 1], q[:1].expand(t - 1, -1, -1, -1)])
-            rot = (torch.cat([cos[i : i + 1], cos[:1].expand(t - 1, -1)]), torch.cat([sin[i : i + 1], sin[:1].expand(t - 1, -1)]))
+            rot = tuple(torch.cat([x[i : i + 1], x[:1].expand(t - 1, -1)]) for x in (cos, sin))
             seen = torch.arange(s)[None] <= pos[i].expand(t, 1)
             one = split_kv_attention(alone, k, v, seen, d ** -0.5, block=torch.tensor([0, 0, 1, start + i + 1]),
                                      rotary=rot)
-            assert torch.equal(one[0], runs[0][i]), i
+            assert torch.equal(one[0], chain[i]), i
         # a tree over the same keys: token 3 read through view 1 (its key moved to slot start + 4), token 4 padding
         k2, v2 = k.clone(), v.clone()
         k2[:, start + 4], v2[:, start + 4] = k[:, start + 3], v[:, start + 3]
@@ -303,7 +303,7 @@ def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
         branch = torch.tensor([0, 0, 0, 1, 0])
         tree = split_kv_attention(q, k2, v2, allowed, d ** -0.5, key_slots=key_slots, branch=branch, rotary=(cos, sin),
                                   block=torch.tensor([start, start + t, 4, start + 4]))
-        assert torch.equal(tree[:3], runs[0][:3]) and torch.equal(tree[3], runs[0][3]) and not tree[4].any()
+        assert torch.equal(tree[:4], chain[:4]) and not tree[4].any()
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

@@ -109,8 +109,8 @@ def gpu_tests() -> None:
     if passed or failed:
         text = (f"The GPU tests of the same kernels (\\code{{exact/gpu\\_tests\\_exact.log}}): {kernel} tests of the "
                 "split kernel's exact path (a tree's rows equal, bit for bit, the same tokens as a chain, each token's "
-                "own decode step and the kernel without the gathering path; with the queries rotated in the kernel, a chain's "
-                "rows the same over a longer span with NaN past the key bound), "
+                "own decode step and the kernel without the gathering path; with the queries rotated in the kernel, a "
+                "chain's rows the same over a longer span with NaN past the key bound), "
                 f"{row} of the matmul kernel (a row's bits the same alone and in blocks of 9 and 16 rows whatever the "
                 f"others hold, eager and replayed from a CUDA graph), {norm} of the same for the RMS norm folded into "
                 f"two of them, and {grid} of the grids, with {failed} failures.")
