@@ -366,20 +366,26 @@ class Phase:
 def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
     """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid]) CPU tensors)
     until done; returns the phase's record, with the first step's time (compilation, with ``compile_layers``) and
-    the throughput after it."""
+    the throughput after it. Token counts come from the host's tensors and CUDA copies are pinned and
+    non-blocking, so the host builds the next batch while the device runs a step; it waits for the device only
+    where a loss is logged."""
     import torch
 
     tokens = seen = first_seen = 0
     first_s = 0.0
+    pin = device.type == "cuda"
     model.train()
     for inputs, targets, *extra in batches:
         if phase.progress() >= 1.0:
             break
-        weights, avoid = [None if t is None else t.to(device, non_blocking=True) for t in (extra + [None, None])[:2]]
+        tokens += int((targets != -100).sum())  # host tensor: no device sync
+        seen += inputs.numel()
+        inputs, targets, weights, avoid = [
+            None if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True)
+            for t in [inputs, targets, *(extra + [None, None])[:2]]]
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
-        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight)
         loss.backward()
@@ -387,9 +393,8 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
         opt.step()
         opt.zero_grad(set_to_none=True)
         phase.step += 1
-        tokens += int((targets != -100).sum())
-        seen += inputs.numel()
-        if phase.step == 1:  # the first step holds the compilation, if any (the token count above synced)
+        if phase.step == 1:  # the first step holds the compilation, if any; loss.item() waits for the step (sync)
+            loss.item()
             first_seen, first_s = seen, time.time() - phase.start
         if phase.step % cfg.log_every == 0 or phase.step == 1:
             entry = {"step": phase.step, "loss": round(loss.item(), 4), "lr": round(lr, 6),
@@ -399,6 +404,8 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
             print(f"[{phase.name}] " + " ".join(f"{k}={v}" for k, v in entry.items()), flush=True)
             if on_log:
                 on_log(phase.step)
+    if phase.step:
+        loss.item()  # waits for the last queued step (sync), so that the wall time holds it
     wall = time.time() - phase.start
     return {"steps": phase.step, "planned_steps": phase.steps, "time_budget_s": round(phase.time_s, 1),
             "loss_tokens": tokens, "tokens_seen": seen, "tokens_per_s": round(seen / max(wall, 1e-9)),
@@ -661,15 +668,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     return out
 
 
-def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
-                seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
-    """Length-bucketed, right-padded batches of (inputs, targets, weights, avoid) from :func:`sft_examples`'
-    rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight`` on the changed
-    positions and ``decision_weight`` on the decision positions (the larger of the two where both apply), none
-    on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the avoided
-    copy's token where there is one, else -100."""
-    import torch
-
+def sft_batch_rows(examples: list[tuple], batch_tokens: int, seed: int) -> list[list[int]]:
+    """The example indices of each batch of :func:`sft_batches`: sorted by length (ties in a seeded random order),
+    cut where a batch padded to a multiple of 64 tokens would exceed ``batch_tokens``, the batches shuffled."""
     rng = random.Random(seed)
     order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), rng.random()))
     batches, cur = [], []
@@ -682,7 +683,19 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
     if cur:
         batches.append(cur)
     rng.shuffle(batches)
-    for batch in batches:
+    return batches
+
+
+def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
+                seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
+    """Length-bucketed, right-padded batches (:func:`sft_batch_rows`) of (inputs, targets, weights, avoid) from
+    :func:`sft_examples`' rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight`` on
+    the changed positions and ``decision_weight`` on the decision positions (the larger of the two where both
+    apply), none on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the
+    avoided copy's token where there is one, else -100."""
+    import torch
+
+    for batch in sft_batch_rows(examples, batch_tokens, seed):
         width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
         inputs = torch.full((len(batch), width), pad, dtype=torch.long)
         targets = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -895,7 +908,7 @@ def cmd_target(args) -> None:
         pre_info["epochs"] = round(pre_info["steps"] / max(1, len(train_seqs) // bs), 2)
         record_val("pretrain_end", pre_info["steps"])
     # (b) edit tuning, with every ``every``-th step a pretraining batch when replay is on
-    per_epoch = sum(1 for _ in sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2))
+    per_epoch = len(sft_batch_rows(examples, cfg.sft_batch_tokens, cfg.seed + 2))
     batches = itertools.chain.from_iterable(
         sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight,
                     cfg.decision_weight)

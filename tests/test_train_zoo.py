@@ -200,6 +200,46 @@ def test_sft_batches_weight_the_changed_tokens(example):
     assert int((y != -100).sum()) == len(ids) - n_prompt
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(2, 700), min_size=1, max_size=60), st.integers(256, 4096), st.integers(0, 5))
+def test_sft_batch_rows_are_the_batches_of_sft_batches(lengths, batch_tokens, seed):
+    """Every example lands in one batch; a batch of two or more rows padded to 64 tokens stays within
+    ``batch_tokens``; ``sft_batches`` yields exactly these rows in this order (so counting the rows counts its
+    batches)."""
+    examples = [(list(range(n)), 1, [0], [0], []) for n in lengths]
+    rows = tz.sft_batch_rows(examples, batch_tokens, seed)
+    assert sorted(i for batch in rows for i in batch) == list(range(len(examples)))
+    for batch in rows:
+        width = -(-max(lengths[i] for i in batch) // 64) * 64
+        assert len(batch) == 1 or width * len(batch) <= batch_tokens
+    built = list(tz.sft_batches(examples, batch_tokens, pad=0, seed=seed))
+    assert len(built) == len(rows)
+    for (x, *_), batch in zip(built, rows):
+        assert x.shape[0] == len(batch)
+        assert [int((row != 0).sum()) + 1 for row in x] == [lengths[i] - 1 for i in batch]  # ids[:-1], first is 0
+
+
+def test_train_phase_counts_tokens_on_the_host():
+    """The loss-token and seen-token counts are the targets' non-ignored positions and the inputs' sizes."""
+    special = {"bos": 0, "eos": 1, "pad": 2, "eot": 3}
+    cfg = tz.TargetConfig(**{**tz.SMOKE, "log_every": 2})
+    torch.manual_seed(0)
+    model = tz.build_model(cfg, 40, special)
+    g = torch.Generator().manual_seed(3)
+    batches = []
+    for n in (9, 14, 11):
+        x, y = torch.randint(4, 40, (3, n), generator=g), torch.randint(4, 40, (3, n), generator=g)
+        y[:, : n // 2] = -100
+        batches.append((x, y, torch.ones(y.shape), torch.full(y.shape, -100)))
+    log: list = []
+    info = tz.train_phase(model, torch.optim.AdamW(model.parameters(), lr=1e-3), iter(batches),
+                          tz.Phase("sft", 3, 600.0, 1e-3, 1, 0.1), cfg, torch.device("cpu"), log)
+    assert info["steps"] == 3 and info["stopped_by"] == "steps"
+    assert info["loss_tokens"] == sum(int((y != -100).sum()) for _, y, _, _ in batches) == 3 * (5 + 7 + 6)
+    assert info["tokens_seen"] == 3 * (9 + 14 + 11)
+    assert [e["step"] for e in log] == [1, 2] and log[-1]["loss_tokens"] == 3 * (5 + 7)
+
+
 def _slow_copy_candidates(ids, q, n):
     for t in range(q - 1, n - 1, -1):  # latest earlier occurrence of ids[q-n:q] ending at t (t < q)
         if ids[t - n:t] == ids[q - n:q]:
