@@ -1,57 +1,87 @@
 #!/usr/bin/env bash
-# The installed zoo's lineage with compiled training steps, stage by stage: five GPU calls of under 10 minutes
-# (about 24 GPU-minutes in all on one H200) and one CPU step. Each stage starts from the previous stage's target.
+# The installed zoo's lineage with compiled training steps, stage by stage, on one GPU in calls of under 10 minutes.
+# Each stage starts from the previous stage's target.
 #
-#   bash experiments/retrain_zoo.sh STAGE OUT_DIR [INIT]
+#   bash experiments/retrain_zoo.sh STAGES OUT_DIR [INIT]      # STAGES: one stage or several, e.g. 3,4
 #
 #   1           from scratch: pretraining, then edit tuning on located requests (one epoch)
 #   2           more edit tuning
 #   3           span edits (half the synthetic edits are span edits; sequences up to 4,096 tokens)
 #   4           against loops (unlikelihood of copies inside new text, repeated lines in the input)
 #   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations; about 12 minutes on 2 cores)
-#   5           loop repair on the GPU (8 steps of 16 continuations), then the EAGLE-1 and EAGLE-3 heads
+#   5           loop repair on the GPU: the CPU repair's steps in fp32 (unless the CPU repair ran: INIT=its folder
+#               and NO_FP32_REPAIR=1), then 8 steps of 16 continuations in bf16; then the EAGLE-1 and EAGLE-3 heads
 #
-# INIT is the previous stage's target: by default /tmp/zoo_stage<N-1>/tiny-coder when the previous stage ran on the
-# same machine, else hybridsd/models/tiny-coder (unpack the previous stage's archive there first:
-# `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`). Stage 5
-# starts from hybridsd/models/tiny-coder: the CPU-repaired folder, with the heads to start from in eagle1/ and eagle3/.
-# GPU stages write what train_zoo_gpu.sh writes to OUT_DIR (its log and the model folder's archive); cpu-repair
-# writes the repaired folder to OUT_DIR/tiny-coder. On the device machine: carry [".whl", ".cache"], timeout 600 s.
+# INIT is the first stage's starting target: by default /tmp/zoo_stage<N-1>/tiny-coder when the previous stage ran
+# on the same machine, else hybridsd/models/tiny-coder (unpack the previous stage's archive there first:
+# `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`); later
+# stages of STAGES start from the stage before them. The heads start from hybridsd/models/tiny-coder's. Target
+# stages share prepared data through /tmp/zoo_data_cache (train_zoo.py --data-cache): stage 4 loads stage 3's.
+# GPU stages leave in OUT_DIR what train_zoo_gpu.sh leaves (the last stage's log and model archive) and every
+# stage's record as stage<N>_<record>.json; cpu-repair writes the repaired folder to OUT_DIR/tiny-coder. On the
+# device machine: carry [".whl", ".cache"], timeout 600 s, HYBRIDSD_COMMIT=<commit> (the copied tree's git is not
+# the code that runs).
 #
 # The time budgets are the eager lineage's (see train_zoo_gpu.sh's header) divided by the measured speed-up of
 # compiled layers (1.73x pretraining, 1.63x edit tuning: experiments/results/zoo/train_compile_h200/), plus the
-# first step's compilation, so that each stage takes about the eager lineage's number of steps; the learning
-# rate follows the same schedule over them. Stages whose target is trained further skip the quality gate.
-# PRINT_ONLY=1 prints a stage's starting point and options instead of running it.
+# first step's compilation; the learning rate follows the same schedule over the shorter time. Stages whose target
+# is trained further skip the quality gate. PRINT_ONLY=1 prints each stage's starting point and options instead of
+# running it. Stages 1-3 as run: experiments/results/zoo/retrain_compiled_h200/.
 set -uo pipefail
-STAGE=${1:?usage: retrain_zoo.sh STAGE OUT_DIR [INIT]}
-OUT=${2:?usage: retrain_zoo.sh STAGE OUT_DIR [INIT]}
+STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
+OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
+FIRST_INIT=${3:-}
 mkdir -p "$OUT"
-previous() {  # the previous stage's target folder
-  if [ -n "${INIT:-}" ]; then echo "$INIT"
-  elif [ -f "/tmp/zoo_stage$1/tiny-coder/config.json" ]; then echo "/tmp/zoo_stage$1/tiny-coder"
+TUNE="--decision-weight 4 --compile-layers --data-cache /tmp/zoo_data_cache"
+SPAN="--sft-max-len 4096 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5"
+LOOPS="--repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200"  # the CPU repair's steps
+
+previous() {  # the starting target of stage $1 (previous stage $2)
+  if [ -n "$FIRST_INIT" ]; then echo "$FIRST_INIT"
+  elif [ -f "/tmp/zoo_stage$2/tiny-coder/config.json" ]; then echo "/tmp/zoo_stage$2/tiny-coder"
   else echo hybridsd/models/tiny-coder; fi
 }
-INIT=${3:-}
-TUNE="--decision-weight 4 --compile-layers"
-SPAN="--sft-max-len 4096 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5"
-case $STAGE in
-  1) export INIT= TARGET_EXTRA="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --pretrain-time-s 106 --deadline-s 470" ;;
-  2) export INIT=$(previous 1) TARGET_EXTRA="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --sft-lr 5e-4 \
-       --sft-epochs 5 --sft-time-s 224 --deadline-s 505" ;;
-  3) export INIT=$(previous 2) TARGET_EXTRA="$TUNE --no-gate $SPAN --sft-lr 5e-4 --sft-epochs 4 --sft-time-s 197 \
-       --deadline-s 505" ;;
-  4) export INIT=$(previous 3) TARGET_EXTRA="$TUNE --no-gate $SPAN --sft-lr 4e-4 --sft-epochs 4 --sft-time-s 171 \
-       --deadline-s 460 --unlikelihood-weight 1 --repeat-share 0.3" ;;
-  cpu-repair)
-     src=$(previous 4)
-     exec python3 -m experiments.train_zoo repair --init "$src" --out "$OUT/tiny-coder" --repair-batch 6 \
-       --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200 ;;
-  5) export NO_TARGET=1 REPAIR="--repair-batch 16 --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100" ;;
-  *) echo "retrain_zoo.sh: unknown stage '$STAGE' (1, 2, 3, 4, cpu-repair, 5)" >&2; exit 2 ;;
-esac
-[ "$STAGE" = 5 ] || [ "$STAGE" = 1 ] || [ -f "$INIT/config.json" ] || {
-  echo "retrain_zoo.sh: stage $STAGE needs the previous stage's target, not found at '$INIT'" >&2; exit 2; }
-if [ -n "${PRINT_ONLY:-}" ]; then echo "INIT=$INIT TARGET_EXTRA=${TARGET_EXTRA:-} REPAIR=${REPAIR:-}"; exit 0; fi
-export NO_HEADS=${NO_HEADS-$([ "$STAGE" = 5 ] || echo 1)} TARGET_S=585 WORK=/tmp/zoo_stage$STAGE
-exec bash experiments/train_zoo_gpu.sh "$OUT"
+
+run_stage() {
+  local stage=$1 init
+  case $stage in
+    1) init= ;;
+    2|3|4) init=$(previous "$stage" $((stage - 1))) ;;
+    cpu-repair) init=$(previous "$stage" 4) ;;
+    5) init=$(previous "$stage" 4) ;;
+    *) echo "retrain_zoo.sh: unknown stage '$stage' (1, 2, 3, 4, cpu-repair, 5)" >&2; return 2 ;;
+  esac
+  FIRST_INIT=
+  if [ "$stage" != 1 ] && [ ! -f "$init/config.json" ]; then
+    echo "retrain_zoo.sh: stage $stage needs the previous stage's target, not found at '$init'" >&2; return 2
+  fi
+  local extra
+  case $stage in
+    1) extra="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --pretrain-time-s 106 --deadline-s 470" ;;
+    2) extra="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --sft-lr 5e-4 --sft-epochs 5 --sft-time-s 224 \
+         --deadline-s 505" ;;
+    3) extra="$TUNE --no-gate $SPAN --sft-lr 5e-4 --sft-epochs 4 --sft-time-s 197 --deadline-s 505" ;;
+    4) extra="$TUNE --no-gate $SPAN --sft-lr 4e-4 --sft-epochs 4 --sft-time-s 171 --deadline-s 460 \
+         --unlikelihood-weight 1 --repeat-share 0.3" ;;
+    cpu-repair) extra="$LOOPS" ;;
+    5) extra="--repair-batch 16 --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100"
+       [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32;$extra" ;;  # the CPU repair's steps first, fp32
+  esac
+  if [ -n "${PRINT_ONLY:-}" ]; then echo "stage $stage: INIT=$init OPTIONS=$(echo $extra)"; return 0; fi
+  echo "== stage $stage from '${init:-scratch}' $(date +%T)"
+  case $stage in
+    cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;
+    5) NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=200 WORK=/tmp/zoo_stage5 \
+         bash experiments/train_zoo_gpu.sh "$OUT" || return 1
+       for f in /tmp/zoo_stage5/tiny-coder/repair_config*.json /tmp/zoo_stage5/tiny-coder/heads_training_*.json; do
+         cp "$f" "$OUT/stage5_$(basename "$f")"
+       done ;;
+    *) INIT=$init TARGET_EXTRA=$extra NO_HEADS=1 TARGET_S=585 WORK=/tmp/zoo_stage$stage \
+         bash experiments/train_zoo_gpu.sh "$OUT" || return 1
+       cp "/tmp/zoo_stage$stage/tiny-coder/training_config.json" "$OUT/stage${stage}_training_config.json" ;;
+  esac
+}
+
+for stage in ${STAGES//,/ }; do
+  run_stage "$stage" || exit $?
+done

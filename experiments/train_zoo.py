@@ -131,6 +131,7 @@ class TargetConfig:
     repair_early_stop: int = 0          # loops, both: also lower a stop this many or more tokens before the
     # reference's end (0: never), see loop_batch
     resync_weight: float = 1.0          # resync, both: weight of the answer's loss after the model's own lines
+    repair_fp32: bool = False           # repair in fp32 on a GPU too (no bf16 autocast): a CPU repair's arithmetic
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
     sft_lr: float = 1e-3
@@ -255,6 +256,13 @@ def eager():
     import torch
 
     return torch.compiler.set_stance("force_eager")
+
+
+def bf16(device, on: bool = True):
+    """bf16 autocast on CUDA when ``on`` (training steps, generation); fp32 elsewhere or when off."""
+    import torch
+
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=on and device.type == "cuda")
 
 
 def unlikelihood(logits, tokens):
@@ -386,7 +394,7 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with bf16(device):
             loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -478,9 +486,10 @@ def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random
 
 
 def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int],
-                         device) -> list[list[int]]:
-    """``new_tokens`` greedy tokens after each of ``prefixes`` (``generate``, left padding, bf16 autocast on CUDA;
-    rows that stop early are filled after their stop token), in eval mode, the model left in train mode."""
+                         device, half: bool = True) -> list[list[int]]:
+    """``new_tokens`` greedy tokens after each of ``prefixes`` (``generate``, left padding, bf16 autocast on CUDA
+    unless ``half`` is False; rows that stop early are filled after their stop token), in eval mode, the model left
+    in train mode."""
     import torch
 
     width = max(len(x) for x in prefixes)
@@ -489,7 +498,7 @@ def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad:
     for i, x in enumerate(prefixes):
         ids[i, width - len(x):], mask[i, width - len(x):] = torch.tensor(x), 1
     model.eval()
-    with eager(), torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with eager(), torch.no_grad(), bf16(device, half):
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
                              min_new_tokens=1, do_sample=False, pad_token_id=pad, eos_token_id=stop)
     model.train()
@@ -497,7 +506,7 @@ def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad:
 
 
 def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int], device,
-               references: list[list[int]] | None = None, early_stop: int = 0):
+               references: list[list[int]] | None = None, early_stop: int = 0, half: bool = True):
     """Greedy continuations of ``prefixes`` by ``model`` (``generate``, left padding, up to ``new_tokens`` each,
     cut before a stop token), and the batch that penalizes what repeats in them: ``(inputs, avoid, share,
     early)``, inputs prefix + continuation right-padded, avoid the continuation's token where it is predicted if it
@@ -509,7 +518,7 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
     import torch
 
     conts, stops = [], []
-    for i, row in enumerate(greedy_continuations(model, prefixes, new_tokens, pad, stop, device)):
+    for i, row in enumerate(greedy_continuations(model, prefixes, new_tokens, pad, stop, device, half)):
         cut = next((j for j, t in enumerate(row) if t in stop), len(row))
         conts.append(row[:cut])
         early = early_stop > 0 and references and cut < len(row) and len(references[i]) - cut >= early_stop
@@ -530,7 +539,7 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
 
 
 def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_tokens: int, special: dict, device,
-                 rng: random.Random, supervised: int = 256, copy_share: float = 0.0):
+                 rng: random.Random, supervised: int = 256, copy_share: float = 0.0, half: bool = True):
     """The model's own new lines at one changed place per ``(before, request, after)``, then the answer after them:
     ``(inputs, targets, share)``. For a place where ``after`` inserts or replaces lines (a line diff), the prompt
     and the answer's lines before it are the prefix (cut at a token boundary); the model continues it greedily
@@ -565,7 +574,7 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
     if not items:
         return None, None, 0.0
     conts = greedy_continuations(model, [x[0] for x in items], new_tokens, special["pad"],
-                                 [special["eot"], special["eos"]], device)
+                                 [special["eot"], special["eos"]], device, half)
     rows = []
     for (_, head, start, lines, rest), cont in zip(items, conts):
         own = tokenizer.decode(cont, skip_special_tokens=True)
@@ -621,14 +630,14 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         if resync:  # the answer after the model's own new lines
             picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
             synced = resync_batch(model, tokenizer, picked, cfg.repair_new_tokens, special, device, rng,
-                                  copy_share=cfg.repair_copy_share)
+                                  copy_share=cfg.repair_copy_share, half=not cfg.repair_fp32)
         if loops:  # the model's own repeats
             picked = rng.sample(pool, min(cfg.repair_batch, len(pool)))
             cuts = [e[1] + rng.choice(e[2][:-1]) for e in picked]  # up to a changed answer position
             prefixes = [e[0][:c] for e, c in zip(picked, cuts)]
             references = [e[0][c:-1] for e, c in zip(picked, cuts)]
             repeats = loop_batch(model, prefixes, cfg.repair_new_tokens, special["pad"], stop, device, references,
-                                 cfg.repair_early_stop)
+                                 cfg.repair_early_stop, half=not cfg.repair_fp32)
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
@@ -637,7 +646,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         x, y, w, a = (t.to(device) for t in batch)
         for group in opt.param_groups:
             group["lr"] = cfg.repair_lr
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with bf16(device, not cfg.repair_fp32):
             loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight)
             if synced is not None and synced[0] is not None:
                 loss = loss + cfg.resync_weight * masked_loss(model, synced[0].to(device), synced[1].to(device))
@@ -732,6 +741,97 @@ def with_replay(batches, replay, every: int):
             yield x, y, torch.ones(y.shape), None
 
 
+def prepare_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict], eval_rows: list[dict]) -> dict:
+    """The edit-tuning examples (real training edits with their requests, then synthetic edits; before the repeated
+    lines and the length cut), examples of evaluation edits, the pretraining rows (``val_seqs``, ``train_seqs``:
+    None without a pretraining corpus), the data's stats, and the (before, request, after) rows when the target
+    call repairs loops (``sft_rows``)."""
+    fast = tokenizer.backend_tokenizer
+    t0 = time.time()
+    pre_texts, edit_sources, data_stats = pretraining_texts(cfg)
+    data_stats["reading_s"] = round(time.time() - t0, 1)
+    with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
+        n_src = len(edit_sources)
+        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
+                 cfg.change_request, cfg.max_places, cfg.span_share) for i in range(int(1.25 * cfg.synthetic_examples))]
+        synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
+        requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
+                            chunksize=16)
+        eval_sub = eval_rows[:: max(1, len(eval_rows) // 64)]
+        eval_requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in eval_sub])
+    synth = synth[: cfg.synthetic_examples]
+    val_seqs = train_seqs = None
+    if pre_texts:
+        pre_ids = [e.ids for e in fast.encode_batch(pre_texts, add_special_tokens=False)]
+        seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
+        perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
+        val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
+        data_stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
+                          val_sequences=len(val_seqs))
+        del pre_ids, seqs
+    del pre_texts
+    sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
+    sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
+    examples = sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
+    eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
+                                 special["eot"])
+    kinds: dict[str, int] = {}
+    for s in synth:
+        for k in s["kinds"]:
+            kinds[k] = kinds.get(k, 0) + 1
+    data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
+                      sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
+                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS),
+                      validation_repos=list(cfg.validation_repos), synthetic_examples=len(synth),
+                      synthetic_kinds=kinds, synthetic_median_char_edit_norm=float(np.median([s["char_edit_norm"] for s in synth])),
+                      example_real_request=requests[0] if requests else None)
+    return {"examples": examples, "eval_examples": eval_examples, "val_seqs": val_seqs, "train_seqs": train_seqs,
+            "stats": data_stats, **({"sft_rows": sft_rows} if cfg.repair_time_s > 0 else {})}
+
+
+# The TargetConfig fields and the source files that decide prepare_data's result (cached_data's key).
+DATA_FIELDS = ("seed", "pretrain_chars", "pretrain_max_file_chars", "pretrain_seq_len", "val_sequences",
+               "synthetic_examples", "synthetic_sources", "synthetic_min_chars", "synthetic_max_chars", "span_share",
+               "real_epochs", "validation_repos", "change_request", "max_places", "repair_time_s")
+DATA_SOURCES = ("experiments/train_zoo.py", "experiments/edit_corpus.py", "experiments/synthetic_edits.py",
+                "experiments/train_tokenizer.py", "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
+
+
+def data_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows: list[dict]) -> str:
+    """A digest of what :func:`prepare_data` depends on: the data fields of ``cfg``, the source files that make the
+    data, the tokenizer's files, the edit rows and the Python installation whose files are the corpus (its
+    prefix and version: its files are taken as unchanged while a cache lives)."""
+    import sys
+
+    h = hashlib.sha256(json.dumps({f: getattr(cfg, f) for f in DATA_FIELDS}, sort_keys=True, default=list).encode())
+    for rel in DATA_SOURCES:
+        h.update((REPO / rel).read_bytes())
+    for path in sorted(Path(tok_dir).glob("tokenizer*.json")) + sorted(Path(tok_dir).glob("*.jinja")):
+        h.update(path.name.encode() + path.read_bytes())
+    h.update(json.dumps([train_rows, eval_rows], sort_keys=True).encode())
+    h.update(f"{sys.prefix} {sys.version}".encode())
+    return h.hexdigest()
+
+
+def cached_data(cache: Path | None, cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows: list[dict],
+                build) -> dict:
+    """``build()``, or with ``cache`` (a folder) its pickled result of an earlier call with the same
+    :func:`data_key` (written there atomically after a miss); ``stats["data_cache"]`` says which."""
+    import pickle
+
+    if cache is None:
+        return {**(data := build()), "stats": {**data["stats"], "data_cache": None}}
+    path = Path(cache) / f"target_data_{data_key(cfg, tok_dir, train_rows, eval_rows)[:32]}.pkl"
+    if path.is_file():
+        with path.open("rb") as f:
+            data = pickle.load(f)  # our own file, written below by this function
+        return {**data, "stats": {**data["stats"], "data_cache": f"hit {path.name}"}}
+    data = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, pickle.dumps(data, protocol=5))
+    return {**data, "stats": {**data["stats"], "data_cache": f"written {path.name}"}}
+
+
 def load_target(cfg: TargetConfig, init: Path | None, n_vocab: int, special: dict):
     """The model to train: ``init``'s weights in fp32, or a fresh one of ``cfg``'s shape."""
     if init is None:
@@ -753,7 +853,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "compile_layers")
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -777,7 +877,6 @@ def cmd_target(args) -> None:
     tok_dir = args.tokenizer or args.init or MODEL_DIR
     tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
     special = special_ids(tokenizer)
-    fast = tokenizer.backend_tokenizer
 
     # data
     rows = load_edits()
@@ -787,55 +886,23 @@ def cmd_target(args) -> None:
     if args.smoke:
         train_rows = [r for r in train_rows if len(r["before"]) <= 1500][:SMOKE_REAL_ROWS]
     write_atomic(out / "eval_split.json", json.dumps(split, indent=1) + "\n")
-    pre_texts, edit_sources, data_stats = pretraining_texts(cfg)
-    t_read = time.time() - t0
-    with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
-        n_src = len(edit_sources)
-        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
-                 cfg.change_request, cfg.max_places, cfg.span_share) for i in range(int(1.25 * cfg.synthetic_examples))]
-        synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
-        requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
-                            chunksize=16)
-        eval_sub = eval_rows[:: max(1, len(eval_rows) // 64)]
-        eval_requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in eval_sub])
-    synth = synth[: cfg.synthetic_examples]
-    val_seqs = None
-    if pre_texts:
-        pre_ids = [e.ids for e in fast.encode_batch(pre_texts, add_special_tokens=False)]
-        seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
-        perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
-        val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
-        data_stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
-                          val_sequences=len(val_seqs))
-        del pre_ids, seqs
-    del pre_texts
-    sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
-    sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
-    examples = sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
+    data = cached_data(args.data_cache, cfg, tok_dir, train_rows, eval_rows,
+                       lambda: prepare_data(cfg, tokenizer, special, train_rows, eval_rows))
+    examples, eval_examples, val_seqs, train_seqs, data_stats = (
+        data[k] for k in ("examples", "eval_examples", "val_seqs", "train_seqs", "stats"))
+    sft_rows = data.get("sft_rows")
     if cfg.repeat_share > 0:
         newline_ids = {i for t, i in tokenizer.get_vocab().items() if "\n" in tokenizer.convert_tokens_to_string([t])}
         rng = random.Random(cfg.seed + 3)
         examples = [(with_repeated_line(e, newline_ids, rng, cfg.repeat_max) or e)
                     if rng.random() < cfg.repeat_share else e for e in examples]
     examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
-    eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
-                                 special["eot"])
     eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
-    kinds: dict[str, int] = {}
-    for s in synth:
-        for k in s["kinds"]:
-            kinds[k] = kinds.get(k, 0) + 1
-    data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
-                      sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
-                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
-                      validation_repos=list(cfg.validation_repos), synthetic_examples=len(synth),
-                      synthetic_kinds=kinds, synthetic_median_char_edit_norm=float(np.median([s["char_edit_norm"] for s in synth])),
-                      sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
-                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)),
-                      example_real_request=requests[0] if requests else None)
+    data_stats.update(sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
+                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)), validation_rows=len(val_rows))
     t_data = time.time() - t0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # after the worker pool has forked
-    print(f"data ready in {t_data:.0f}s (reading {t_read:.0f}s): " + json.dumps(
+    print(f"data ready in {t_data:.0f}s: " + json.dumps(
         {k: v for k, v in data_stats.items() if k not in ("sft_real_repos", "example_real_request")}), flush=True)
 
     # model and optimiser
@@ -857,7 +924,7 @@ def cmd_target(args) -> None:
         """Mean token loss on ``seq_rows``; on ``sft`` examples (answer loss, loss at the decision positions)."""
         model.eval()
         losses, decided = [], []
-        with eager(), torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with eager(), torch.no_grad(), bf16(device):
             if seq_rows is not None:
                 for i in range(0, len(seq_rows), 8):
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
@@ -974,7 +1041,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "gate_prompts",
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32", "gate_prompts",
                   "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
 
 
@@ -1111,6 +1178,7 @@ REPAIR_HELP = {
     "resync_weight": "resync, both: weight of the answer's loss after the model's own lines",
     "repair_early_stop": "loops, both: also lower a stop this many or more tokens before the reference's end "
                          "(0: never)",
+    "repair_fp32": "repair in fp32 on a GPU too (no bf16 autocast; the arithmetic of a repair on the CPU)",
 }
 
 
@@ -1119,6 +1187,9 @@ def add_repair_options(parser, defaults: dict | None = None) -> None:
     are its own or ``defaults``'."""
     for name, text in REPAIR_HELP.items():
         default = (defaults or {}).get(name, getattr(TargetConfig(), name))
+        if isinstance(default, bool):  # a switch
+            parser.add_argument("--" + name.replace("_", "-"), action="store_true", default=None, help=text)
+            continue
         parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(TargetConfig(), name)), default=None,
                             help=f"{text} (default {default})",
                             **({"choices": REPAIR_MODES} if name == "repair_mode" else {}))
@@ -1167,6 +1238,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)  # tests: aot_eager
     p.add_argument("--no-gate", action="store_true",
                    help="no quality gate at the end (a stage of a lineage whose last stage is gated)")
+    p.add_argument("--data-cache", type=Path, default=None,
+                   help="a folder keeping the prepared data of each data configuration: a later call with the same "
+                        "data settings, sources, tokenizer and Python installation loads it instead of preparing it")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     r = sub.add_parser("repair", help="loop repair of an edit-tuned target, then the quality gate")

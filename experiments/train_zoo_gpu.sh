@@ -14,11 +14,12 @@
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
 # TARGET_EXTRA passes more train_zoo.py target options (e.g. TARGET_EXTRA="--decision-weight 5"). REPAIR (train_zoo.py
 # repair options, e.g. REPAIR="--repair-batch 16 --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100") runs a
-# loop repair of the target before the heads (its repair_config.json replaces an earlier one in the folder). When the
+# loop repair of the target before the heads (its repair_config.json replaces an earlier one in the folder); several,
+# separated by ';', run in order (the earlier ones' records kept as repair_config_<i>.json). When the
 # target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway; NO_HEADS=1 never).
 # INIT= (empty) trains the target from scratch (pretraining, then edit tuning; give it TARGET_S=585 and NO_HEADS=1:
 # the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder; NO_TARGET=1 trains only the
-# heads, of the installed target.
+# heads, of the installed target (or of the target in TARGET_DIR).
 #
 # The installed zoo, in order (install each step's result before the next; about 33 GPU-minutes and 12 CPU-minutes;
 # each step's record is in hybridsd/models/tiny-coder/, named after the step):
@@ -94,7 +95,7 @@ else
 fi
 
 if [ -n "${NO_TARGET:-}" ]; then
-  mkdir -p "$WORK/tiny-coder" && cp hybridsd/models/tiny-coder/*.* "$WORK/tiny-coder/"  # files only: no old heads
+  mkdir -p "$WORK/tiny-coder" && cp "${TARGET_DIR:-hybridsd/models/tiny-coder}"/*.* "$WORK/tiny-coder/"  # no heads
   FORCE_HEADS=1
 else
 stamp "target"
@@ -105,15 +106,19 @@ fi
 [ -f "$WORK/tiny-coder/training_config.json" ] || { echo "target training failed" | tee -a "$log"; exit 1; }
 record="$WORK/tiny-coder/training_config.json"
 
-if [ -n "${REPAIR:-}" ]; then  # loop repair of the target (train_zoo.py repair), then its gate decides the heads
-  stamp "loop repair"
+IFS=';' read -r -a repairs <<< "${REPAIR:-}"
+for i in "${!repairs[@]}"; do  # loop repairs of the target in order (train_zoo.py repair), the last one's gate
+  # decides the heads; an earlier one's record is kept as repair_config_<i>.json
+  stamp "loop repair $((i + 1)) of ${#repairs[@]}"
   rm -rf "$WORK/repaired"
   timeout "${REPAIR_S:-150}" python3 -m experiments.train_zoo repair --init "$WORK/tiny-coder" --out "$WORK/repaired" \
-    ${SMOKE:+--smoke} $REPAIR 2>&1 | grep --line-buffered -vE "Loading weights|^\[repair\] step=[0-9]*[1-9] " | tee -a "$log"
+    ${SMOKE:+--smoke} ${repairs[$i]} 2>&1 | grep --line-buffered -vE "Loading weights|^\[repair\] step=[0-9]*[1-9] " \
+    | tee -a "$log"
   [ -f "$WORK/repaired/repair_config.json" ] || { echo "loop repair failed" | tee -a "$log"; exit 1; }
   cp "$WORK"/repaired/* "$WORK/tiny-coder/" && rm -r "$WORK/repaired"
+  [ $((i + 1)) -lt ${#repairs[@]} ] && cp "$WORK/tiny-coder/repair_config.json" "$WORK/tiny-coder/repair_config_$((i + 1)).json"
   record="$WORK/tiny-coder/repair_config.json"
-fi
+done
 
 passed=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quality_gate']['passed'])" \
   "$record" 2>/dev/null)

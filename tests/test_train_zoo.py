@@ -517,15 +517,18 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     examples = tz.sft_examples(tok, triples, special["eot"])
     seq = torch.tensor([[5, 6, 7, 8]])
     labels = torch.tensor([[-100, 7, 8, -100]])
-    monkeypatch.setattr(tz, "resync_batch", lambda *a, **k: (seq, labels, 0.25))
-    monkeypatch.setattr(tz, "loop_batch", lambda *a, **k: (seq, labels, 0.5))
+    halves = []  # the half-precision switch of each generation and training step: off with repair_fp32
+    monkeypatch.setattr(tz, "resync_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.25))
+    monkeypatch.setattr(tz, "loop_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.5))
+    autocast = tz.bf16
+    monkeypatch.setattr(tz, "bf16", lambda device, on=True: halves.append(on) or autocast(device, on))
     calls = []
     masked, unlikely = tz.masked_loss, tz.unlikelihood_loss
     monkeypatch.setattr(tz, "masked_loss", lambda m, x, *a, **k: calls.append(("masked", x.shape[0])) or
                         masked(m, x, *a, **k))
     monkeypatch.setattr(tz, "unlikelihood_loss", lambda *a: calls.append(("unlikely", 1)) or unlikely(*a))
     cfg = replace(tz.TargetConfig(**tz.SMOKE), repair_mode=mode, repair_steps=2, repair_batch=2,
-                  repair_new_tokens=8, repair_time_s=60.0, sft_batch_tokens=4096)
+                  repair_new_tokens=8, repair_time_s=60.0, sft_batch_tokens=4096, repair_fp32=mode == "both")
     model = tz.build_model(cfg, len(tok), special)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.repair_lr)
     log = []
@@ -538,6 +541,7 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     assert ("resync_share" in log[0]) == resync and ("repeated_share" in log[0]) == loops
     assert (out.get("resync_share_last"), out.get("repeated_share_last")) == (
         [0.25, 0.25] if resync else None, [0.5, 0.5] if loops else None)
+    assert len(halves) == 2 * (resync + loops + 1) and set(halves) == {not cfg.repair_fp32}
 
 
 def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
@@ -685,9 +689,78 @@ def test_target_smoke_without_gate_writes_a_loadable_target(tmp_path):
 
     if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES):
         pytest.skip("code_edits_dev.jsonl not available")
-    tz.main(["target", "--smoke", "--no-gate", "--pretrain-time-s", "4", "--sft-time-s", "4", "--out", str(tmp_path)])
-    record = json.loads((tmp_path / "training_config.json").read_text())
+    records = []
+    for run in ("first", "second"):  # the second run loads the first's prepared data
+        out = tmp_path / run
+        tz.main(["target", "--smoke", "--no-gate", "--pretrain-time-s", "4", "--sft-time-s", "4", "--out", str(out),
+                 "--data-cache", str(tmp_path / "cache")])
+        records.append(json.loads((out / "training_config.json").read_text()))
+    record = records[0]
     assert record["quality_gate"] == {"skipped": "--no-gate"} and record["smoke"]
     assert record["pretrain"]["steps"] >= 1 and record["sft"]["steps"] >= 1
-    model = AutoModelForCausalLM.from_pretrained(tmp_path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "first", local_files_only=True)
     assert sum(p.numel() for p in model.parameters()) == record["parameters"]
+    (cached,) = (tmp_path / "cache").glob("target_data_*.pkl")
+    first, second = (dict(r["data"]) for r in records)
+    assert first.pop("data_cache") == f"written {cached.name}" and second.pop("data_cache") == f"hit {cached.name}"
+    first.pop("reading_s"), second.pop("reading_s")
+    assert first == second and first["sft_tokens"] > 0
+
+
+def test_cached_data_is_keyed_by_what_makes_the_data(tmp_path):
+    """The same configuration, tokenizer and rows load the first build's result; another data setting, other rows
+    or another tokenizer build again; a setting that does not make data (the learning rate) shares the entry."""
+    import shutil
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tz.MODEL_DIR / name, tok / name)
+    rows = [{"id": "a", "before": "x = 1\n", "after": "x = 2\n"}]
+    calls = []
+
+    def build(tag):
+        return lambda: calls.append(tag) or {"examples": [([1, 2, 3], 1, [0], [0], [])], "stats": {"tag": tag}}
+
+    cfg = tz.TargetConfig()
+    cache = tmp_path / "cache"
+    a = tz.cached_data(cache, cfg, tok, rows, [], build("a"))
+    b = tz.cached_data(cache, tz.replace(cfg, sft_lr=1e-5), tok, rows, [], build("b"))
+    assert calls == ["a"] and b["stats"] == {"tag": "a", "data_cache": a["stats"]["data_cache"].replace("written", "hit")}
+    assert b["examples"] == a["examples"]
+    tz.cached_data(cache, tz.replace(cfg, span_share=0.25), tok, rows, [], build("c"))
+    tz.cached_data(cache, cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], [], build("d"))
+    (tok / "chat_template.jinja").write_text("{{ messages }}")
+    tz.cached_data(cache, cfg, tok, rows, [], build("e"))
+    assert calls == ["a", "c", "d", "e"] and len(list(cache.glob("target_data_*.pkl"))) == 4
+    assert tz.cached_data(None, cfg, tok, rows, [], build("f"))["stats"] == {"tag": "f", "data_cache": None}
+
+
+def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
+    """``retrain_zoo.sh`` (PRINT_ONLY) names every stage of the lineage in order, each with options that
+    ``train_zoo.py target`` (stages 1-4, stage 1 from scratch) or ``repair`` (the repairs) parses, compiled target
+    stages with the shared data cache; an unknown stage or a missing starting target is one line and exit 2."""
+    import subprocess
+
+    script = str(tz.REPO / "experiments" / "retrain_zoo.sh")
+    env = {"PATH": "/usr/bin:/bin", "PRINT_ONLY": "1"}
+    out = subprocess.run(["bash", script, "1,2,3,4,cpu-repair,5", str(tmp_path)], cwd=tz.REPO, env=env,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert [line.split(":")[0] for line in out] == [f"stage {s}" for s in ("1", "2", "3", "4", "cpu-repair", "5")]
+    for line in out:
+        stage, rest = line.split(": INIT=")
+        init, options = rest.split(" OPTIONS=")
+        if stage in ("stage 1", "stage 2", "stage 3", "stage 4"):
+            argv = ["target", "--out", str(tmp_path)] + (["--init", "x"] if stage != "stage 1" else []) + options.split()
+            cfg = tz.target_config(tz.parse_args(argv))
+            assert cfg.compile_layers and tz.parse_args(argv).no_gate and tz.parse_args(argv).data_cache
+            assert (init == "") == (stage == "stage 1")
+        else:  # stage 5: the CPU repair's steps in fp32, then the GPU's
+            cfgs = [tz.repair_config(tz.parse_args(["repair", "--init", "x", "--out", "y"] + one.split()))
+                    for one in options.split(";")]
+            assert all(c.repair_steps > 0 for c in cfgs)
+            assert [c.repair_fp32 for c in cfgs] == ([False] if stage == "stage cpu-repair" else [True, False])
+    for argv, message in ((["9", str(tmp_path)], "unknown stage '9'"),
+                          (["3", str(tmp_path), str(tmp_path / "none")], "needs the previous stage's target")):
+        run = subprocess.run(["bash", script, *argv], cwd=tz.REPO, env=env, capture_output=True, text=True)
+        assert run.returncode == 2 and message in run.stderr and len(run.stderr.splitlines()) == 1

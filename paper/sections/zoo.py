@@ -15,6 +15,7 @@ from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num,
 
 GPU_TESTS = RESULTS / "speed" / "gpu_tests.log"
 COMPILE_RUNS = RESULTS / "zoo" / "train_compile_h200"
+RETRAIN = RESULTS / "zoo" / "retrain_compiled_h200" / "stages.json"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -159,6 +160,34 @@ def compile_speed() -> None:
     first = {p: runs["compiled"][p]["first_step_s"] for p in ("pretrain", "sft")}
     num("zooCompileLineageMin", sum(s for _, s in phases) / 60, "{:.1f}")
     num("zooCompileLineageAtMin", sum(s / speedup[p] + first[p] for p, s in phases) / 60, "{:.1f}")
+    retrain()
+
+
+def retrain() -> None:
+    """retrain_compiled_h200/: the lineage's first target stages rerun with compiled layers (retrain_zoo.sh), against
+    the same stages of the installed (eager) lineage; the whole lineage's GPU-minutes with the remaining target stage
+    at the last rerun stage's ratio and the repair and heads as run."""
+    stages = json.loads(RETRAIN.read_text())["stages"]
+    eager = [json.loads((MODEL_DIR / f).read_text()) for f in TARGET_CALLS]
+    gpu_repair = json.loads((MODEL_DIR / REPAIRS[1]).read_text())
+    heads = json.loads((MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text())
+    run = [s["target_wall_s"] for s in stages]
+    num("zooRetrainStages", len(stages), "{:d}")
+    num("zooRetrainMin", sum(run) / 60, "{:.1f}")
+    num("zooRetrainCallMin", sum(s["call_wall_s"] for s in stages) / 60, "{:.1f}")
+    num("zooRetrainEagerMin", sum(e["wall_s"] for e in eager[: len(stages)]) / 60, "{:.1f}")
+    num("zooRetrainDataS", "--".join(f"{s['data_prep_s']:.0f}" for s in (min(stages, key=lambda s: s["data_prep_s"]),
+                                                                         max(stages, key=lambda s: s["data_prep_s"]))),
+        "{}")
+    shares = [s["sft"]["steps"] / s["eager_lineage"]["sft_steps"] for s in stages if s["sft"]["stopped_by"] == "time"]
+    num("zooRetrainStepShare", f"{100 * min(shares):.0f}--{100 * max(shares):.0f}", "{}")
+    sft_x = [s["sft"]["tokens_per_s_after_first_step"] / s["eager_lineage"]["sft_tokens_per_s"] for s in stages]
+    num("zooRetrainSftX", f"{min(sft_x):.2f}--{max(sft_x):.2f}", "{}")
+    ratio = run[-1] / eager[len(stages) - 1]["wall_s"]
+    rest = sum(e["wall_s"] for e in eager[len(stages):]) * ratio
+    num("zooRetrainProjMin", (sum(run) + rest + gpu_repair["wall_s"] + heads["wall_s"]) / 60, "{:.1f}")
+    num("zooRetrainProv", provenance(stages[-1]["run_info"]), "{}")
+    num("zooRetrainCommits", ", ".join(r"\texttt{%s}" % s["commit"] for s in stages), "{}")
 
 
 def make() -> None:
