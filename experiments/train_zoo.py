@@ -741,95 +741,93 @@ def with_replay(batches, replay, every: int):
             yield x, y, torch.ones(y.shape), None
 
 
-def prepare_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict], eval_rows: list[dict]) -> dict:
-    """The edit-tuning examples (real training edits with their requests, then synthetic edits; before the repeated
-    lines and the length cut), examples of evaluation edits, the pretraining rows (``val_seqs``, ``train_seqs``:
-    None without a pretraining corpus), the data's stats, and the (before, request, after) rows when the target
-    call repairs loops (``sft_rows``)."""
-    fast = tokenizer.backend_tokenizer
+def pretraining_data(cfg: TargetConfig, tokenizer, special: dict) -> tuple[dict, list[str]]:
+    """The pretraining rows (``val_seqs``, ``train_seqs``; None without a pretraining corpus) and their ``stats``,
+    and the candidate files for synthetic edits (:func:`edit_corpus.pretraining_texts`)."""
     t0 = time.time()
-    pre_texts, edit_sources, data_stats = pretraining_texts(cfg)
-    data_stats["reading_s"] = round(time.time() - t0, 1)
+    pre_texts, edit_sources, stats = pretraining_texts(cfg)
+    stats["reading_s"] = round(time.time() - t0, 1)
+    val_seqs = train_seqs = None
+    if pre_texts:
+        pre_ids = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(pre_texts, add_special_tokens=False)]
+        seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
+        perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
+        val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
+        stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
+                     val_sequences=len(val_seqs))
+    return {"val_seqs": val_seqs, "train_seqs": train_seqs, "stats": stats}, edit_sources
+
+
+def edit_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict], eval_rows: list[dict],
+              edit_sources: list[str]) -> dict:
+    """The edit-tuning examples (``cfg.real_epochs`` copies of the real training edits with their requests, then
+    ``cfg.synthetic_examples`` synthetic edits of ``edit_sources``; before the repeated lines and the length cut),
+    ``n_real`` (the real ones' count), each synthetic edit's (kinds, char edit norm), examples of evaluation
+    edits, the first real request, and the (before, request, after) rows when the target call repairs loops
+    (``sft_rows``). The synthetic edits of a smaller ``synthetic_examples`` are a prefix of a larger one's."""
     with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
         n_src = len(edit_sources)
         jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
                  cfg.change_request, cfg.max_places, cfg.span_share) for i in range(int(1.25 * cfg.synthetic_examples))]
-        synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s]
+        synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s][: cfg.synthetic_examples]
         requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
                             chunksize=16)
         eval_sub = eval_rows[:: max(1, len(eval_rows) // 64)]
         eval_requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in eval_sub])
-    synth = synth[: cfg.synthetic_examples]
-    val_seqs = train_seqs = None
-    if pre_texts:
-        pre_ids = [e.ids for e in fast.encode_batch(pre_texts, add_special_tokens=False)]
-        seqs = pack(pre_ids, cfg.pretrain_seq_len, special["bos"], special["eos"])
-        perm = np.random.default_rng(cfg.seed).permutation(len(seqs))
-        val_seqs, train_seqs = seqs[perm[: cfg.val_sequences]], seqs[perm[cfg.val_sequences:]]
-        data_stats.update(pretrain_tokens=int(sum(len(x) + 2 for x in pre_ids)), pretrain_sequences=len(train_seqs),
-                          val_sequences=len(val_seqs))
-        del pre_ids, seqs
-    del pre_texts
     sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
+    n_real = len(sft_rows)
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
-    examples = sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers)
-    eval_examples = sft_examples(tokenizer, [(r["before"], q, r["after"]) for r, q in zip(eval_sub, eval_requests)],
-                                 special["eot"])
-    kinds: dict[str, int] = {}
-    for s in synth:
-        for k in s["kinds"]:
-            kinds[k] = kinds.get(k, 0) + 1
-    data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
-                      sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
-                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS),
-                      validation_repos=list(cfg.validation_repos), synthetic_examples=len(synth),
-                      synthetic_kinds=kinds, synthetic_median_char_edit_norm=float(np.median([s["char_edit_norm"] for s in synth])),
-                      example_real_request=requests[0] if requests else None)
-    return {"examples": examples, "eval_examples": eval_examples, "val_seqs": val_seqs, "train_seqs": train_seqs,
-            "stats": data_stats, **({"sft_rows": sft_rows} if cfg.repair_time_s > 0 else {})}
+    return {"examples": sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers), "n_real": n_real,
+            "synthetic": [(s["kinds"], s["char_edit_norm"]) for s in synth],
+            "eval_examples": sft_examples(tokenizer, [(r["before"], q, r["after"])
+                                                      for r, q in zip(eval_sub, eval_requests)], special["eot"]),
+            "example_real_request": requests[0] if requests else None,
+            **({"sft_rows": sft_rows} if cfg.repair_time_s > 0 else {})}
 
 
-# The TargetConfig fields and the source files that decide prepare_data's result (cached_data's key).
-DATA_FIELDS = ("seed", "pretrain_chars", "pretrain_max_file_chars", "pretrain_seq_len", "val_sequences",
-               "synthetic_examples", "synthetic_sources", "synthetic_min_chars", "synthetic_max_chars", "span_share",
-               "real_epochs", "validation_repos", "change_request", "max_places", "repair_time_s")
-DATA_SOURCES = ("experiments/train_zoo.py", "experiments/edit_corpus.py", "experiments/synthetic_edits.py",
-                "experiments/train_tokenizer.py", "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
-
-
-def data_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows: list[dict]) -> str:
-    """A digest of what :func:`prepare_data` depends on: the data fields of ``cfg``, the source files that make the
-    data, the tokenizer's files, the edit rows and the Python installation whose files are the corpus (its
-    prefix and version: its files are taken as unchanged while a cache lives)."""
-    import sys
-
-    h = hashlib.sha256(json.dumps({f: getattr(cfg, f) for f in DATA_FIELDS}, sort_keys=True, default=list).encode())
+def edit_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows: list[dict],
+             edit_sources: list[str]) -> str:
+    """A digest of what :func:`edit_data` depends on but ``synthetic_examples``: the edit settings of ``cfg``, the
+    source files that make the data, the tokenizer's files, the edit rows and the synthetic edits' source files."""
+    fields = ("seed", "span_share", "real_epochs", "change_request", "max_places", "repair_time_s")
+    h = hashlib.sha256(json.dumps({f: getattr(cfg, f) for f in fields}, sort_keys=True).encode())
     for rel in DATA_SOURCES:
         h.update((REPO / rel).read_bytes())
     for path in sorted(Path(tok_dir).glob("tokenizer*.json")) + sorted(Path(tok_dir).glob("*.jinja")):
         h.update(path.name.encode() + path.read_bytes())
     h.update(json.dumps([train_rows, eval_rows], sort_keys=True).encode())
-    h.update(f"{sys.prefix} {sys.version}".encode())
+    for text in edit_sources:
+        h.update(hashlib.sha256(text.encode()).digest())
     return h.hexdigest()
 
 
-def cached_data(cache: Path | None, cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows: list[dict],
-                build) -> dict:
-    """``build()``, or with ``cache`` (a folder) its pickled result of an earlier call with the same
-    :func:`data_key` (written there atomically after a miss); ``stats["data_cache"]`` says which."""
+# The source files that make edit_data's result (part of edit_key).
+DATA_SOURCES = ("experiments/train_zoo.py", "experiments/edit_corpus.py", "experiments/synthetic_edits.py",
+                "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
+
+
+def cached_edit_data(cache: Path | None, cfg: TargetConfig, key: str, build) -> dict:
+    """``build()``; with ``cache`` (a folder), the result kept there under ``key`` by an earlier call with at least
+    ``cfg.synthetic_examples`` synthetic edits, cut to that many (else built and kept, atomically); its
+    ``data_cache`` says which."""
     import pickle
 
     if cache is None:
-        return {**(data := build()), "stats": {**data["stats"], "data_cache": None}}
-    path = Path(cache) / f"target_data_{data_key(cfg, tok_dir, train_rows, eval_rows)[:32]}.pkl"
+        return {**build(), "data_cache": None}
+    path = Path(cache) / f"edit_data_{key[:32]}.pkl"
     if path.is_file():
         with path.open("rb") as f:
             data = pickle.load(f)  # our own file, written below by this function
-        return {**data, "stats": {**data["stats"], "data_cache": f"hit {path.name}"}}
+        n = cfg.synthetic_examples
+        if len(data["synthetic"]) >= n:
+            cut = data["n_real"] + n
+            return {**data, "examples": data["examples"][:cut], "synthetic": data["synthetic"][:n],
+                    **({"sft_rows": data["sft_rows"][:cut]} if "sft_rows" in data else {}),
+                    "data_cache": f"hit {path.name} ({len(data['synthetic'])} synthetic edits)"}
     data = build()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, pickle.dumps(data, protocol=5))
-    return {**data, "stats": {**data["stats"], "data_cache": f"written {path.name}"}}
+    return {**data, "data_cache": f"written {path.name}"}
 
 
 def load_target(cfg: TargetConfig, init: Path | None, n_vocab: int, special: dict):
@@ -886,11 +884,20 @@ def cmd_target(args) -> None:
     if args.smoke:
         train_rows = [r for r in train_rows if len(r["before"]) <= 1500][:SMOKE_REAL_ROWS]
     write_atomic(out / "eval_split.json", json.dumps(split, indent=1) + "\n")
-    data = cached_data(args.data_cache, cfg, tok_dir, train_rows, eval_rows,
-                       lambda: prepare_data(cfg, tokenizer, special, train_rows, eval_rows))
-    examples, eval_examples, val_seqs, train_seqs, data_stats = (
-        data[k] for k in ("examples", "eval_examples", "val_seqs", "train_seqs", "stats"))
-    sft_rows = data.get("sft_rows")
+    pre, edit_sources = pretraining_data(cfg, tokenizer, special)
+    val_seqs, train_seqs, data_stats = pre["val_seqs"], pre["train_seqs"], pre["stats"]
+    edits = cached_edit_data(args.data_cache, cfg, edit_key(cfg, tok_dir, train_rows, eval_rows, edit_sources),
+                             lambda: edit_data(cfg, tokenizer, special, train_rows, eval_rows, edit_sources))
+    examples, eval_examples, sft_rows = edits["examples"], edits["eval_examples"], edits.get("sft_rows")
+    del edit_sources
+    kinds = Counter(k for ks, _ in edits["synthetic"] for k in ks)
+    data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
+                      sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
+                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
+                      validation_repos=list(cfg.validation_repos), synthetic_examples=len(edits["synthetic"]),
+                      synthetic_kinds=dict(kinds), synthetic_median_char_edit_norm=float(np.median(
+                          [norm for _, norm in edits["synthetic"]])) if edits["synthetic"] else None,
+                      example_real_request=edits["example_real_request"], data_cache=edits["data_cache"])
     if cfg.repeat_share > 0:
         newline_ids = {i for t, i in tokenizer.get_vocab().items() if "\n" in tokenizer.convert_tokens_to_string([t])}
         rng = random.Random(cfg.seed + 3)
@@ -899,7 +906,7 @@ def cmd_target(args) -> None:
     examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
     eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
     data_stats.update(sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
-                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)), validation_rows=len(val_rows))
+                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
     t_data = time.time() - t0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # after the worker pool has forked
     print(f"data ready in {t_data:.0f}s: " + json.dumps(

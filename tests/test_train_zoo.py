@@ -700,16 +700,18 @@ def test_target_smoke_without_gate_writes_a_loadable_target(tmp_path):
     assert record["pretrain"]["steps"] >= 1 and record["sft"]["steps"] >= 1
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "first", local_files_only=True)
     assert sum(p.numel() for p in model.parameters()) == record["parameters"]
-    (cached,) = (tmp_path / "cache").glob("target_data_*.pkl")
+    (cached,) = (tmp_path / "cache").glob("edit_data_*.pkl")
     first, second = (dict(r["data"]) for r in records)
-    assert first.pop("data_cache") == f"written {cached.name}" and second.pop("data_cache") == f"hit {cached.name}"
+    assert first.pop("data_cache") == f"written {cached.name}"
+    assert second.pop("data_cache") == f"hit {cached.name} ({first['synthetic_examples']} synthetic edits)"
     first.pop("reading_s"), second.pop("reading_s")
     assert first == second and first["sft_tokens"] > 0
 
 
-def test_cached_data_is_keyed_by_what_makes_the_data(tmp_path):
-    """The same configuration, tokenizer and rows load the first build's result; another data setting, other rows
-    or another tokenizer build again; a setting that does not make data (the learning rate) shares the entry."""
+def test_edit_data_cache_is_keyed_by_what_makes_the_data_and_serves_fewer_synthetic_edits(tmp_path):
+    """The key changes with an edit setting, the rows, the tokenizer's files and the synthetic edits' sources, not
+    with a training setting or the number of synthetic edits; a cached build serves a call asking for fewer
+    synthetic edits with its prefix (real examples first), one asking for more builds again."""
     import shutil
 
     tok = tmp_path / "tok"
@@ -717,23 +719,35 @@ def test_cached_data_is_keyed_by_what_makes_the_data(tmp_path):
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(tz.MODEL_DIR / name, tok / name)
     rows = [{"id": "a", "before": "x = 1\n", "after": "x = 2\n"}]
+    sources = ["def f():\n    return 1\n"]
+    cfg = tz.TargetConfig(synthetic_examples=3)
+    key = tz.edit_key(cfg, tok, rows, [], sources)
+    assert tz.edit_key(tz.replace(cfg, sft_lr=1e-5, synthetic_examples=9), tok, rows, [], sources) == key
+    changed = [tz.edit_key(tz.replace(cfg, span_share=0.25), tok, rows, [], sources),
+               tz.edit_key(cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], [], sources),
+               tz.edit_key(cfg, tok, rows, [], sources + ["x = 3\n"])]
+    (tok / "chat_template.jinja").write_text("{{ messages }}")
+    changed.append(tz.edit_key(cfg, tok, rows, [], sources))
+    assert len({key, *changed}) == 5
     calls = []
 
-    def build(tag):
-        return lambda: calls.append(tag) or {"examples": [([1, 2, 3], 1, [0], [0], [])], "stats": {"tag": tag}}
+    def build(n):
+        def run():
+            calls.append(n)
+            return {"examples": [["real"]] * 2 + [[f"synthetic {i}"] for i in range(n)], "n_real": 2,
+                    "synthetic": [(["k"], i / 10) for i in range(n)], "eval_examples": [], "example_real_request": "r"}
+        return run
 
-    cfg = tz.TargetConfig()
     cache = tmp_path / "cache"
-    a = tz.cached_data(cache, cfg, tok, rows, [], build("a"))
-    b = tz.cached_data(cache, tz.replace(cfg, sft_lr=1e-5), tok, rows, [], build("b"))
-    assert calls == ["a"] and b["stats"] == {"tag": "a", "data_cache": a["stats"]["data_cache"].replace("written", "hit")}
-    assert b["examples"] == a["examples"]
-    tz.cached_data(cache, tz.replace(cfg, span_share=0.25), tok, rows, [], build("c"))
-    tz.cached_data(cache, cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], [], build("d"))
-    (tok / "chat_template.jinja").write_text("{{ messages }}")
-    tz.cached_data(cache, cfg, tok, rows, [], build("e"))
-    assert calls == ["a", "c", "d", "e"] and len(list(cache.glob("target_data_*.pkl"))) == 4
-    assert tz.cached_data(None, cfg, tok, rows, [], build("f"))["stats"] == {"tag": "f", "data_cache": None}
+    first = tz.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=3), key, build(3))
+    fewer = tz.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=2), key, build(2))
+    assert calls == [3] and first["data_cache"].startswith("written") and fewer["data_cache"].startswith("hit")
+    assert fewer["examples"] == [["real"], ["real"], ["synthetic 0"], ["synthetic 1"]]
+    assert fewer["synthetic"] == [(["k"], 0.0), (["k"], 0.1)]
+    more = tz.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=5), key, build(5))
+    assert calls == [3, 5] and len(more["examples"]) == 7 and more["data_cache"].startswith("written")
+    assert len(tz.cached_edit_data(cache, cfg, key, build(3))["examples"]) == 5 and calls == [3, 5]
+    assert tz.cached_edit_data(None, cfg, key, build(3))["data_cache"] is None and calls == [3, 5, 3]
 
 
 def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
