@@ -851,7 +851,8 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s"
                   "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
                   "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
                   "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers")
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32",
+                  "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
