@@ -60,7 +60,7 @@ import shutil
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from multiprocessing import Pool
+from multiprocessing import Pool, get_context
 from pathlib import Path
 
 import numpy as np
@@ -758,13 +758,19 @@ def pretraining_data(cfg: TargetConfig, tokenizer, special: dict) -> tuple[dict,
     return {"val_seqs": val_seqs, "train_seqs": train_seqs, "stats": stats}, edit_sources
 
 
-def edit_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict], eval_rows: list[dict],
-              edit_sources: list[str]) -> dict:
+def eval_examples_of(cfg: TargetConfig, tokenizer, special: dict, eval_rows: list[dict]) -> list[tuple]:
+    """:func:`sft_examples` of about 64 evaluation edits spread over ``eval_rows`` (the evaluation losses)."""
+    rows = eval_rows[:: max(1, len(eval_rows) // 64)]
+    return sft_examples(tokenizer, [(r["before"], real_request((r, cfg.change_request, cfg.max_places)), r["after"])
+                                    for r in rows], special["eot"])
+
+
+def edit_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict], edit_sources: list[str]) -> dict:
     """The edit-tuning examples (``cfg.real_epochs`` copies of the real training edits with their requests, then
     ``cfg.synthetic_examples`` synthetic edits of ``edit_sources``; before the repeated lines and the length cut),
-    ``n_real`` (the real ones' count), each synthetic edit's (kinds, char edit norm), examples of evaluation
-    edits, the first real request, and the (before, request, after) rows when the target call repairs loops
-    (``sft_rows``). The synthetic edits of a smaller ``synthetic_examples`` are a prefix of a larger one's."""
+    ``n_real`` (the real ones' count), each synthetic edit's (kinds, char edit norm), the first real request, and
+    the (before, request, after) rows when the target call repairs loops (``sft_rows``). The synthetic edits of a
+    smaller ``synthetic_examples`` are a prefix of a larger one's."""
     with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
         n_src = len(edit_sources)
         jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
@@ -772,21 +778,33 @@ def edit_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict
         synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s][: cfg.synthetic_examples]
         requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
                             chunksize=16)
-        eval_sub = eval_rows[:: max(1, len(eval_rows) // 64)]
-        eval_requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in eval_sub])
     sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
     n_real = len(sft_rows)
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
     return {"examples": sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers), "n_real": n_real,
             "synthetic": [(s["kinds"], s["char_edit_norm"]) for s in synth],
-            "eval_examples": sft_examples(tokenizer, [(r["before"], q, r["after"])
-                                                      for r, q in zip(eval_sub, eval_requests)], special["eot"]),
             "example_real_request": requests[0] if requests else None,
             **({"sft_rows": sft_rows} if cfg.repair_time_s > 0 else {})}
 
 
-def edit_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows: list[dict],
-             edit_sources: list[str]) -> str:
+def write_edit_data(cfg: TargetConfig, tok_dir: Path, special: dict, train_rows: list[dict],
+                    edit_sources: list[str], path: Path) -> None:
+    """:func:`edit_data` pickled to ``path`` (atomically), in a process of its own: started by a target call that
+    pretrains while it runs, with two of ``cfg.workers`` cores left to the training loop."""
+    import os
+    import pickle
+
+    from transformers import AutoTokenizer
+
+    workers = max(1, cfg.workers - 2)
+    os.environ["RAYON_NUM_THREADS"] = str(workers)  # the tokenizer's threads, before its pool starts
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+    data = edit_data(replace(cfg, workers=workers), tokenizer, special, train_rows, edit_sources)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, pickle.dumps(data, protocol=5))
+
+
+def edit_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], edit_sources: list[str]) -> str:
     """A digest of what :func:`edit_data` depends on but ``synthetic_examples``: the edit settings of ``cfg``, the
     source files that make the data, the tokenizer's files, the edit rows and the synthetic edits' source files."""
     fields = ("seed", "span_share", "real_epochs", "change_request", "max_places", "repair_time_s")
@@ -795,7 +813,7 @@ def edit_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], eval_rows
         h.update((REPO / rel).read_bytes())
     for path in sorted(Path(tok_dir).glob("tokenizer*.json")) + sorted(Path(tok_dir).glob("*.jinja")):
         h.update(path.name.encode() + path.read_bytes())
-    h.update(json.dumps([train_rows, eval_rows], sort_keys=True).encode())
+    h.update(json.dumps(train_rows, sort_keys=True).encode())
     for text in edit_sources:
         h.update(hashlib.sha256(text.encode()).digest())
     return h.hexdigest()
@@ -806,6 +824,11 @@ DATA_SOURCES = ("experiments/train_zoo.py", "experiments/edit_corpus.py", "exper
                 "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
 
 
+def edit_cache_path(cache: Path, key: str) -> Path:
+    """Where :func:`cached_edit_data` keeps the edit data of ``key``."""
+    return Path(cache) / f"edit_data_{key[:32]}.pkl"
+
+
 def cached_edit_data(cache: Path | None, cfg: TargetConfig, key: str, build) -> dict:
     """``build()``; with ``cache`` (a folder), the result kept there under ``key`` by an earlier call with at least
     ``cfg.synthetic_examples`` synthetic edits, cut to that many (else built and kept, atomically); its
@@ -814,7 +837,7 @@ def cached_edit_data(cache: Path | None, cfg: TargetConfig, key: str, build) -> 
 
     if cache is None:
         return {**build(), "data_cache": None}
-    path = Path(cache) / f"edit_data_{key[:32]}.pkl"
+    path = edit_cache_path(cache, key)
     if path.is_file():
         with path.open("rb") as f:
             data = pickle.load(f)  # our own file, written below by this function
@@ -887,31 +910,55 @@ def cmd_target(args) -> None:
     write_atomic(out / "eval_split.json", json.dumps(split, indent=1) + "\n")
     pre, edit_sources = pretraining_data(cfg, tokenizer, special)
     val_seqs, train_seqs, data_stats = pre["val_seqs"], pre["train_seqs"], pre["stats"]
-    edits = cached_edit_data(args.data_cache, cfg, edit_key(cfg, tok_dir, train_rows, eval_rows, edit_sources),
-                             lambda: edit_data(cfg, tokenizer, special, train_rows, eval_rows, edit_sources))
-    examples, eval_examples, sft_rows = edits["examples"], edits["eval_examples"], edits.get("sft_rows")
-    del edit_sources
-    kinds = Counter(k for ks, _ in edits["synthetic"] for k in ks)
-    data_stats.update(sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
-                      sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
-                      eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
-                      validation_repos=list(cfg.validation_repos), synthetic_examples=len(edits["synthetic"]),
-                      synthetic_kinds=dict(kinds), synthetic_median_char_edit_norm=float(np.median(
-                          [norm for _, norm in edits["synthetic"]])) if edits["synthetic"] else None,
-                      example_real_request=edits["example_real_request"], data_cache=edits["data_cache"])
-    if cfg.repeat_share > 0:
-        newline_ids = {i for t, i in tokenizer.get_vocab().items() if "\n" in tokenizer.convert_tokens_to_string([t])}
-        rng = random.Random(cfg.seed + 3)
-        examples = [(with_repeated_line(e, newline_ids, rng, cfg.repeat_max) or e)
-                    if rng.random() < cfg.repeat_share else e for e in examples]
-    examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
-    eval_examples = [e for e in eval_examples if len(e[0]) <= cfg.sft_max_len]
-    data_stats.update(sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
-                      sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
+    eval_examples = [e for e in eval_examples_of(cfg, tokenizer, special, eval_rows) if len(e[0]) <= cfg.sft_max_len]
+    key = edit_key(cfg, tok_dir, train_rows, edit_sources)
+    beside = None  # a process preparing the edit data while the model pretrains (its result goes to the cache)
+    if args.init is None and args.data_cache is not None and not edit_cache_path(args.data_cache, key).is_file():
+        beside = get_context("spawn").Process(target=write_edit_data, args=(
+            cfg, Path(tok_dir), special, train_rows, edit_sources, edit_cache_path(args.data_cache, key)))
+        beside.start()
+
+    def edits_ready() -> tuple[list, list | None]:
+        """The edit-tuning examples (repeated lines added, cut to ``sft_max_len``) and the repair rows, their stats
+        in ``data_stats``; waits for ``beside``."""
+        if beside is not None:
+            beside.join()
+            if beside.exitcode != 0:
+                raise SystemExit(f"train_zoo target: preparing the edit data beside pretraining failed "
+                                 f"(exit code {beside.exitcode})")
+        edits = cached_edit_data(args.data_cache, cfg, key,
+                                 lambda: edit_data(cfg, tokenizer, special, train_rows, edit_sources))
+        examples = edits["examples"]
+        if cfg.repeat_share > 0:
+            newline_ids = {i for t, i in tokenizer.get_vocab().items()
+                           if "\n" in tokenizer.convert_tokens_to_string([t])}
+            rng = random.Random(cfg.seed + 3)
+            examples = [(with_repeated_line(e, newline_ids, rng, cfg.repeat_max) or e)
+                        if rng.random() < cfg.repeat_share else e for e in examples]
+        examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
+        data_stats.update(
+            sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
+            sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
+            eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
+            validation_repos=list(cfg.validation_repos), synthetic_examples=len(edits["synthetic"]),
+            synthetic_kinds=dict(Counter(k for kinds, _ in edits["synthetic"] for k in kinds)),
+            synthetic_median_char_edit_norm=float(np.median([n for _, n in edits["synthetic"]]))
+            if edits["synthetic"] else None,
+            example_real_request=edits["example_real_request"],
+            data_cache=edits["data_cache"].replace("hit", "written beside pretraining:") if beside is not None
+            else edits["data_cache"],
+            sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
+            sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
+        return examples, edits.get("sft_rows")
+
+    examples = sft_rows = None
+    if beside is None:
+        examples, sft_rows = edits_ready()
     t_data = time.time() - t0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # after the worker pool has forked
-    print(f"data ready in {t_data:.0f}s: " + json.dumps(
-        {k: v for k, v in data_stats.items() if k not in ("sft_real_repos", "example_real_request")}), flush=True)
+    print(f"data ready in {t_data:.0f}s" + (" (edit data beside pretraining)" if beside is not None else "") + ": "
+          + json.dumps({k: v for k, v in data_stats.items() if k not in ("sft_real_repos", "example_real_request")}),
+          flush=True)
 
     # model and optimiser
     model = load_target(cfg, args.init, len(tokenizer), special).to(device)
@@ -982,6 +1029,13 @@ def cmd_target(args) -> None:
                                on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
         pre_info["epochs"] = round(pre_info["steps"] / max(1, len(train_seqs) // bs), 2)
         record_val("pretrain_end", pre_info["steps"])
+    if examples is None:
+        t = time.time()
+        examples, sft_rows = edits_ready()
+        data_stats["edit_data_wait_s"] = round(time.time() - t, 1)
+        print(f"edit data ready after {data_stats['edit_data_wait_s']:.0f}s more: " + json.dumps(
+            {k: v for k, v in data_stats.items() if k.startswith(("sft_", "synthetic_", "data_cache"))
+             and k not in ("sft_real_repos",)}), flush=True)
     # (b) edit tuning, with every ``every``-th step a pretraining batch when replay is on
     per_epoch = len(sft_batch_rows(examples, cfg.sft_batch_tokens, cfg.seed + 2))
     batches = itertools.chain.from_iterable(

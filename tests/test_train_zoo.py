@@ -702,8 +702,9 @@ def test_target_smoke_without_gate_writes_a_loadable_target(tmp_path):
     assert sum(p.numel() for p in model.parameters()) == record["parameters"]
     (cached,) = (tmp_path / "cache").glob("edit_data_*.pkl")
     first, second = (dict(r["data"]) for r in records)
-    assert first.pop("data_cache") == f"written {cached.name}"
-    assert second.pop("data_cache") == f"hit {cached.name} ({first['synthetic_examples']} synthetic edits)"
+    hit = f"{cached.name} ({first['synthetic_examples']} synthetic edits)"  # the first run made it while pretraining
+    assert first.pop("data_cache") == f"written beside pretraining: {hit}" and second.pop("data_cache") == f"hit {hit}"
+    assert first.pop("edit_data_wait_s") >= 0 and "edit_data_wait_s" not in second
     first.pop("reading_s"), second.pop("reading_s")
     assert first == second and first["sft_tokens"] > 0
 
@@ -721,13 +722,13 @@ def test_edit_data_cache_is_keyed_by_what_makes_the_data_and_serves_fewer_synthe
     rows = [{"id": "a", "before": "x = 1\n", "after": "x = 2\n"}]
     sources = ["def f():\n    return 1\n"]
     cfg = tz.TargetConfig(synthetic_examples=3)
-    key = tz.edit_key(cfg, tok, rows, [], sources)
-    assert tz.edit_key(tz.replace(cfg, sft_lr=1e-5, synthetic_examples=9), tok, rows, [], sources) == key
-    changed = [tz.edit_key(tz.replace(cfg, span_share=0.25), tok, rows, [], sources),
-               tz.edit_key(cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], [], sources),
-               tz.edit_key(cfg, tok, rows, [], sources + ["x = 3\n"])]
+    key = tz.edit_key(cfg, tok, rows, sources)
+    assert tz.edit_key(tz.replace(cfg, sft_lr=1e-5, synthetic_examples=9), tok, rows, sources) == key
+    changed = [tz.edit_key(tz.replace(cfg, span_share=0.25), tok, rows, sources),
+               tz.edit_key(cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], sources),
+               tz.edit_key(cfg, tok, rows, sources + ["x = 3\n"])]
     (tok / "chat_template.jinja").write_text("{{ messages }}")
-    changed.append(tz.edit_key(cfg, tok, rows, [], sources))
+    changed.append(tz.edit_key(cfg, tok, rows, sources))
     assert len({key, *changed}) == 5
     calls = []
 
@@ -735,7 +736,7 @@ def test_edit_data_cache_is_keyed_by_what_makes_the_data_and_serves_fewer_synthe
         def run():
             calls.append(n)
             return {"examples": [["real"]] * 2 + [[f"synthetic {i}"] for i in range(n)], "n_real": 2,
-                    "synthetic": [(["k"], i / 10) for i in range(n)], "eval_examples": [], "example_real_request": "r"}
+                    "synthetic": [(["k"], i / 10) for i in range(n)], "example_real_request": "r"}
         return run
 
     cache = tmp_path / "cache"
