@@ -762,12 +762,13 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
     out = subprocess.run(["bash", script, "1,2,3,4,cpu-repair,5", str(tmp_path)], cwd=tz.REPO, env=env,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert [line.split(":")[0] for line in out] == [f"stage {s}" for s in ("1", "2", "3", "4", "cpu-repair", "5")]
+    configs = {}
     for line in out:
         stage, rest = line.split(": INIT=")
         init, options = rest.split(" OPTIONS=")
         if stage in ("stage 1", "stage 2", "stage 3", "stage 4"):
             argv = ["target", "--out", str(tmp_path)] + (["--init", "x"] if stage != "stage 1" else []) + options.split()
-            cfg = tz.target_config(tz.parse_args(argv))
+            cfg = configs[stage] = tz.target_config(tz.parse_args(argv))
             assert cfg.compile_layers and tz.parse_args(argv).no_gate and tz.parse_args(argv).data_cache
             assert (init == "") == (stage == "stage 1")
         else:  # stage 5: the CPU repair's steps in fp32, then the GPU's
@@ -775,6 +776,10 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
                     for one in options.split(";")]
             assert all(c.repair_steps > 0 for c in cfgs)
             assert [c.repair_fp32 for c in cfgs] == ([False] if stage == "stage cpu-repair" else [True, False])
+    # stage 2 takes a prefix of stage 1's cached edit data, stage 4 stage 3's whole
+    keys = {k: tz.edit_key(c, tz.MODEL_DIR, [{"id": "a"}], ["x = 1\n"]) for k, c in configs.items()}
+    assert keys["stage 1"] == keys["stage 2"] != keys["stage 3"] == keys["stage 4"]
+    assert configs["stage 2"].synthetic_examples <= configs["stage 1"].synthetic_examples
     for argv, message in ((["9", str(tmp_path)], "unknown stage '9'"),
                           (["3", str(tmp_path), str(tmp_path / "none")], "needs the previous stage's target")):
         run = subprocess.run(["bash", script, *argv], cwd=tz.REPO, env=env, capture_output=True, text=True)
