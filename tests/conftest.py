@@ -136,6 +136,14 @@ class OracleDrafter(ReplayDrafter):
         return [Draft(torch.tensor(d, dtype=torch.long, device=request.device), self.name)] if d else []
 
 
+def interpreter_env() -> dict[str, str]:
+    """The environment of a script run under Triton's CPU interpreter: ``TRITON_INTERPRET=1`` and, first on the
+    path, ``tests/interpreter`` (its ``sitecustomize`` makes the interpreter's dot compute each row alone)."""
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join(p for p in (str(here / "interpreter"), str(here.parent), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
+
+
 def run_interpreted(scripts: dict[str, str]) -> dict[str, str | None]:
     """Each script (name -> code) run under Triton's CPU interpreter, all in one process (one import of torch and
     triton; TRITON_INTERPRET=1 is read when triton is imported, so not in the test process), each in a fresh
@@ -157,7 +165,7 @@ def run_interpreted(scripts: dict[str, str]) -> dict[str, str | None]:
                 failed[name] = traceback.format_exc()
         print("RESULTS", json.dumps(failed))
     """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = interpreter_env()
     out = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=600,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0 and "RESULTS " in out.stdout, out.stderr[-3000:]

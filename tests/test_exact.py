@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import VOCAB, OracleDrafter, prompts, tiny_target
+from conftest import VOCAB, OracleDrafter, interpreter_env, prompts, tiny_target
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
@@ -253,7 +253,7 @@ def test_split_kernel_virtual_order_in_the_triton_interpreter():
             assert torch.equal(decode.view(1, -1)[0], chain.view(t, -1)[0])
         print("ok")
     """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = interpreter_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -306,7 +306,7 @@ def test_split_kernel_partials_and_rotation_in_the_triton_interpreter():
         assert torch.equal(tree[:4], chain[:4]) and not tree[4].any()
         print("ok")
     """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = interpreter_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]

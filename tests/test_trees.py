@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import OracleDrafter, hf_greedy, prompts, tiny_target
+from conftest import OracleDrafter, hf_greedy, interpreter_env, prompts, tiny_target
 from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
@@ -436,7 +436,7 @@ def test_split_kernel_serves_tree_blocks_in_the_triton_interpreter():
             ref = grouped_attention(q, k, v, allowed, d ** -0.5)
             assert (got - ref).abs().max().item() < 1e-5, (got - ref).abs().max().item()
     """)
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = interpreter_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
 
