@@ -26,7 +26,8 @@
 # compiled layers (1.73x pretraining, 1.63x edit tuning: experiments/results/zoo/train_compile_h200/), plus the
 # first step's compilation; the learning rate follows the same schedule over the shorter time. Stages whose target
 # is trained further skip the quality gate. PRINT_ONLY=1 prints each stage's starting point and options instead of
-# running it. Stages 1-3 as run: experiments/results/zoo/retrain_compiled_h200/.
+# running it; SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a
+# smoke-sized model from scratch, about 5 minutes for 1,2,3,4,5). Stages 1-3 as run: experiments/results/zoo/retrain_compiled_h200/.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
@@ -67,17 +68,25 @@ run_stage() {
     5) extra="--repair-batch 16 --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100"
        [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32;$extra" ;;  # the CPU repair's steps first, fp32
   esac
+  if [ -n "${SMOKE:-}" ]; then  # tiny budgets and data after the stage's own options (the later option wins)
+    case $stage in
+      1|2|3|4) extra="$extra --pretrain-time-s 3 --sft-time-s 3 --deadline-s 150 --synthetic-examples 40 \
+         --compile-backend aot_eager" ;;
+      *) extra=$(echo "$extra" | sed 's/--repair-steps [0-9]*/--repair-steps 2/g') ;;
+    esac
+  fi
   if [ -n "${PRINT_ONLY:-}" ]; then echo "stage $stage: INIT=$init OPTIONS=$(echo $extra)"; return 0; fi
   echo "== stage $stage from '${init:-scratch}' $(date +%T)"
   case $stage in
     cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;
-    5) NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=200 WORK=/tmp/zoo_stage5 \
-         bash experiments/train_zoo_gpu.sh "$OUT" || return 1
+    5) [ -z "${SMOKE:-}" ] || export HEADS_INIT=  # a smoke-sized target: heads from it, not the installed ones
+       NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=200 WORK=/tmp/zoo_stage5 \
+         bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        for f in /tmp/zoo_stage5/tiny-coder/repair_config*.json /tmp/zoo_stage5/tiny-coder/heads_training_*.json; do
          cp "$f" "$OUT/stage5_$(basename "$f")"
        done ;;
     *) INIT=$init TARGET_EXTRA=$extra NO_HEADS=1 TARGET_S=585 WORK=/tmp/zoo_stage$stage \
-         bash experiments/train_zoo_gpu.sh "$OUT" || return 1
+         bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        cp "/tmp/zoo_stage$stage/tiny-coder/training_config.json" "$OUT/stage${stage}_training_config.json" ;;
   esac
 }

@@ -19,7 +19,8 @@
 # target fails its quality gate the heads are not trained (FORCE_HEADS=1 trains them anyway; NO_HEADS=1 never).
 # INIT= (empty) trains the target from scratch (pretraining, then edit tuning; give it TARGET_S=585 and NO_HEADS=1:
 # the whole call is the target) instead of fine-tuning hybridsd/models/tiny-coder; NO_TARGET=1 trains only the
-# heads, of the installed target (or of the target in TARGET_DIR).
+# heads, of the installed target (or of the target in TARGET_DIR). The heads start from the installed ones
+# (HEADS_INIT= : from the target, for a target of another shape).
 #
 # The installed zoo, in order (install each step's result before the next; about 33 GPU-minutes and 12 CPU-minutes;
 # each step's record is in hybridsd/models/tiny-coder/, named after the step):
@@ -131,7 +132,7 @@ elif [ "$passed" != "True" ] && [ -z "${FORCE_HEADS:-}" ] && [ "$SMOKE" != "--sm
 else
 stamp "heads"
 timeout "$HEADS_S" python3 -m experiments.train_heads --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
-  --init-heads hybridsd/models/tiny-coder --data "$DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
+  ${HEADS_INIT---init-heads hybridsd/models/tiny-coder} --data "$DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
   | grep --line-buffered -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
 fi
 
