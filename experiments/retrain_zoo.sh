@@ -12,11 +12,12 @@
 #   5           loop repair on the GPU: the CPU repair's steps in fp32 (unless the CPU repair ran: INIT=its folder
 #               and NO_FP32_REPAIR=1), then 8 steps of 16 continuations in bf16; then the EAGLE-1 and EAGLE-3 heads
 #
-# INIT is the first stage's starting target: by default /tmp/zoo_stage<N-1>/tiny-coder when the previous stage ran
-# on the same machine, else hybridsd/models/tiny-coder (unpack the previous stage's archive there first:
-# `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`); later
-# stages of STAGES start from the stage before them. The heads start from hybridsd/models/tiny-coder's. Target
-# stages share prepared data through /tmp/zoo_data_cache (train_zoo.py --data-cache): stage 4 loads stage 3's.
+# INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp) when
+# the previous stage ran on the same machine, else hybridsd/models/tiny-coder (unpack the previous stage's archive
+# there first: `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`);
+# later stages of STAGES start from the stage before them, which must be listed too. The heads start from
+# hybridsd/models/tiny-coder's. Target stages share prepared data through $WORK_ROOT/zoo_data_cache (train_zoo.py
+# --data-cache): stage 2 loads stage 1's, stage 4 stage 3's.
 # GPU stages leave in OUT_DIR what train_zoo_gpu.sh leaves (the last stage's log and model archive) and every
 # stage's record as stage<N>_<record>.json; cpu-repair writes the repaired folder to OUT_DIR/tiny-coder. On the
 # device machine: carry [".whl", ".cache"], timeout 600 s, HYBRIDSD_COMMIT=<commit> (the copied tree's git is not
@@ -27,19 +28,23 @@
 # first step's compilation; the learning rate follows the same schedule over the shorter time. Stages whose target
 # is trained further skip the quality gate. PRINT_ONLY=1 prints each stage's starting point and options instead of
 # running it; SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a
-# smoke-sized model from scratch, about 5 minutes for 1,2,3,4,5). Stages 1-3 as run: experiments/results/zoo/retrain_compiled_h200/.
+# smoke-sized model from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Stages 1-3 as run:
+# experiments/results/zoo/retrain_compiled_h200/.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 FIRST_INIT=${3:-}
 mkdir -p "$OUT"
-TUNE="--decision-weight 4 --compile-layers --data-cache /tmp/zoo_data_cache"
+WORK_ROOT=${WORK_ROOT:-/tmp}  # holds each stage's folder zoo_stage<N> and the shared data cache zoo_data_cache
+TUNE="--decision-weight 4 --compile-layers --data-cache $WORK_ROOT/zoo_data_cache"
 SPAN="--sft-max-len 4096 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5"
 LOOPS="--repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200"  # the CPU repair's steps
 
-previous() {  # the starting target of stage $1 (previous stage $2)
+LISTED=  # set once a stage of STAGES has run: the next starts from its folder, never from the installed zoo
+previous() {  # the starting target of a stage whose previous stage is $1
   if [ -n "$FIRST_INIT" ]; then echo "$FIRST_INIT"
-  elif [ -f "/tmp/zoo_stage$2/tiny-coder/config.json" ]; then echo "/tmp/zoo_stage$2/tiny-coder"
+  elif [ -n "$LISTED" ] || [ -f "$WORK_ROOT/zoo_stage$1/tiny-coder/config.json" ]; then
+    echo "$WORK_ROOT/zoo_stage$1/tiny-coder"
   else echo hybridsd/models/tiny-coder; fi
 }
 
@@ -47,9 +52,8 @@ run_stage() {
   local stage=$1 init
   case $stage in
     1) init= ;;
-    2|3|4) init=$(previous "$stage" $((stage - 1))) ;;
-    cpu-repair) init=$(previous "$stage" 4) ;;
-    5) init=$(previous "$stage" 4) ;;
+    2|3|4) init=$(previous $((stage - 1))) ;;
+    cpu-repair|5) init=$(previous 4) ;;
     *) echo "retrain_zoo.sh: unknown stage '$stage' (1, 2, 3, 4, cpu-repair, 5)" >&2; return 2 ;;
   esac
   FIRST_INIT=
@@ -80,15 +84,16 @@ run_stage() {
   case $stage in
     cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;
     5) [ -z "${SMOKE:-}" ] || export HEADS_INIT=  # a smoke-sized target: heads from it, not the installed ones
-       NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=200 WORK=/tmp/zoo_stage5 \
+       NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=200 WORK=$WORK_ROOT/zoo_stage5 \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
-       for f in /tmp/zoo_stage5/tiny-coder/repair_config*.json /tmp/zoo_stage5/tiny-coder/heads_training_*.json; do
+       for f in "$WORK_ROOT"/zoo_stage5/tiny-coder/{repair_config*,heads_training_*}.json; do
          cp "$f" "$OUT/stage5_$(basename "$f")"
        done ;;
-    *) INIT=$init TARGET_EXTRA=$extra NO_HEADS=1 TARGET_S=585 WORK=/tmp/zoo_stage$stage \
+    *) INIT=$init TARGET_EXTRA=$extra NO_HEADS=1 TARGET_S=585 WORK=$WORK_ROOT/zoo_stage$stage \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
-       cp "/tmp/zoo_stage$stage/tiny-coder/training_config.json" "$OUT/stage${stage}_training_config.json" ;;
+       cp "$WORK_ROOT/zoo_stage$stage/tiny-coder/training_config.json" "$OUT/stage${stage}_training_config.json" ;;
   esac
+  [ -n "${PRINT_ONLY:-}" ] || LISTED=1
 }
 
 for stage in ${STAGES//,/ }; do

@@ -119,7 +119,9 @@ for i in "${!repairs[@]}"; do  # loop repairs of the target in order (train_zoo.
     | tee -a "$log"
   [ -f "$WORK/repaired/repair_config.json" ] || { echo "loop repair failed" | tee -a "$log"; exit 1; }
   cp "$WORK"/repaired/* "$WORK/tiny-coder/" && rm -r "$WORK/repaired"
-  [ $((i + 1)) -lt ${#repairs[@]} ] && cp "$WORK/tiny-coder/repair_config.json" "$WORK/tiny-coder/repair_config_$((i + 1)).json"
+  if [ $((i + 1)) -lt ${#repairs[@]} ]; then
+    cp "$WORK/tiny-coder/repair_config.json" "$WORK/tiny-coder/repair_config_$((i + 1)).json"
+  fi
   record="$WORK/tiny-coder/repair_config.json"
 done
 

@@ -784,3 +784,38 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
                           (["3", str(tmp_path), str(tmp_path / "none")], "needs the previous stage's target")):
         run = subprocess.run(["bash", script, *argv], cwd=tz.REPO, env=env, capture_output=True, text=True)
         assert run.returncode == 2 and message in run.stderr and len(run.stderr.splitlines()) == 1
+
+
+def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
+    """``SMOKE=1 retrain_zoo.sh 1,2,3,4,5`` on the CPU (tiny model, budgets and data; about 4 minutes): each target
+    stage starts from the one before and records it, stage 1 prepares its edit data beside pretraining and stage 4
+    loads stage 3's, stage 5 repairs in fp32 and then in bf16 and trains the heads; the archive holds the heads."""
+    import io
+    import json
+    import os
+    import subprocess
+    import tarfile
+
+    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES):
+        pytest.skip("code_edits_dev.jsonl not available")
+    if list((tz.REPO / ".whl").glob("*.whl")):
+        pytest.skip("wheels for the GPU machine's Python in .whl/ (train_zoo_gpu.sh would install them)")
+    out, root = tmp_path / "out", tmp_path / "work"
+    env = dict(os.environ, SMOKE="1", WORK_ROOT=str(root))
+    run = subprocess.run(["bash", str(tz.REPO / "experiments" / "retrain_zoo.sh"), "1,2,3,4,5", str(out)],
+                         cwd=tz.REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    records = {s: json.loads((out / f"stage{s}_training_config.json").read_text()) for s in (1, 2, 3, 4)}
+    assert records[1]["init"] is None and records[1]["pretrain"]["steps"] >= 1
+    for s in (2, 3, 4):
+        assert records[s]["init"] == str(root / f"zoo_stage{s - 1}" / "tiny-coder")
+    assert records[1]["data"]["data_cache"].startswith("written beside pretraining")
+    assert records[4]["data"]["data_cache"].startswith("hit") and records[3]["data"]["data_cache"].startswith("written")
+    first, last = (json.loads((out / f"stage5_{name}.json").read_text()) for name in ("repair_config_1", "repair_config"))
+    assert first["config"]["repair_fp32"] and not last["config"]["repair_fp32"]
+    assert last["init"] == str(root / "zoo_stage5" / "tiny-coder")
+    assert (out / "stage5_heads_training_eagle1_eagle3.json").is_file()
+    archive = b"".join(p.read_bytes() for p in sorted(out.glob("tiny-coder.tar.part-*")))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        names = tar.getnames()
+    assert "tiny-coder/eagle1/config.json" in names and "tiny-coder/eagle3/config.json" in names
