@@ -166,7 +166,7 @@ def compile_speed() -> None:
 def retrain() -> None:
     """retrain_compiled_h200/: the lineage's first target stages rerun with compiled layers (retrain_zoo.sh), against
     the same stages of the installed (eager) lineage; the whole lineage's GPU-minutes with the remaining target stage
-    at the last rerun stage's ratio and the repair and heads as run."""
+    at the last rerun stage's ratio and the GPU repair and the heads as run."""
     stages = json.loads(RETRAIN.read_text())["stages"]
     eager = [json.loads((MODEL_DIR / f).read_text()) for f in TARGET_CALLS]
     gpu_repair = json.loads((MODEL_DIR / REPAIRS[1]).read_text())
