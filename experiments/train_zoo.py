@@ -771,7 +771,7 @@ def edit_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict
     ``n_real`` (the real ones' count), each synthetic edit's (kinds, char edit norm), the first real request, and
     the (before, request, after) rows when the target call repairs loops (``sft_rows``). The synthetic edits of a
     smaller ``synthetic_examples`` are a prefix of a larger one's."""
-    with Pool(cfg.workers) as pool:  # before the tokenizer's own thread pool starts
+    with Pool(cfg.workers) as pool:  # the workers use no tokenizer (forked after its threads may have started)
         n_src = len(edit_sources)
         jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
                  cfg.change_request, cfg.max_places, cfg.span_share) for i in range(int(1.25 * cfg.synthetic_examples))]
