@@ -1103,8 +1103,9 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 
 
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32", "gate_prompts",
-                  "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight", "span_share")
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32",
+                  "gate_prompts", "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight",
+                  "span_share")
 
 
 # ``repair``'s defaults: a small repair set (CPU-sized anchor batches), gates of 64 prompts (a 32-prompt gate's
@@ -1301,8 +1302,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-gate", action="store_true",
                    help="no quality gate at the end (a stage of a lineage whose last stage is gated)")
     p.add_argument("--data-cache", type=Path, default=None,
-                   help="a folder keeping the prepared data of each data configuration: a later call with the same "
-                        "data settings, sources, tokenizer and Python installation loads it instead of preparing it")
+                   help="a folder keeping the prepared edit data (edit_key: the edit settings, code, tokenizer, rows "
+                        "and the synthetic edits' source files): a later call with the same key loads it, cut to "
+                        "its number of synthetic edits; a call that pretrains prepares it beside pretraining")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     r = sub.add_parser("repair", help="loop repair of an edit-tuned target, then the quality gate")

@@ -767,7 +767,8 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
         stage, rest = line.split(": INIT=")
         init, options = rest.split(" OPTIONS=")
         if stage in ("stage 1", "stage 2", "stage 3", "stage 4"):
-            argv = ["target", "--out", str(tmp_path)] + (["--init", "x"] if stage != "stage 1" else []) + options.split()
+            init_arg = ["--init", "x"] if stage != "stage 1" else []
+            argv = ["target", "--out", str(tmp_path), *init_arg, *options.split()]
             cfg = configs[stage] = tz.target_config(tz.parse_args(argv))
             assert cfg.compile_layers and tz.parse_args(argv).no_gate and tz.parse_args(argv).data_cache
             assert (init == "") == (stage == "stage 1")
@@ -811,7 +812,8 @@ def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
         assert records[s]["init"] == str(root / f"zoo_stage{s - 1}" / "tiny-coder")
     assert records[1]["data"]["data_cache"].startswith("written beside pretraining")
     assert records[4]["data"]["data_cache"].startswith("hit") and records[3]["data"]["data_cache"].startswith("written")
-    first, last = (json.loads((out / f"stage5_{name}.json").read_text()) for name in ("repair_config_1", "repair_config"))
+    first, last = (json.loads((out / f"stage5_{name}.json").read_text())
+                   for name in ("repair_config_1", "repair_config"))
     assert first["config"]["repair_fp32"] and not last["config"]["repair_fp32"]
     assert last["init"] == str(root / "zoo_stage5" / "tiny-coder")
     assert (out / "stage5_heads_training_eagle1_eagle3.json").is_file()

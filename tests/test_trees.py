@@ -412,7 +412,6 @@ def test_graphed_eagle2_tree_equals_eager():
 def test_split_kernel_serves_tree_blocks_in_the_triton_interpreter():
     """A tree block of more query rows than one split-KV program holds (row tiles) against SDPA, fp32."""
     pytest.importorskip("triton")
-    import os
     import subprocess
     import sys
     import textwrap
