@@ -60,7 +60,7 @@ import shutil
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from multiprocessing import Pool, get_context
+from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
@@ -787,23 +787,6 @@ def edit_data(cfg: TargetConfig, tokenizer, special: dict, train_rows: list[dict
             **({"sft_rows": sft_rows} if cfg.repair_time_s > 0 else {})}
 
 
-def write_edit_data(cfg: TargetConfig, tok_dir: Path, special: dict, train_rows: list[dict],
-                    edit_sources: list[str], path: Path) -> None:
-    """:func:`edit_data` pickled to ``path`` (atomically), in a process of its own: started by a target call that
-    pretrains while it runs, with two of ``cfg.workers`` cores left to the training loop."""
-    import os
-    import pickle
-
-    from transformers import AutoTokenizer
-
-    workers = max(1, cfg.workers - 2)
-    os.environ["RAYON_NUM_THREADS"] = str(workers)  # the tokenizer's threads, before its pool starts
-    tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
-    data = edit_data(replace(cfg, workers=workers), tokenizer, special, train_rows, edit_sources)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, pickle.dumps(data, protocol=5))
-
-
 def edit_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], edit_sources: list[str]) -> str:
     """A digest of what :func:`edit_data` depends on but ``synthetic_examples``: the edit settings of ``cfg``, the
     source files that make the data, the tokenizer's files, the edit rows and the synthetic edits' source files."""
@@ -912,51 +895,35 @@ def cmd_target(args) -> None:
     val_seqs, train_seqs, data_stats = pre["val_seqs"], pre["train_seqs"], pre["stats"]
     eval_examples = [e for e in eval_examples_of(cfg, tokenizer, special, eval_rows) if len(e[0]) <= cfg.sft_max_len]
     key = edit_key(cfg, tok_dir, train_rows, edit_sources)
-    beside = None  # a process preparing the edit data while the model pretrains (its result goes to the cache)
-    if args.init is None and args.data_cache is not None and not edit_cache_path(args.data_cache, key).is_file():
-        beside = get_context("spawn").Process(target=write_edit_data, args=(
-            cfg, Path(tok_dir), special, train_rows, edit_sources, edit_cache_path(args.data_cache, key)))
-        beside.start()
 
-    def edits_ready() -> tuple[list, list | None]:
-        """The edit-tuning examples (repeated lines added, cut to ``sft_max_len``) and the repair rows, their stats
-        in ``data_stats``; waits for ``beside``."""
-        if beside is not None:
-            beside.join()
-            if beside.exitcode != 0:
-                raise SystemExit(f"train_zoo target: preparing the edit data beside pretraining failed "
-                                 f"(exit code {beside.exitcode})")
-        edits = cached_edit_data(args.data_cache, cfg, key,
-                                 lambda: edit_data(cfg, tokenizer, special, train_rows, edit_sources))
-        examples = edits["examples"]
-        if cfg.repeat_share > 0:
-            newline_ids = {i for t, i in tokenizer.get_vocab().items()
-                           if "\n" in tokenizer.convert_tokens_to_string([t])}
-            rng = random.Random(cfg.seed + 3)
-            examples = [(with_repeated_line(e, newline_ids, rng, cfg.repeat_max) or e)
-                        if rng.random() < cfg.repeat_share else e for e in examples]
-        examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
-        data_stats.update(
-            sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
-            sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
-            eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
-            validation_repos=list(cfg.validation_repos), synthetic_examples=len(edits["synthetic"]),
-            synthetic_kinds=dict(Counter(k for kinds, _ in edits["synthetic"] for k in kinds)),
-            synthetic_median_char_edit_norm=float(np.median([n for _, n in edits["synthetic"]]))
-            if edits["synthetic"] else None,
-            example_real_request=edits["example_real_request"],
-            data_cache=edits["data_cache"].replace("hit", "written beside pretraining:") if beside is not None
-            else edits["data_cache"],
-            sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
-            sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
-        return examples, edits.get("sft_rows")
+    # edit-tuning examples (repeated lines added, cut to ``sft_max_len``) and repair rows
+    edits = cached_edit_data(args.data_cache, cfg, key,
+                             lambda: edit_data(cfg, tokenizer, special, train_rows, edit_sources))
+    examples = edits["examples"]
+    if cfg.repeat_share > 0:
+        newline_ids = {i for t, i in tokenizer.get_vocab().items()
+                       if "\n" in tokenizer.convert_tokens_to_string([t])}
+        rng = random.Random(cfg.seed + 3)
+        examples = [(with_repeated_line(e, newline_ids, rng, cfg.repeat_max) or e)
+                    if rng.random() < cfg.repeat_share else e for e in examples]
+    examples = [e for e in examples if len(e[0]) <= cfg.sft_max_len]
+    data_stats.update(
+        sft_real_rows=len(train_rows), sft_real_repos=sorted({r["repo"] for r in train_rows}),
+        sft_train_ids_sha256=hashlib.sha256("\n".join(sorted(r["id"] for r in train_rows)).encode()).hexdigest(),
+        eval_rows=len(eval_rows), eval_repos=list(EVAL_REPOS), validation_rows=len(val_rows),
+        validation_repos=list(cfg.validation_repos), synthetic_examples=len(edits["synthetic"]),
+        synthetic_kinds=dict(Counter(k for kinds, _ in edits["synthetic"] for k in kinds)),
+        synthetic_median_char_edit_norm=float(np.median([n for _, n in edits["synthetic"]]))
+        if edits["synthetic"] else None,
+        example_real_request=edits["example_real_request"],
+        data_cache=edits["data_cache"],
+        sft_examples=len(examples), sft_tokens=int(sum(len(e[0]) for e in examples)),
+        sft_answer_tokens=int(sum(len(e[0]) - e[1] for e in examples)))
+    sft_rows = edits.get("sft_rows")
 
-    examples = sft_rows = None
-    if beside is None:
-        examples, sft_rows = edits_ready()
     t_data = time.time() - t0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # after the worker pool has forked
-    print(f"data ready in {t_data:.0f}s" + (" (edit data beside pretraining)" if beside is not None else "") + ": "
+    print(f"data ready in {t_data:.0f}s: "
           + json.dumps({k: v for k, v in data_stats.items() if k not in ("sft_real_repos", "example_real_request")}),
           flush=True)
 
@@ -1029,13 +996,6 @@ def cmd_target(args) -> None:
                                on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("pretrain", s))
         pre_info["epochs"] = round(pre_info["steps"] / max(1, len(train_seqs) // bs), 2)
         record_val("pretrain_end", pre_info["steps"])
-    if examples is None:
-        t = time.time()
-        examples, sft_rows = edits_ready()
-        data_stats["edit_data_wait_s"] = round(time.time() - t, 1)
-        print(f"edit data ready after {data_stats['edit_data_wait_s']:.0f}s more: " + json.dumps(
-            {k: v for k, v in data_stats.items() if k.startswith(("sft_", "synthetic_", "data_cache"))
-             and k not in ("sft_real_repos",)}), flush=True)
     # (b) edit tuning, with every ``every``-th step a pretraining batch when replay is on
     per_epoch = len(sft_batch_rows(examples, cfg.sft_batch_tokens, cfg.seed + 2))
     batches = itertools.chain.from_iterable(
@@ -1304,7 +1264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-cache", type=Path, default=None,
                    help="a folder keeping the prepared edit data (edit_key: the edit settings, code, tokenizer, rows "
                         "and the synthetic edits' source files): a later call with the same key loads it, cut to "
-                        "its number of synthetic edits; a call that pretrains prepares it beside pretraining")
+                        "its number of synthetic edits")
     p.add_argument("--smoke", action="store_true", help="tiny data and budgets, for testing the script on a CPU")
     p.set_defaults(func=cmd_target)
     r = sub.add_parser("repair", help="loop repair of an edit-tuned target, then the quality gate")
