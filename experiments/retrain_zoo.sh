@@ -28,8 +28,11 @@
 # first step's compilation; the learning rate follows the same schedule over the shorter time. Stages whose target
 # is trained further skip the quality gate. PRINT_ONLY=1 prints each stage's starting point and options instead of
 # running it; SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a
-# smoke-sized model from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Stages 1-3 as run:
-# experiments/results/zoo/retrain_compiled_h200/.
+# smoke-sized model from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). As run on one H200
+# (experiments/results/zoo/retrain_compiled_h200/: stages.json and lineage/): the calls `1`, `2`, `3,4` and `5`
+# back to back took 22.8 minutes; in that run stage 1 made its edit data in a second process beside pretraining, which
+# cut pretraining's throughput 2.5x. train_zoo.py makes it before pretraining: stage 1 so took 367 s in a separate
+# call, about 24.3 minutes for the lineage.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}

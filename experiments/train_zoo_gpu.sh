@@ -60,7 +60,7 @@
 # TARGET_EXTRA="... --compile-layers" compiles each decoder layer for the training steps: 1.73x / 1.63x the tokens per
 # second of pretraining / edit tuning after a first step of 7 / 8 s (device_run.sh train-speed,
 # experiments/results/zoo/train_compile_h200/); the calls above ran eager.
-# experiments/retrain_zoo.sh runs the installed lineage above with compiled layers, stage by stage (stages 1-3 as run:
+# experiments/retrain_zoo.sh runs the installed lineage above with compiled layers, stage by stage (as run:
 # experiments/results/zoo/retrain_compiled_h200/).
 # TARGET_EXTRA="... --no-gate" skips the quality gate at the end of a target call (a stage whose target is trained
 # further, with NO_HEADS=1: nothing reads its gate); its record says so.

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import re
 
-from experiments import results
+from experiments import results, zoo_gate
 from paper.sections import edit_norm
 from paper.sections.sweep import cap_count
 from paper.sections.simulation import SIMULATION
-from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num, of_n, provenance, table
+from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num, of_n, provenance, signed, table
 
 GPU_TESTS = RESULTS / "speed" / "gpu_tests.log"
 COMPILE_RUNS = RESULTS / "zoo" / "train_compile_h200"
@@ -164,13 +164,11 @@ def compile_speed() -> None:
 
 
 def retrain() -> None:
-    """retrain_compiled_h200/: the lineage's first target stages rerun with compiled layers (retrain_zoo.sh), against
-    the same stages of the installed (eager) lineage; the whole lineage's GPU-minutes with the remaining target stage
-    at the last rerun stage's ratio and the GPU repair and the heads as run."""
+    """retrain_compiled_h200/: the lineage's first target stages rerun with compiled layers (retrain_zoo.sh) in
+    separate calls, against the same stages of the installed (eager) lineage; then the whole lineage
+    (:func:`lineage`)."""
     stages = json.loads(RETRAIN.read_text())["stages"]
     eager = [json.loads((MODEL_DIR / f).read_text()) for f in TARGET_CALLS]
-    gpu_repair = json.loads((MODEL_DIR / REPAIRS[1]).read_text())
-    heads = json.loads((MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text())
     run = [s["target_wall_s"] for s in stages]
     num("zooRetrainStages", len(stages), "{:d}")
     num("zooRetrainMin", sum(run) / 60, "{:.1f}")
@@ -183,11 +181,45 @@ def retrain() -> None:
     num("zooRetrainStepShare", f"{100 * min(shares):.0f}--{100 * max(shares):.0f}", "{}")
     sft_x = [s["sft"]["tokens_per_s_after_first_step"] / s["eager_lineage"]["sft_tokens_per_s"] for s in stages]
     num("zooRetrainSftX", f"{min(sft_x):.2f}--{max(sft_x):.2f}", "{}")
-    ratio = run[-1] / eager[len(stages) - 1]["wall_s"]
-    rest = sum(e["wall_s"] for e in eager[len(stages):]) * ratio
-    num("zooRetrainProjMin", (sum(run) + rest + gpu_repair["wall_s"] + heads["wall_s"]) / 60, "{:.1f}")
     num("zooRetrainProv", provenance(stages[-1]["run_info"]), "{}")
     num("zooRetrainCommits", ", ".join(r"\texttt{%s}" % s["commit"] for s in stages), "{}")
+    lineage(json.loads(RETRAIN.read_text())["lineage"], stages[0])
+
+
+def lineage(run: dict, separate_first: dict) -> None:
+    """retrain_compiled_h200/lineage/: the five stages back to back on one machine (their GPU-minutes, with and
+    without the machine's start; stage 1's pretraining against the stage 1 run alone), and its product's gates
+    against the installed target's on the same prompts (GPU bf16 alone; CPU fp32 for both, with the paired
+    difference of their Spearman correlations)."""
+    folder = RETRAIN.parent / run["folder"]
+    calls = run["calls"]
+    num("zooLineageMin", sum(c["call_wall_s"] for c in calls) / 60, "{:.1f}")
+    num("zooLineageLeaseMin", run["lease_s_through_stage5"] / 60, "{:.1f}")
+    num("zooLineageCalls", len(calls), "{:d}")
+    first = json.loads((folder / "stage1_training_config.json").read_text())
+    num("zooLineageProv", provenance(first["run_info"]), "{}")
+    num("zooLineagePreSteps", f"{first['pretrain']['steps']:,}", "{}")
+    num("zooLineagePreTok", first["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
+    num("zooSeparatePreSteps", f"{separate_first['pretrain']['steps']:,}", "{}")
+    num("zooSeparatePreTok", separate_first["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
+    # stage 1 at its separate call's wall (edit data made before pretraining), the other calls as run
+    num("zooLineageProjMin", (separate_first["call_wall_s"] + sum(c["call_wall_s"] for c in calls[1:])) / 60,
+        "{:.1f}")
+    for tag, name in (("GpuEval", "gate_eval96_h200.json"), ("GpuVal", "gate_val160_h200.json"),
+                      ("CpuEval", "gate_eval96_cpu.json"), ("CpuVal", "gate_val160_cpu.json"),
+                      ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json")):
+        g = json.loads((folder / name).read_text())["quality_gate"]
+        samples = g["samples"]
+        lo, hi = zoo_gate.spearman_ci([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples])
+        num(f"zooLineage{tag}N", g["n"], "{:d}")
+        num(f"zooLineage{tag}Eos", 100 * g["eos_share"], "{:.0f}")
+        num(f"zooLineage{tag}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
+        num(f"zooLineage{tag}Loops", g["loops"], "{:d}")
+    for tag, rows in (("Eval", "eval96"), ("Val", "val160")):
+        c = zoo_gate.compare_gates(*(json.loads((folder / f).read_text())
+                                     for f in (f"installed_gate_{rows}_cpu.json", f"gate_{rows}_cpu.json")))
+        num(f"zooLineageDiff{tag}", "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])),
+            "{}")
 
 
 def make() -> None:
