@@ -222,7 +222,7 @@ def main() -> None:
         }
         print("HF generate ms/token (8B shape, random weights):", res["hf_generate_ms_per_token"])
         save()
-    del model
+    model = None  # the 8B-shape weights freed before the zoo run (the lambdas above are spent)
     torch.cuda.empty_cache()
     if "zoo" not in a.skip:
         res["zoo"] = zoo_speed()
