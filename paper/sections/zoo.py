@@ -189,8 +189,8 @@ def retrain() -> None:
 def lineage(run: dict, separate_first: dict) -> None:
     """retrain_compiled_h200/lineage/: the five stages back to back on one machine (their GPU-minutes, with and
     without the machine's start; stage 1's pretraining against the stage 1 run alone), and its product's gates
-    against the installed target's on the same prompts (GPU bf16 alone; CPU fp32 for both, with the paired
-    difference of their Spearman correlations)."""
+    against the installed target's and its own before the repairs (stage 4) on the same prompts (GPU bf16 alone;
+    CPU fp32 for all, with the paired difference of the Spearman correlations)."""
     folder = RETRAIN.parent / run["folder"]
     calls = run["calls"]
     num("zooLineageMin", sum(c["call_wall_s"] for c in calls) / 60, "{:.1f}")
@@ -207,7 +207,8 @@ def lineage(run: dict, separate_first: dict) -> None:
         "{:.1f}")
     for tag, name in (("GpuEval", "gate_eval96_h200.json"), ("GpuVal", "gate_val160_h200.json"),
                       ("CpuEval", "gate_eval96_cpu.json"), ("CpuVal", "gate_val160_cpu.json"),
-                      ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json")):
+                      ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json"),
+                      ("PreVal", "stage4_gate_val160_cpu.json")):
         g = json.loads((folder / name).read_text())["quality_gate"]
         samples = g["samples"]
         lo, hi = zoo_gate.spearman_ci([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples])
@@ -215,9 +216,10 @@ def lineage(run: dict, separate_first: dict) -> None:
         num(f"zooLineage{tag}Eos", 100 * g["eos_share"], "{:.0f}")
         num(f"zooLineage{tag}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
         num(f"zooLineage{tag}Loops", g["loops"], "{:d}")
-    for tag, rows in (("Eval", "eval96"), ("Val", "val160")):
-        c = zoo_gate.compare_gates(*(json.loads((folder / f).read_text())
-                                     for f in (f"installed_gate_{rows}_cpu.json", f"gate_{rows}_cpu.json")))
+    for tag, before in (("Eval", "installed_gate_eval96_cpu.json"), ("Val", "installed_gate_val160_cpu.json"),
+                        ("PreVal", "stage4_gate_val160_cpu.json")):
+        after = "gate_val160_cpu.json" if "val160" in before else "gate_eval96_cpu.json"
+        c = zoo_gate.compare_gates(*(json.loads((folder / f).read_text()) for f in (before, after)))
         num(f"zooLineageDiff{tag}", "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])),
             "{}")
 
