@@ -807,11 +807,6 @@ DATA_SOURCES = ("experiments/train_zoo.py", "experiments/edit_corpus.py", "exper
                 "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
 
 
-def edit_cache_path(cache: Path, key: str) -> Path:
-    """Where :func:`cached_edit_data` keeps the edit data of ``key``."""
-    return Path(cache) / f"edit_data_{key[:32]}.pkl"
-
-
 def cached_edit_data(cache: Path | None, cfg: TargetConfig, key: str, build) -> dict:
     """``build()``; with ``cache`` (a folder), the result kept there under ``key`` by an earlier call with at least
     ``cfg.synthetic_examples`` synthetic edits, cut to that many (else built and kept, atomically); its
@@ -820,7 +815,7 @@ def cached_edit_data(cache: Path | None, cfg: TargetConfig, key: str, build) -> 
 
     if cache is None:
         return {**build(), "data_cache": None}
-    path = edit_cache_path(cache, key)
+    path = Path(cache) / f"edit_data_{key[:32]}.pkl"
     if path.is_file():
         with path.open("rb") as f:
             data = pickle.load(f)  # our own file, written below by this function

@@ -210,8 +210,7 @@ def lineage(run: dict, separate_first: dict) -> None:
                       ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json"),
                       ("PreVal", "stage4_gate_val160_cpu.json")):
         g = json.loads((folder / name).read_text())["quality_gate"]
-        samples = g["samples"]
-        lo, hi = zoo_gate.spearman_ci([s["ref_norm"] for s in samples], [s["out_norm"] for s in samples])
+        lo, hi = g["spearman_ci95"]
         num(f"zooLineage{tag}N", g["n"], "{:d}")
         num(f"zooLineage{tag}Eos", 100 * g["eos_share"], "{:.0f}")
         num(f"zooLineage{tag}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
