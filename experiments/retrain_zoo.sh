@@ -29,10 +29,10 @@
 # is trained further skip the quality gate. PRINT_ONLY=1 prints each stage's starting point and options instead of
 # running it; SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a
 # smoke-sized model from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). As run on one H200
-# (experiments/results/zoo/retrain_compiled_h200/: stages.json and lineage/): the calls `1`, `2`, `3,4` and `5`
-# back to back took 22.8 minutes; in that run stage 1 made its edit data in a second process beside pretraining, which
-# cut pretraining's throughput 2.5x. train_zoo.py makes it before pretraining: stage 1 so took 367 s in a separate
-# call, about 24.3 minutes for the lineage.
+# (experiments/results/zoo/retrain_compiled_h200/: stages.json, lineage/ and lineage_data_first/): the calls `1`, `2`,
+# `3,4` and `5` back to back took 22.8 minutes with stage 1 making its edit data in a second process beside
+# pretraining (which cut pretraining's throughput 2.5x), and 25.7 minutes (27.9 with the machine's start) with the
+# edit data made first, as train_zoo.py does; stage 1 alone spent 155 s on its data in that call.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}

@@ -183,7 +183,9 @@ def retrain() -> None:
     num("zooRetrainSftX", f"{min(sft_x):.2f}--{max(sft_x):.2f}", "{}")
     num("zooRetrainProv", provenance(stages[-1]["run_info"]), "{}")
     num("zooRetrainCommits", ", ".join(r"\texttt{%s}" % s["commit"] for s in stages), "{}")
-    lineage(json.loads(RETRAIN.read_text())["lineage"], stages[0])
+    record = json.loads(RETRAIN.read_text())
+    lineage(record["lineage"], stages[0])
+    rerun(record["lineage_data_first"], record["lineage"])
 
 
 def lineage(run: dict, separate_first: dict) -> None:
@@ -221,6 +223,32 @@ def lineage(run: dict, separate_first: dict) -> None:
         c = zoo_gate.compare_gates(*(json.loads((folder / f).read_text()) for f in (before, after)))
         num(f"zooLineageDiff{tag}", "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])),
             "{}")
+
+
+def rerun(run: dict, first: dict) -> None:
+    """retrain_compiled_h200/lineage_data_first/: the same lineage rerun back to back with the edit data made before
+    pretraining (its GPU-minutes, stage 1's data preparation and pretraining) and its product's CPU gates, each
+    paired with the installed target's and with the first lineage's product's on the same prompts."""
+    folder, first_folder = (RETRAIN.parent / r["folder"] for r in (run, first))
+    num("zooRerunMin", sum(c["call_wall_s"] for c in run["calls"]) / 60, "{:.1f}")
+    num("zooRerunLeaseMin", run["lease_s_through_stage5"] / 60, "{:.1f}")
+    stage1 = json.loads((folder / "stage1_training_config.json").read_text())
+    num("zooRerunProv", provenance(stage1["run_info"]), "{}")
+    num("zooRerunDataS", stage1["data_prep_s"], "{:.0f}")
+    num("zooRerunPreSteps", f"{stage1['pretrain']['steps']:,}", "{}")
+    num("zooRerunPreTok", stage1["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate = json.loads((folder / f"gate_{prompts}_cpu.json").read_text())
+        g = gate["quality_gate"]
+        lo, hi = g["spearman_ci95"]
+        num(f"zooRerun{tag}Eos", 100 * g["eos_share"], "{:.0f}")
+        num(f"zooRerun{tag}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
+        num(f"zooRerun{tag}Loops", g["loops"], "{:d}")
+        for against, other in (("Inst", first_folder / f"installed_gate_{prompts}_cpu.json"),
+                               ("First", first_folder / f"gate_{prompts}_cpu.json")):
+            c = zoo_gate.compare_gates(json.loads(other.read_text()), gate)
+            num(f"zooRerunDiff{tag}{against}",
+                "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])), "{}")
 
 
 def make() -> None:
