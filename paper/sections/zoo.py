@@ -212,17 +212,26 @@ def lineage(run: dict, separate_first: dict) -> None:
                       ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json"),
                       ("PreVal", "stage4_gate_val160_cpu.json")):
         g = json.loads((folder / name).read_text())["quality_gate"]
-        lo, hi = g["spearman_ci95"]
         num(f"zooLineage{tag}N", g["n"], "{:d}")
-        num(f"zooLineage{tag}Eos", 100 * g["eos_share"], "{:.0f}")
-        num(f"zooLineage{tag}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
-        num(f"zooLineage{tag}Loops", g["loops"], "{:d}")
+        gate_numbers(f"zooLineage{tag}", g)
     for tag, before in (("Eval", "installed_gate_eval96_cpu.json"), ("Val", "installed_gate_val160_cpu.json"),
                         ("PreVal", "stage4_gate_val160_cpu.json")):
         after = "gate_val160_cpu.json" if "val160" in before else "gate_eval96_cpu.json"
-        c = zoo_gate.compare_gates(*(json.loads((folder / f).read_text()) for f in (before, after)))
-        num(f"zooLineageDiff{tag}", "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])),
-            "{}")
+        paired_difference(f"zooLineageDiff{tag}", *(json.loads((folder / f).read_text()) for f in (before, after)))
+
+
+def gate_numbers(prefix: str, g: dict) -> None:
+    """A gate's EOS share (%), Spearman correlation with its 95% interval, and loops, as ``prefix``Eos, Rho, Loops."""
+    lo, hi = g["spearman_ci95"]
+    num(f"{prefix}Eos", 100 * g["eos_share"], "{:.0f}")
+    num(f"{prefix}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
+    num(f"{prefix}Loops", g["loops"], "{:d}")
+
+
+def paired_difference(name: str, a: dict, b: dict) -> None:
+    """Gate ``b``'s Spearman correlation minus gate ``a``'s on the same prompts, with its paired 95% interval."""
+    c = zoo_gate.compare_gates(a, b)
+    num(name, "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])), "{}")
 
 
 def rerun(run: dict, first: dict) -> None:
@@ -239,16 +248,10 @@ def rerun(run: dict, first: dict) -> None:
     num("zooRerunPreTok", stage1["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         gate = json.loads((folder / f"gate_{prompts}_cpu.json").read_text())
-        g = gate["quality_gate"]
-        lo, hi = g["spearman_ci95"]
-        num(f"zooRerun{tag}Eos", 100 * g["eos_share"], "{:.0f}")
-        num(f"zooRerun{tag}Rho", f"{g['spearman_ref_out']:.2f} [{lo:.2f}, {hi:.2f}]", "{}")
-        num(f"zooRerun{tag}Loops", g["loops"], "{:d}")
+        gate_numbers(f"zooRerun{tag}", gate["quality_gate"])
         for against, other in (("Inst", first_folder / f"installed_gate_{prompts}_cpu.json"),
                                ("First", first_folder / f"gate_{prompts}_cpu.json")):
-            c = zoo_gate.compare_gates(json.loads(other.read_text()), gate)
-            num(f"zooRerunDiff{tag}{against}",
-                "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])), "{}")
+            paired_difference(f"zooRerunDiff{tag}{against}", json.loads(other.read_text()), gate)
 
 
 def make() -> None:
