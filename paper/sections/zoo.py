@@ -204,9 +204,6 @@ def lineage(run: dict, separate_first: dict) -> None:
     num("zooLineagePreTok", first["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
     num("zooSeparatePreSteps", f"{separate_first['pretrain']['steps']:,}", "{}")
     num("zooSeparatePreTok", separate_first["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
-    # stage 1 at its separate call's wall (edit data made before pretraining), the other calls as run
-    num("zooLineageProjMin", (separate_first["call_wall_s"] + sum(c["call_wall_s"] for c in calls[1:])) / 60,
-        "{:.1f}")
     for tag, name in (("GpuEval", "gate_eval96_h200.json"), ("GpuVal", "gate_val160_h200.json"),
                       ("CpuEval", "gate_eval96_cpu.json"), ("CpuVal", "gate_val160_cpu.json"),
                       ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json"),
