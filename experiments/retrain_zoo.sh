@@ -8,9 +8,10 @@
 #   2           more edit tuning
 #   3           span edits (half the synthetic edits are span edits; sequences up to 4,096 tokens)
 #   4           against loops (unlikelihood of copies inside new text, repeated lines in the input)
-#   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations; about 12 minutes on 2 cores)
-#   5           loop repair on the GPU: the CPU repair's steps in fp32 (unless the CPU repair ran: INIT=its folder
-#               and NO_FP32_REPAIR=1), then 8 steps of 16 continuations in bf16; then the EAGLE-1 and EAGLE-3 heads
+#   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations; the weights after 0, 12 and 23 steps
+#               gated on 64 validation prompts, the best kept; about 25 minutes on 2 cores)
+#   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
+#               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
 #
 # INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp) when
 # the previous stage ran on the same machine, else hybridsd/models/tiny-coder (unpack the previous stage's archive
@@ -42,6 +43,7 @@ WORK_ROOT=${WORK_ROOT:-/tmp}  # holds each stage's folder zoo_stage<N> and the s
 TUNE="--decision-weight 4 --compile-layers --data-cache $WORK_ROOT/zoo_data_cache"
 SPAN="--sft-max-len 4096 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5"
 LOOPS="--repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200"  # the CPU repair's steps
+SELECT="--gate-every 12 --gate-after 0"  # validation gates (64 prompts) after 0, 12 and 23 steps: the best is kept
 
 LISTED=  # set once a stage of STAGES has run: the next starts from its folder, never from the installed zoo
 previous() {  # the starting target of a stage whose previous stage is $1
@@ -71,9 +73,9 @@ run_stage() {
     3) extra="$TUNE --no-gate $SPAN --sft-lr 5e-4 --sft-epochs 4 --sft-time-s 197 --deadline-s 505" ;;
     4) extra="$TUNE --no-gate $SPAN --sft-lr 4e-4 --sft-epochs 4 --sft-time-s 171 --deadline-s 460 \
          --unlikelihood-weight 1 --repeat-share 0.3" ;;
-    cpu-repair) extra="$LOOPS" ;;
-    5) extra="--repair-batch 16 --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100"
-       [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32;$extra" ;;  # the CPU repair's steps first, fp32
+    cpu-repair) extra="$LOOPS $SELECT" ;;
+    5) extra=  # the CPU repair's steps in fp32, the step kept by the validation gates; none after a CPU repair
+       [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32 $SELECT" ;;
   esac
   if [ -n "${SMOKE:-}" ]; then  # tiny budgets and data after the stage's own options (the later option wins)
     case $stage in
@@ -87,7 +89,7 @@ run_stage() {
   case $stage in
     cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;
     5) [ -z "${SMOKE:-}" ] || export HEADS_INIT=  # a smoke-sized target: heads from it, not the installed ones
-       NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=200 WORK=$WORK_ROOT/zoo_stage5 \
+       NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=300 WORK=$WORK_ROOT/zoo_stage5 \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        for f in "$WORK_ROOT"/zoo_stage5/tiny-coder/{repair_config*,heads_training_*}.json; do
          cp "$f" "$OUT/stage5_$(basename "$f")"

@@ -50,7 +50,6 @@ schedule follows the larger of the two progress fractions, so it always complete
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
 import itertools
 import json
@@ -71,6 +70,7 @@ from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_mess
                                      eval_split_record, load_edits, pretraining_texts, real_request, split_edits,
                                      split_validation)
 from experiments.provenance import run_info
+from experiments.sequence_match import changed_spans
 from experiments.synthetic_edits import synthetic_edit
 from experiments.train_tokenizer import EOT
 from experiments.zoo_gate import GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, compare_gates, run_gate
@@ -345,10 +345,9 @@ def edit_positions(args: tuple[list[int], list[int], list[int]]) -> tuple[list[i
     prompt, before, after = args
     changed: set[int] = set()
     decisions: set[int] = set()
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag != "equal":
-            changed.update(range(j1, j2) if j2 > j1 else [j1])
-            decisions.update((j1, j2))
+    for j1, j2 in changed_spans(before, after):  # difflib's opcodes, compiled
+        changed.update(range(j1, j2) if j2 > j1 else [j1])
+        decisions.update((j1, j2))
     inside = sorted(j for j in changed if j < len(after))
     copy = copy_candidates(prompt + after, [len(prompt) + j for j in inside])
     return sorted(changed), sorted(decisions), list(zip(inside, copy))
@@ -447,6 +446,7 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
         assert p_ids[0] == tokenizer.encode(prompts[0], add_special_tokens=False)
     b_ids = [e.ids for e in fast.encode_batch([b for b, _, _ in triples], add_special_tokens=False)]
     pairs = list(zip(p_ids, b_ids, a_ids))
+    changed_spans([0], [0])  # compiled (or loaded) once here, before the workers fork
     if workers > 1:
         with Pool(workers) as pool:
             both = pool.map(edit_positions, pairs, chunksize=32)
@@ -804,7 +804,7 @@ def edit_key(cfg: TargetConfig, tok_dir: Path, train_rows: list[dict], edit_sour
 
 # The source files that make edit_data's result (part of edit_key).
 DATA_SOURCES = ("experiments/train_zoo.py", "experiments/edit_corpus.py", "experiments/synthetic_edits.py",
-                "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
+                "experiments/sequence_match.py", "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
 
 
 def cached_edit_data(cache: Path | None, cfg: TargetConfig, key: str, build) -> dict:

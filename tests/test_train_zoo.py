@@ -771,11 +771,12 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
             cfg = configs[stage] = tz.target_config(tz.parse_args(argv))
             assert cfg.compile_layers and tz.parse_args(argv).no_gate and tz.parse_args(argv).data_cache
             assert (init == "") == (stage == "stage 1")
-        else:  # stage 5: the CPU repair's steps in fp32, then the GPU's
-            cfgs = [tz.repair_config(tz.parse_args(["repair", "--init", "x", "--out", "y"] + one.split()))
-                    for one in options.split(";")]
-            assert all(c.repair_steps > 0 for c in cfgs)
-            assert [c.repair_fp32 for c in cfgs] == ([False] if stage == "stage cpu-repair" else [True, False])
+        else:  # the repair: on the CPU, or its steps on the GPU in fp32; the best of its validation gates kept
+            assert ";" not in options
+            args = tz.parse_args(["repair", "--init", "x", "--out", "y"] + options.split())
+            cfg = tz.repair_config(args)
+            assert cfg.repair_steps > 0 and cfg.repair_fp32 == (stage == "stage 5")
+            assert args.gate_every > 0 and args.gate_after == 0 and cfg.gate_prompts == 64
     # stage 2 takes a prefix of stage 1's cached edit data, stage 4 stage 3's whole
     keys = {k: tz.edit_key(c, tz.MODEL_DIR, [{"id": "a"}], ["x = 1\n"]) for k, c in configs.items()}
     assert keys["stage 1"] == keys["stage 2"] != keys["stage 3"] == keys["stage 4"]
@@ -788,8 +789,8 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
 
 def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
     """``SMOKE=1 retrain_zoo.sh 1,2,3,4,5`` on the CPU (tiny model, budgets and data; about 4 minutes): each target
-    stage starts from the one before and records it, stage 4 loads stage 3's edit data, stage 5 repairs in fp32 and
-    then in bf16 and trains the heads; the archive holds the heads."""
+    stage starts from the one before and records it, stage 4 loads stage 3's edit data, stage 5 repairs in fp32,
+    keeping the best of its validation gates, and trains the heads; the archive holds the heads."""
     import io
     import json
     import os
@@ -811,10 +812,10 @@ def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
         assert records[s]["init"] == str(root / f"zoo_stage{s - 1}" / "tiny-coder")
     assert records[1]["data"]["data_cache"].startswith("written")  # (stage 2's smoke key differs from stage 1's)
     assert records[4]["data"]["data_cache"].startswith("hit") and records[3]["data"]["data_cache"].startswith("written")
-    first, last = (json.loads((out / f"stage5_{name}.json").read_text())
-                   for name in ("repair_config_1", "repair_config"))
-    assert first["config"]["repair_fp32"] and not last["config"]["repair_fp32"]
-    assert last["init"] == str(root / "zoo_stage5" / "tiny-coder")
+    repair = json.loads((out / "stage5_repair_config.json").read_text())
+    assert repair["config"]["repair_fp32"] and repair["init"] == str(root / "zoo_stage5" / "tiny-coder")
+    assert [g["step"] for g in repair["selection"]["gates"]] == [0, repair["repair"]["steps"]]  # smoke: 2 steps
+    assert not (out / "stage5_repair_config_1.json").exists()
     assert (out / "stage5_heads_training_eagle1_eagle3.json").is_file()
     archive = b"".join(p.read_bytes() for p in sorted(out.glob("tiny-coder.tar.part-*")))
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
