@@ -33,7 +33,9 @@
 # (experiments/results/zoo/retrain_compiled_h200/: stages.json, lineage/ and lineage_data_first/): the calls `1`, `2`,
 # `3,4` and `5` back to back took 22.8 minutes with stage 1 making its edit data in a second process beside
 # pretraining (which cut pretraining's throughput 2.5x), and 25.7 minutes (27.9 with the machine's start) with the
-# edit data made first, as train_zoo.py does; stage 1 alone spent 155 s on its data in that call.
+# edit data made first, as train_zoo.py does; stage 1 alone spent 155 s on its data in that call. Both runs' stage 5
+# (commits 7f762a5, fbf341d) also ran 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates.
+# Stage 1 at commit 763d41f took 263 s on another machine (86 s of data; experiments/results/zoo/data_prep_h200/).
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}

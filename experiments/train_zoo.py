@@ -50,6 +50,7 @@ schedule follows the larger of the two progress fractions, so it always complete
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import itertools
 import json

@@ -16,6 +16,8 @@ from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num,
 GPU_TESTS = RESULTS / "speed" / "gpu_tests.log"
 COMPILE_RUNS = RESULTS / "zoo" / "train_compile_h200"
 RETRAIN = RESULTS / "zoo" / "retrain_compiled_h200" / "stages.json"
+SELECTION = RESULTS / "zoo" / "repair_selection_h200"
+DATA_PREP = RESULTS / "zoo" / "data_prep_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -186,6 +188,8 @@ def retrain() -> None:
     record = json.loads(RETRAIN.read_text())
     lineage(record["lineage"], stages[0])
     rerun(record["lineage_data_first"], record["lineage"])
+    repair_selection()
+    data_prep(record["lineage_data_first"])
 
 
 def lineage(run: dict, separate_first: dict) -> None:
@@ -249,6 +253,47 @@ def rerun(run: dict, first: dict) -> None:
         for against, other in (("Inst", first_folder / f"installed_gate_{prompts}_cpu.json"),
                                ("First", first_folder / f"gate_{prompts}_cpu.json")):
             paired_difference(f"zooRerunDiff{tag}{against}", json.loads(other.read_text()), gate)
+
+
+def repair_selection() -> None:
+    """repair_selection_h200/: stage 5's loop repair, its step chosen by 64-prompt validation gates, applied once more
+    to the installed target; the gates along the repair, and the installed and the repaired target on the same 96
+    evaluation and 160 validation prompts (GPU bf16, paired differences of the Spearman correlations)."""
+    record = json.loads((SELECTION / "repair_config.json").read_text())
+    gates = record["selection"]["gates"]
+    num("zooSelSteps", ", ".join(str(g["step"]) for g in gates), "{}")
+    num("zooSelRhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in gates), "{}")
+    num("zooSelN", gates[0]["n"], "{:d}")
+    num("zooSelChosen", record["selection"]["chosen_step"], "{:d}")
+    num("zooSelWallS", record["wall_s"], "{:.0f}")
+    num("zooSelProv", provenance(record["run_info"]), "{}")
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        inst, rep = (json.loads((SELECTION / f"{who}_gate_{prompts}_h200.json").read_text())
+                     for who in ("installed", "repaired"))
+        num(f"zooSel{tag}N", inst["quality_gate"]["n"], "{:d}")
+        gate_numbers(f"zooSelInst{tag}", inst["quality_gate"])
+        gate_numbers(f"zooSelRep{tag}", rep["quality_gate"])
+        paired_difference(f"zooSelDiff{tag}", inst, rep)
+
+
+def data_prep(rerun_run: dict) -> None:
+    """data_prep_h200/: stage 3's edit-tuning examples made on one machine with the compiled token alignment and with
+    difflib (same examples), and stage 1 of the lineage at that code on another machine (its data preparation
+    against the rerun's)."""
+    timing = json.loads((DATA_PREP / "alignment_timing.json").read_text())
+    num("zooAlignCompiledS", "--".join(f"{timing[k]:.0f}" for k in ("sft_examples_compiled_s",
+                                                                     "sft_examples_compiled_again_s")), "{}")
+    num("zooAlignDifflibS", timing["sft_examples_difflib_s"], "{:.0f}")
+    num("zooAlignRows", f"{timing['rows']:,}", "{}")
+    num("zooAlignProv", provenance(timing["run_info"]), "{}")
+    stage1 = json.loads((DATA_PREP / "stage1_training_config.json").read_text())
+    before = json.loads((RETRAIN.parent / rerun_run["folder"] / "stage1_training_config.json").read_text())
+    num("zooStageOneDataS", stage1["data_prep_s"], "{:.0f}")
+    num("zooStageOneWallS", stage1["wall_s"], "{:.0f}")
+    num("zooStageOneRerunWallS", before["wall_s"], "{:.0f}")
+    num("zooStageOnePreTok", stage1["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
+    num("zooStageOnePreSteps", f"{stage1['pretrain']['steps']:,}", "{}")
+    num("zooStageOneProv", provenance(stage1["run_info"]), "{}")
 
 
 def make() -> None:
