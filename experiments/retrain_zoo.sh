@@ -13,10 +13,11 @@
 #   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
 #               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
 #
-# INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp) when
-# the previous stage ran on the same machine, else hybridsd/models/tiny-coder (unpack the previous stage's archive
-# there first: `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`);
-# later stages of STAGES start from the stage before them, which must be listed too. The heads start from
+# INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp), where
+# the previous stage left it on the same machine; on another machine (a fresh one) the stage stops with one line
+# unless INIT names the previous stage's unpacked archive (e.g. `rm -r hybridsd/models/tiny-coder && cat
+# FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`, then INIT=hybridsd/models/tiny-coder); later stages
+# of STAGES start from the stage before them, which must be listed too. The heads start from
 # hybridsd/models/tiny-coder's. Target stages share prepared data through $WORK_ROOT/zoo_data_cache (train_zoo.py
 # --data-cache): stage 2 loads stage 1's, stage 4 stage 3's.
 # GPU stages leave in OUT_DIR what train_zoo_gpu.sh leaves (the last stage's log and model archive) and every
@@ -50,9 +51,7 @@ SELECT="--gate-every 12 --gate-after 0"  # validation gates (64 prompts) after 0
 LISTED=  # set once a stage of STAGES has run: the next starts from its folder, never from the installed zoo
 previous() {  # the starting target of a stage whose previous stage is $1
   if [ -n "$FIRST_INIT" ]; then echo "$FIRST_INIT"
-  elif [ -n "$LISTED" ] || [ -f "$WORK_ROOT/zoo_stage$1/tiny-coder/config.json" ]; then
-    echo "$WORK_ROOT/zoo_stage$1/tiny-coder"
-  else echo hybridsd/models/tiny-coder; fi
+  else echo "$WORK_ROOT/zoo_stage$1/tiny-coder"; fi  # run_stage checks that it is there
 }
 
 run_stage() {
@@ -64,8 +63,9 @@ run_stage() {
     *) echo "retrain_zoo.sh: unknown stage '$stage' (1, 2, 3, 4, cpu-repair, 5)" >&2; return 2 ;;
   esac
   FIRST_INIT=
-  if [ "$stage" != 1 ] && [ ! -f "$init/config.json" ]; then
-    echo "retrain_zoo.sh: stage $stage needs the previous stage's target, not found at '$init'" >&2; return 2
+  if [ "$stage" != 1 ] && [ -z "$LISTED" ] && [ ! -f "$init/config.json" ]; then
+    echo "retrain_zoo.sh: stage $stage needs the previous stage's target, not found at '$init' (run that stage on" \
+      "this machine first, or give its unpacked archive as INIT)" >&2; return 2
   fi
   local extra
   case $stage in
@@ -86,7 +86,7 @@ run_stage() {
       *) extra=$(echo "$extra" | sed 's/--repair-steps [0-9]*/--repair-steps 2/g') ;;
     esac
   fi
-  if [ -n "${PRINT_ONLY:-}" ]; then echo "stage $stage: INIT=$init OPTIONS=$(echo $extra)"; return 0; fi
+  if [ -n "${PRINT_ONLY:-}" ]; then echo "stage $stage: INIT=$init OPTIONS=$(echo $extra)"; LISTED=1; return 0; fi
   echo "== stage $stage from '${init:-scratch}' $(date +%T)"
   case $stage in
     cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;
@@ -100,7 +100,7 @@ run_stage() {
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        cp "$WORK_ROOT/zoo_stage$stage/tiny-coder/training_config.json" "$OUT/stage${stage}_training_config.json" ;;
   esac
-  [ -n "${PRINT_ONLY:-}" ] || LISTED=1
+  LISTED=1
 }
 
 for stage in ${STAGES//,/ }; do

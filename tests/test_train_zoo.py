@@ -753,7 +753,8 @@ def test_edit_data_cache_is_keyed_by_what_makes_the_data_and_serves_fewer_synthe
 def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
     """``retrain_zoo.sh`` (PRINT_ONLY) names every stage of the lineage in order, each with options that
     ``train_zoo.py target`` (stages 1-4, stage 1 from scratch) or ``repair`` (the repairs) parses, compiled target
-    stages with the shared data cache; an unknown stage or a missing starting target is one line and exit 2."""
+    stages with the shared data cache; an unknown stage or a missing starting target (also a previous stage that did not
+    run on this machine) is one line and exit 2."""
     import subprocess
 
     script = str(tz.REPO / "experiments" / "retrain_zoo.sh")
@@ -782,8 +783,11 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
     assert keys["stage 1"] == keys["stage 2"] != keys["stage 3"] == keys["stage 4"]
     assert configs["stage 2"].synthetic_examples <= configs["stage 1"].synthetic_examples
     for argv, message in ((["9", str(tmp_path)], "unknown stage '9'"),
-                          (["3", str(tmp_path), str(tmp_path / "none")], "needs the previous stage's target")):
-        run = subprocess.run(["bash", script, *argv], cwd=tz.REPO, env=env, capture_output=True, text=True)
+                          (["3", str(tmp_path), str(tmp_path / "none")], "needs the previous stage's target"),
+                          (["2", str(tmp_path)], f"not found at '{tmp_path / 'work'}/zoo_stage1/tiny-coder'")):
+        # a stage whose previous stage did not run on this machine (a fresh one) never starts from the installed zoo
+        run = subprocess.run(["bash", script, *argv], cwd=tz.REPO, env={**env, "WORK_ROOT": str(tmp_path / "work")},
+                             capture_output=True, text=True)
         assert run.returncode == 2 and message in run.stderr and len(run.stderr.splitlines()) == 1
 
 
