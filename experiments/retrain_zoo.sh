@@ -8,8 +8,9 @@
 #   2           more edit tuning
 #   3           span edits (half the synthetic edits are span edits; sequences up to 4,096 tokens)
 #   4           against loops (unlikelihood of copies inside new text, repeated lines in the input)
-#   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations; the weights after 0, 12 and 23 steps
-#               gated on 64 validation prompts, the best kept; about 25 minutes on 2 cores)
+#   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations, about 12 minutes on 2 cores; the weights
+#               after 0, 12 and 23 steps gated on 64 validation prompts, the best kept; a CPU gate of 96 prompts
+#               takes about 5.5 minutes)
 #   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
 #               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
 #
@@ -48,7 +49,7 @@ SPAN="--sft-max-len 4096 --real-epochs 1 --synthetic-examples 60000 --span-share
 LOOPS="--repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200"  # the CPU repair's steps
 SELECT="--gate-every 12 --gate-after 0"  # validation gates (64 prompts) after 0, 12 and 23 steps: the best is kept
 
-LISTED=  # set once a stage of STAGES has run: the next starts from its folder, never from the installed zoo
+LISTED=  # set once a stage of STAGES has run (or been printed): the next starts from its folder, unchecked
 previous() {  # the starting target of a stage whose previous stage is $1
   if [ -n "$FIRST_INIT" ]; then echo "$FIRST_INIT"
   else echo "$WORK_ROOT/zoo_stage$1/tiny-coder"; fi  # run_stage checks that it is there

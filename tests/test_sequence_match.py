@@ -1,10 +1,13 @@
 """experiments.sequence_match against difflib itself, block for block."""
 import difflib
+import json
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from experiments import edit_corpus, time_edit_data, train_zoo
 from experiments.sequence_match import changed_spans, matching_blocks
 
 
@@ -56,3 +59,19 @@ def test_empty_and_identical():
     assert changed_spans([], [4, 5]) == [(0, 2)]
     assert changed_spans([1, 2, 3], [1, 2, 3]) == []
     assert changed_spans([1, 2, 3], [1, 3]) == [(1, 1)]
+
+
+def test_time_edit_data_compares_the_same_examples(tmp_path):
+    """``experiments.time_edit_data`` times sft_examples with both aligners on the same rows (the real training edits
+    and the synthetic ones asked for) and finds the same examples."""
+    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES):
+        pytest.skip("code_edits_dev.jsonl not available")
+    out = tmp_path / "timing.json"
+    time_edit_data.main(["--synthetic-examples", "12", "--workers", "1", "--out", str(out)])
+    record = json.loads(out.read_text())
+    real = len(edit_corpus.split_validation(edit_corpus.split_edits(edit_corpus.load_edits())[0],
+                                            edit_corpus.VALIDATION_REPOS)[0])
+    assert record["rows"] == real + 12 and record["same_examples"]
+    assert record["digest_compiled"] == record["digest_difflib"] == record["digest_compiled_again"]
+    assert all(record[f"sft_examples_{n}_s"] > 0 for n in ("compiled", "difflib", "compiled_again"))
+    assert train_zoo.changed_spans is changed_spans  # the aligner is put back
