@@ -26,18 +26,18 @@
 # device machine: carry [".whl", ".cache"], timeout 600 s, HYBRIDSD_COMMIT=<commit> (the copied tree's git is not
 # the code that runs).
 #
-# The time budgets are the eager lineage's (see train_zoo_gpu.sh's header) divided by the measured speed-up of
-# compiled layers (1.73x pretraining, 1.63x edit tuning: experiments/results/zoo/train_compile_h200/), plus the
-# first step's compilation; the learning rate follows the same schedule over the shorter time. Stages whose target
-# is trained further skip the quality gate. PRINT_ONLY=1 prints each stage's starting point and options instead of
-# running it; SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a
-# smoke-sized model from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). As run on one H200
-# (experiments/results/zoo/retrain_compiled_h200/: stages.json, lineage/ and lineage_data_first/): the calls `1`, `2`,
-# `3,4` and `5` back to back took 22.8 minutes with stage 1 making its edit data in a second process beside
-# pretraining (which cut pretraining's throughput 2.5x), and 25.7 minutes (27.9 with the machine's start) with the
-# edit data made first, as train_zoo.py does; stage 1 alone spent 155 s on its data in that call. Both runs' stage 5
-# (commits 7f762a5, fbf341d) also ran 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates.
-# Stage 1 at commit 763d41f took 263 s on another machine (86 s of data; experiments/results/zoo/data_prep_h200/).
+# Each target stage trains the installed (eager) lineage's steps (hybridsd/models/tiny-coder/training_config*.json:
+# pretraining 2,236, edit tuning 1,024, 3,488, 2,871 and 2,557), so that its learning-rate schedule and product do not
+# depend on the machine's speed; time budgets cap them where a slow machine would overrun a call (a stage's
+# record says which stopped it), and a stage after the first of a call ends its training by CALL_S seconds (default
+# 580) from the call's start. PRINT_ONLY=1 prints each stage's starting point and options instead of running it;
+# SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a smoke-sized model
+# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Runs on one H200 with time budgets alone (the eager
+# lineage's divided by the compiled layers' speed-up) are in experiments/results/zoo/retrain_compiled_h200/
+# (stages.json, lineage/ and lineage_data_first/): the calls `1`, `2`, `3,4` and `5` back to back took 22.8 and 25.7
+# minutes and trained 775-1,847 pretraining steps and 2,195-3,521 per tuning stage; their stage 5 (commits 7f762a5,
+# fbf341d) also ran 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates. Stage 1 at commit
+# 763d41f took 263 s on another machine (86 s of data; experiments/results/zoo/data_prep_h200/).
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
@@ -48,11 +48,18 @@ TUNE="--decision-weight 4 --compile-layers --data-cache $WORK_ROOT/zoo_data_cach
 SPAN="--sft-max-len 4096 --real-epochs 1 --synthetic-examples 60000 --span-share 0.5"
 LOOPS="--repair-batch 6 --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200"  # the CPU repair's steps
 SELECT="--gate-every 12 --gate-after 0"  # validation gates (64 prompts) after 0, 12 and 23 steps: the best is kept
+CALL_S=${CALL_S:-580}  # a call's time: a stage after the call's first ends its training in time to finish by then
 
 LISTED=  # set once a stage of STAGES has run (or been printed): the next starts from its folder, unchecked
 previous() {  # the starting target of a stage whose previous stage is $1
   if [ -n "$FIRST_INIT" ]; then echo "$FIRST_INIT"
   else echo "$WORK_ROOT/zoo_stage$1/tiny-coder"; fi  # run_stage checks that it is there
+}
+
+deadline() {  # a target stage's deadline: $1 s, or less for a later stage of the call so that the call ends by CALL_S
+  # (training ends the fine-tuning reserve, 55 s, before the deadline; about 25 s go to start-up, saving, archiving)
+  local d=$((CALL_S - SECONDS + 30))
+  if [ -z "$LISTED" ] || [ "$d" -ge "$1" ]; then echo "$1"; else echo "$d"; fi
 }
 
 run_stage() {
@@ -68,14 +75,20 @@ run_stage() {
     echo "retrain_zoo.sh: stage $stage needs the previous stage's target, not found at '$init' (run that stage on" \
       "this machine first, or give its unpacked archive as INIT)" >&2; return 2
   fi
+  if [ -n "$LISTED" ] && [ -z "${PRINT_ONLY:-}${SMOKE:-}" ] && [ $((CALL_S - SECONDS)) -lt 150 ]; then
+    echo "retrain_zoo.sh: stage $stage would not end by CALL_S=$CALL_S s from the call's start ($SECONDS s gone);" \
+      "run it in a call of its own" >&2; return 2
+  fi
   local extra
   case $stage in
-    1) extra="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --pretrain-time-s 106 --deadline-s 470" ;;
-    2) extra="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --sft-lr 5e-4 --sft-epochs 5 --sft-time-s 224 \
-         --deadline-s 505" ;;
-    3) extra="$TUNE --no-gate $SPAN --sft-lr 5e-4 --sft-epochs 4 --sft-time-s 197 --deadline-s 505" ;;
-    4) extra="$TUNE --no-gate $SPAN --sft-lr 4e-4 --sft-epochs 4 --sft-time-s 171 --deadline-s 460 \
-         --unlikelihood-weight 1 --repeat-share 0.3" ;;
+    1) extra="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --pretrain-steps 2236 --pretrain-time-s 140 \
+         --sft-steps 1024 --deadline-s 500" ;;
+    2) extra="$TUNE --no-gate --sft-max-len 2048 --span-share 0 --sft-lr 5e-4 --sft-epochs 5 --sft-steps 3488 \
+         --sft-time-s 290 --deadline-s $(deadline 505)" ;;
+    3) extra="$TUNE --no-gate $SPAN --sft-lr 5e-4 --sft-epochs 4 --sft-steps 2871 --sft-time-s 215 \
+         --deadline-s $(deadline 505)" ;;
+    4) extra="$TUNE --no-gate $SPAN --sft-lr 4e-4 --sft-epochs 4 --sft-steps 2557 --sft-time-s 185 \
+         --deadline-s $(deadline 460) --unlikelihood-weight 1 --repeat-share 0.3" ;;
     cpu-repair) extra="$LOOPS $SELECT" ;;
     5) extra=  # the CPU repair's steps in fp32, the step kept by the validation gates; none after a CPU repair
        [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32 $SELECT" ;;

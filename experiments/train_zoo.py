@@ -35,8 +35,9 @@ Subcommands:
             choose among checkpoints) or the evaluation split.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
 
-Each phase stops at its step count or at its time budget, whichever comes first; the cosine learning-rate
-schedule follows the larger of the two progress fractions, so it always completes.
+Each phase stops at its step count (its epochs', at most ``--pretrain-steps`` / ``--sft-steps``) or at its time
+budget, whichever comes first; the cosine learning-rate schedule follows the larger of the two progress fractions,
+so it always completes.
 
     python -m experiments.train_zoo target --smoke          # tiny model and data, CPU, seconds
     python -m experiments.train_zoo target --out /tmp/tc    # from scratch (GPU, under 9 minutes)
@@ -104,6 +105,7 @@ class TargetConfig:
     pretrain_lr: float = 2e-3
     pretrain_warmup_steps: int = 30
     pretrain_epochs: int = 6            # passes over the corpus (each reshuffled), if the time budget allows
+    pretrain_steps: int = 0             # at most this many steps (0: the epochs decide)
     pretrain_time_s: float = 240.0      # at most; also at most ``pretrain_share`` of the time left after data prep
     pretrain_share: float = 0.55
     val_sequences: int = 32
@@ -115,6 +117,7 @@ class TargetConfig:
     span_share: float = 0.5             # share of synthetic edits that are span edits (synthetic_edits.span_edit)
     real_epochs: int = 2                # copies of the real edits among one epoch's examples
     sft_epochs: int = 1
+    sft_steps: int = 0                  # at most this many steps, replay steps included (0: the epochs decide)
     change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
     decision_weight: float = 1.0        # loss weight where the answer leaves or resumes the copy (and its end)
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
@@ -200,6 +203,9 @@ class TargetConfig:
             raise ValueError(f"pretrain_share must be in (0, 1], got {self.pretrain_share}")
         if self.pretrain_epochs < 1 or self.sft_epochs < 1:
             raise ValueError(f"pretrain_epochs and sft_epochs must be >= 1, got {self.pretrain_epochs}, {self.sft_epochs}")
+        if self.pretrain_steps < 0 or self.sft_steps < 0:
+            raise ValueError(f"pretrain_steps and sft_steps must be >= 0, got {self.pretrain_steps}, "
+                             f"{self.sft_steps}")
 
 
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
@@ -369,6 +375,11 @@ class Phase:
             return self.lr * (self.step + 1) / self.warmup
         p = min(self.progress(), 1.0)
         return self.lr * (self.min_frac + (1 - self.min_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def step_budget(epoch_steps: int, cap: int) -> int:
+    """A phase's planned steps: those of its epochs, at most ``cap`` (0: no cap)."""
+    return min(epoch_steps, cap) if cap else epoch_steps
 
 
 def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
@@ -849,12 +860,12 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 # ``target`` options that override a TargetConfig field of the same name when given
-CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_time_s", "deadline_s", "sft_max_len",
-                  "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_chars", "span_share",
-                  "real_epochs", "synthetic_examples", "unlikelihood_weight", "repeat_share", "repeat_max",
-                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
-                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32",
-                  "compile_layers")
+CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_steps", "sft_time_s", "deadline_s",
+                  "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_steps",
+                  "pretrain_chars", "span_share", "real_epochs", "synthetic_examples", "unlikelihood_weight",
+                  "repeat_share", "repeat_max", "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr",
+                  "repair_weight", "repair_steps", "repair_mode", "repair_copy_share", "resync_weight",
+                  "repair_early_stop", "repair_fp32", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -984,7 +995,7 @@ def cmd_target(args) -> None:
 
     if pre_info is None:  # (a) pretraining
         left = cfg.deadline_s - cfg.reserve_s - (time.time() - t0)
-        phase = Phase("pretrain", cfg.pretrain_epochs * (len(train_seqs) // bs),
+        phase = Phase("pretrain", step_budget(cfg.pretrain_epochs * (len(train_seqs) // bs), cfg.pretrain_steps),
                       max(5.0, min(cfg.pretrain_time_s, cfg.pretrain_share * left)), cfg.pretrain_lr,
                       cfg.pretrain_warmup_steps, cfg.min_lr_frac)
         pre_info = train_phase(model, optimizer(cfg.pretrain_lr), pre_batches(cfg.pretrain_epochs, cfg.seed + 1),
@@ -1003,7 +1014,8 @@ def cmd_target(args) -> None:
         batches = with_replay(batches, pre_batches(None, cfg.seed + 101), every)
     left = cfg.deadline_s - cfg.reserve_s - cfg.repair_time_s - (time.time() - t0)
     steps = per_epoch * cfg.sft_epochs
-    phase = Phase("sft", steps + (steps // (every - 1) if every else 0), max(5.0, min(cfg.sft_time_s, left)),
+    phase = Phase("sft", step_budget(steps + (steps // (every - 1) if every else 0), cfg.sft_steps),
+                  max(5.0, min(cfg.sft_time_s, left)),
                   cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
     sft_info = train_phase(model, optimizer(cfg.sft_lr), batches, phase, cfg, device, log["sft"],
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
@@ -1229,6 +1241,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decision-weight", type=float, default=None,
                    help="loss weight of the answer tokens where it leaves or resumes the copy, and its end (default 1)")
     p.add_argument("--sft-epochs", type=int, default=None, help="passes over the edit-tuning examples")
+    p.add_argument("--sft-steps", type=int, default=None,
+                   help="edit-tuning steps, at most (replay steps included; default: the epochs')")
     p.add_argument("--sft-time-s", type=float, default=None, help="edit-tuning time budget in seconds")
     p.add_argument("--sft-max-len", type=int, default=None,
                    help="longest edit-tuning example in tokens (prompt + answer); longer ones are left out")
@@ -1236,6 +1250,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pretrain-time-s", type=float, default=None,
                    help="pretraining time budget in seconds (from scratch only; also at most 55%% of the time left)")
     p.add_argument("--pretrain-epochs", type=int, default=None, help="passes over the pretraining corpus, at most")
+    p.add_argument("--pretrain-steps", type=int, default=None, help="pretraining steps, at most (default: the epochs')")
     p.add_argument("--pretrain-chars", type=int, default=None,
                    help="size of the code corpus in characters (pretraining; with --init the replay corpus)")
     p.add_argument("--sft-replay", type=float, default=None,

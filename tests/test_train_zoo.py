@@ -363,8 +363,9 @@ def test_target_options_override_the_presets(capsys):
         (4.0, 2048, 3e-4, 4, 290.0, 400.0)
     assert cfg.pretrain_chars == tz.FINETUNE["pretrain_chars"] and cfg.change_weight == 1.0  # the fine-tuning preset
     scratch = tz.target_config(tz.parse_args(["target", "--pretrain-time-s", "450", "--pretrain-epochs", "3",
-                                              "--sft-replay", "0.2"]))
+                                              "--sft-replay", "0.2", "--pretrain-steps", "700", "--sft-steps", "90"]))
     assert (scratch.pretrain_time_s, scratch.pretrain_epochs, scratch.sft_replay) == (450.0, 3, 0.2)
+    assert (scratch.pretrain_steps, scratch.sft_steps) == (700, 90) and tz.TargetConfig().sft_steps == 0
     assert scratch.pretrain_chars == tz.TargetConfig().pretrain_chars
     assert set(tz.CONFIG_OPTIONS) <= set(tz.TargetConfig.__dataclass_fields__)
     spans = tz.target_config(tz.parse_args(["target", "--span-share", "0.6", "--unlikelihood-weight", "1",
@@ -374,11 +375,16 @@ def test_target_options_override_the_presets(capsys):
             spans.synthetic_examples) == (0.6, 1.0, 0.3, 6, 1, 500)
     for bad, name in ((["--repeat-max", "0"], "repeat_max"), (["--repeat-share", "2"], "repeat_share"),
                       (["--unlikelihood-weight", "-1"], "unlikelihood_weight"), (["--decision-weight", "0"],
-                      "decision_weight"), (["--sft-replay", "1"], "sft_replay")):
+                      "decision_weight"), (["--sft-replay", "1"], "sft_replay"), (["--sft-steps", "-1"], "sft_steps")):
         with pytest.raises(SystemExit) as e:  # checked as the options are parsed: one line, exit 2
             tz.parse_args(["target", *bad])
         err = capsys.readouterr().err
         assert e.value.code == 2 and name in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("epoch_steps, cap, planned", [(100, 0, 100), (100, 30, 30), (20, 30, 20), (1, 1, 1)])
+def test_step_budget_caps_the_epochs_steps(epoch_steps, cap, planned):
+    assert tz.step_budget(epoch_steps, cap) == planned
 
 
 @pytest.mark.parametrize("every, n", [(2, 5), (3, 7), (7, 20), (7, 6)])
@@ -755,6 +761,7 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
     ``train_zoo.py target`` (stages 1-4, stage 1 from scratch) or ``repair`` (the repairs) parses, compiled target
     stages with the shared data cache; an unknown stage or a missing starting target (also a previous stage that did not
     run on this machine) is one line and exit 2."""
+    import json
     import subprocess
 
     script = str(tz.REPO / "experiments" / "retrain_zoo.sh")
@@ -778,10 +785,21 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
             cfg = tz.repair_config(args)
             assert cfg.repair_steps > 0 and cfg.repair_fp32 == (stage == "stage 5")
             assert args.gate_every > 0 and args.gate_after == 0 and cfg.gate_prompts == 64
+    # each target stage trains the installed lineage's steps (its records: the steps each phase took)
+    installed = {s: json.loads((tz.MODEL_DIR / f"training_config{suffix}.json").read_text()) for s, suffix in
+                 (("stage 1", "_from_scratch"), ("stage 2", "_edit_tuning"), ("stage 3", "_span_edits"),
+                  ("stage 4", ""))}
+    assert configs["stage 1"].pretrain_steps == installed["stage 1"]["pretrain"]["steps"]
+    assert all(configs[s].sft_steps == installed[s]["sft"]["steps"] for s in installed)
     # stage 2 takes a prefix of stage 1's cached edit data, stage 4 stage 3's whole
     keys = {k: tz.edit_key(c, tz.MODEL_DIR, [{"id": "a"}], ["x = 1\n"]) for k, c in configs.items()}
     assert keys["stage 1"] == keys["stage 2"] != keys["stage 3"] == keys["stage 4"]
     assert configs["stage 2"].synthetic_examples <= configs["stage 1"].synthetic_examples
+    # a later stage of a call gets a deadline that ends the call by CALL_S; the call's first keeps its own
+    short = subprocess.run(["bash", script, "3,4", str(tmp_path), str(tz.MODEL_DIR)], cwd=tz.REPO,
+                           env={**env, "CALL_S": "300"}, capture_output=True, text=True, check=True).stdout
+    deadlines = [int(line.split("--deadline-s ")[1].split()[0]) for line in short.splitlines()]
+    assert deadlines[0] == 505 and 300 <= deadlines[1] <= 330
     for argv, message in ((["9", str(tmp_path)], "unknown stage '9'"),
                           (["3", str(tmp_path), str(tmp_path / "none")], "needs the previous stage's target"),
                           (["2", str(tmp_path)], f"not found at '{tmp_path / 'work'}/zoo_stage1/tiny-coder'")):
