@@ -32,12 +32,14 @@
 # record says which stopped it), and a stage after the first of a call ends its training by CALL_S seconds (default
 # 580) from the call's start. PRINT_ONLY=1 prints each stage's starting point and options instead of running it;
 # SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a smoke-sized model
-# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Runs on one H200 with time budgets alone (the eager
-# lineage's divided by the compiled layers' speed-up) are in experiments/results/zoo/retrain_compiled_h200/
-# (stages.json, lineage/ and lineage_data_first/): the calls `1`, `2`, `3,4` and `5` back to back took 22.8 and 25.7
-# minutes and trained 775-1,847 pretraining steps and 2,195-3,521 per tuning stage; their stage 5 (commits 7f762a5,
-# fbf341d) also ran 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates. Stage 1 at commit
-# 763d41f took 263 s on another machine (86 s of data; experiments/results/zoo/data_prep_h200/).
+# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Runs on one H200 are in
+# experiments/results/zoo/retrain_compiled_h200/ (stages.json): with these step counts (lineage_step_budgets/, commit
+# 59f704b) the calls `1`, `2`, `3,4` and `5` back to back took 283, 226, 436 and 287 s (20.5 minutes; 22.6 of lease
+# with the machine's start) and every stage stopped at its steps; with time budgets alone (the eager lineage's divided
+# by the compiled layers' speed-up; lineage/ and lineage_data_first/) they took 22.8 and 25.7 minutes and trained
+# 775-1,847 pretraining steps and 2,195-3,521 per tuning stage, and their stage 5 (commits 7f762a5, fbf341d) also ran
+# 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates. Stage 1 at commit 763d41f took 263 s
+# on another machine (86 s of data; experiments/results/zoo/data_prep_h200/).
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}

@@ -188,6 +188,7 @@ def retrain() -> None:
     record = json.loads(RETRAIN.read_text())
     lineage(record["lineage"], stages[0])
     rerun(record["lineage_data_first"], record["lineage"])
+    step_budgets(record["lineage_step_budgets"])
     repair_selection()
     data_prep(record["lineage_data_first"])
 
@@ -253,6 +254,31 @@ def rerun(run: dict, first: dict) -> None:
         for against, other in (("Inst", first_folder / f"installed_gate_{prompts}_cpu.json"),
                                ("First", first_folder / f"gate_{prompts}_cpu.json")):
             paired_difference(f"zooRerunDiff{tag}{against}", json.loads(other.read_text()), gate)
+
+
+def step_budgets(run: dict) -> None:
+    """retrain_compiled_h200/lineage_step_budgets/: the lineage back to back with each target stage training the
+    installed lineage's step counts (its GPU-minutes, steps, stage 5's selection gates) and its product's GPU gates,
+    each paired with the installed target's on the same prompts."""
+    folder = RETRAIN.parent / run["folder"]
+    num("zooEagerStepsMin", sum(c["call_wall_s"] for c in run["calls"]) / 60, "{:.1f}")
+    num("zooEagerStepsLeaseMin", run["lease_s_through_stage5"] / 60, "{:.1f}")
+    stages = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in range(1, 5)]
+    num("zooEagerStepsProv", provenance(stages[0]["run_info"]), "{}")
+    num("zooEagerStepsPreSteps", f"{stages[0]['pretrain']['steps']:,}", "{}")
+    num("zooEagerStepsSftSteps", ", ".join(f"{s['sft']['steps']:,}" for s in stages), "{}")
+    num("zooEagerStepsAllBySteps", "all" if all(s[p]["stopped_by"] == "steps" for s in stages for p in ("pretrain", "sft")
+                                          if "stopped_by" in s[p]) else "not all", "{}")
+    repair = json.loads((folder / "stage5_repair_config.json").read_text())["selection"]
+    num("zooEagerStepsSelSteps", ", ".join(str(g["step"]) for g in repair["gates"]), "{}")
+    num("zooEagerStepsSelEos", ", ".join(f"{100 * g['eos_share']:.0f}" for g in repair["gates"]), "{}")
+    num("zooEagerStepsSelRhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in repair["gates"]), "{}")
+    num("zooEagerStepsSelChosen", repair["chosen_step"], "{:d}")
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate = json.loads((folder / f"gate_{prompts}_h200.json").read_text())
+        gate_numbers(f"zooEagerSteps{tag}", gate["quality_gate"])
+        installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
+        paired_difference(f"zooEagerStepsDiff{tag}", installed, gate)
 
 
 def repair_selection() -> None:
