@@ -279,6 +279,32 @@ def step_budgets(run: dict) -> None:
         gate_numbers(f"zooEagerSteps{tag}", gate["quality_gate"])
         installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
         paired_difference(f"zooEagerStepsDiff{tag}", installed, gate)
+    cpu_repairs(folder, run["cpu_repairs"])
+
+
+def cpu_repairs(folder, runs: dict) -> None:
+    """lineage_step_budgets/stage4_cpu_repair*: the lineage's stage-4 weights repaired on the CPU, gated (the gates'
+    EOS shares and correlations) and as the installed target was (23 steps, then 8 more of more continuations,
+    ungated); the latter's CPU gates paired with the installed target's and with the stage-4 weights' own."""
+    gated = json.loads((folder / runs["gated"]["record"]).read_text())["selection"]
+    num("zooEagerStepsCpuSelSteps", ", ".join(str(g["step"]) for g in gated["gates"]), "{}")
+    num("zooEagerStepsCpuSelEos", ", ".join(f"{100 * g['eos_share']:.0f}" for g in gated["gates"]), "{}")
+    num("zooEagerStepsCpuSelRhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in gated["gates"]), "{}")
+    num("zooEagerStepsCpuSelChosen", gated["chosen_step"], "{:d}")
+    steps = [json.loads((folder / runs[k]["record"]).read_text()) for k in ("repair", "then")]
+    num("zooEagerStepsCpuRepairMin", sum(r["wall_s"] for r in steps) / 60, "{:.0f}")
+    num("zooEagerStepsCpuRepairSteps", " + ".join(str(r["repair"]["steps"]) for r in steps), "{}")
+    num("zooEagerStepsCpuRepairBatch", " and ".join(str(r["config"]["repair_batch"]) for r in steps), "{}")
+    num("zooEagerStepsCpuRepairProv", provenance(steps[-1]["run_info"]), "{}")
+    installed = RETRAIN.parent / "lineage"
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate = json.loads((folder / runs["then"][prompts]).read_text())
+        gate_numbers(f"zooEagerStepsCpuRep{tag}", gate["quality_gate"])
+        before = json.loads((installed / f"installed_gate_{prompts}_cpu.json").read_text())
+        paired_difference(f"zooEagerStepsCpuRepDiff{tag}", before, gate)
+        unrepaired = json.loads((folder / runs["stage4_gates"][prompts]).read_text())
+        gate_numbers(f"zooEagerStepsCpuPre{tag}", unrepaired["quality_gate"])
+        paired_difference(f"zooEagerStepsCpuRepDiffPre{tag}", unrepaired, gate)
 
 
 def repair_selection() -> None:
