@@ -24,7 +24,9 @@
 # GPU stages leave in OUT_DIR what train_zoo_gpu.sh leaves (the last stage's log and model archive) and every
 # stage's record as stage<N>_<record>.json; cpu-repair writes the repaired folder to OUT_DIR/tiny-coder. On the
 # device machine: carry [".whl", ".cache"], timeout 600 s, HYBRIDSD_COMMIT=<commit> (the copied tree's git is not
-# the code that runs).
+# the code that runs). The stages install the wheels into /tmp/site: a command after them in the same call needs
+# PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=/tmp/d, e.g. to gate stage 5's product:
+#   python -m experiments.train_zoo gate --model /tmp/zoo_stage5/tiny-coder --rows eval --prompts 96 --out F
 #
 # Each target stage trains the installed (eager) lineage's steps (hybridsd/models/tiny-coder/training_config*.json:
 # pretraining 2,236, edit tuning 1,024, 3,488, 2,871 and 2,557), so that its learning-rate schedule and product do not
