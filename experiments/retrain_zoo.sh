@@ -8,9 +8,9 @@
 #   2           more edit tuning
 #   3           span edits (half the synthetic edits are span edits; sequences up to 4,096 tokens)
 #   4           against loops (unlikelihood of copies inside new text, repeated lines in the input)
-#   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations, about 12 minutes on 2 cores; the weights
+#   cpu-repair  loop repair on the CPU (fp32, 23 steps of 6 continuations, 10-12 minutes on 2 cores; the weights
 #               after 0, 12 and 23 steps gated on 64 validation prompts, the best kept; a CPU gate of 96 prompts
-#               takes about 5.5 minutes)
+#               generated for 1.3-6.2 minutes on 2-core machines: generate_s in retrain_compiled_h200/*/*_cpu.json)
 #   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
 #               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
 #
