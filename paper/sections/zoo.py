@@ -230,6 +230,16 @@ def gate_numbers(prefix: str, g: dict) -> None:
     num(f"{prefix}Loops", g["loops"], "{:d}")
 
 
+def selection_numbers(prefix: str, selection: dict) -> None:
+    """A gated repair's selection: the gated steps, each gate's EOS share (%) and Spearman correlation, and the step
+    kept, as ``prefix``Steps, Eos, Rhos and Chosen."""
+    gates = selection["gates"]
+    num(f"{prefix}Steps", ", ".join(str(g["step"]) for g in gates), "{}")
+    num(f"{prefix}Eos", ", ".join(f"{100 * g['eos_share']:.0f}" for g in gates), "{}")
+    num(f"{prefix}Rhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in gates), "{}")
+    num(f"{prefix}Chosen", selection["chosen_step"], "{:d}")
+
+
 def paired_difference(name: str, a: dict, b: dict) -> None:
     """Gate ``b``'s Spearman correlation minus gate ``a``'s on the same prompts, with its paired 95% interval."""
     c = zoo_gate.compare_gates(a, b)
@@ -267,13 +277,9 @@ def step_budgets(run: dict) -> None:
     num("zooEagerStepsProv", provenance(stages[0]["run_info"]), "{}")
     num("zooEagerStepsPreSteps", f"{stages[0]['pretrain']['steps']:,}", "{}")
     num("zooEagerStepsSftSteps", ", ".join(f"{s['sft']['steps']:,}" for s in stages), "{}")
-    num("zooEagerStepsAllBySteps", "all" if all(s[p]["stopped_by"] == "steps" for s in stages for p in ("pretrain", "sft")
-                                          if "stopped_by" in s[p]) else "not all", "{}")
-    repair = json.loads((folder / "stage5_repair_config.json").read_text())["selection"]
-    num("zooEagerStepsSelSteps", ", ".join(str(g["step"]) for g in repair["gates"]), "{}")
-    num("zooEagerStepsSelEos", ", ".join(f"{100 * g['eos_share']:.0f}" for g in repair["gates"]), "{}")
-    num("zooEagerStepsSelRhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in repair["gates"]), "{}")
-    num("zooEagerStepsSelChosen", repair["chosen_step"], "{:d}")
+    by_steps = all(s[p]["stopped_by"] == "steps" for s in stages for p in ("pretrain", "sft") if "stopped_by" in s[p])
+    num("zooEagerStepsAllBySteps", "all" if by_steps else "not all", "{}")
+    selection_numbers("zooEagerStepsSel", json.loads((folder / "stage5_repair_config.json").read_text())["selection"])
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         gate = json.loads((folder / f"gate_{prompts}_h200.json").read_text())
         gate_numbers(f"zooEagerSteps{tag}", gate["quality_gate"])
@@ -286,11 +292,7 @@ def cpu_repairs(folder, runs: dict) -> None:
     """lineage_step_budgets/stage4_cpu_repair*: the lineage's stage-4 weights repaired on the CPU, gated (the gates'
     EOS shares and correlations) and as the installed target was (23 steps, then 8 more of more continuations,
     ungated); the latter's CPU gates paired with the installed target's and with the stage-4 weights' own."""
-    gated = json.loads((folder / runs["gated"]["record"]).read_text())["selection"]
-    num("zooEagerStepsCpuSelSteps", ", ".join(str(g["step"]) for g in gated["gates"]), "{}")
-    num("zooEagerStepsCpuSelEos", ", ".join(f"{100 * g['eos_share']:.0f}" for g in gated["gates"]), "{}")
-    num("zooEagerStepsCpuSelRhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in gated["gates"]), "{}")
-    num("zooEagerStepsCpuSelChosen", gated["chosen_step"], "{:d}")
+    selection_numbers("zooEagerStepsCpuSel", json.loads((folder / runs["gated"]["record"]).read_text())["selection"])
     steps = [json.loads((folder / runs[k]["record"]).read_text()) for k in ("repair", "then")]
     num("zooEagerStepsCpuRepairMin", sum(r["wall_s"] for r in steps) / 60, "{:.0f}")
     num("zooEagerStepsCpuRepairSteps", " + ".join(str(r["repair"]["steps"]) for r in steps), "{}")
@@ -312,11 +314,8 @@ def repair_selection() -> None:
     to the installed target; the gates along the repair, and the installed and the repaired target on the same 96
     evaluation and 160 validation prompts (GPU bf16, paired differences of the Spearman correlations)."""
     record = json.loads((SELECTION / "repair_config.json").read_text())
-    gates = record["selection"]["gates"]
-    num("zooSelSteps", ", ".join(str(g["step"]) for g in gates), "{}")
-    num("zooSelRhos", ", ".join(f"{g['spearman_ref_out']:.2f}" for g in gates), "{}")
-    num("zooSelN", gates[0]["n"], "{:d}")
-    num("zooSelChosen", record["selection"]["chosen_step"], "{:d}")
+    selection_numbers("zooSel", record["selection"])
+    num("zooSelN", record["selection"]["gates"][0]["n"], "{:d}")
     num("zooSelWallS", record["wall_s"], "{:.0f}")
     num("zooSelProv", provenance(record["run_info"]), "{}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
