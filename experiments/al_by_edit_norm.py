@@ -2,7 +2,7 @@
 the target's own outputs beside them, and the analytic models over both.
 
     python -m experiments.al_by_edit_norm RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
-        [--theory-by-state SIM.json] [--exclude-prompts OTHER_RUNS.jsonl...]
+        [--theory-by-state SIM.json] [--splits N] [--exclude-prompts OTHER_RUNS.jsonl...]
 
 ``RUNS``: spec_bench JSONL files of several methods on the same code-edit prompts (greedy, so every method's
 output is the target's one output). For each binning (the reference's edit norm, as the PR bins, and the
@@ -17,8 +17,9 @@ harmonic model (AL_ngram calibrated on the lowest bin of the n-gram run, AL_eagl
 with ``--theory``, the predictive models fitted by simulate_al.py on other prompts (``sim_*``), and with
 ``--theory-by-state`` those of a simulate_al.py run whose EAGLE rates depend on the n-gram state (``state_*``);
 each model's mean relative error over bins against the measurement and against the simulation.
-``--exclude-prompts`` leaves out the prompts of other runs (to measure EAGLE's rates on prompts that the runs being
-predicted do not hold).
+``--splits N`` adds ``held_out``: the predictive models fitted to a random half of the prompts and scored on the
+other half, over N splits (:func:`held_out_fits`). ``--exclude-prompts`` leaves out the prompts of other runs (to
+measure EAGLE's rates on prompts that the runs being predicted do not hold).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from experiments.distributed import write_atomic
 from experiments.results import bin_table  # noqa: F401  (the per-bin table with bootstrap CIs)
 from experiments.simulate_al import json_safe, k_rates
 from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
-from hybridsd.fit import ModelFit, model_error
+from hybridsd.fit import ModelFit, fit_harmonic, fit_resync, model_error
 
 REPO = Path(__file__).resolve().parents[1]
 # spec_bench variant -> trace-simulation policy (and the simulate_al.json fits of it)
@@ -152,6 +153,18 @@ def simulate_outputs(df, prompt_ids: dict, k: dict, rates, novel_rates=None) -> 
     return pd.DataFrame(rows)
 
 
+def predictive(name: str, fit: dict) -> bool:
+    """Whether a simulate_al.json fit needs only the edit norm and output length (the diagnostic ``resync_runs``
+    needs each output's copied runs)."""
+    return name != "resync_runs" and fit["model"] in ("harmonic", "resync")
+
+
+def saved_fit(fit: dict) -> ModelFit:
+    """A :class:`~hybridsd.fit.ModelFit` from its simulate_al.json record."""
+    return ModelFit(model=fit["model"], params=fit["params"], fitted=tuple(fit["fitted"]),
+                    ci={k: tuple(v) for k, v in fit["ci"].items()}, settings=fit["settings"])
+
+
 def model_predictions(table: list[dict], theories: dict | None, al_eagle: float | None, k: dict) -> dict:
     """Per (binning, variant): model -> per-bin predictions, from the measured table's bins: the PR's harmonic
     model from the parts, and each of ``theories``' fits (prefix -> a simulate_al.json's ``fits``) named
@@ -178,10 +191,9 @@ def model_predictions(table: list[dict], theories: dict | None, al_eagle: float 
                 preds["harmonic_pr"] = harmonic_al(np.clip(e, 0, 1), ae, al_copy).tolist()
             for prefix, fits in (theories or {}).items():
                 for name, fit in (fits.get(policy) or {}).items():
-                    if name == "resync_runs" or fit["model"] not in ("harmonic", "resync"):
-                        continue  # diagnostic models need each output's copied runs
-                    mf = ModelFit(model=fit["model"], params=fit["params"], fitted=tuple(fit["fitted"]),
-                                  ci={k_: tuple(v) for k_, v in fit["ci"].items()}, settings=fit["settings"])
+                    if not predictive(name, fit):
+                        continue
+                    mf = saved_fit(fit)
                     preds[f"{prefix}{name}"] = np.asarray(mf.predict(np.clip(e, 0, 1), length), dtype=float).tolist()
             out[(binning, variant)] = {"bins": [t["bin"] for t in mine], "predictions": preds}
     return out
@@ -197,6 +209,73 @@ def errors(preds: dict, table: list[dict]) -> list[dict]:
             out.append({"binning": binning, "variant": variant, "model": model,
                         **model_error(np.array(values, dtype=float), ref)})
     return out
+
+
+HELD_OUT_VARIANTS = ("ngram", "ngram-eagle", "ngram-eagle tree")
+
+
+def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: int = 0) -> dict:
+    """The predictive models fitted to the runs' own prompts and scored on other prompts: over ``splits`` seeded
+    random halves of the prompts, each of ``HELD_OUT_VARIANTS`` is fitted to the first half's per-bin corpus ALs
+    (``harmonic_fit``: AL_eagle held at that half's EAGLE-1 AL, 1 for n-gram alone; ``harmonic_free``; with
+    ``sim_doc``, a simulate_al.json, ``resync`` with its edit structure and new-share constants) and scored by
+    the mean relative error over the second half's bins, beside ``sim_doc``'s own fits (``sim_*``, fitted on the
+    real edits), a constant (the first half's corpus AL) and ``fit_half_bins`` (each bin's AL in the first half,
+    where it has the bin: how far two halves' bins differ, the error that sampling alone leaves a model of the
+    bins). One split is a noisy estimate (a half holds a few prompts per bin), so per (binning, variant, model)
+    the result gives the median, 2.5% and 97.5% quantiles and mean of the splits' errors, the median number of
+    bins scored and each parameter's median: ``{"splits", "seed", "prompts", "summary": [...]}``."""
+    import pandas as pd
+
+    ids = np.sort(df["example_id"].unique())
+    share = (sim_doc or {}).get("new_share_constants")
+    sim_fits = {policy: {name: saved_fit(f) for name, f in fits.items() if predictive(name, f)}
+                for policy, fits in ((sim_doc or {}).get("fits") or {}).items()}
+    corpus_al = lambda part: float(part["tokens"].sum() / part["passes"].sum())  # noqa: E731
+    rows = []
+    for split in range(splits):
+        first = set(np.random.default_rng((seed, split)).permutation(ids)[: len(ids) // 2])
+        halves = df[df["example_id"].isin(first)], df[~df["example_id"].isin(first)]
+        eagle = halves[0][halves[0]["variant"] == "eagle"]
+        for binning in BINNINGS:
+            fit_t, test_t = (pd.DataFrame(bin_table(h, edges, binning, n_boot=0)) for h in halves)
+            for variant in HELD_OUT_VARIANTS:
+                if fit_t.empty or test_t.empty:
+                    continue
+                a, b = fit_t[fit_t["variant"] == variant], test_t[test_t["variant"] == variant]
+                if len(a) < 3 or b.empty or (variant != "ngram" and eagle.empty):
+                    continue
+                ae = 1.0 if variant == "ngram" else corpus_al(eagle)
+                models = {"harmonic_fit": fit_harmonic(a["mean_e"], a["seq_al"], al_eagle=ae, k_ngram=k["ngram"],
+                                                           k_eagle=k["eagle"], n_boot=0),
+                          "harmonic_free": fit_harmonic(a["mean_e"], a["seq_al"], k_ngram=k["ngram"],
+                                                            k_eagle=k["eagle"], n_boot=0)}
+                if sim_doc and "edit_structure" in sim_doc:
+                    models["resync"] = fit_resync(a["mean_e"], a["seq_al"], a["mean_tokens"], k=k["ngram"],
+                                                      share=share, n_boot=0, **sim_doc["edit_structure"])
+                models.update({f"sim_{n}": f for n, f in sim_fits.get(SIM_POLICY[variant], {}).items()})
+                e, length, al = b["mean_e"].clip(0, 1), b["mean_tokens"], b["seq_al"].to_numpy()
+                for name, mf in models.items():
+                    pred = np.asarray(mf.predict(e, length), dtype=float)
+                    own = {} if name.startswith("sim_") else {f"param_{p}": v for p, v in mf.params.items()}
+                    rows.append({"binning": binning, "variant": variant, "model": name, "bins": len(b),
+                                 "mean_rel": model_error(pred, al)["mean_rel"], **own})
+                same_bin = b["bin"].map(dict(zip(a["bin"], a["seq_al"]))).to_numpy(dtype=float)
+                for name, pred in (("constant", np.full(len(b), corpus_al(halves[0][halves[0]["variant"] == variant]))),
+                                   ("fit_half_bins", same_bin)):
+                    rows.append({"binning": binning, "variant": variant, "model": name, "bins": len(b),
+                                 "mean_rel": model_error(pred, al)["mean_rel"]})
+    summary = []
+    if rows:
+        table = pd.DataFrame(rows)
+        for (binning, variant, model), g in table.groupby(["binning", "variant", "model"], sort=False):
+            lo, med, hi = np.quantile(g["mean_rel"], [0.025, 0.5, 0.975])
+            params = {c[len("param_"):]: float(g[c].median()) for c in g.columns
+                      if c.startswith("param_") and g[c].notna().any()}
+            summary.append({"binning": binning, "variant": variant, "model": model, "splits": len(g),
+                            "median": float(med), "lo": float(lo), "hi": float(hi), "mean": float(g["mean_rel"].mean()),
+                            "bins_median": float(g["bins"].median()), "params_median": params})
+    return {"splits": splits, "seed": seed, "prompts": len(ids), "summary": summary}
 
 
 def main(argv=None) -> int:
@@ -216,10 +295,15 @@ def main(argv=None) -> int:
                     help="how the runs' prompts were built, as spec_bench's --change-request (to rebuild them for "
                     "the simulation)")
     ap.add_argument("--no-sim", action="store_true", help="skip the trace simulation")
+    ap.add_argument("--splits", type=int, default=0,
+                    help="random halves of the prompts on which the models are fitted and the other half scored "
+                    "(held_out; 0: none)")
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "zoo" / "al_by_edit_norm.json")
     a = ap.parse_args(argv)
     if a.bins < 8:
         ap.error("--bins must be >= 8")
+    if a.splits < 0:
+        ap.error("--splits must be >= 0")
     df = results.load_runs(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
     left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
     excluded = set(df["example_id"]) & left_out
@@ -251,6 +335,9 @@ def main(argv=None) -> int:
                                         by_state["novel"]["rates"])
             doc.update(eagle_by_ngram_state=by_state,
                        simulated_by_state=[t for c in BINNINGS for t in bin_table(state_df, edges, c, a.n_boot)])
+    if a.splits:
+        doc["held_out"] = held_out_fits(df, edges, k, json.loads(a.theory.read_text()) if a.theory else None,
+                                        a.splits)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(json_safe(doc), indent=1) + "\n")
     for t in measured:

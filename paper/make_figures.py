@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep.make()
     theory.make(edit_norm.load())
     theory.eagle_by_state()
+    theory.held_out()
     speed.make()
     trees.make()
     exact.make()

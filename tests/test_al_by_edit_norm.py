@@ -87,13 +87,15 @@ def test_cli_writes_the_tables(runs, tmp_path):
     assert doc["al_eagle"] == pytest.approx(sum(r["stats"]["num_tokens"] for r in eagle)
                                             / sum(r["stats"]["num_target_steps"] for r in eagle))
     assert len(doc["bins"]) == 9 and doc["errors_vs_measured"]
-    with pytest.raises(SystemExit):
-        ab.main([*runs, "--bins", "4", "--out", str(out)])
+    for bad in (["--bins", "4"], ["--splits", "-1"]):
+        with pytest.raises(SystemExit):
+            ab.main([*runs, *bad, "--out", str(out)])
 
 
 def test_cli_leaves_out_prompts_and_adds_the_by_state_models(runs, tmp_path):
     """``--exclude-prompts`` drops the prompts of other runs before any table; ``--theory-by-state`` adds a second
-    simulate_al file's models as ``state_*`` beside ``--theory``'s ``sim_*``."""
+    simulate_al file's models as ``state_*`` beside ``--theory``'s ``sim_*``; ``--splits`` adds the held-out fits,
+    ``--theory``'s among them."""
     fit = {"model": "harmonic", "params": {"al_eagle": 2.0, "al_ngram": 5.0}, "ci": {}, "fitted": [],
            "settings": {"k_ngram": 5, "k_eagle": 3}}
     theory = tmp_path / "sim.json"
@@ -102,14 +104,75 @@ def test_cli_leaves_out_prompts_and_adds_the_by_state_models(runs, tmp_path):
     other.write_text("".join(line for line in open(runs[0]) if json.loads(line)["example_id"] in ("ex0", "ex1")))
     out = tmp_path / "fig.json"
     assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--bins", "8", "--theory", str(theory), "--theory-by-state",
-                    str(theory), "--exclude-prompts", str(other), "--out", str(out)]) == 0
+                    str(theory), "--exclude-prompts", str(other), "--splits", "2", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["excluded_prompts"] == 2
+    held = {s["model"] for s in doc["held_out"]["summary"]}
+    assert doc["held_out"]["prompts"] == 38 and {"sim_harmonic_fit", "harmonic_free", "constant"} <= held
     assert sum(t["n"] for t in doc["measured"] if (t["binning"], t["variant"]) == ("ref_edit_norm", "ngram")) == 38
     models = {e["model"] for e in doc["errors_vs_measured"]}
     assert models == {"harmonic_pr", "sim_harmonic_fit", "state_harmonic_fit"}
     pred = doc["predictions"]["ref_edit_norm|ngram-eagle"]["predictions"]
     assert pred["sim_harmonic_fit"] == pred["state_harmonic_fit"]  # the same fits, under both names
+
+
+def test_held_out_constant_and_bins_match_a_loop_over_the_other_half(runs):
+    """One split: the constant (the fit half's corpus AL) and ``fit_half_bins`` scored by a loop over the other
+    half's rows; the fitted models are there, ``resync`` only with a simulation file; the same seed, the same
+    result."""
+    df = results.load_runs(runs)
+    edges, k = np.linspace(0, 0.6, 9), {"ngram": 5, "eagle": 3}
+    out = ab.held_out_fits(df, edges, k, None, splits=1)
+    assert out == ab.held_out_fits(df, edges, k, None, splits=1) and out["prompts"] == 40
+    rows = [json.loads(line) for path in runs for line in open(path)]
+    ids = np.sort(np.unique([r["example_id"] for r in rows]))
+    first = set(np.random.default_rng((0, 0)).permutation(ids)[:20])
+    summary = {(s["binning"], s["variant"], s["model"]): s for s in out["summary"]}
+    for variant in ("ngram", "ngram-eagle"):
+        mine = [r for r in rows if r["config"]["method"] == variant]
+        fit_rows = [r for r in mine if r["example_id"] in first]
+        const = sum(r["stats"]["num_tokens"] for r in fit_rows) / sum(r["stats"]["num_target_steps"] for r in fit_rows)
+
+        def bin_al(members, b):
+            inside = [r for r in members if edges[b] <= r["ref_edit_norm"] < edges[b + 1]]
+            return (sum(r["stats"]["num_tokens"] for r in inside) / sum(r["stats"]["num_target_steps"] for r in inside)
+                    if inside else None)
+
+        test_al = {b: bin_al([r for r in mine if r["example_id"] not in first], b) for b in range(8)}
+        fit_al = {b: bin_al(fit_rows, b) for b in range(8)}
+        scored = [b for b in range(8) if test_al[b] is not None]
+        s = summary[("ref_edit_norm", variant, "constant")]
+        assert s["splits"] == 1 and s["bins_median"] == len(scored)
+        assert s["median"] == pytest.approx(np.mean([abs(const - test_al[b]) / test_al[b] for b in scored]))
+        both = [b for b in scored if fit_al[b] is not None]
+        assert summary[("ref_edit_norm", variant, "fit_half_bins")]["median"] == pytest.approx(
+            np.mean([abs(fit_al[b] - test_al[b]) / test_al[b] for b in both]))
+    models = {m for (_, _, m) in summary}
+    assert {"harmonic_fit", "harmonic_free", "constant", "fit_half_bins"} <= models and "resync" not in models
+
+
+def test_held_out_harmonic_fit_predicts_other_prompts_of_a_harmonic_corpus():
+    """Rows whose AL follows the harmonic model exactly (equal tokens, so a bin's corpus AL is the model at its mean
+    edit norm): the two-parameter fit on one half predicts the other half's bins to within fitting tolerance, over
+    several splits, and recovers the parameters; the constant does not."""
+    import pandas as pd
+
+    from hybridsd.analytic import harmonic_al
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(64):
+        e = float(rng.uniform(0, 0.6))
+        for variant, (ae, an) in (("ngram", (1.6, 5.4)), ("ngram-eagle", (2.4, 5.2)), ("eagle", (2.4, 2.4))):
+            al = float(harmonic_al(e, ae, an))
+            rows.append({"variant": variant, "example_id": f"ex{i}", "ref_edit_norm": e, "output_edit_norm": e,
+                         "tokens": 1000.0, "passes": 1000.0 / al, "drafts": 1, "accepted": 1,
+                         "precision_al": al, "seq_al": al})
+    out = ab.held_out_fits(pd.DataFrame(rows), np.linspace(0, 0.6, 9), {"ngram": 5, "eagle": 3}, None, splits=4)
+    summary = {(s["binning"], s["variant"], s["model"]): s for s in out["summary"]}
+    free = summary[("ref_edit_norm", "ngram", "harmonic_free")]
+    assert free["hi"] < 1e-4 and free["params_median"]["al_eagle"] == pytest.approx(1.6, rel=1e-3)
+    assert summary[("ref_edit_norm", "ngram", "constant")]["median"] > 0.05
 
 
 def test_simulated_prompts_draw_eagle_apart(monkeypatch):

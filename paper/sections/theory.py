@@ -236,3 +236,23 @@ def eagle_by_state() -> None:
         for binning, b in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
             num(f"thTreeResync{tag}{b}", 100 * err[binning, "ngram-eagle tree", model], "{:.1f}")
 
+
+def held_out() -> None:
+    """zoo/al_by_edit_norm.json ``held_out``: the predictive models fitted on random halves of the sweep's prompts
+    and scored on the other halves (median mean relative error over the splits, %), beside the two halves' own
+    bins (sampling alone) and the fits on the real edits."""
+    doc = json.loads((RESULTS / "zoo" / "al_by_edit_norm.json").read_text())["held_out"]
+    med = {(s["binning"], s["variant"], s["model"]): s for s in doc["summary"]}
+    num("thHeldSplits", doc["splits"], "{:d}")
+    num("thHeldHalf", doc["prompts"] // 2, "{:d}")
+    pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
+    for binning, b in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        s = med[binning, "ngram", "fit_half_bins"]
+        num(f"thHeldBins{b}", pct(s["median"]), "{}")
+        for model, tag in (("resync", "Resync"), ("harmonic_free", "Free"), ("sim_resync", "SimResync")):
+            s = med[binning, "ngram", model]
+            num(f"thHeldNgram{tag}{b}", f"{pct(s['median'])} [{pct(s['lo'])}, {pct(s['hi'])}]", "{}")
+        hyb = [s["median"] for (bn, v, m), s in med.items() if bn == binning and v != "ngram"
+               and m not in ("constant", "fit_half_bins")]
+        num(f"thHeldHyb{b}", f"{pct(min(hyb))}--{pct(max(hyb))}", "{}")
+
