@@ -74,6 +74,30 @@ def spearman_diff_ci(x, y_a, y_b, level: float = 0.95, resamples: int = 2000,
     return float(d), float(lo), float(hi), float(np.mean(draws <= 0))
 
 
+MISS_UNDER, MISS_OVER, MISS_SLACK, MISS_MIN_REF = 0.3, 2.0, 0.1, 0.05  # see misses()
+
+
+def misses(gate: dict) -> dict:
+    """The answers that hold a gate's Spearman correlation down, by kind, from a gate record (or its
+    ``quality_gate``): ``short``, an output edit norm below ``MISS_UNDER`` x the reference's (references of at least
+    ``MISS_MIN_REF``: the edit asked for mostly not made), and ``long``, above ``MISS_OVER`` x the reference's plus
+    ``MISS_SLACK`` (far more changed than asked); with the correlation as it is (``rho``) and as it would be with
+    those answers' edit norms replaced by their references' (``rho_without_short``, ``_long``, ``_both``): what each
+    kind costs."""
+    samples = gate.get("quality_gate", gate)["samples"]
+    ref = np.array([s["ref_norm"] for s in samples], dtype=float)
+    out = np.array([s["out_norm"] for s in samples], dtype=float)
+    short = (ref >= MISS_MIN_REF) & (out < MISS_UNDER * ref)
+    long = out > MISS_OVER * ref + MISS_SLACK
+
+    def without(mask):
+        return spearman(ref, np.where(mask, ref, out))
+
+    return {"n": len(samples), "rho": spearman(ref, out), "short": int(short.sum()), "long": int(long.sum()),
+            "rho_without_short": without(short), "rho_without_long": without(long),
+            "rho_without_both": without(short | long)}
+
+
 def compare_gates(a: dict, b: dict) -> dict:
     """Two gate records (``train_zoo gate`` files, or their ``quality_gate``) on the prompts both answered (by
     sample id): ``n``, each one's EOS share and Spearman, and B's Spearman minus A's with its paired bootstrap

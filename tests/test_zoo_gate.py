@@ -164,3 +164,20 @@ def test_compare_gates_uses_the_shared_prompts(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         tz.main(["compare-gates", str(fa), str(tmp_path / "missing.json")])
     assert e.value.code == 2 and "missing.json" in capsys.readouterr().err
+
+
+def test_misses_count_each_kind_and_what_it_costs():
+    """Hand-made answers: every output edits as much as asked but one that edits nothing (short), one that edits
+    far more (long) and one below the size floor; replacing a kind's norms by the references' is what its
+    ``rho_without`` reads, and replacing both restores a perfect ranking."""
+    ref = [0.02, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    out = [0.0, 0.1, 0.9, 0.3, 0.0, 0.5, 0.6]  # 0.02 -> 0.0: below MISS_MIN_REF, not short
+    gate = {"quality_gate": {"samples": [{"ref_norm": r, "out_norm": o} for r, o in zip(ref, out)]}}
+    m = zg.misses(gate)
+    assert (m["n"], m["short"], m["long"]) == (7, 1, 1)
+    assert m["rho"] == pytest.approx(zg.spearman(ref, out))
+    assert m["rho_without_short"] == pytest.approx(zg.spearman(ref, [0.0, 0.1, 0.9, 0.3, 0.4, 0.5, 0.6]))
+    assert m["rho_without_long"] == pytest.approx(zg.spearman(ref, [0.0, 0.1, 0.2, 0.3, 0.0, 0.5, 0.6]))
+    assert m["rho_without_both"] == pytest.approx(1.0)
+    assert zg.misses(gate["quality_gate"]) == m
+

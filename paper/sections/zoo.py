@@ -312,12 +312,16 @@ def cpu_repairs(folder, runs: dict) -> None:
 def repair_selection() -> None:
     """repair_selection_h200/: stage 5's loop repair, its step chosen by 64-prompt validation gates, applied once more
     to the installed target; the gates along the repair, and the installed and the repaired target on the same 96
-    evaluation and 160 validation prompts (GPU bf16, paired differences of the Spearman correlations)."""
+    evaluation and 160 validation prompts (GPU bf16, paired differences of the Spearman correlations), and the
+    installed target's answers that hold its correlation down (:func:`experiments.zoo_gate.misses`)."""
     record = json.loads((SELECTION / "repair_config.json").read_text())
     selection_numbers("zooSel", record["selection"])
     num("zooSelN", record["selection"]["gates"][0]["n"], "{:d}")
     num("zooSelWallS", record["wall_s"], "{:.0f}")
     num("zooSelProv", provenance(record["run_info"]), "{}")
+    num("zooMissUnder", 100 * zoo_gate.MISS_UNDER, "{:.0f}")
+    num("zooMissOver", zoo_gate.MISS_OVER, "{:g}")
+    num("zooMissSlack", zoo_gate.MISS_SLACK, "{:g}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         inst, rep = (json.loads((SELECTION / f"{who}_gate_{prompts}_h200.json").read_text())
                      for who in ("installed", "repaired"))
@@ -325,6 +329,12 @@ def repair_selection() -> None:
         gate_numbers(f"zooSelInst{tag}", inst["quality_gate"])
         gate_numbers(f"zooSelRep{tag}", rep["quality_gate"])
         paired_difference(f"zooSelDiff{tag}", inst, rep)
+        miss = zoo_gate.misses(inst)  # the installed target's answers that hold its correlation down
+        num(f"zooMiss{tag}Rho", miss["rho"])
+        for kind, name in (("short", "Short"), ("long", "Long")):
+            num(f"zooMiss{tag}{name}", miss[kind], "{:d}")
+        for kind, name in (("short", "NoShort"), ("long", "NoLong"), ("both", "NoBoth")):
+            num(f"zooMiss{tag}{name}", miss[f"rho_without_{kind}"])
 
 
 def data_prep(rerun_run: dict) -> None:
