@@ -62,7 +62,9 @@ def pretraining_texts(cfg) -> tuple[list[str], list[str], dict]:
 
     ``cfg``: the target's :class:`train_zoo.TargetConfig` (its seed, ``pretrain_*`` and ``synthetic_*`` sizes).
     A seeded shuffle of the sorted file list, deduplicated by content; pretraining takes files until
-    ``pretrain_chars``; synthetic edits take the files of suitable size from the whole list.
+    ``pretrain_chars``; synthetic edits take the files of suitable size from the whole list. The texts depend on
+    the machine's Python installation, so ``stats`` fingerprints both lists (:func:`fingerprint`): two runs with
+    equal fingerprints trained on the same text.
     """
     files = python_files(source_roots())
     random.Random(cfg.seed).shuffle(files)
@@ -86,8 +88,18 @@ def pretraining_texts(cfg) -> tuple[list[str], list[str], dict]:
         if total >= cfg.pretrain_chars and len(edit_sources) >= want_sources:
             break
     stats = {"python_files_found": len(files), "pretrain_files": len(pretrain), "pretrain_chars": total,
-             "edit_source_files": len(edit_sources)}
+             "edit_source_files": len(edit_sources), "pretrain_sha256": fingerprint(pretrain),
+             "edit_sources_sha256": fingerprint(edit_sources)}
     return pretrain, edit_sources, stats
+
+
+def fingerprint(texts: list[str]) -> str:
+    """SHA-256 of ``texts`` in their order (each text's length and UTF-8 bytes): equal exactly for equal lists."""
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()
 
 
 def change_request(before: str, after: str, subject: str, mode: str, max_places: int) -> str:

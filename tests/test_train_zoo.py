@@ -843,3 +843,13 @@ def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         names = tar.getnames()
     assert "tiny-coder/eagle1/config.json" in names and "tiny-coder/eagle3/config.json" in names
+
+
+def test_corpus_fingerprint_tells_apart_any_change_of_texts_or_order():
+    fp = edit_corpus.fingerprint
+    texts = ["import os\n", "def f():\n    return 1\n", "x = 'é'\n"]
+    assert fp(texts) == fp(list(texts)) and len(fp(texts)) == 64
+    assert fp(texts) != fp(texts[::-1])  # the order is part of the corpus (it fixes the packing)
+    assert fp(texts) != fp(texts[:2]) != fp(["import os\n", "def f():\n    return 2\n", "x = 'é'\n"])
+    assert fp(["ab", "c"]) != fp(["a", "bc"])  # boundaries count
+
