@@ -78,8 +78,11 @@ def broadcast(obj, src: int = 0):
 
 
 def finish() -> None:
-    """Leave the process group (at the end of a script)."""
+    """Leave the process group (at the end of a script), once every rank is done with its collectives: a rank that
+    tore its connections down while another still received from it could abort that one at exit."""
     if g := _group():
+        if g.get_world_size() > 1:
+            g.barrier()
         g.destroy_process_group()
 
 
