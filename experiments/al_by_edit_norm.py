@@ -239,20 +239,20 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
         eagle = halves[0][halves[0]["variant"] == "eagle"]
         for binning in BINNINGS:
             fit_t, test_t = (pd.DataFrame(bin_table(h, edges, binning, n_boot=0)) for h in halves)
+            if fit_t.empty or test_t.empty:
+                continue
             for variant in HELD_OUT_VARIANTS:
-                if fit_t.empty or test_t.empty:
-                    continue
                 a, b = fit_t[fit_t["variant"] == variant], test_t[test_t["variant"] == variant]
                 if len(a) < 3 or b.empty or (variant != "ngram" and eagle.empty):
                     continue
                 ae = 1.0 if variant == "ngram" else corpus_al(eagle)
                 models = {"harmonic_fit": fit_harmonic(a["mean_e"], a["seq_al"], al_eagle=ae, k_ngram=k["ngram"],
-                                                           k_eagle=k["eagle"], n_boot=0),
+                                                       k_eagle=k["eagle"], n_boot=0),
                           "harmonic_free": fit_harmonic(a["mean_e"], a["seq_al"], k_ngram=k["ngram"],
-                                                            k_eagle=k["eagle"], n_boot=0)}
+                                                        k_eagle=k["eagle"], n_boot=0)}
                 if sim_doc and "edit_structure" in sim_doc:
                     models["resync"] = fit_resync(a["mean_e"], a["seq_al"], a["mean_tokens"], k=k["ngram"],
-                                                      share=share, n_boot=0, **sim_doc["edit_structure"])
+                                                  share=share, n_boot=0, **sim_doc["edit_structure"])
                 models.update({f"sim_{n}": f for n, f in sim_fits.get(SIM_POLICY[variant], {}).items()})
                 e, length, al = b["mean_e"].clip(0, 1), b["mean_tokens"], b["seq_al"].to_numpy()
                 for name, mf in models.items():

@@ -81,8 +81,7 @@ def finish() -> None:
     """Leave the process group (at the end of a script), once every rank is done with its collectives: a rank that
     tore its connections down while another still received from it could abort that one at exit."""
     if g := _group():
-        if g.get_world_size() > 1:
-            g.barrier()
+        barrier()
         g.destroy_process_group()
 
 

@@ -81,7 +81,8 @@ def misses(gate: dict) -> dict:
     """The answers that hold a gate's Spearman correlation down, by kind, from a gate record (or its
     ``quality_gate``): ``short``, an output edit norm below ``MISS_UNDER`` x the reference's (references of at least
     ``MISS_MIN_REF``: the edit asked for mostly not made), and ``long``, above ``MISS_OVER`` x the reference's plus
-    ``MISS_SLACK`` (far more changed than asked); with the correlation as it is (``rho``) and as it would be with
+    ``MISS_SLACK`` (far more changed than asked); ``short_unedited``, the short ones whose output edit norm is below
+    ``MISS_MIN_REF`` (the input copied); with the correlation as it is (``rho``) and as it would be with
     those answers' edit norms replaced by their references' (``rho_without_short``, ``_long``, ``_both``): what each
     kind costs."""
     samples = gate.get("quality_gate", gate)["samples"]
@@ -94,6 +95,7 @@ def misses(gate: dict) -> dict:
         return spearman(ref, np.where(mask, ref, out))
 
     return {"n": len(samples), "rho": spearman(ref, out), "short": int(short.sum()), "long": int(long.sum()),
+            "short_unedited": int((short & (out < MISS_MIN_REF)).sum()),
             "rho_without_short": without(short), "rho_without_long": without(long),
             "rho_without_both": without(short | long)}
 

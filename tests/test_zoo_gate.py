@@ -174,7 +174,7 @@ def test_misses_count_each_kind_and_what_it_costs():
     out = [0.0, 0.1, 0.9, 0.3, 0.0, 0.5, 0.6]  # 0.02 -> 0.0: below MISS_MIN_REF, not short
     gate = {"quality_gate": {"samples": [{"ref_norm": r, "out_norm": o} for r, o in zip(ref, out)]}}
     m = zg.misses(gate)
-    assert (m["n"], m["short"], m["long"]) == (7, 1, 1)
+    assert (m["n"], m["short"], m["long"], m["short_unedited"]) == (7, 1, 1, 1)
     assert m["rho"] == pytest.approx(zg.spearman(ref, out))
     assert m["rho_without_short"] == pytest.approx(zg.spearman(ref, [0.0, 0.1, 0.9, 0.3, 0.4, 0.5, 0.6]))
     assert m["rho_without_long"] == pytest.approx(zg.spearman(ref, [0.0, 0.1, 0.2, 0.3, 0.0, 0.5, 0.6]))

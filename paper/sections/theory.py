@@ -255,4 +255,3 @@ def held_out() -> None:
         hyb = [s["median"] for (bn, v, m), s in med.items() if bn == binning and v != "ngram"
                and m not in ("constant", "fit_half_bins")]
         num(f"thHeldHyb{b}", f"{pct(min(hyb))}--{pct(max(hyb))}", "{}")
-

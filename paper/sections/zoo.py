@@ -322,6 +322,7 @@ def repair_selection() -> None:
     num("zooMissUnder", 100 * zoo_gate.MISS_UNDER, "{:.0f}")
     num("zooMissOver", zoo_gate.MISS_OVER, "{:g}")
     num("zooMissSlack", zoo_gate.MISS_SLACK, "{:g}")
+    num("zooMissMinRef", zoo_gate.MISS_MIN_REF, "{:g}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         inst, rep = (json.loads((SELECTION / f"{who}_gate_{prompts}_h200.json").read_text())
                      for who in ("installed", "repaired"))
@@ -331,7 +332,7 @@ def repair_selection() -> None:
         paired_difference(f"zooSelDiff{tag}", inst, rep)
         miss = zoo_gate.misses(inst)  # the installed target's answers that hold its correlation down
         num(f"zooMiss{tag}Rho", miss["rho"])
-        for kind, name in (("short", "Short"), ("long", "Long")):
+        for kind, name in (("short", "Short"), ("long", "Long"), ("short_unedited", "Unedited")):
             num(f"zooMiss{tag}{name}", miss[kind], "{:d}")
         for kind, name in (("short", "NoShort"), ("long", "NoLong"), ("both", "NoBoth")):
             num(f"zooMiss{tag}{name}", miss[f"rho_without_{kind}"])
