@@ -18,6 +18,7 @@ COMPILE_RUNS = RESULTS / "zoo" / "train_compile_h200"
 RETRAIN = RESULTS / "zoo" / "retrain_compiled_h200" / "stages.json"
 SELECTION = RESULTS / "zoo" / "repair_selection_h200"
 DATA_PREP = RESULTS / "zoo" / "data_prep_h200"
+DECISION = RESULTS / "zoo" / "decision_tuning_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -190,6 +191,7 @@ def retrain() -> None:
     rerun(record["lineage_data_first"], record["lineage"])
     step_budgets(record["lineage_step_budgets"])
     repair_selection()
+    decision_tuning()
     data_prep(record["lineage_data_first"])
 
 
@@ -336,6 +338,28 @@ def repair_selection() -> None:
             num(f"zooMiss{tag}{name}", miss[kind], "{:d}")
         for kind, name in (("short", "NoShort"), ("long", "NoLong"), ("both", "NoBoth")):
             num(f"zooMiss{tag}{name}", miss[f"rho_without_{kind}"])
+
+
+def decision_tuning() -> None:
+    """decision_tuning_h200/: the installed target tuned further with a heavier loss weight where the answer leaves or
+    resumes the copy, then loop-repaired; the two kinds of misses of each on the installed target's evaluation and
+    validation prompts, their gates, and the repaired one's paired difference from the installed target."""
+    tuning = json.loads((DECISION / "training_config.json").read_text())
+    repair = json.loads((DECISION / "repair_config.json").read_text())
+    num("zooDecWeight", tuning["config"]["decision_weight"], "{:g}")
+    num("zooDecSteps", f"{tuning['sft']['steps']:,}", "{}")
+    num("zooDecRepairSteps", repair["repair"]["steps"], "{:d}")
+    num("zooDecRepairChosen", repair["selection"]["chosen_step"], "{:d}")
+    num("zooDecProv", provenance(tuning["run_info"]), "{}")
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
+        for who, name in (("tuned", "Tuned"), ("repaired", "Rep")):
+            gate = json.loads((DECISION / f"{who}_gate_{prompts}_h200.json").read_text())
+            gate_numbers(f"zooDec{name}{tag}", gate["quality_gate"])
+            miss = zoo_gate.misses(gate)
+            for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
+                num(f"zooDec{name}{tag}{kind}", miss[key], "{:d}")
+        paired_difference(f"zooDecDiff{tag}", installed, gate)
 
 
 def data_prep(rerun_run: dict) -> None:
