@@ -1,0 +1,159 @@
+"""Where a zoo target leaves the copy of its input, teacher-forced on the reference answers of the quality gate's
+prompts: at each place where the reference leaves the copy, whether the target's greedy token leaves it too (found
+places), and at each token where the reference copies, whether it leaves the copy there (spurious departures). It
+separates a target that cannot find the places asked for from one that edits too eagerly, which the gate's
+correlation mixes.
+
+    python -m experiments.edit_places --model M [M ...] [--labels L ...] --rows eval --prompts 96 --out F.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from experiments.cli import Parser
+from experiments.distributed import write_atomic
+from experiments.edit_corpus import blazedit_messages, change_request, load_edits, split_edits, split_validation
+from experiments.provenance import run_info
+from experiments.sequence_match import matching_blocks
+from experiments.zoo_gate import as_saved, gate_rows
+
+ROWS = ("eval", "validation", "train")
+
+
+def copy_places(before: list[int], answer: list[int], end: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """The places of ``answer`` (token ids, the end-of-turn token ``end`` not included) that say whether a target
+    copies ``before`` where it should, from one token alignment (difflib's matching blocks):
+
+    - ``leaves``: (j, copy) for each change, ``j`` the answer position where the reference stops copying and
+      ``copy`` the token copying would give there (``before``'s next token, or ``end`` after its last); ``j`` may be
+      ``len(answer)``, the end-of-turn token, where the change deletes ``before``'s tail;
+    - ``copies``: every answer position inside a copied run but its first token after a change (where the copy
+      resumes, which is a decision of its own), where copying gives the reference token.
+    """
+    leaves, copies, i, j = [], [], 0, 0
+    for bi, bj, size in matching_blocks(before, answer):
+        changed = i < bi or j < bj
+        if changed:
+            leaves.append((j, before[i] if i < len(before) else end))
+        copies.extend(range(bj + changed, bj + size))
+        i, j = bi + size, bj + size
+    return leaves, copies
+
+
+def place_scores(greedy: list[int], answer: list[int], leaves: list[tuple[int, int]], copies: list[int],
+                 end: int) -> dict:
+    """One answer's counts: ``greedy[j]`` is the target's token at answer position ``j`` (teacher-forced; one more
+    than ``answer``, for the end-of-turn position). ``found``: leaves where the greedy token is not the copy;
+    ``exact``: leaves where it is the reference's token; ``spurious``: copy positions where it is not the
+    reference's (the copy's) token."""
+    target = answer + [end]
+    return {"leaves": len(leaves), "found": sum(greedy[j] != c for j, c in leaves),
+            "exact": sum(greedy[j] == target[j] for j, _ in leaves),
+            "copies": len(copies), "spurious": sum(greedy[j] != target[j] for j in copies)}
+
+
+def summarize(samples: list[dict]) -> dict:
+    """Pooled over answers: the share of leaves found and matched exactly, spurious departures per 1,000 copy
+    tokens, and the share of answers whose first leave is found."""
+    total = {k: sum(s[k] for s in samples) for k in ("leaves", "found", "exact", "copies", "spurious")}
+    with_leave = [s for s in samples if s["leaves"]]
+    return {"n": len(samples), **total,
+            "found_share": total["found"] / max(total["leaves"], 1),
+            "exact_share": total["exact"] / max(total["leaves"], 1),
+            "spurious_per_1000": 1000 * total["spurious"] / max(total["copies"], 1),
+            "first_found_share": float(np.mean([s["first_found"] for s in with_leave])) if with_leave else None}
+
+
+def teacher_forced(model_dir: Path, rows: list[dict], cfg) -> dict:
+    """:func:`place_scores` of every row's reference answer under the target in ``model_dir`` (its weights as saved:
+    bf16 on the GPU, fp32 on the CPU), with each sample's id and reference edit norm, and :func:`summarize`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from experiments.train_zoo import special_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = as_saved(AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True), device).to(device)
+    end = special_ids(tokenizer)["eot"]
+    samples, start = [], time.time()
+    for r in rows:
+        request = change_request(r["before"], r["after"], r["instruction"], cfg.change_request, cfg.max_places)
+        prompt = tokenizer.encode(tokenizer.apply_chat_template(blazedit_messages(r["before"], request),
+                                                                tokenize=False, add_generation_prompt=True),
+                                  add_special_tokens=False)
+        before, answer = (tokenizer.encode(r[k], add_special_tokens=False) for k in ("before", "after"))
+        ids = torch.tensor([prompt + answer + [end]], device=device)  # (1, P + A + 1)
+        with torch.no_grad():
+            logits = model(ids[:, :-1]).logits[0, len(prompt) - 1:]  # (A + 1, V): the answer's positions
+        greedy = logits.argmax(-1).tolist()  # host sync: the scores are counted in Python
+        leaves, copies = copy_places(before, answer, end)
+        s = place_scores(greedy, answer, leaves, copies, end)
+        s["first_found"] = bool(leaves) and greedy[leaves[0][0]] != leaves[0][1]
+        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], **s})
+    return {"model": str(model_dir), "device": str(device), "seconds": round(time.time() - start, 1),
+            "summary": summarize(samples), "samples": samples}
+
+
+def rows_of(which: str, prompts: int, cfg) -> list[dict]:
+    """The quality gate's prompts (:func:`experiments.zoo_gate.gate_rows`) of the evaluation split, the validation
+    split or the rest of the training split."""
+    train, evaluation = split_edits(load_edits())
+    rest, validation = split_validation(train, cfg.validation_repos)
+    pool = {"eval": evaluation, "validation": validation, "train": rest}[which]
+    return gate_rows(pool, prompts, cfg.gate_bins, cfg.gate_max_before_chars)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, nargs="+", required=True, help="target model folders")
+    p.add_argument("--labels", nargs="+", default=None, help="a name for each model in the record (default: folders)")
+    p.add_argument("--rows", choices=ROWS, default="eval",
+                   help="eval: the held-out test split; validation: the repositories held out to choose checkpoints; "
+                        "train: the training split's other rows")
+    p.add_argument("--prompts", type=int, default=96, help="prompts, spread over 8 bins of reference edit norm")
+    p.add_argument("--out", type=Path, required=True, help="the record (JSON, with every sample)")
+    args = p.parse_args(argv)
+    if args.prompts < 1:
+        p.error(f"--prompts must be >= 1, got {args.prompts}")
+    for m in args.model:
+        if not (m / "config.json").is_file():
+            p.error(f"--model {m}: no config.json there")
+    if args.labels is None:
+        args.labels = [str(m) for m in args.model]
+    elif len(args.labels) != len(args.model) or len(set(args.labels)) != len(args.labels):
+        p.error(f"--labels: {len(args.labels)} given, distinct and one per --model ({len(args.model)}) wanted")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    from experiments.train_zoo import TargetConfig
+
+    args = parse_args(argv)
+    cfg = replace(TargetConfig(), gate_prompts=args.prompts)
+    rows = rows_of(args.rows, args.prompts, cfg)
+    results = []
+    for m, label in zip(args.model, args.labels):
+        res = {"label": label, **teacher_forced(m, rows, cfg)}
+        s = res["summary"]
+        print(f"{label}: {s['found']}/{s['leaves']} places found ({100 * s['found_share']:.0f}%; first place "
+              f"{100 * s['first_found_share']:.0f}%), {s['spurious_per_1000']:.1f} spurious departures per 1,000 copy "
+              f"tokens, {res['seconds']} s", flush=True)
+        results.append(res)
+    record = {"rows": args.rows, "prompts": len(rows), "command": "python -m experiments.edit_places --model "
+              + " ".join(map(str, args.model)) + " --labels " + " ".join(args.labels)
+              + f" --rows {args.rows} --prompts {args.prompts} --out {args.out}",
+              "run_info": run_info(), "models": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out, json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Teacher-forced edit places (experiments.edit_places): the places where a reference leaves or keeps the copy of its
+input against difflib's opcodes, the counts of one answer by hand, the whole measure on the zoo target against
+one-token-at-a-time greedy predictions, and its command line's bad input."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from experiments import edit_places as ep
+from experiments.train_zoo import MODEL_DIR, TargetConfig
+
+END = 99
+
+
+def _slow_places(before, answer):
+    """From difflib's opcodes: a leave at the start of every non-equal opcode (with the token a copy would give
+    there), copies at every position of an equal opcode but the first one after a non-equal opcode."""
+    leaves, copies, after_change = [], [], False
+    for tag, i1, _, j1, j2 in difflib.SequenceMatcher(None, before, answer, autojunk=False).get_opcodes():
+        if tag == "equal":
+            copies += list(range(j1 + after_change, j2))
+            after_change = False
+        else:
+            leaves.append((j1, before[i1] if i1 < len(before) else END))
+            after_change = True
+    return leaves, copies
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=14), st.lists(st.integers(0, 4), max_size=14))
+def test_copy_places_match_difflib(before, answer):
+    assert ep.copy_places(before, answer, END) == _slow_places(before, answer)
+
+
+def test_place_scores_by_hand():
+    before, answer = [1, 2, 3, 4, 5, 6], [1, 2, 9, 9, 4, 5]  # 3 replaced by 9 9; 6 deleted at the end
+    leaves, copies = ep.copy_places(before, answer, END)
+    assert leaves == [(2, 3), (6, 6)] and copies == [0, 1, 5]  # 4 (position 4) resumes the copy: not counted
+    copying = [1, 2, 3, 0, 4, 5, 6]  # a target that copies (teacher-forced): a prediction per answer token and the end
+    assert ep.place_scores(copying, answer, leaves, copies, END) == {
+        "leaves": 2, "found": 0, "exact": 0, "copies": 3, "spurious": 0}
+    perfect = answer + [END]
+    assert ep.place_scores(perfect, answer, leaves, copies, END) == {
+        "leaves": 2, "found": 2, "exact": 2, "copies": 3, "spurious": 0}
+    eager = [7, 2, 8, 9, 4, 5, END]  # leaves at position 0 (spurious) and at 2 with its own token
+    assert ep.place_scores(eager, answer, leaves, copies, END) == {
+        "leaves": 2, "found": 2, "exact": 1, "copies": 3, "spurious": 1}
+    summary = ep.summarize([{**ep.place_scores(eager, answer, leaves, copies, END), "first_found": True},
+                            {"leaves": 0, "found": 0, "exact": 0, "copies": 7, "spurious": 0, "first_found": False}])
+    assert summary["found_share"] == 1.0 and summary["exact_share"] == 0.5
+    assert summary["spurious_per_1000"] == pytest.approx(100.0) and summary["first_found_share"] == 1.0
+
+
+def test_teacher_forced_agrees_with_greedy_one_token_at_a_time():
+    """Two small edits on the installed zoo target (fp32 on the CPU): every count equals the one recomputed from
+    greedy predictions made one prefix at a time."""
+    before = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+    rows = [{"id": "r0", "char_edit_norm": 0.1, "instruction": "Rename add to plus",
+             "before": before, "after": before.replace("def add", "def plus")},
+            {"id": "r1", "char_edit_norm": 0.2, "instruction": "Remove sub",
+             "before": before, "after": before.split("\n\n\n")[0] + "\n"}]
+    res = ep.teacher_forced(MODEL_DIR, rows, TargetConfig())
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from experiments.edit_corpus import blazedit_messages, change_request
+    tok = AutoTokenizer.from_pretrained(MODEL_DIR)
+    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR).to(torch.bfloat16).float().eval()
+    end = tok.convert_tokens_to_ids("<|eot_id|>")
+    cfg = TargetConfig()
+    for r, s in zip(rows, res["samples"]):
+        request = change_request(r["before"], r["after"], r["instruction"], cfg.change_request, cfg.max_places)
+        prompt = tok.encode(tok.apply_chat_template(blazedit_messages(r["before"], request), tokenize=False,
+                                                    add_generation_prompt=True), add_special_tokens=False)
+        b, a = tok.encode(r["before"], add_special_tokens=False), tok.encode(r["after"], add_special_tokens=False)
+        with torch.no_grad():
+            greedy = [int(model(torch.tensor([prompt + a[:j]])).logits[0, -1].argmax()) for j in range(len(a) + 1)]
+        leaves, copies = _slow_places(b, a)
+        assert leaves, "each row changes its input"
+        want = {"leaves": len(leaves), "found": sum(greedy[j] != c for j, c in leaves),
+                "exact": sum(greedy[j] == (a + [end])[j] for j, _ in leaves), "copies": len(copies),
+                "spurious": sum(greedy[j] != a[j] for j in copies)}
+        assert {k: s[k] for k in want} == want
+        assert s["first_found"] == (greedy[leaves[0][0]] != leaves[0][1])
+    assert res["summary"]["leaves"] == sum(s["leaves"] for s in res["samples"])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--model", "no/such/folder", "--out", "x.json"], "no/such/folder"),
+    (["--model", str(MODEL_DIR), "--prompts", "0", "--out", "x.json"], "--prompts"),
+    (["--model", str(MODEL_DIR), "--rows", "test", "--out", "x.json"], "--rows"),
+    (["--model", str(MODEL_DIR), str(MODEL_DIR), "--labels", "a", "--out", "x.json"], "--labels"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as e:
+        ep.parse_args(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and named in err and len(err.splitlines()) == 1
+
+
+def test_record_is_written_with_its_command(tmp_path, monkeypatch):
+    rows = [{"id": "r0", "char_edit_norm": 0.1, "instruction": "x", "before": "a = 1\n", "after": "a = 2\n"}]
+    monkeypatch.setattr(ep, "rows_of", lambda which, n, cfg: rows)
+    out = tmp_path / "places.json"
+    ep.main(["--model", str(MODEL_DIR), "--labels", "installed", "--rows", "validation", "--prompts", "1",
+             "--out", str(out)])
+    record = json.loads(out.read_text())
+    assert record["rows"] == "validation" and record["prompts"] == 1 and "--rows validation" in record["command"]
+    assert record["models"][0]["label"] == "installed" and "--labels installed" in record["command"]
+    assert record["models"][0]["summary"]["n"] == 1 and record["run_info"]["commit"]
