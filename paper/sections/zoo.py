@@ -19,6 +19,7 @@ RETRAIN = RESULTS / "zoo" / "retrain_compiled_h200" / "stages.json"
 SELECTION = RESULTS / "zoo" / "repair_selection_h200"
 DATA_PREP = RESULTS / "zoo" / "data_prep_h200"
 DECISION = RESULTS / "zoo" / "decision_tuning_h200"
+PLACES = RESULTS / "zoo" / "edit_places_cpu_fp32"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -192,6 +193,7 @@ def retrain() -> None:
     step_budgets(record["lineage_step_budgets"])
     repair_selection()
     decision_tuning()
+    edit_places()
     data_prep(record["lineage_data_first"])
 
 
@@ -360,6 +362,22 @@ def decision_tuning() -> None:
             for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
                 num(f"zooDec{name}{tag}{kind}", miss[key], "{:d}")
         paired_difference(f"zooDecDiff{tag}", installed, gate)
+
+
+def edit_places() -> None:
+    """edit_places_cpu_fp32/: teacher-forced on the gate prompts' references (evaluation, validation and training
+    rows), the share of the places where the reference leaves the copy that each target leaves it at too, and its
+    departures from the copy per 1,000 tokens where the reference copies; for the installed target and the
+    decision-tuned one before and after its loop repair."""
+    for tag, name in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):
+        record = json.loads((PLACES / f"{name}.json").read_text())
+        num(f"zooPlaces{tag}N", record["prompts"], "{:d}")
+        for model in record["models"]:
+            who = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep"}[model["label"]]
+            s = model["summary"]
+            num(f"zooPlaces{tag}{who}Found", 100 * s["found_share"], "{:.0f}")
+            num(f"zooPlaces{tag}{who}Spur", s["spurious_per_1000"], "{:.0f}")
+    num("zooPlacesProv", provenance(record["run_info"]), "{}")
 
 
 def data_prep(rerun_run: dict) -> None:
