@@ -117,8 +117,8 @@ def main() -> None:
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     floor_ms = weight_bytes / bw * 1e3
-    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9,
-           "floor_ms": floor_ms, "layers": a.layers, "contexts": {}}
+    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "copy_bandwidth_TBps": bw / 1e12,
+           "weight_GB": weight_bytes / 1e9, "floor_ms": floor_ms, "layers": a.layers, "contexts": {}}
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, weights {weight_bytes / 1e9:.2f} GB, floor {floor_ms:.2f} ms")
 
     def save():
@@ -175,7 +175,8 @@ def main() -> None:
                 row |= {f"eagle1_{k}": v for k, v in eagle_draft_ms(model, ctx).items()}
             except Exception as e:  # noqa: BLE001 - reported, the rest still measured
                 row["eagle1_graph_per_draft_token"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
-        print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+        print(f"ctx {ctx}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                         for k, v in row.items()))
         save()
     if a.profile:  # the compiled step without graphs: which kernels the gap to the floor is made of
         t = next((configs[c] for c in ("graph_autotune", "graph_compiled", "graph_auto") if c in configs),
@@ -211,7 +212,8 @@ def main() -> None:
             print(section, json.dumps(res[section]))
             save()
         if a.profile:  # the drafting steps' time outside the forward: which kernels and host calls
-            res["loop_profile"] = profile_loop(model, ctx, trace_out=a.out.with_name(a.out.stem + "_loop_trace.json.gz"))
+            res["loop_profile"] = profile_loop(model, ctx,
+                                               trace_out=a.out.with_name(a.out.stem + "_loop_trace.json.gz"))
             print("loop profile:", json.dumps(res["loop_profile"], indent=1)[:3000])
             save()
     if "hf-generate" not in a.skip:

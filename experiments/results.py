@@ -108,7 +108,8 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     """One row per spec_bench JSONL row of the given files (paths or glob patterns).
 
     Columns: the config (``method``, ``policy`` (hybrids only, else missing), ``variant`` (method, plus " tree"
-    for the tree policy, plus " (dynamic eagle tree)" when EAGLE drafts a tree), ``tree``, ``k`` (a label: "-" for plain, "5/3" for a hybrid with k_ngram 5 and k_eagle 3),
+    for the tree policy, plus " (dynamic eagle tree)" when EAGLE drafts a tree), ``tree``, ``k`` (a label: "-" for
+    plain, "5/3" for a hybrid with k_ngram 5 and k_eagle 3),
     ``k_ngram``, ``k_eagle``, ``bos_mode``, ``temperature``, ``output_len``, ``dataset``, ``device``,
     ``dtype`` ("auto" resolved as the zoo loader does: bf16 on CUDA, fp32 on CPU), ``setting`` (a label such
     as "CPU fp32, <= 128 tokens"), ...), the prompt

@@ -285,12 +285,13 @@ def _write(c: dict) -> None:
         "models": {
             "harmonic_pr": (f"PR model (predictive); AL_eagle = al_from_rates(eagle_rates[:k_eagle]) = "
                             f"{c['al_eagle']:.4f} (1 for n-gram alone); AL_ngram calibrated on the lowest non-empty "
-                            f"bin of the fit half (bin {c['lowest']}, n-gram-alone corpus AL {c['al_ngram_lowest']:.4f}): "
+                            f"bin of the fit half (bin {c['lowest']}, n-gram-alone corpus AL "
+                            f"{c['al_ngram_lowest']:.4f}): "
                             f"the copy rate that reproduces that AL at the bin's mean edit norm, "
                             f"hybridsd.analytic.harmonic_calibrate_ngram = {c['al_ngram_copy']:.4f} (capped at k+1)"),
             "harmonic_pr_literal": ("PR model as the PR calibrated it: the lowest bin's measured n-gram AL used as "
-                                    f"AL_ngram itself ({c['al_ngram_lowest']:.4f}, capped at k+1), which discounts that "
-                                    "bin's new text a second time, so the n-gram curve passes below its own "
+                                    f"AL_ngram itself ({c['al_ngram_lowest']:.4f}, capped at k+1), which discounts "
+                                    "that bin's new text a second time, so the n-gram curve passes below its own "
                                     "calibration point"),
             "harmonic_fit": ("PR model (predictive); AL_eagle as harmonic_pr, AL_ngram fitted to the fit half's "
                              "per-bin ALs, bounded by k_ngram + 1"),
@@ -302,7 +303,8 @@ def _write(c: dict) -> None:
                        "diffs (fit_edit_structure on copied runs over tokens, against the new-token share); resync "
                        "and novel_rate fitted to the fit half's per-bin ALs with each bin's mean output length "
                        "(novel_rate free: an effective rate, a curve parameter); copy_accept fixed at 1 (per-bin ALs "
-                       "cannot separate it from resync, which then also absorbs misdirected n-gram drafts inside runs)"),
+                       "cannot separate it from resync, which then also absorbs misdirected n-gram drafts "
+                       "inside runs)"),
             "resync_eagle": ("as resync, with novel_rate held at its meaning: 1 for n-gram alone, AL_eagle for the "
                              "hybrids; resync alone fitted"),
             "resync_runs": ("hybridsd.analytic.resync_passes (diagnostic: needs each reference's copied runs, "

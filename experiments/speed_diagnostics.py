@@ -105,7 +105,8 @@ def graph_launch(graph, iters: int = 20) -> dict:
             host.append(1e3 * h)
             one.append(a.elapsed_time(b))
             two.append(a.elapsed_time(c))
-    return {"host_ms": statistics.median(host), "replay_ms": statistics.median(one), "replay2_ms": statistics.median(two)}
+    return {"host_ms": statistics.median(host), "replay_ms": statistics.median(one),
+            "replay2_ms": statistics.median(two)}
 
 
 @torch.inference_mode()
@@ -191,13 +192,15 @@ def device_gaps(trace: dict, steps: int, top: int = 12) -> dict:
         return [{"name": n, "overlap_us": v} for n, v in sorted(names.items(), key=lambda x: -x[1])[:6]]
 
     longest = sorted(gaps, reverse=True)[:top]
-    return {"device_busy_ms_per_step": busy / 1e3 / max(steps, 1), "device_idle_ms_per_step": idle / 1e3 / max(steps, 1),
+    return {"device_busy_ms_per_step": busy / 1e3 / max(steps, 1),
+            "device_idle_ms_per_step": idle / 1e3 / max(steps, 1),
             "gaps_over_50us": sum(g[0] > 50 for g in gaps),
             "longest_gaps": [{"us": g, "host_calls": during(a, b)} for g, a, b in longest]}
 
 
 @torch.inference_mode()
-def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 15, trace_out: Path | None = None) -> dict:
+def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 15,
+                 trace_out: Path | None = None) -> dict:
     """Where the time of ``generate()``'s drafting steps goes: ``torch.profiler`` over a run that drafts ``k``
     tokens a step, all accepted (:func:`accepted_continuation`), after a warm-up run. ``device_ms_per_step``: all
     device kernels and copies (the graph's included) per step; ``wall_ms_per_step``: the profiled run's wall time
@@ -241,7 +244,8 @@ def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 1
             "accepted": sum(s.accepted for s in res.stats.trace), "drafted": sum(s.drafted for s in res.stats.trace),
             "wall_ms_per_step": 1e3 * wall / steps,
             "device_ms_per_step": sum(e.self_device_time_total for e in on_device) / 1e3 / steps,
-            "top_device": rows(sorted(on_device, key=lambda e: -e.self_device_time_total)[:top], "self_device_time_total"),
+            "top_device": rows(sorted(on_device, key=lambda e: -e.self_device_time_total)[:top],
+                               "self_device_time_total"),
             "top_host": rows(host, "self_cpu_time_total")}
 
 

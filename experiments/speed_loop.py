@@ -68,7 +68,8 @@ def in_loop(model, run) -> dict:
     host = [1e3 * (r[1] - r[0]) for r in steps]
     fwd = [r[2][0].elapsed_time(r[2][1]) for r in steps] if cuda else host
     return {"steps": len(steps), "wall_ms": statistics.median(wall), "forward_ms": statistics.median(fwd),
-            "host_forward_ms": statistics.median(host), "outside_ms": statistics.median(w - f for w, f in zip(wall, fwd)),
+            "host_forward_ms": statistics.median(host),
+            "outside_ms": statistics.median(w - f for w, f in zip(wall, fwd)),
             "outside_forward": 1 - sum(fwd) / sum(wall)}
 
 

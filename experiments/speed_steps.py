@@ -88,7 +88,8 @@ def hf_eager_decode_ms(model, ctx: int) -> float:
 
 
 def hf_static_compiled_ms(model, ctx: int, q: int) -> float | str:
-    """HF ``StaticCache`` + ``torch.compile(mode="reduce-overhead")``: a step of ``q`` tokens (error text if it fails)."""
+    """HF ``StaticCache`` + ``torch.compile(mode="reduce-overhead")``: a step of ``q`` tokens (error text if it
+    fails)."""
     from transformers import StaticCache
 
     try:

@@ -18,8 +18,9 @@ covers its categories):
 
 Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos-doubled].jsonl``; spec_bench
 skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
-records each call (command, run_info, seconds and rows per config), replaced atomically after each config. Under torchrun every config's prompts are
-split over the ranks (see spec_bench) and only rank 0 prints and writes ``sweep.json``.
+records each call (command, run_info, seconds and rows per config), replaced atomically after each config. Under
+torchrun every config's prompts are split over the ranks (see spec_bench) and only rank 0 prints and writes
+``sweep.json``.
 """
 
 from __future__ import annotations

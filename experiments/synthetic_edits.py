@@ -24,9 +24,11 @@ MODULES = ("os", "sys", "re", "json", "math", "time", "logging", "itertools", "f
            "pathlib", "typing", "warnings", "dataclasses", "contextlib", "copy", "random", "string")
 NEW_FUNCTIONS = (
     ("clamp", "a function `clamp(value, low, high)` that limits value to the range [low, high]",
-     'def clamp(value, low, high):\n    """Limit value to the range [low, high]."""\n    return max(low, min(value, high))\n'),
+     'def clamp(value, low, high):\n    """Limit value to the range [low, high]."""\n'
+     '    return max(low, min(value, high))\n'),
     ("is_empty", "a helper `is_empty(value)` that returns True for None and empty containers",
-     'def is_empty(value):\n    """Return True if value is None or empty."""\n    return value is None or len(value) == 0\n'),
+     'def is_empty(value):\n    """Return True if value is None or empty."""\n'
+     '    return value is None or len(value) == 0\n'),
     ("chunked", "a function `chunked(items, size)` that splits a list into chunks of the given size",
      'def chunked(items, size):\n    """Split items into lists of at most size elements."""\n'
      '    return [items[i:i + size] for i in range(0, len(items), size)]\n'),
@@ -387,15 +389,16 @@ def t_insert_foreign(text, tree, lines, rng, donor):
     if head and not head[-1].endswith("\n"):
         head[-1] += "\n"
     kind = "class" if isinstance(node, ast.ClassDef) else "function"
-    instr = _pick(rng, ("Add the {k} `{n}`.", "Add a {k} {n}.", "Implement `{n}`.", "New {k}: {n}."), k=kind, n=node.name)
+    instr = _pick(rng, ("Add the {k} `{n}`.", "Add a {k} {n}.", "Implement `{n}`.", "New {k}: {n}."),
+                  k=kind, n=node.name)
     return instr, "".join(head + ["\n", "\n"] + block + (["\n", "\n"] if lines[at:] else []) + lines[at:])
 
 
 # Transforms that take text from a second file (``donor``): the new text of large rewrites.
 DONOR_TRANSFORMS = (t_rewrite_body, t_insert_foreign)
-TRANSFORMS = ((t_rewrite_body, 4), (t_insert_foreign, 2), (t_rename, 3), (t_delete_def, 2), (t_add_comment, 1), (t_remove_comments, 1), (t_add_docstring, 2),
-              (t_remove_docstring, 2), (t_change_constant, 2), (t_sort_imports, 1), (t_add_import, 1),
-              (t_remove_import, 1), (t_add_print, 1), (t_add_function, 1))
+TRANSFORMS = ((t_rewrite_body, 4), (t_insert_foreign, 2), (t_rename, 3), (t_delete_def, 2), (t_add_comment, 1),
+              (t_remove_comments, 1), (t_add_docstring, 2), (t_remove_docstring, 2), (t_change_constant, 2),
+              (t_sort_imports, 1), (t_add_import, 1), (t_remove_import, 1), (t_add_print, 1), (t_add_function, 1))
 
 
 SPAN_SUBJECTS = ("Update the code.", "Refactor.", "Fix a bug.", "Clean up.", "Changes from review.",

@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     generated, forced, info = training_sequences(model, tok, train, a.gen_seconds, a.max_new, a.gen_batch, log)
     seqs = generated * 2 + forced  # the target's own text weighs double
     holdout = [s for s in generated[-64:]] or forced[-64:]
-    report = {"data": info, "config": vars(a) | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
+    report = {"data": info,
+              "config": vars(a) | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
               "run_info": provenance.run_info(), "heads": {}}
     kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
     for kind in a.kinds:
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
         log(f"{kind}: training {steps} steps")
         t = time.perf_counter()
         curve = train_head(head, model, seqs, steps=steps, log_every=max(1, steps // 40), seed=0, **kw, **extra,
-                           log_fn=lambda r: log(f"{kind} step {r['step']} loss {r['loss']:.4f} acc {r.get('acc', 0):.3f}"))
+                           log_fn=lambda r: log(f"{kind} step {r['step']} loss {r['loss']:.4f} "
+                                                f"acc {r.get('acc', 0):.3f}"))
         acc = evaluate_head(head, model, holdout, steps=4, batch_size=8, seq_len=a.seq_len, device=a.device)["acc"]
         log(f"{kind}: held-out top-1 agreement by draft position {acc}")
         head.to(torch.bfloat16).save_pretrained(a.out / kind)

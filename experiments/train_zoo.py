@@ -202,18 +202,20 @@ class TargetConfig:
         if not 0 < self.pretrain_share <= 1:
             raise ValueError(f"pretrain_share must be in (0, 1], got {self.pretrain_share}")
         if self.pretrain_epochs < 1 or self.sft_epochs < 1:
-            raise ValueError(f"pretrain_epochs and sft_epochs must be >= 1, got {self.pretrain_epochs}, {self.sft_epochs}")
+            raise ValueError(f"pretrain_epochs and sft_epochs must be >= 1, got {self.pretrain_epochs}, "
+                             f"{self.sft_epochs}")
         if self.pretrain_steps < 0 or self.sft_steps < 0:
             raise ValueError(f"pretrain_steps and sft_steps must be >= 0, got {self.pretrain_steps}, "
                              f"{self.sft_steps}")
 
 
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
-FINETUNE = dict(pretrain_chars=30_000_000, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2, sft_epochs=3,
-                sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=200.0, deadline_s=270.0, reserve_s=55.0,
+FINETUNE = dict(pretrain_chars=30_000_000, synthetic_examples=40_000, synthetic_sources=16_000, real_epochs=2,
+                sft_epochs=3, sft_lr=5e-4, sft_warmup_steps=20, sft_time_s=200.0, deadline_s=270.0, reserve_s=55.0,
                 gate_time_s=50.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-             pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20, deadline_s=150, reserve_s=30,
+             pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20,
+             deadline_s=150, reserve_s=30,
              val_sequences=4, synthetic_examples=60, sft_max_len=2048, sft_batch_tokens=4096, sft_time_s=20,
              gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2, synthetic_sources=50,
              gate_time_s=20)
@@ -364,7 +366,8 @@ class Phase:
     """Step/time bookkeeping and the warmup + cosine learning rate of one training phase."""
 
     def __init__(self, name: str, steps: int, time_s: float, lr: float, warmup: int, min_frac: float):
-        self.name, self.steps, self.time_s, self.lr, self.warmup, self.min_frac = name, steps, time_s, lr, warmup, min_frac
+        self.name, self.steps, self.time_s, self.lr, self.warmup, self.min_frac = \
+            name, steps, time_s, lr, warmup, min_frac
         self.start, self.step = time.time(), 0
 
     def progress(self) -> float:
@@ -1019,7 +1022,8 @@ def cmd_target(args) -> None:
                   cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
     sft_info = train_phase(model, optimizer(cfg.sft_lr), batches, phase, cfg, device, log["sft"],
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
-    sft_info.update(replay_every=every, epochs=round(phase.step * (1 - 1 / every if every else 1) / max(per_epoch, 1), 2))
+    sft_info.update(replay_every=every,
+                    epochs=round(phase.step * (1 - 1 / every if every else 1) / max(per_epoch, 1), 2))
     record_val("sft_end", sft_info["steps"])
     repair_info = None
     if cfg.repair_time_s > 0:  # (c) loop repair

@@ -193,7 +193,8 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
         stopped = bool(res.tokens) and res.tokens[-1] in stop_ids
         out = tokenizer.decode(res.tokens[:-1] if stopped else res.tokens, skip_special_tokens=True)
         ref_tokens = len(tokenizer.encode(r["after"], add_special_tokens=False))
-        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], "out_norm": round(edit_norm(r["before"], out), 6),
+        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"],
+                        "out_norm": round(edit_norm(r["before"], out), 6),
                         "out_vs_after": round(edit_norm(r["after"], out), 6), "stopped": stopped, "cap": cap,
                         "tokens": len(res.tokens), "ref_tokens": ref_tokens,
                         "length_ok": length_ok(stopped, len(res.tokens) - stopped, ref_tokens),

@@ -136,7 +136,8 @@ def describe_place(place: Place, before_lines: list[str]) -> str:
         where = f"after {_quote(before_lines[above])} (line {above + 1})"
         where += f" and {_lines(gap_above, 'blank ')}" if gap_above else ""
     else:
-        where = f"after the {_lines(gap_above, 'blank ')} at the top of the file" if gap_above else "at the top of the file"
+        where = (f"after the {_lines(gap_above, 'blank ')} at the top of the file" if gap_above
+                 else "at the top of the file")
     where += f" in `{place.scope}`" if place.scope else ""
 
     old, new = place.end - place.start, place.new_end - place.new_start

@@ -62,7 +62,8 @@ def test_wide_row_tiles_only_for_two_byte_inputs(monkeypatch, dtype, row_tile, w
         raise LookupError("planned")  # stop before the kernel
 
     monkeypatch.setattr(attention, "split_plan", plan)
-    q, k, v = torch.zeros(2, 256, 16, dtype=dtype), torch.zeros(2, 80, 16, dtype=dtype), torch.zeros(2, 80, 16, dtype=dtype)
+    q, k, v = (torch.zeros(2, 256, 16, dtype=dtype), torch.zeros(2, 80, 16, dtype=dtype),
+               torch.zeros(2, 80, 16, dtype=dtype))
     with pytest.raises(LookupError, match="planned"):
         attention.split_kv_attention(q, k, v, torch.ones(64, 80, dtype=torch.bool), 0.25, row_tile=row_tile)
     assert seen == [want]
@@ -191,8 +192,8 @@ def test_value_products_accumulate_alike_on_every_path(elem, ieee, nb, exact, ro
 @pytest.mark.parametrize("exact", [False, "views", "in-place"])
 def test_split_grid_aims_at_its_mode_programs(monkeypatch, exact):
     """The split kernel's launch grid: ``SPLIT_PROGRAMS`` for the plain path, one program per ``EXACT_CHUNK`` keys
-    and row tile in exact mode (whatever the span: the chunks are its partials), with key views or without (checked on the launch itself, the kernels replaced by recorders: no
-    Triton needed)."""
+    and row tile in exact mode (whatever the span: the chunks are its partials), with key views or without (checked
+    on the launch itself, the kernels replaced by recorders: no Triton needed)."""
     import hybridsd.attention as A
 
     grids, consts = [], []

@@ -54,7 +54,8 @@ def test_device_gaps_on_a_synthetic_trace():
     assert g["gaps_over_50us"] == 1
     (gap,) = g["longest_gaps"]
     assert gap["us"] == 100
-    assert gap["host_calls"] == [{"name": "aten::argmax", "overlap_us": 60}, {"name": "cudaMemcpyAsync", "overlap_us": 25}]
+    assert gap["host_calls"] == [{"name": "aten::argmax", "overlap_us": 60},
+                                 {"name": "cudaMemcpyAsync", "overlap_us": 25}]
 
 
 def test_loop_overhead_times_steps_from_inside_on_the_cpu():
@@ -70,7 +71,8 @@ def test_loop_overhead_times_steps_from_inside_on_the_cpu():
         assert 0 < loop["forward_ms"] <= loop["wall_ms"] and loop["outside_forward"] > 0
         assert abs(r["forward_ms_per_step"] - 0.01) < 1e-12
     partial = speed_loop.loop_overhead(model, 24, {"chain_q1": 0.01}, new_tokens=30)
-    assert abs(partial["plain"]["forward_ms_per_step"] - 0.01) < 1e-12 and partial["replay_k8"]["outside_forward"] is None
+    assert abs(partial["plain"]["forward_ms_per_step"] - 0.01) < 1e-12 and \
+        partial["replay_k8"]["outside_forward"] is None
 
 
 def test_step_conditions_run_on_the_cpu():

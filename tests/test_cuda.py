@@ -169,7 +169,8 @@ def test_compiled_decoder_equals_hf_forward(gpu_target, attention):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("t,s,g,hkv,d", [(1, 2560, 4, 8, 128), (9, 768, 4, 8, 128), (3, 37, 3, 2, 24), (5, 300, 1, 4, 64)])
+@pytest.mark.parametrize("t,s,g,hkv,d", [(1, 2560, 4, 8, 128), (9, 768, 4, 8, 128), (3, 37, 3, 2, 24),
+                                         (5, 300, 1, 4, 64)])
 def test_split_kv_attention_equals_sdpa(dtype, t, s, g, hkv, d):
     """The split-KV kernel against SDPA on the same grouped rows, with tree-like masks and an unused tail."""
     from hybridsd.attention import grouped_attention
@@ -390,7 +391,8 @@ def test_row_linear_folded_norm_rows_are_computed_alone(dtype, h, n, glu):
 def _exact_drafters(k: int, heads: dict) -> dict:
     """n-gram, EAGLE-1, EAGLE-3, both hybrids (prefer-ngram) and the tree, at draft length k."""
     ngram = lambda: NgramDrafter(k=k, min_n=2, max_n=5)  # noqa: E731
-    return {"ngram": ngram(), "eagle1": EagleDrafter(heads["eagle1"], k=k), "eagle3": EagleDrafter(heads["eagle3"], k=k),
+    return {"ngram": ngram(), "eagle1": EagleDrafter(heads["eagle1"], k=k),
+            "eagle3": EagleDrafter(heads["eagle3"], k=k),
             "ngram-eagle1": HybridDrafter(ngram(), EagleDrafter(heads["eagle1"], k=k)),
             "ngram-eagle3": HybridDrafter(ngram(), EagleDrafter(heads["eagle3"], k=k)),
             "ngram-eagle1-tree": HybridDrafter(ngram(), EagleDrafter(heads["eagle1"], k=k), "tree")}

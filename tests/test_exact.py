@@ -104,8 +104,8 @@ def _drafters(k: int, reference: list[int], heads: dict) -> dict:
         "eagle3": EagleDrafter(heads["eagle3"], k=k),
         "ngram": NgramDrafter(k=k, min_n=1, max_n=4),
         "oracle": OracleDrafter(reference, k, err=0.25),
-        "tree-oracles": HybridDrafter(OracleDrafter(reference, k, 0.5, "a", 1), OracleDrafter(reference, k, 0.5, "b", 2),
-                                      "tree"),
+        "tree-oracles": HybridDrafter(OracleDrafter(reference, k, 0.5, "a", 1),
+                                      OracleDrafter(reference, k, 0.5, "b", 2), "tree"),
     }
 
 

@@ -36,7 +36,8 @@ N_ROWS, N_CONFIGS = %d, %d
 
 
 def row(key, i):
-    return {"config_key": key, "example_id": f"e{i:04d}", "tokens": list(range(i %% 97)), "text": "x" * (i * 37 %% 2500)}
+    return {"config_key": key, "example_id": f"e{i:04d}", "tokens": list(range(i %% 97)),
+            "text": "x" * (i * 37 %% 2500)}
 
 
 def bench(out, key):  # spec_bench.run's file handling

@@ -37,8 +37,8 @@ def _drafters(k: int, reference: list[int], heads: dict) -> dict[str, Drafter]:
         "oracle": oracle,
         "prefer-ngram": HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), OracleDrafter(reference, k, 0.4)),
         "tree": HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), OracleDrafter(reference, k, 0.4), "tree"),
-        "tree-oracles": HybridDrafter(OracleDrafter(reference, k, 0.5, "a", 1), OracleDrafter(reference, k, 0.5, "b", 2),
-                                      "tree"),
+        "tree-oracles": HybridDrafter(OracleDrafter(reference, k, 0.5, "a", 1),
+                                      OracleDrafter(reference, k, 0.5, "b", 2), "tree"),
     }
 
 

@@ -395,7 +395,8 @@ def test_step_ratios_per_run_context_and_config(older_speed_files):
     assert out.measured.to_dict() == {"plain": 0.0, "replay_k8": 0.1}
     assert set(out.context) == {2048} and set(out.config) == {"graph"}
     summary = results.step_ratio_summary(ratios).set_index(["measure", "config"])
-    assert summary.loc[("decode", "graph_autotune"), ["n", "lowest", "highest"]].tolist() == pytest.approx([1, 1.2, 1.2])
+    assert summary.loc[("decode", "graph_autotune"), ["n", "lowest", "highest"]].tolist() == \
+        pytest.approx([1, 1.2, 1.2])
     assert summary.loc[("outside", "graph"), "highest"].tolist() == [0.0, 0.1]  # one row per drafter
 
 

@@ -66,7 +66,8 @@ class Cache:
 def test_donor_transforms_write_text_from_the_other_file(transform, seed):
     """The donor transforms bring lines that are in the donor file and nowhere in the input, keep the file
     parseable, and the located request names every changed place."""
-    text, donor = DONOR, SOURCE + "\n\ndef count(items):\n    n = 0\n    for x in items:\n        n += 1\n    return n\n"
+    text, donor = DONOR, SOURCE + ("\n\ndef count(items):\n    n = 0\n    for x in items:\n        n += 1\n"
+                                   "    return n\n")
     lines = text.splitlines(keepends=True)
     got = transform(text, ast.parse(text), lines, random.Random(seed), donor)
     assert got is not None
@@ -356,8 +357,8 @@ def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
 
 
 def test_target_options_override_the_presets(capsys):
-    args = tz.parse_args(["target", "--init", "m", "--decision-weight", "4", "--sft-max-len", "2048", "--sft-lr", "3e-4",
-                          "--sft-epochs", "4", "--sft-time-s", "290", "--deadline-s", "400"])
+    args = tz.parse_args(["target", "--init", "m", "--decision-weight", "4", "--sft-max-len", "2048",
+                          "--sft-lr", "3e-4", "--sft-epochs", "4", "--sft-time-s", "290", "--deadline-s", "400"])
     cfg = tz.target_config(args)
     assert (cfg.decision_weight, cfg.sft_max_len, cfg.sft_lr, cfg.sft_epochs, cfg.sft_time_s, cfg.deadline_s) == \
         (4.0, 2048, 3e-4, 4, 290.0, 400.0)
@@ -618,7 +619,8 @@ def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
     import hybridsd as hsd
 
     init = hsd.zoo.path()
-    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES) or not (init / "model.safetensors.index.json").is_file():
+    if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES) or \
+            not (init / "model.safetensors.index.json").is_file():
         pytest.skip("code_edits_dev.jsonl or the zoo weights not available")
     tz.main(["repair", "--init", str(init), "--out", str(tmp_path), "--smoke", "--gate-every", "1"])
     record = json.loads((tmp_path / "repair_config.json").read_text())

@@ -66,7 +66,8 @@ def test_chain_structure_equals_the_level_walk(n):
     depths, ancestors = structure(chain.parents)
     assert chain.depths.dtype == depths.dtype and chain.ancestors.dtype == ancestors.dtype
     assert np.array_equal(chain.depths, depths) and np.array_equal(chain.ancestors, ancestors)
-    assert chain.reach(-1) == n and chain.reach(n // 2) == n and chain.clip(n // 2 + 1).parents == chain.parents[: n // 2 + 1]
+    assert chain.reach(-1) == n and chain.reach(n // 2) == n and \
+        chain.clip(n // 2 + 1).parents == chain.parents[: n // 2 + 1]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -213,7 +213,8 @@ def ratio_numbers(ratios, sp) -> None:
         if runs_of.get(r.config) == r.run:
             num(f"ratio{r.measure.capitalize()}{CONFIG_TAG[r.config]}{CTX_TAG[r.context]}", r.measured,
                 "{:.3f}" if r.measure in ("draft", "tree") else "{:.2f}")
-    summary = results.step_ratio_summary(ratios, by=["measure", "config", "run"]).set_index(["measure", "config", "run"])
+    summary = results.step_ratio_summary(ratios, by=["measure", "config", "run"]).set_index(
+        ["measure", "config", "run"])
     for measure, config in (("decode", "graph_auto"), ("verify", "graph_auto"), ("draft", "graph_autotune"),
                          ("decode", "graph_autotune"), ("verify", "graph_autotune"), ("decode", "graph_compiled"),
                          ("verify", "graph_compiled")):

@@ -1,6 +1,6 @@
 """The zoo model: tiny-coder's training and change requests (hybridsd/models/tiny-coder/training_config*.json,
-repair_config*.json), its EAGLE heads (heads_training_eagle1_eagle3.json) and EAGLE-3 against EAGLE-1 on the same held-out edits
-(the GPU edit-norm sweep)."""
+repair_config*.json), its EAGLE heads (heads_training_eagle1_eagle3.json) and EAGLE-3 against EAGLE-1 on the same
+held-out edits (the GPU edit-norm sweep)."""
 
 from __future__ import annotations
 
