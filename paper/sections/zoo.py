@@ -353,15 +353,20 @@ def decision_tuning() -> None:
     num("zooDecRepairSteps", repair["repair"]["steps"], "{:d}")
     num("zooDecRepairChosen", repair["selection"]["chosen_step"], "{:d}")
     num("zooDecProv", provenance(tuning["run_info"]), "{}")
+    weak = json.loads((DECISION / "weak_repair_config.json").read_text())
+    num("zooDecWeakWeight", weak["config"]["repair_weight"], "{:g}")
+    num("zooDecRepWeight", repair["config"]["repair_weight"], "{:g}")
+    num("zooDecWeakSteps", weak["repair"]["steps"], "{:d}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
-        for who, name in (("tuned", "Tuned"), ("repaired", "Rep")):
+        for who, name in (("tuned", "Tuned"), ("repaired", "Rep"), ("weak_repaired", "Weak")):
             gate = json.loads((DECISION / f"{who}_gate_{prompts}_h200.json").read_text())
             gate_numbers(f"zooDec{name}{tag}", gate["quality_gate"])
             miss = zoo_gate.misses(gate)
             for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
                 num(f"zooDec{name}{tag}{kind}", miss[key], "{:d}")
-        paired_difference(f"zooDecDiff{tag}", installed, gate)
+            if who != "tuned":
+                paired_difference(f"zooDec{name}Diff{tag}", installed, gate)
 
 
 def edit_places() -> None:
@@ -373,7 +378,7 @@ def edit_places() -> None:
         record = json.loads((PLACES / f"{name}.json").read_text())
         num(f"zooPlaces{tag}N", record["prompts"], "{:d}")
         for model in record["models"]:
-            who = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep"}[model["label"]]
+            who = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep", "repaired_weak": "Weak"}[model["label"]]
             s = model["summary"]
             num(f"zooPlaces{tag}{who}Found", 100 * s["found_share"], "{:.0f}")
             num(f"zooPlaces{tag}{who}Spur", s["spurious_per_1000"], "{:.0f}")
