@@ -45,6 +45,17 @@ def split_validation(rows: list[dict], repos: tuple[str, ...] = VALIDATION_REPOS
     return [r for r in rows if r["repo"] not in repos], [r for r in rows if r["repo"] in repos]
 
 
+EDIT_SPLITS = ("eval", "validation", "train")
+
+
+def split_rows(rows: list[dict], which: str, repos: tuple[str, ...] = VALIDATION_REPOS) -> list[dict]:
+    """The rows of one split: ``eval`` (the evaluation repositories), ``validation`` (``repos``) or ``train`` (the
+    training rows outside ``repos``)."""
+    train, evaluation = split_edits(rows)
+    rest, validation = split_validation(train, repos)
+    return {"eval": evaluation, "validation": validation, "train": rest}[which]
+
+
 def eval_split_record(rows: list[dict]) -> dict:
     """The content of ``eval_split.json``."""
     train, held = split_edits(rows)

@@ -19,12 +19,11 @@ import numpy as np
 
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from experiments.edit_corpus import blazedit_messages, change_request, load_edits, split_edits, split_validation
+from experiments.edit_corpus import EDIT_SPLITS, load_edits, split_rows
 from experiments.provenance import run_info
 from experiments.sequence_match import matching_blocks
-from experiments.zoo_gate import as_saved, gate_rows
-
-ROWS = ("eval", "validation", "train")
+from experiments.train_zoo import TargetConfig, special_ids
+from experiments.zoo_gate import as_saved, gate_prompt, gate_rows
 
 
 def copy_places(before: list[int], answer: list[int], end: int) -> tuple[list[tuple[int, int]], list[int]]:
@@ -50,11 +49,12 @@ def copy_places(before: list[int], answer: list[int], end: int) -> tuple[list[tu
 def place_scores(greedy: list[int], answer: list[int], leaves: list[tuple[int, int]], copies: list[int],
                  end: int) -> dict:
     """One answer's counts: ``greedy[j]`` is the target's token at answer position ``j`` (teacher-forced; one more
-    than ``answer``, for the end-of-turn position). ``found``: leaves where the greedy token is not the copy;
-    ``exact``: leaves where it is the reference's token; ``spurious``: copy positions where it is not the
-    reference's (the copy's) token."""
+    than ``answer``, for the end-of-turn position). ``found``: leaves where the greedy token is not the copy
+    (``first_found``: the first leave's); ``exact``: leaves where it is the reference's token; ``spurious``: copy
+    positions where it is not the reference's (the copy's) token."""
     target = answer + [end]
-    return {"leaves": len(leaves), "found": sum(greedy[j] != c for j, c in leaves),
+    left = [greedy[j] != c for j, c in leaves]
+    return {"leaves": len(leaves), "found": sum(left), "first_found": bool(left) and left[0],
             "exact": sum(greedy[j] == target[j] for j, _ in leaves),
             "copies": len(copies), "spurious": sum(greedy[j] != target[j] for j in copies)}
 
@@ -77,45 +77,36 @@ def teacher_forced(model_dir: Path, rows: list[dict], cfg) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from experiments.train_zoo import special_ids
-
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = as_saved(AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True), device).to(device)
     end = special_ids(tokenizer)["eot"]
     samples, start = [], time.time()
     for r in rows:
-        request = change_request(r["before"], r["after"], r["instruction"], cfg.change_request, cfg.max_places)
-        prompt = tokenizer.encode(tokenizer.apply_chat_template(blazedit_messages(r["before"], request),
-                                                                tokenize=False, add_generation_prompt=True),
-                                  add_special_tokens=False)
+        _, prompt = gate_prompt(tokenizer, r, cfg)
         before, answer = (tokenizer.encode(r[k], add_special_tokens=False) for k in ("before", "after"))
         ids = torch.tensor([prompt + answer + [end]], device=device)  # (1, P + A + 1)
         with torch.no_grad():
             logits = model(ids[:, :-1]).logits[0, len(prompt) - 1:]  # (A + 1, V): the answer's positions
         greedy = logits.argmax(-1).tolist()  # host sync: the scores are counted in Python
-        leaves, copies = copy_places(before, answer, end)
-        s = place_scores(greedy, answer, leaves, copies, end)
-        s["first_found"] = bool(leaves) and greedy[leaves[0][0]] != leaves[0][1]
-        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"], **s})
+        samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"],
+                        **place_scores(greedy, answer, *copy_places(before, answer, end), end)})
     return {"model": str(model_dir), "device": str(device), "seconds": round(time.time() - start, 1),
             "summary": summarize(samples), "samples": samples}
 
 
 def rows_of(which: str, prompts: int, cfg) -> list[dict]:
-    """The quality gate's prompts (:func:`experiments.zoo_gate.gate_rows`) of the evaluation split, the validation
-    split or the rest of the training split."""
-    train, evaluation = split_edits(load_edits())
-    rest, validation = split_validation(train, cfg.validation_repos)
-    pool = {"eval": evaluation, "validation": validation, "train": rest}[which]
-    return gate_rows(pool, prompts, cfg.gate_bins, cfg.gate_max_before_chars)
+    """The quality gate's prompts (:func:`experiments.zoo_gate.gate_rows`) of one split
+    (:func:`experiments.edit_corpus.split_rows`)."""
+    return gate_rows(split_rows(load_edits(), which, cfg.validation_repos), prompts, cfg.gate_bins,
+                     cfg.gate_max_before_chars)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, nargs="+", required=True, help="target model folders")
     p.add_argument("--labels", nargs="+", default=None, help="a name for each model in the record (default: folders)")
-    p.add_argument("--rows", choices=ROWS, default="eval",
+    p.add_argument("--rows", choices=EDIT_SPLITS, default="eval",
                    help="eval: the held-out test split; validation: the repositories held out to choose checkpoints; "
                         "train: the training split's other rows")
     p.add_argument("--prompts", type=int, default=96, help="prompts, spread over 8 bins of reference edit norm")
@@ -134,8 +125,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from experiments.train_zoo import TargetConfig
-
     args = parse_args(argv)
     cfg = replace(TargetConfig(), gate_prompts=args.prompts)
     rows = rows_of(args.rows, args.prompts, cfg)
@@ -143,9 +132,10 @@ def main(argv: list[str] | None = None) -> None:
     for m, label in zip(args.model, args.labels):
         res = {"label": label, **teacher_forced(m, rows, cfg)}
         s = res["summary"]
+        first = "none" if s["first_found_share"] is None else f"{100 * s['first_found_share']:.0f}%"
         print(f"{label}: {s['found']}/{s['leaves']} places found ({100 * s['found_share']:.0f}%; first place "
-              f"{100 * s['first_found_share']:.0f}%), {s['spurious_per_1000']:.1f} spurious departures per 1,000 copy "
-              f"tokens, {res['seconds']} s", flush=True)
+              f"{first}), {s['spurious_per_1000']:.1f} spurious departures per 1,000 copy tokens, {res['seconds']} s",
+              flush=True)
         results.append(res)
     record = {"rows": args.rows, "prompts": len(rows), "command": "python -m experiments.edit_places --model "
               + " ".join(map(str, args.model)) + " --labels " + " ".join(args.labels)

@@ -70,7 +70,7 @@ from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_messages, change_request,
                                      eval_split_record, load_edits, pretraining_texts, real_request, split_edits,
-                                     split_validation)
+                                     split_rows, split_validation)
 from experiments.provenance import run_info
 from experiments.sequence_match import changed_spans
 from experiments.synthetic_edits import synthetic_edit
@@ -215,10 +215,9 @@ FINETUNE = dict(pretrain_chars=30_000_000, synthetic_examples=40_000, synthetic_
                 gate_time_s=50.0)
 SMOKE = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
              pretrain_chars=400_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, pretrain_time_s=20,
-             deadline_s=150, reserve_s=30,
-             val_sequences=4, synthetic_examples=60, sft_max_len=2048, sft_batch_tokens=4096, sft_time_s=20,
-             gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2, synthetic_sources=50,
-             gate_time_s=20)
+             deadline_s=150, reserve_s=30, val_sequences=4, synthetic_examples=60, sft_max_len=2048,
+             sft_batch_tokens=4096, sft_time_s=20, gate_prompts=2, gate_max_before_chars=600, log_every=2, workers=2,
+             synthetic_sources=50, gate_time_s=20)
 # Smoke test of fine-tuning: the real model, tiny data and budgets.
 SMOKE_FINETUNE = dict(pretrain_chars=200_000, pretrain_seq_len=256, pretrain_batch_tokens=2048, val_sequences=4,
                       synthetic_examples=24, synthetic_sources=24, real_epochs=1, sft_max_len=1024,
@@ -366,8 +365,8 @@ class Phase:
     """Step/time bookkeeping and the warmup + cosine learning rate of one training phase."""
 
     def __init__(self, name: str, steps: int, time_s: float, lr: float, warmup: int, min_frac: float):
-        self.name, self.steps, self.time_s, self.lr, self.warmup, self.min_frac = \
-            name, steps, time_s, lr, warmup, min_frac
+        self.name, self.steps, self.time_s = name, steps, time_s
+        self.lr, self.warmup, self.min_frac = lr, warmup, min_frac
         self.start, self.step = time.time(), 0
 
     def progress(self) -> float:
@@ -1177,8 +1176,7 @@ def cmd_gate(args) -> None:
     model = as_saved(AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True), device).to(device)
     cfg = replace(TargetConfig(), gate_prompts=args.prompts, gate_time_s=args.time_s,
                   max_position_embeddings=model.config.max_position_embeddings)
-    train_rows, eval_rows = split_edits(load_edits())
-    rows = split_validation(train_rows, cfg.validation_repos)[1] if args.rows == "validation" else eval_rows
+    rows = split_rows(load_edits(), args.rows, cfg.validation_repos)
     gate = run_gate(model, tokenizer, rows, cfg, special_ids(tokenizer))
     record = {"model": str(args.model), "rows": args.rows,
               "repos": list(cfg.validation_repos if args.rows == "validation" else EVAL_REPOS), "device": str(device),

@@ -134,6 +134,15 @@ def gate_rows(rows: list[dict], n: int, bins: int, max_before_chars: int) -> lis
     return chosen
 
 
+def gate_prompt(tokenizer, row: dict, cfg) -> tuple[str, list[int]]:
+    """An edit row's change request (``cfg.change_request``, ``cfg.max_places``) and its templated prompt's token
+    ids, as the gate asks it."""
+    request = change_request(row["before"], row["after"], row["instruction"], cfg.change_request, cfg.max_places)
+    text = tokenizer.apply_chat_template(blazedit_messages(row["before"], request), tokenize=False,
+                                         add_generation_prompt=True)
+    return request, tokenizer.encode(text, add_special_tokens=False)
+
+
 def gate_cap(tokenizer, after: str, frac: float = GATE_MAX_NEW_FRAC) -> int:
     """The quality gate's token cap for an answer whose reference is ``after``: ``frac`` x its tokens (at least 8)."""
     return cap_of(len(tokenizer.encode(after, add_special_tokens=False)), frac)
@@ -183,10 +192,7 @@ def quality_gate(model, tokenizer, rows: list[dict], cfg, stop_ids: list[int]) -
     for r in chosen:
         if time.time() - start > cfg.gate_time_s:
             break
-        request = change_request(r["before"], r["after"], r["instruction"], cfg.change_request, cfg.max_places)
-        text = tokenizer.apply_chat_template(blazedit_messages(r["before"], request), tokenize=False,
-                                             add_generation_prompt=True)
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        request, ids = gate_prompt(tokenizer, r, cfg)
         cap = min(gate_cap(tokenizer, r["after"], cfg.gate_max_new_frac), cfg.max_position_embeddings - len(ids) - 16)
         res = hsd.generate(model, ids, drafter=hsd.NgramDrafter(k=5, min_n=2, max_n=5), max_new_tokens=cap,
                            eos_token_id=stop_ids)

@@ -44,17 +44,22 @@ def test_place_scores_by_hand():
     assert leaves == [(2, 3), (6, 6)] and copies == [0, 1, 5]  # 4 (position 4) resumes the copy: not counted
     copying = [1, 2, 3, 0, 4, 5, 6]  # a target that copies (teacher-forced): a prediction per answer token and the end
     assert ep.place_scores(copying, answer, leaves, copies, END) == {
-        "leaves": 2, "found": 0, "exact": 0, "copies": 3, "spurious": 0}
+        "leaves": 2, "found": 0, "first_found": False, "exact": 0, "copies": 3, "spurious": 0}
     perfect = answer + [END]
     assert ep.place_scores(perfect, answer, leaves, copies, END) == {
-        "leaves": 2, "found": 2, "exact": 2, "copies": 3, "spurious": 0}
+        "leaves": 2, "found": 2, "first_found": True, "exact": 2, "copies": 3, "spurious": 0}
     eager = [7, 2, 8, 9, 4, 5, END]  # leaves at position 0 (spurious) and at 2 with its own token
     assert ep.place_scores(eager, answer, leaves, copies, END) == {
-        "leaves": 2, "found": 2, "exact": 1, "copies": 3, "spurious": 1}
-    summary = ep.summarize([{**ep.place_scores(eager, answer, leaves, copies, END), "first_found": True},
-                            {"leaves": 0, "found": 0, "exact": 0, "copies": 7, "spurious": 0, "first_found": False}])
+        "leaves": 2, "found": 2, "first_found": True, "exact": 1, "copies": 3, "spurious": 1}
+    late = [1, 2, 3, 0, 4, 5, END]  # misses the first place, finds the deletion at the end
+    assert ep.place_scores(late, answer, leaves, copies, END)["first_found"] is False
+    summary = ep.summarize([ep.place_scores(eager, answer, leaves, copies, END),
+                            ep.place_scores([1, 2, END], [1, 2], *ep.copy_places([1, 2], [1, 2], END), END)])
     assert summary["found_share"] == 1.0 and summary["exact_share"] == 0.5
-    assert summary["spurious_per_1000"] == pytest.approx(100.0) and summary["first_found_share"] == 1.0
+    # copies 3 + 2, one departure; the unchanged answer has no first place to count
+    assert summary["spurious_per_1000"] == pytest.approx(200.0) and summary["first_found_share"] == 1.0
+    unchanged = ep.summarize([ep.place_scores([1, 2, END], [1, 2], *ep.copy_places([1, 2], [1, 2], END), END)])
+    assert unchanged["leaves"] == 0 and unchanged["first_found_share"] is None
 
 
 def test_teacher_forced_agrees_with_greedy_one_token_at_a_time():

@@ -344,8 +344,9 @@ def repair_selection() -> None:
 
 def decision_tuning() -> None:
     """decision_tuning_h200/: the installed target tuned further with a heavier loss weight where the answer leaves or
-    resumes the copy, then loop-repaired; the two kinds of misses of each on the installed target's evaluation and
-    validation prompts, their gates, and the repaired one's paired difference from the installed target."""
+    resumes the copy, then loop-repaired with the repeats' unlikelihood weighted as before and more weakly; the two
+    kinds of misses of each on the installed target's evaluation and validation prompts, their gates, and each
+    repaired one's paired difference from the installed target."""
     tuning = json.loads((DECISION / "training_config.json").read_text())
     repair = json.loads((DECISION / "repair_config.json").read_text())
     num("zooDecWeight", tuning["config"]["decision_weight"], "{:g}")
@@ -357,6 +358,7 @@ def decision_tuning() -> None:
     num("zooDecWeakWeight", weak["config"]["repair_weight"], "{:g}")
     num("zooDecRepWeight", repair["config"]["repair_weight"], "{:g}")
     num("zooDecWeakSteps", weak["repair"]["steps"], "{:d}")
+    num("zooDecWeakProv", provenance(weak["run_info"]), "{}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
         for who, name in (("tuned", "Tuned"), ("repaired", "Rep"), ("weak_repaired", "Weak")):
@@ -373,7 +375,7 @@ def edit_places() -> None:
     """edit_places_cpu_fp32/: teacher-forced on the gate prompts' references (evaluation, validation and training
     rows), the share of the places where the reference leaves the copy that each target leaves it at too, and its
     departures from the copy per 1,000 tokens where the reference copies; for the installed target and the
-    decision-tuned one before and after its loop repair."""
+    decision-tuned one before and after each of its two loop repairs."""
     for tag, name in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):
         record = json.loads((PLACES / f"{name}.json").read_text())
         num(f"zooPlaces{tag}N", record["prompts"], "{:d}")
