@@ -1,0 +1,91 @@
+"""experiments.weight_average: every tensor (1 - w) A + w B in A's dtype and shard layout, A's other files kept, the
+record naming both parents, and bad input refused with one line before anything is written."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_target
+from safetensors.torch import load_file
+
+from experiments import weight_average as wa
+
+
+def _save(tmp_path, name: str, seed: int, dtype=torch.bfloat16, **overrides):
+    folder = tmp_path / name
+    tiny_target(seed=seed, vocab=97, **overrides).to(dtype).save_pretrained(folder, max_shard_size="100KB")
+    return folder
+
+
+def _weights(folder):
+    out = {}
+    for p in wa.shards(folder):
+        out.update(load_file(p))
+    return out
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.75, 1.0])
+def test_every_tensor_is_the_weighted_mean_in_a_dtype(tmp_path, weight):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    (a / "eagle1").mkdir()
+    (a / "eagle1" / "config.json").write_text("{}")  # a head folder, kept as A's
+    assert len(wa.shards(a)) > 1  # several shards: the layout is kept shard by shard
+    wa.main([str(a), str(b), "--weight", str(weight), "--out", str(tmp_path / "out")])
+    out, wa_, wb = (_weights(f) for f in (tmp_path / "out", a, b))
+    assert out.keys() == wa_.keys()
+    for k, t in out.items():  # the slow reference: element by element in float64, rounded once to bf16
+        ref = ((1 - weight) * wa_[k].double() + weight * wb[k].double()).to(torch.bfloat16)
+        assert t.dtype == torch.bfloat16
+        # fp32's rounding of the sum (at most 2^-23 of |A| + |B|) may move the final rounding by one bf16 ulp
+        slack = 2 ** -7 * ref.double().abs() + 2 ** -22 * (wa_[k].double().abs() + wb[k].double().abs())
+        assert bool(((t.double() - ref.double()).abs() <= slack).all()), k
+        if weight in (0.0, 1.0):
+            assert torch.equal(t, (wa_ if weight == 0.0 else wb)[k])
+    assert (tmp_path / "out" / "eagle1" / "config.json").is_file()
+    record = json.loads((tmp_path / "out" / "average_config.json").read_text())
+    assert record["weight"] == weight and record["a"]["path"] == str(a) and record["b"]["path"] == str(b)
+    assert set(record["shards"]) == {p.name for p in wa.shards(a)} == set(record["a"]["shards"])
+    assert record["shards"] == {p.name: wa.sha256(p) for p in wa.shards(tmp_path / "out")}
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")  # loads as a model
+    assert model.config.vocab_size == 97
+
+
+def test_in_place_on_a_replaces_only_the_weights(tmp_path):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    (a / "training_config.json").write_text('{"kept": true}')
+    before = _weights(a)
+    wa.main([str(a), str(b), "--weight", "0.5", "--out", str(a)])
+    after = _weights(a)
+    assert json.loads((a / "training_config.json").read_text()) == {"kept": True}
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert not list(a.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("weight", "--weight must be in [0, 1], got 1.5"),
+    ("missing", "B: no model folder (config.json)"),
+    ("architecture", "different architectures: config.json differs in head_dim, hidden_size"),
+    ("no_safetensors", "A: no safetensors weights"),
+    ("dtype", "is BF16"),
+])
+def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    weight = "1.5" if case == "weight" else "0.5"
+    if case == "missing":
+        b = tmp_path / "nowhere"
+    if case == "architecture":
+        b = _save(tmp_path, "wide", 1, hidden_size=96, intermediate_size=128)
+    if case == "no_safetensors":
+        for p in wa.shards(a):
+            p.unlink()
+    if case == "dtype":
+        b = _save(tmp_path, "fp32", 1, dtype=torch.float32)
+    out = tmp_path / "out"
+    capsys.readouterr()  # the saves' progress bars
+    with pytest.raises(SystemExit) as e:
+        wa.main([str(a), str(b), "--weight", weight, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
