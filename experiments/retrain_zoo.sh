@@ -37,9 +37,9 @@
 # from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Runs on one H200 are in
 # experiments/results/zoo/retrain_compiled_h200/ (stages.json): with these step counts (lineage_step_budgets/, commit
 # 59f704b) the calls `1`, `2`, `3,4` and `5` back to back took 283, 226, 436 and 287 s (20.5 minutes; 22.6 of lease
-# with the machine's start) and every stage stopped at its steps, but the product is not the installed target's
+# with the machine's start) and every stage stopped at its steps, but the product is not the base target's
 # (stage 5's gates kept the weights before the repair: 60% of 96 evaluation outputs end with EOS; its stage 4
-# repaired as the installed target was, on the CPU, 83%, with a lower correlation); with time budgets alone (the
+# repaired as the base target was, on the CPU, 83%, with a lower correlation); with time budgets alone (the
 # eager lineage's divided by the compiled layers' speed-up; lineage/ and lineage_data_first/) they took 22.8 and 25.7
 # minutes and trained 775-1,847 pretraining steps and 2,195-3,521 per tuning stage, and their stage 5 (commits
 # 7f762a5, fbf341d) also ran 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates. Stage 1

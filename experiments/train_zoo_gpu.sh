@@ -22,7 +22,7 @@
 # heads, of the installed target (or of the target in TARGET_DIR). The heads start from the installed ones
 # (HEADS_INIT= : from the target, for a target of another shape).
 #
-# The installed zoo, in order (install each step's result before the next; about 33 GPU-minutes and 12 CPU-minutes;
+# The base target, in order (install each step's result before the next; about 33 GPU-minutes and 12 CPU-minutes;
 # each step's record is in hybridsd/models/tiny-coder/, named after the step):
 #   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470 \
 #     --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.3 min (training_config_from_scratch.json)
@@ -40,7 +40,11 @@
 #     --repair-new-tokens 96 --repair-steps 23 --repair-time-s 1200      # loop repair, CPU: 12 min (repair_config_cpu.json)
 #   python -m experiments.train_zoo repair --init hybridsd/models/tiny-coder --out REPAIRED --repair-batch 16 \
 #     --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100       # loop repair, GPU: 1 min (repair_config.json)
-#   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 3 min (heads_training_eagle1_eagle3.json)
+# The installed target then averages the base target's weights (0.25) with those of its descendant (0.75), tuned
+# 1,862 steps more with --decision-weight 16 on one GPU (3.7 min) and loop-repaired on the CPU with the repeats'
+# unlikelihood weighted 0.1 (11 min): the commands are in experiments/results/zoo/decision_tuning_h200/runs.json (the
+# descendant) and zoo/weight_average_h200/runs.json (python -m experiments.weight_average; average_config.json):
+#   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 1.5 min (heads_training_eagle1_eagle3.json)
 #
 # A shorter recipe, the last stages' settings from the start, with the validation repositories
 # (TargetConfig.validation_repos) held out of training: three calls, about 22 GPU-minutes before the heads.
@@ -60,7 +64,7 @@
 # TARGET_EXTRA="... --compile-layers" compiles each decoder layer for the training steps: 1.73x / 1.63x the tokens per
 # second of pretraining / edit tuning after a first step of 7 / 8 s (device_run.sh train-speed,
 # experiments/results/zoo/train_compile_h200/); the calls above ran eager.
-# experiments/retrain_zoo.sh runs the installed lineage above with compiled layers, stage by stage (as run:
+# experiments/retrain_zoo.sh runs the base lineage above with compiled layers, stage by stage (as run:
 # experiments/results/zoo/retrain_compiled_h200/).
 # TARGET_EXTRA="... --no-gate" skips the quality gate at the end of a target call (a stage whose target is trained
 # further, with NO_HEADS=1: nothing reads its gate); its record says so.

@@ -20,8 +20,9 @@ NEEDS = {
     "bos_sensitivity": [SWEEP_CPU / "code-edits__eagle3__k3__bos-doubled.jsonl",
                         SWEEP_CPU / "code-edits__none__bos-doubled.jsonl"],
     "speed": [*(RESULTS / "speed" / f for f in ("steps_and_baselines.json", "steps_auto.json", "overhead_zoo.json",
-                                               "launch.json", "bench_linear.json", "conditions.json", "overhead.json",
-                                               "loop_profile_graph.json", "gpu_tests.log")), SWEEP_GPU],
+                                               "zoo_end_to_end.json", "launch.json", "bench_linear.json",
+                                               "conditions.json", "overhead.json", "loop_profile_graph.json",
+                                               "gpu_tests.log")), SWEEP_GPU],
 }
 # Before each notebook: an empty namespace and no open figures, as in a fresh kernel (imported modules stay loaded)
 FRESH = "%reset -f\nimport matplotlib.pyplot\nmatplotlib.pyplot.close('all')\ndel matplotlib"

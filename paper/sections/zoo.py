@@ -20,6 +20,7 @@ SELECTION = RESULTS / "zoo" / "repair_selection_h200"
 DATA_PREP = RESULTS / "zoo" / "data_prep_h200"
 DECISION = RESULTS / "zoo" / "decision_tuning_h200"
 PLACES = RESULTS / "zoo" / "edit_places_cpu_fp32"
+AVERAGE = RESULTS / "zoo" / "weight_average_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -376,15 +377,18 @@ def edit_places() -> None:
     rows), the share of the places where the reference leaves the copy that each target leaves it at too, and its
     departures from the copy per 1,000 tokens where the reference copies; for the installed target and the
     decision-tuned one before and after each of its two loop repairs."""
+    labels = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep", "repaired_weak": "Weak",
+              "installed_average": "Avg"}  # "installed" in the first files: the base target, installed when they ran
     for tag, name in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):
         record = json.loads((PLACES / f"{name}.json").read_text())
         num(f"zooPlaces{tag}N", record["prompts"], "{:d}")
-        for model in record["models"]:
-            who = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep", "repaired_weak": "Weak"}[model["label"]]
+        average = json.loads((PLACES / f"installed_average_{name}.json").read_text())
+        for model in record["models"] + average["models"]:
             s = model["summary"]
-            num(f"zooPlaces{tag}{who}Found", 100 * s["found_share"], "{:.0f}")
-            num(f"zooPlaces{tag}{who}Spur", s["spurious_per_1000"], "{:.0f}")
+            num(f"zooPlaces{tag}{labels[model['label']]}Found", 100 * s["found_share"], "{:.0f}")
+            num(f"zooPlaces{tag}{labels[model['label']]}Spur", s["spurious_per_1000"], "{:.0f}")
     num("zooPlacesProv", provenance(record["run_info"]), "{}")
+    num("zooPlacesAvgProv", provenance(average["run_info"]), "{}")
 
 
 def data_prep(rerun_run: dict) -> None:
@@ -407,7 +411,38 @@ def data_prep(rerun_run: dict) -> None:
     num("zooStageOneProv", provenance(stage1["run_info"]), "{}")
 
 
+def weight_average() -> None:
+    """weight_average_h200/ and tiny-coder/average_config.json: the installed target, the base target's weights
+    averaged with its decision-tuned, weakly repaired descendant's; the validation gates that chose the weight (CPU),
+    its gates on the base target's evaluation and validation prompts (GPU), the kinds of misses there, and its paired
+    differences from the base target and from the descendant."""
+    record = json.loads((MODEL_DIR / "average_config.json").read_text())
+    num("zooAvgWeight", record["weight"], "{:g}")
+    num("zooAvgBaseWeight", 1 - record["weight"], "{:g}")
+    num("zooAvgProv", provenance(record["run_info"]), "{}")
+    for f in sorted(AVERAGE.glob("average*_gate_val64_cpu.json")):
+        tag = {"050": "Half", "075": "Chosen"}[f.name[len("average"):len("average") + 3]]
+        g = json.loads(f.read_text())["quality_gate"]
+        num(f"zooAvgSel{tag}Eos", 100 * g["eos_share"], "{:.0f}")
+        num(f"zooAvgSel{tag}Rho", g["spearman_ref_out"])
+        num(f"zooAvgSel{tag}Score", zoo_gate.gate_score(g))
+    num("zooAvgSelN", g["n"], "{:d}")
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate = json.loads((AVERAGE / f"installed_gate_{prompts}_h200.json").read_text())
+        base = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
+        weak = json.loads((DECISION / f"weak_repaired_gate_{prompts}_h200.json").read_text())
+        gate_numbers(f"zooAvg{tag}", gate["quality_gate"])
+        num(f"zooAvg{tag}Length", 100 * gate["quality_gate"]["length_share"], "{:.0f}")
+        miss = zoo_gate.misses(gate)
+        for kind, key in (("Unedited", "short_unedited"), ("Short", "short"), ("Long", "long")):
+            num(f"zooAvg{tag}{kind}", miss[key], "{:d}")
+        paired_difference(f"zooAvgDiff{tag}", base, gate)
+        paired_difference(f"zooAvgWeakDiff{tag}", weak, gate)
+    num("zooAvgGateProv", provenance(gate["run_info"]), "{}")
+
+
 def make() -> None:
     model()
+    weight_average()
     compile_speed()
     eagle3_gate()
