@@ -13,6 +13,17 @@
 #               generated for 1.3-6.2 minutes on 2-core machines: generate_s in retrain_compiled_h200/*/*_cpu.json)
 #   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
 #               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
+#   6           decision tuning of stage 5's target: the loss where the answer leaves or resumes the copy weighted 16
+#               instead of 4 (1,862 steps, about 3 minutes of training)
+#   7           loop repair of stage 6's target with the repeats' unlikelihood weighted 0.1, on the CPU as cpu-repair
+#               (fp32, 24 steps; the best of the validation gates after 0, 12 and 24 steps kept; 11 minutes on 2 cores)
+#   8           the installed target: 0.25 x stage 5's weights + 0.75 x stage 7's (experiments/weight_average.py;
+#               BASE= names stage 5's folder when it is not $WORK_ROOT/zoo_stage5/tiny-coder), then its heads,
+#               started from stage 5's
+# Stages 6-8 repeat the calls that made the installed target from its base (the base target, which stages 1-5
+# retrain): zoo/decision_tuning_h200/runs.json (stage 6 and, on the CPU, stage 7) and zoo/weight_average_h200/runs.json
+# (stage 8). They have not run after stages 1-5 as one lineage; they add about 6 GPU-minutes (stage 6's call, about
+# 4.5 minutes with its data, and stage 8's heads, 1.5) to the 20.5 of stages 1-5.
 #
 # INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp), where
 # the previous stage left it on the same machine; on another machine (a fresh one) the stage stops with one line
@@ -74,7 +85,8 @@ run_stage() {
     1) init= ;;
     2|3|4) init=$(previous $((stage - 1))) ;;
     cpu-repair|5) init=$(previous 4) ;;
-    *) echo "retrain_zoo.sh: unknown stage '$stage' (1, 2, 3, 4, cpu-repair, 5)" >&2; return 2 ;;
+    6|7|8) init=$(previous $((stage - 1))) ;;
+    *) echo "retrain_zoo.sh: unknown stage '$stage' (1, 2, 3, 4, cpu-repair, 5, 6, 7, 8)" >&2; return 2 ;;
   esac
   FIRST_INIT=
   if [ "$stage" != 1 ] && [ -z "$LISTED" ] && [ ! -f "$init/config.json" ]; then
@@ -98,11 +110,23 @@ run_stage() {
     cpu-repair) extra="$LOOPS $SELECT" ;;
     5) extra=  # the CPU repair's steps in fp32, the step kept by the validation gates; none after a CPU repair
        [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32 $SELECT" ;;
+    6) extra="--no-gate --compile-layers --data-cache $WORK_ROOT/zoo_data_cache --sft-max-len 4096 --real-epochs 1 \
+         --synthetic-examples 20000 --span-share 0.5 --pretrain-chars 30000000 --decision-weight 16 --sft-lr 3e-4 \
+         --sft-steps 1862 --sft-time-s 220 --deadline-s $(deadline 340) --unlikelihood-weight 1 --repeat-share 0.3" ;;
+    7) extra="--repair-batch 6 --repair-new-tokens 96 --repair-steps 24 --repair-time-s 1500 --repair-weight 0.1 \
+         --repair-fp32 $SELECT" ;;
+    8) extra="--weight 0.75" ;;
   esac
+  local base=${BASE:-$WORK_ROOT/zoo_stage5/tiny-coder}
+  if [ "$stage" = 8 ] && [ -z "${PRINT_ONLY:-}" ] && [ ! -f "$base/config.json" ]; then
+    echo "retrain_zoo.sh: stage 8 averages with stage 5's target, not found at '$base' (give its folder as BASE)" >&2
+    return 2
+  fi
   if [ -n "${SMOKE:-}" ]; then  # tiny budgets and data after the stage's own options (the later option wins)
     case $stage in
-      1|2|3|4) extra="$extra --pretrain-time-s 3 --sft-time-s 3 --deadline-s 150 --synthetic-examples 40 \
+      1|2|3|4|6) extra="$extra --pretrain-time-s 3 --sft-time-s 3 --deadline-s 150 --synthetic-examples 40 \
          --compile-backend aot_eager" ;;
+      8) ;;
       *) extra=$(echo "$extra" | sed 's/--repair-steps [0-9]*/--repair-steps 2/g') ;;
     esac
   fi
@@ -115,6 +139,19 @@ run_stage() {
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        for f in "$WORK_ROOT"/zoo_stage5/tiny-coder/{repair_config*,heads_training_*}.json; do
          cp "$f" "$OUT/stage5_$(basename "$f")"
+       done ;;
+    7) rm -rf "$WORK_ROOT/zoo_stage7"
+       python3 -m experiments.train_zoo repair --init "$init" --out "$WORK_ROOT/zoo_stage7/tiny-coder" \
+         ${SMOKE:+--smoke} $extra || return 1
+       cp "$WORK_ROOT/zoo_stage7/tiny-coder/repair_config.json" "$OUT/stage7_repair_config.json" ;;
+    8) rm -rf "$WORK_ROOT/zoo_stage8_average"
+       python3 -m experiments.weight_average "$base" "$init" $extra --out "$WORK_ROOT/zoo_stage8_average" || return 1
+       local heads="--init-heads $base"
+       [ -z "${SMOKE:-}" ] || heads=  # a smoke-sized target: heads from it
+       NO_TARGET=1 TARGET_DIR=$WORK_ROOT/zoo_stage8_average HEADS_INIT=$heads WORK=$WORK_ROOT/zoo_stage8 \
+         bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
+       for f in "$WORK_ROOT"/zoo_stage8/tiny-coder/{average_config,heads_training_eagle1_eagle3}.json; do
+         cp "$f" "$OUT/stage8_$(basename "$f")"
        done ;;
     *) INIT=$init TARGET_EXTRA=$extra NO_HEADS=1 TARGET_S=585 WORK=$WORK_ROOT/zoo_stage$stage \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1

@@ -144,6 +144,7 @@ fi
 
 stamp "archive"
 du -ab "$WORK/tiny-coder" | tee -a "$log"
+rm -f "$OUT"/tiny-coder.tar.part-*  # an earlier call's pieces would mix into this archive
 tar -C "$WORK" -cf - tiny-coder | split -b 15M - "$OUT/tiny-coder.tar.part-"
 ls -la "$OUT" | tee -a "$log"
 stamp "done"

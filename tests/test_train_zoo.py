@@ -811,10 +811,46 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
         assert run.returncode == 2 and message in run.stderr and len(run.stderr.splitlines()) == 1
 
 
+def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_path):
+    """Stages 6-8 of ``retrain_zoo.sh`` (PRINT_ONLY) take the options of the calls that made the installed target from
+    its base, as recorded: the decision tuning (zoo/decision_tuning_h200/training_config.json), the weak loop repair
+    (weak_repair_config.json) and the weight average (tiny-coder/average_config.json); stage 8 without stage 5's
+    target is one line and exit 2."""
+    import json
+    import subprocess
+
+    script = str(tz.REPO / "experiments" / "retrain_zoo.sh")
+    env = {"PATH": "/usr/bin:/bin", "WORK_ROOT": str(tmp_path / "work")}
+    out = subprocess.run(["bash", script, "6,7,8", str(tmp_path), str(tz.MODEL_DIR)], cwd=tz.REPO,
+                         env={**env, "PRINT_ONLY": "1"}, capture_output=True, text=True, check=True).stdout.splitlines()
+    options = {line.split(":")[0]: line.split(" OPTIONS=")[1].split() for line in out}
+    assert list(options) == ["stage 6", "stage 7", "stage 8"]
+    results = tz.REPO / "experiments" / "results" / "zoo" / "decision_tuning_h200"
+    tuning = json.loads((results / "training_config.json").read_text())
+    cfg = tz.target_config(tz.parse_args(["target", "--out", str(tmp_path), "--init", "x", *options["stage 6"]]))
+    for name in ("decision_weight", "sft_lr", "synthetic_examples", "pretrain_chars", "sft_max_len", "real_epochs",
+                 "span_share", "unlikelihood_weight", "repeat_share", "compile_layers", "sft_time_s"):
+        assert getattr(cfg, name) == tuning["config"][name], name
+    assert cfg.sft_steps == tuning["sft"]["steps"] == 1862
+    weak = json.loads((results / "weak_repair_config.json").read_text())
+    args = tz.parse_args(["repair", "--init", "x", "--out", "y", *options["stage 7"]])
+    cfg = tz.repair_config(args)
+    for name in ("repair_weight", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_mode",
+                 "decision_weight", "gate_prompts"):
+        assert getattr(cfg, name) == weak["config"][name], name
+    assert args.gate_every == weak["selection"]["every"] and args.gate_after == weak["selection"]["after"]
+    average = json.loads((tz.MODEL_DIR / "average_config.json").read_text())
+    assert options["stage 8"] == ["--weight", str(average["weight"])]
+    run = subprocess.run(["bash", script, "8", str(tmp_path), str(tz.MODEL_DIR)], cwd=tz.REPO, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "give its folder as BASE" in run.stderr
+
+
 def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
-    """``SMOKE=1 retrain_zoo.sh 1,2,3,4,5`` on the CPU (tiny model, budgets and data; about 4 minutes): each target
-    stage starts from the one before and records it, stage 4 loads stage 3's edit data, stage 5 repairs in fp32,
-    keeping the best of its validation gates, and trains the heads; the archive holds the heads."""
+    """``SMOKE=1 retrain_zoo.sh 1,2,3,4,5,6,7,8`` on the CPU (tiny model, budgets and data; about 5 minutes): each
+    target stage starts from the one before and records it, stage 4 loads stage 3's edit data, stage 5 repairs in fp32,
+    keeping the best of its validation gates, and trains the heads; stage 7 repairs stage 6's target, stage 8 averages
+    stage 5's and stage 7's weights and trains the heads of the average; the archive is stage 8's, with its heads."""
     import io
     import json
     import os
@@ -827,7 +863,7 @@ def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
         pytest.skip("wheels for the GPU machine's Python in .whl/ (train_zoo_gpu.sh would install them)")
     out, root = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, SMOKE="1", WORK_ROOT=str(root))
-    run = subprocess.run(["bash", str(tz.REPO / "experiments" / "retrain_zoo.sh"), "1,2,3,4,5", str(out)],
+    run = subprocess.run(["bash", str(tz.REPO / "experiments" / "retrain_zoo.sh"), "1,2,3,4,5,6,7,8", str(out)],
                          cwd=tz.REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     records = {s: json.loads((out / f"stage{s}_training_config.json").read_text()) for s in (1, 2, 3, 4)}
@@ -845,6 +881,14 @@ def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         names = tar.getnames()
     assert "tiny-coder/eagle1/config.json" in names and "tiny-coder/eagle3/config.json" in names
+    tuned = json.loads((out / "stage6_training_config.json").read_text())
+    assert tuned["init"] == str(root / "zoo_stage5" / "tiny-coder")
+    weak = json.loads((out / "stage7_repair_config.json").read_text())
+    assert weak["init"] == str(root / "zoo_stage6" / "tiny-coder") and weak["config"]["repair_weight"] == 0.1
+    average = json.loads((out / "stage8_average_config.json").read_text())
+    assert average["weight"] == 0.75 and average["a"]["path"] == str(root / "zoo_stage5" / "tiny-coder")
+    assert average["b"]["path"] == str(root / "zoo_stage7" / "tiny-coder")
+    assert (out / "stage8_heads_training_eagle1_eagle3.json").is_file() and "tiny-coder/average_config.json" in names
 
 
 def test_corpus_fingerprint_tells_apart_any_change_of_texts_or_order():
