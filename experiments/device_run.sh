@@ -18,7 +18,8 @@
 #           (-> bench_profile.json; PROFILE_ARGS replaces the bench arguments; with an exact configuration,
 #           e.g. "--contexts 2048 --configs graph_auto graph_auto_exact --skip hf-compile hf-generate eagle overhead
 #           zoo", its padded block is profiled too)
-#   sweep   experiments.sweep --preset $SWEEP_PRESET (default gpu-one-call; -> $OUT/sweeps), data-parallel over every GPU
+#   sweep   experiments.sweep --preset $SWEEP_PRESET (default gpu-one-call; -> $OUT/sweeps.tar: a call returns only a
+#           few files), data-parallel over every GPU
 #   train-speed  the zoo target's training from scratch twice with the same short budgets (train_zoo.py target: 60 s
 #           of pretraining, 60 s of edit tuning on 8,000 synthetic edits), eager and with --compile-layers (-> each
 #           run's training_config.json and train_log.json in $OUT/train_speed/{eager,compiled}; about 6 minutes)
@@ -28,6 +29,8 @@
 #           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls; EXACT_SEL replaces the whole
 #           pytest -k selection, kernel tests included) -> each test's outcome line as
 #           it ends in gpu_tests_exact.log, the grid's rows merged into exact_match.jsonl (experiments.exact_rows)
+# The tracked tree (61 MiB) with .whl/ and .cache/ is above the 64 MiB a device call carries: remove what no stage
+# reads from the working tree for the call (rm notebooks/*.ipynb; git checkout notebooks/ after it).
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
 #   xz -9c ../shared/data/code_edits_dev.jsonl > .cache/code_edits_dev.jsonl.xz   # smaller; read first when present
@@ -70,7 +73,8 @@ for stage in "$@"; do
             timeout ${SWEEP_S:-540} torchrun --standalone --nproc_per_node="$ngpu" -m experiments.sweep \
               --preset ${SWEEP_PRESET:-gpu-one-call} --out-dir "$OUT/sweeps" ${SWEEP_ARGS:-} > "$OUT/sweep_full.log" 2>&1
             grep -v "it/s\]" "$OUT/sweep_full.log" | grep -A 30 -m 3 "FAILED\|Traceback" | head -80 | tee -a "$log"
-            grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log" ;;
+            grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log"
+            tar -cf "$OUT/sweeps.tar" -C "$OUT" sweeps && rm -r "$OUT/sweeps" ;;
     gputests) files="tests/test_cuda.py tests/test_generate.py tests/test_trees.py tests/test_attention.py"
               files="$files tests/test_real_models.py tests/test_bad_input.py"
               sel="(cuda or graphed or compiled or exact or another_device or gpu) and not exact_mode_bf16_equals_plain"
