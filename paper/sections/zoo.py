@@ -439,6 +439,13 @@ def weight_average() -> None:
         paired_difference(f"zooAvgDiff{tag}", base, gate)
         paired_difference(f"zooAvgWeakDiff{tag}", weak, gate)
     num("zooAvgGateProv", provenance(gate["run_info"]), "{}")
+    every = {who: json.loads((AVERAGE / f"{who}_gate_eval274_cpu.json").read_text()) for who in ("installed", "base")}
+    for who, tag in (("installed", "Avg"), ("base", "Base")):  # every admitted evaluation edit, CPU fp32
+        gate_numbers(f"zooAllEval{tag}", every[who]["quality_gate"])
+    num("zooAllEvalN", every["installed"]["quality_gate"]["n"], "{:d}")
+    num("zooAllEvalMedianRef", every["installed"]["quality_gate"]["median_ref_norm"])
+    paired_difference("zooAllEvalDiff", every["base"], every["installed"])
+    num("zooAllEvalProv", provenance(every["installed"]["run_info"]), "{}")
 
 
 def make() -> None:
