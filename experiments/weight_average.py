@@ -48,9 +48,6 @@ def check_pair(a: Path, b: Path) -> None:
     for k, spec in ta.items():
         if spec != tb[k]:
             raise ValueError(f"tensor {k} is {spec[0]}{spec[1]} in A and {tb[k][0]}{tb[k][1]} in B")
-    if [p.name for p in shards(a)] != [p.name for p in shards(b)]:
-        raise ValueError("A and B shard their weights differently: "
-                         f"{[p.name for p in shards(a)]} vs {[p.name for p in shards(b)]}")
 
 
 def tensor_specs(folder: Path) -> dict[str, tuple[str, list[int]]]:
@@ -67,7 +64,7 @@ def tensor_specs(folder: Path) -> dict[str, tuple[str, list[int]]]:
 
 
 def average(a: dict, b: dict, weight: float) -> dict:
-    """``(1 - weight) * a + weight * b`` per tensor name, in fp32, cast back to ``a``'s dtype."""
+    """``(1 - weight) * a + weight * b`` for each of ``a``'s tensor names, in fp32, cast back to ``a``'s dtype."""
     return {k: ((1 - weight) * a[k].float() + weight * b[k].float()).to(a[k].dtype) for k in a}
 
 
@@ -82,7 +79,8 @@ def weight_average(a: Path, b: Path, weight: float, out: Path, command: str = ""
     check_pair(a, b)
     parents = {name: {"path": str(folder), "shards": {p.name: sha256(p) for p in shards(folder)}}
                for name, folder in (("a", a), ("b", b))}
-    mixed = {p.name: average(load_file(p), load_file(b / p.name), weight) for p in shards(a)}  # all read first
+    wb = {k: t for p in shards(b) for k, t in load_file(p).items()}  # B's tensors, whatever its sharding
+    mixed = {p.name: average(load_file(p), wb, weight) for p in shards(a)}  # all read before anything is written
     if out.resolve() != a.resolve():
         shutil.copytree(a, out, dirs_exist_ok=True)
     for name, tensors in mixed.items():

@@ -52,6 +52,17 @@ def test_every_tensor_is_the_weighted_mean_in_a_dtype(tmp_path, weight):
     assert model.config.vocab_size == 97
 
 
+def test_b_sharded_otherwise_averages_the_same(tmp_path):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    whole = tmp_path / "b_whole"  # the same weights as B in one file
+    tiny_target(seed=1, vocab=97).to(torch.bfloat16).save_pretrained(whole)
+    assert len(wa.shards(whole)) == 1 < len(wa.shards(b))
+    wa.main([str(a), str(b), "--weight", "0.3", "--out", str(tmp_path / "x")])
+    wa.main([str(a), str(whole), "--weight", "0.3", "--out", str(tmp_path / "y")])
+    x, y = _weights(tmp_path / "x"), _weights(tmp_path / "y")
+    assert all(torch.equal(x[k], y[k]) for k in x)
+
+
 def test_in_place_on_a_replaces_only_the_weights(tmp_path):
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
     (a / "training_config.json").write_text('{"kept": true}')

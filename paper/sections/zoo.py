@@ -170,7 +170,7 @@ def compile_speed() -> None:
 
 def retrain() -> None:
     """retrain_compiled_h200/: the lineage's first target stages rerun with compiled layers (retrain_zoo.sh) in
-    separate calls, against the same stages of the installed (eager) lineage; then the whole lineage
+    separate calls, against the same stages of the base (eager) lineage; then the whole lineage
     (:func:`lineage`)."""
     stages = json.loads(RETRAIN.read_text())["stages"]
     eager = [json.loads((MODEL_DIR / f).read_text()) for f in TARGET_CALLS]
@@ -201,7 +201,7 @@ def retrain() -> None:
 def lineage(run: dict, separate_first: dict) -> None:
     """retrain_compiled_h200/lineage/: the five stages back to back on one machine (their GPU-minutes, with and
     without the machine's start; stage 1's pretraining against the stage 1 run alone), and its product's gates
-    against the installed target's and its own before the repairs (stage 4) on the same prompts (GPU bf16 alone;
+    against the base target's and its own before the repairs (stage 4) on the same prompts (GPU bf16 alone;
     CPU fp32 for all, with the paired difference of the Spearman correlations)."""
     folder = RETRAIN.parent / run["folder"]
     calls = run["calls"]
@@ -254,7 +254,7 @@ def paired_difference(name: str, a: dict, b: dict) -> None:
 def rerun(run: dict, first: dict) -> None:
     """retrain_compiled_h200/lineage_data_first/: the same lineage rerun back to back with the edit data made before
     pretraining (its GPU-minutes, stage 1's data preparation and pretraining) and its product's CPU gates, each
-    paired with the installed target's and with the first lineage's product's on the same prompts."""
+    paired with the base target's and with the first lineage's product's on the same prompts."""
     folder, first_folder = (RETRAIN.parent / r["folder"] for r in (run, first))
     num("zooRerunMin", sum(c["call_wall_s"] for c in run["calls"]) / 60, "{:.1f}")
     num("zooRerunLeaseMin", run["lease_s_through_stage5"] / 60, "{:.1f}")
@@ -273,8 +273,8 @@ def rerun(run: dict, first: dict) -> None:
 
 def step_budgets(run: dict) -> None:
     """retrain_compiled_h200/lineage_step_budgets/: the lineage back to back with each target stage training the
-    installed lineage's step counts (its GPU-minutes, steps, stage 5's selection gates) and its product's GPU gates,
-    each paired with the installed target's on the same prompts."""
+    base lineage's step counts (its GPU-minutes, steps, stage 5's selection gates) and its product's GPU gates,
+    each paired with the base target's on the same prompts."""
     folder = RETRAIN.parent / run["folder"]
     num("zooEagerStepsMin", sum(c["call_wall_s"] for c in run["calls"]) / 60, "{:.1f}")
     num("zooEagerStepsLeaseMin", run["lease_s_through_stage5"] / 60, "{:.1f}")
@@ -295,8 +295,8 @@ def step_budgets(run: dict) -> None:
 
 def cpu_repairs(folder, runs: dict) -> None:
     """lineage_step_budgets/stage4_cpu_repair*: the lineage's stage-4 weights repaired on the CPU, gated (the gates'
-    EOS shares and correlations) and as the installed target was (23 steps, then 8 more of more continuations,
-    ungated); the latter's CPU gates paired with the installed target's and with the stage-4 weights' own."""
+    EOS shares and correlations) and as the base target was (23 steps, then 8 more of more continuations,
+    ungated); the latter's CPU gates paired with the base target's and with the stage-4 weights' own."""
     selection_numbers("zooEagerStepsCpuSel", json.loads((folder / runs["gated"]["record"]).read_text())["selection"])
     steps = [json.loads((folder / runs[k]["record"]).read_text()) for k in ("repair", "then")]
     num("zooEagerStepsCpuRepairMin", sum(r["wall_s"] for r in steps) / 60, "{:.0f}")
@@ -316,9 +316,9 @@ def cpu_repairs(folder, runs: dict) -> None:
 
 def repair_selection() -> None:
     """repair_selection_h200/: stage 5's loop repair, its step chosen by 64-prompt validation gates, applied once more
-    to the installed target; the gates along the repair, and the installed and the repaired target on the same 96
+    to the base target; the gates along the repair, and the base and the repaired target on the same 96
     evaluation and 160 validation prompts (GPU bf16, paired differences of the Spearman correlations), and the
-    installed target's answers that hold its correlation down (:func:`experiments.zoo_gate.misses`)."""
+    base target's answers that hold its correlation down (:func:`experiments.zoo_gate.misses`)."""
     record = json.loads((SELECTION / "repair_config.json").read_text())
     selection_numbers("zooSel", record["selection"])
     num("zooSelN", record["selection"]["gates"][0]["n"], "{:d}")
@@ -344,10 +344,10 @@ def repair_selection() -> None:
 
 
 def decision_tuning() -> None:
-    """decision_tuning_h200/: the installed target tuned further with a heavier loss weight where the answer leaves or
+    """decision_tuning_h200/: the base target tuned further with a heavier loss weight where the answer leaves or
     resumes the copy, then loop-repaired with the repeats' unlikelihood weighted as before and more weakly; the two
-    kinds of misses of each on the installed target's evaluation and validation prompts, their gates, and each
-    repaired one's paired difference from the installed target."""
+    kinds of misses of each on the base target's evaluation and validation prompts, their gates, and each repaired
+    one's paired difference from the base target (repair_selection_h200/installed_gate_*: installed when it ran)."""
     tuning = json.loads((DECISION / "training_config.json").read_text())
     repair = json.loads((DECISION / "repair_config.json").read_text())
     num("zooDecWeight", tuning["config"]["decision_weight"], "{:g}")
@@ -361,7 +361,7 @@ def decision_tuning() -> None:
     num("zooDecWeakSteps", weak["repair"]["steps"], "{:d}")
     num("zooDecWeakProv", provenance(weak["run_info"]), "{}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
+        base = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
         for who, name in (("tuned", "Tuned"), ("repaired", "Rep"), ("weak_repaired", "Weak")):
             gate = json.loads((DECISION / f"{who}_gate_{prompts}_h200.json").read_text())
             gate_numbers(f"zooDec{name}{tag}", gate["quality_gate"])
@@ -369,14 +369,14 @@ def decision_tuning() -> None:
             for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
                 num(f"zooDec{name}{tag}{kind}", miss[key], "{:d}")
             if who != "tuned":
-                paired_difference(f"zooDec{name}Diff{tag}", installed, gate)
+                paired_difference(f"zooDec{name}Diff{tag}", base, gate)
 
 
 def edit_places() -> None:
     """edit_places_cpu_fp32/: teacher-forced on the gate prompts' references (evaluation, validation and training
     rows), the share of the places where the reference leaves the copy that each target leaves it at too, and its
-    departures from the copy per 1,000 tokens where the reference copies; for the installed target and the
-    decision-tuned one before and after each of its two loop repairs."""
+    departures from the copy per 1,000 tokens where the reference copies; for the base target, the decision-tuned one
+    before and after each of its two loop repairs, and the installed target (installed_average_*.json)."""
     labels = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep", "repaired_weak": "Weak",
               "installed_average": "Avg"}  # "installed" in the first files: the base target, installed when they ran
     for tag, name in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):
@@ -420,21 +420,18 @@ def weight_average() -> None:
     num("zooAvgWeight", record["weight"], "{:g}")
     num("zooAvgBaseWeight", 1 - record["weight"], "{:g}")
     num("zooAvgProv", provenance(record["run_info"]), "{}")
-    for f in sorted(AVERAGE.glob("average*_gate_val64_cpu.json")):
-        tag = {"050": "Half", "075": "Chosen"}[f.name[len("average"):len("average") + 3]]
-        g = json.loads(f.read_text())["quality_gate"]
+    for tag, name in (("Half", "average050"), ("Chosen", "average075")):  # the weights tried: 0.5 and 0.75
+        g = json.loads((AVERAGE / f"{name}_gate_val64_cpu.json").read_text())["quality_gate"]
         num(f"zooAvgSel{tag}Eos", 100 * g["eos_share"], "{:.0f}")
         num(f"zooAvgSel{tag}Rho", g["spearman_ref_out"])
-        num(f"zooAvgSel{tag}Score", zoo_gate.gate_score(g))
     num("zooAvgSelN", g["n"], "{:d}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         gate = json.loads((AVERAGE / f"installed_gate_{prompts}_h200.json").read_text())
         base = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
         weak = json.loads((DECISION / f"weak_repaired_gate_{prompts}_h200.json").read_text())
         gate_numbers(f"zooAvg{tag}", gate["quality_gate"])
-        num(f"zooAvg{tag}Length", 100 * gate["quality_gate"]["length_share"], "{:.0f}")
         miss = zoo_gate.misses(gate)
-        for kind, key in (("Unedited", "short_unedited"), ("Short", "short"), ("Long", "long")):
+        for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
             num(f"zooAvg{tag}{kind}", miss[key], "{:d}")
         paired_difference(f"zooAvgDiff{tag}", base, gate)
         paired_difference(f"zooAvgWeakDiff{tag}", weak, gate)
