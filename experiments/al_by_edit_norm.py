@@ -3,6 +3,7 @@ the target's own outputs beside them, and the analytic models over both.
 
     python -m experiments.al_by_edit_norm RUNS.jsonl... [--theory experiments/results/simulation/simulate_al.json]
         [--theory-by-state SIM.json] [--splits N] [--exclude-prompts OTHER_RUNS.jsonl...]
+        [--fit-runs OTHER_PROMPTS_RUNS.jsonl...]
 
 ``RUNS``: spec_bench JSONL files of several methods on the same code-edit prompts (greedy, so every method's
 output is the target's one output). For each binning (the reference's edit norm, as the PR bins, and the
@@ -18,7 +19,10 @@ with ``--theory``, the predictive models fitted by simulate_al.py on other promp
 ``--theory-by-state`` those of a simulate_al.py run whose EAGLE rates depend on the n-gram state (``state_*``);
 each model's mean relative error over bins against the measurement and against the simulation.
 ``--splits N`` adds ``held_out``: the predictive models fitted to a random half of the prompts and scored on the
-other half, over N splits (:func:`held_out_fits`). ``--exclude-prompts`` leaves out the prompts of other runs (to
+other half, over N splits (:func:`held_out_fits`). ``--fit-runs`` adds the predictive models fitted to runs of
+the same configurations on other prompts (e.g. another repository's edits), ``other_*``, scored beside the rest.
+``sampling_floor`` gives, per variant and binning, the error that a model knowing every bin's true AL would show
+against a measurement of this size. ``--exclude-prompts`` leaves out the prompts of other runs (to
 measure EAGLE's rates on prompts that the runs being predicted do not hold).
 """
 
@@ -214,6 +218,84 @@ def errors(preds: dict, table: list[dict]) -> list[dict]:
 HELD_OUT_VARIANTS = ("ngram", "ngram-eagle", "ngram-eagle tree")
 
 
+def fit_models(fit_t, al_eagle: float, k: dict, sim_doc: dict | None) -> dict[str, ModelFit]:
+    """The predictive models fitted to one variant's per-bin measurement ``fit_t`` (a DataFrame of
+    :func:`bin_table` rows): ``harmonic_fit`` (AL_eagle held at ``al_eagle``: 1 for n-gram alone, else the fitted
+    prompts' EAGLE-1 AL), ``harmonic_free`` and, with ``sim_doc`` (a simulate_al.json), ``resync`` with its edit
+    structure and new-share constants."""
+    models = {"harmonic_fit": fit_harmonic(fit_t["mean_e"], fit_t["seq_al"], al_eagle=al_eagle, k_ngram=k["ngram"],
+                                           k_eagle=k["eagle"], n_boot=0),
+              "harmonic_free": fit_harmonic(fit_t["mean_e"], fit_t["seq_al"], k_ngram=k["ngram"], k_eagle=k["eagle"],
+                                            n_boot=0)}
+    if sim_doc and "edit_structure" in sim_doc:
+        models["resync"] = fit_resync(fit_t["mean_e"], fit_t["seq_al"], fit_t["mean_tokens"], k=k["ngram"],
+                                      share=sim_doc.get("new_share_constants"), n_boot=0, **sim_doc["edit_structure"])
+    return models
+
+
+def corpus_al(part) -> float:
+    """Sequence-normalized AL of a set of rows: all their tokens over all their target passes."""
+    return float(part["tokens"].sum() / part["passes"].sum())
+
+
+def other_prompt_predictions(fit_df, table: list[dict], edges, k: dict, sim_doc: dict | None) -> dict:
+    """Per (binning, variant) of ``HELD_OUT_VARIANTS``: the predictive models fitted to the runs of other prompts
+    ``fit_df`` (:func:`fit_models`, AL_eagle their EAGLE-1 AL; binned by ``edges``) evaluated on the bins of
+    ``table`` (the measured table of the runs scored), named ``other_<model>``, and ``other_bins``: each bin's AL in ``fit_df`` (NaN where
+    it has none), the error left by the other prompts' bins themselves. Same layout as :func:`model_predictions`."""
+    import pandas as pd
+
+    eagle = fit_df[fit_df["variant"] == "eagle"]
+    out = {}
+    for binning in BINNINGS:
+        fit_t = pd.DataFrame(bin_table(fit_df, edges, binning, n_boot=0))
+        for variant in HELD_OUT_VARIANTS:
+            a = fit_t[fit_t["variant"] == variant] if len(fit_t) else fit_t
+            mine = sorted((t for t in table if t["binning"] == binning and t["variant"] == variant),
+                          key=lambda t: t["bin_lo"])
+            if len(a) < 3 or not mine or (variant != "ngram" and eagle.empty):
+                continue
+            e = np.clip([t["mean_e"] for t in mine], 0, 1)
+            length = np.array([t["mean_tokens"] for t in mine])
+            models = fit_models(a, 1.0 if variant == "ngram" else corpus_al(eagle), k, sim_doc)
+            preds = {f"other_{n}": np.asarray(m.predict(e, length), dtype=float).tolist() for n, m in models.items()}
+            own = dict(zip(a["bin"], a["seq_al"]))
+            preds["other_bins"] = [float(own.get(t["bin"], np.nan)) for t in mine]
+            out[(binning, variant)] = {"bins": [t["bin"] for t in mine], "predictions": preds,
+                                       "params": {n: m.params for n, m in models.items()}}
+    return out
+
+
+def sampling_floor(df, edges, n_boot: int, seed: int = 0) -> list[dict]:
+    """Per (binning, variant): the mean relative error over bins that a model knowing each bin's true AL would
+    show against a measurement of this many prompts, estimated by resampling each bin's prompts (as
+    :func:`bin_table` does) and scoring the measured bins against every resample: the median, 2.5% and 97.5%
+    quantiles over ``n_boot`` resamples (none: an empty list). A predictive model's error against the measurement cannot be expected
+    below it."""
+    rng = np.random.default_rng(seed)
+    out = []
+    if n_boot < 1:
+        return out
+    for binning in BINNINGS:
+        binned = results.bin_edit_norm(df, edges, binning).dropna(subset=["bin"])
+        for variant in (*HELD_OUT_VARIANTS, "eagle"):
+            part = binned[binned["variant"] == variant]
+            if part.empty:
+                continue
+            rel = np.zeros(n_boot)
+            groups = [g for _, g in part.groupby("bin", observed=True)]
+            for g in groups:
+                tok, pas = g["tokens"].to_numpy(float), g["passes"].to_numpy(float)
+                draw = rng.integers(0, len(g), size=(n_boot, len(g)))
+                resampled = tok[draw].sum(1) / pas[draw].sum(1)
+                rel += np.abs(tok.sum() / pas.sum() - resampled) / resampled
+            rel /= len(groups)
+            lo, med, hi = np.quantile(rel, [0.025, 0.5, 0.975])
+            out.append({"binning": binning, "variant": variant, "bins": len(groups), "median": float(med),
+                        "lo": float(lo), "hi": float(hi), "mean": float(rel.mean())})
+    return out
+
+
 def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: int = 0) -> dict:
     """The predictive models fitted to the runs' own prompts and scored on other prompts: over ``splits`` seeded
     random halves of the prompts, each of ``HELD_OUT_VARIANTS`` is fitted to the first half's per-bin corpus ALs
@@ -228,10 +310,8 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
     import pandas as pd
 
     ids = np.sort(df["example_id"].unique())
-    share = (sim_doc or {}).get("new_share_constants")
     sim_fits = {policy: {name: saved_fit(f) for name, f in fits.items() if predictive(name, f)}
                 for policy, fits in ((sim_doc or {}).get("fits") or {}).items()}
-    corpus_al = lambda part: float(part["tokens"].sum() / part["passes"].sum())  # noqa: E731
     rows = []
     for split in range(splits):
         first = set(np.random.default_rng((seed, split)).permutation(ids)[: len(ids) // 2])
@@ -245,14 +325,7 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
                 a, b = fit_t[fit_t["variant"] == variant], test_t[test_t["variant"] == variant]
                 if len(a) < 3 or b.empty or (variant != "ngram" and eagle.empty):
                     continue
-                ae = 1.0 if variant == "ngram" else corpus_al(eagle)
-                models = {"harmonic_fit": fit_harmonic(a["mean_e"], a["seq_al"], al_eagle=ae, k_ngram=k["ngram"],
-                                                       k_eagle=k["eagle"], n_boot=0),
-                          "harmonic_free": fit_harmonic(a["mean_e"], a["seq_al"], k_ngram=k["ngram"],
-                                                        k_eagle=k["eagle"], n_boot=0)}
-                if sim_doc and "edit_structure" in sim_doc:
-                    models["resync"] = fit_resync(a["mean_e"], a["seq_al"], a["mean_tokens"], k=k["ngram"],
-                                                  share=share, n_boot=0, **sim_doc["edit_structure"])
+                models = fit_models(a, 1.0 if variant == "ngram" else corpus_al(eagle), k, sim_doc)
                 models.update({f"sim_{n}": f for n, f in sim_fits.get(SIM_POLICY[variant], {}).items()})
                 e, length, al = b["mean_e"].clip(0, 1), b["mean_tokens"], b["seq_al"].to_numpy()
                 for name, mf in models.items():
@@ -298,6 +371,10 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", type=int, default=0,
                     help="random halves of the prompts on which the models are fitted and the other half scored "
                     "(held_out; 0: none)")
+    ap.add_argument("--fit-runs", nargs="+", default=(),
+                    help="spec_bench JSONL files (paths or globs) of the same configurations on other prompts: the "
+                    "predictive models fitted to them (other_*) are scored on the runs (prompts that the runs hold "
+                    "are left out of the fit)")
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "zoo" / "al_by_edit_norm.json")
     a = ap.parse_args(argv)
     if a.bins < 8:
@@ -316,13 +393,32 @@ def main(argv=None) -> int:
     measured = [t for c in BINNINGS for t in bin_table(df, edges, c, a.n_boot)]
     rates = eagle_rates(df)
     eagle_rows = df[df["variant"] == "eagle"]
-    al_eagle = float(eagle_rows["tokens"].sum() / eagle_rows["passes"].sum()) if len(eagle_rows) else None
+    al_eagle = corpus_al(eagle_rows) if len(eagle_rows) else None
     theories = {prefix: json.loads(path.read_text())["fits"]
                 for prefix, path in (("sim_", a.theory), ("state_", a.theory_by_state)) if path}
     preds = model_predictions(measured, theories, al_eagle, k)
+    other = None
+    if a.fit_runs:
+        fit_df = results.load_runs(a.fit_runs)
+        shared = set(fit_df["example_id"]) & set(df["example_id"])
+        fit_df = fit_df[~fit_df["example_id"].isin(shared)]
+        if fit_df.empty:
+            print("--fit-runs: no rows on prompts other than the runs'", file=sys.stderr)
+            return 2
+        sim_doc = json.loads(a.theory.read_text()) if a.theory else None
+        fitted = other_prompt_predictions(fit_df, measured, edges, k, sim_doc)
+        for key, p in fitted.items():
+            preds.setdefault(key, {"bins": p["bins"], "predictions": {}})["predictions"].update(p["predictions"])
+        other = {"runs": list(a.fit_runs), "prompts": int(fit_df["example_id"].nunique()),
+                 "shared_prompts_left_out": len(shared), "al_eagle": corpus_al(fit_df[fit_df["variant"] == "eagle"])
+                 if (fit_df["variant"] == "eagle").any() else None,
+                 "params": {f"{b}|{v}": p["params"] for (b, v), p in fitted.items()},
+                 "measured": [t for c in BINNINGS for t in bin_table(fit_df, edges, c, a.n_boot)]}
     doc = {"runs": a.runs, "excluded_prompts": len(excluded), "bins": edges.tolist(), "k": k, "eagle_rates": rates,
            "al_eagle": al_eagle, "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
-           "errors_vs_measured": errors(preds, measured)}
+           "errors_vs_measured": errors(preds, measured), "sampling_floor": sampling_floor(df, edges, a.n_boot)}
+    if other:
+        doc["other_prompts"] = other
     if not a.no_sim:
         prompt_ids, skipped = rebuilt_prompts(df, a.change_request)
         sim_df = simulate_outputs(df, prompt_ids, k, rates)

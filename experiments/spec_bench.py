@@ -122,8 +122,8 @@ class BenchConfig:
             raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if self.change_request not in data.CHANGE_REQUESTS:
             raise ValueError(f"--change-request must be one of {data.CHANGE_REQUESTS}, got {self.change_request!r}")
-        if self.split not in ("eval", "all"):
-            raise ValueError("--split must be 'eval' or 'all'")
+        if self.split not in SPLITS:
+            raise ValueError(f"--split must be one of {SPLITS}, got {self.split!r}")
         if self.dtype not in checkpoint.DTYPES:
             raise ValueError(f"--dtype must be one of {checkpoint.DTYPES}, got {self.dtype!r}")
         if self.compile not in COMPILE:
@@ -152,6 +152,7 @@ class BenchConfig:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
+SPLITS = ("eval", "validation", "all")  # code edits: the zoo's held-out split, the validation repositories', all
 ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
                 "tree_paths", "exact", "change_request")
 TREES = ("none", "dynamic", "static")
@@ -272,7 +273,7 @@ def load_heads(cfg: BenchConfig, model) -> dict:
 
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
                   per_bin: int | None = None, oversample: bool = True, bin_width: float = 0.05) -> list[data.Example]:
-    """The run's prompts in a deterministic order (code edits: the zoo's held-out split unless --split all;
+    """The run's prompts in a deterministic order (code edits: ``cfg.split``, the zoo's held-out split by default;
     ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6]). ``num_prompts`` beyond the
     dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does."""
     if cfg.dataset_name == "hf":
@@ -290,6 +291,10 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
         exs = data.load_code_edits(Path(data_dir) / "code_edits_dev.jsonl" if data_dir else None,
                                    min_distance=cfg.min_distance, max_distance=cfg.max_distance,
                                    change_request=cfg.change_request, ids=keep)
+        if cfg.split == "validation":
+            from experiments.edit_corpus import VALIDATION_REPOS
+
+            exs = [e for e in exs if e.meta.get("repo") in VALIDATION_REPOS]
     if per_bin:
         exs = data.resample_by_bins(exs, results.norm_bins(bin_width), per_bin, seed=cfg.seed)
     if num_prompts is not None and num_prompts < 1:
@@ -519,7 +524,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-path", default=None, help="hf: a Hub dataset id, a save_to_disk folder, parquet or "
                    "JSONL file(s); otherwise the folder with the project's JSONL files (default ../shared/data)")
     p.add_argument("--hf-split", default="train")
-    p.add_argument("--split", default="eval", choices=("eval", "all"))
+    p.add_argument("--split", default="eval", choices=SPLITS,
+                   help="code edits: eval (a zoo target's held-out split; every row for other models), validation "
+                   "(the rows of the zoo's validation repositories) or all")
     p.add_argument("--change-request", default="located", choices=data.CHANGE_REQUESTS,
                    help="code-edits prompts: located (the commit subject, then the places, scopes and sizes of the "
                    "change; the zoo target's format), or the commit subject alone")

@@ -5,7 +5,7 @@
     python -m experiments.sweep --preset cpu-small --dry-run        # list the configs and prompt counts
     torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
 
-Grid, per dataset (code-edits: the zoo's held-out split resampled to ``per_bin`` prompts per ``bin_width``
+Grid, per dataset (code-edits: the zoo's held-out split, or ``--split``'s rows, resampled to ``per_bin`` prompts per ``bin_width``
 edit-norm bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
 covers its categories):
 
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dataset-path", default=None, help="folder with the jsonl files (default ../shared/data)")
     p.add_argument("--datasets", nargs="+", choices=DATASETS, default=None, help="only these datasets")
     p.add_argument("--methods", nargs="+", choices=sb.METHODS, default=None, help="only these methods")
+    p.add_argument("--split", default="eval", choices=sb.SPLITS,
+                   help="code edits: the zoo's held-out split, the validation repositories' rows, or all")
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
     a = p.parse_args(argv)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     preset = PRESETS[a.preset]
     data_dir = str(a.dataset_path or default_data_dir())
     out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
-    runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype)
+    runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype, split=a.split)
             if (a.datasets is None or c.dataset_name in a.datasets) and (a.methods is None or c.method in a.methods)]
     examples = {}
     for _, cfg in runs:

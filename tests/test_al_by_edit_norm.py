@@ -175,6 +175,93 @@ def test_held_out_harmonic_fit_predicts_other_prompts_of_a_harmonic_corpus():
     assert summary[("ref_edit_norm", "ngram", "constant")]["median"] > 0.05
 
 
+def _harmonic_rows(ids, rng, spread=0.0):
+    """Rows of n-gram, EAGLE-1 and the hybrid on prompts ``ids`` whose AL follows the harmonic model (times a
+    random factor within ``spread``), with equal token counts so that a bin's corpus AL is the model at its mean e."""
+    from hybridsd.analytic import harmonic_al
+
+    rows = []
+    for i in ids:
+        e = float(rng.uniform(0, 0.6))
+        for variant, (ae, an) in (("ngram", (1.6, 5.4)), ("ngram-eagle", (2.4, 5.2)), ("eagle", (2.4, 2.4))):
+            al = float(harmonic_al(e, ae, an)) * (1 + spread * rng.uniform(-1, 1))
+            rows.append({"variant": variant, "example_id": f"ex{i}", "ref_edit_norm": e, "output_edit_norm": e,
+                         "tokens": 1000.0, "passes": 1000.0 / al, "drafts": 1, "accepted": 1,
+                         "precision_al": al, "seq_al": al})
+    return rows
+
+
+def test_models_fitted_on_other_prompts_predict_a_harmonic_corpus():
+    """The models fitted to other prompts of the same harmonic corpus predict the scored prompts' bins to fitting
+    tolerance (the free fit recovers both constants); ``other_bins`` are the other prompts' own bin ALs, compared
+    with a loop over their rows."""
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    edges, k = np.linspace(0, 0.6, 9), {"ngram": 5, "eagle": 3}
+    fit_rows, scored = _harmonic_rows(range(64), rng), pd.DataFrame(_harmonic_rows(range(100, 148), rng))
+    table = ab.bin_table(scored, edges, "ref_edit_norm", n_boot=0) + ab.bin_table(scored, edges, "output_edit_norm",
+                                                                                   n_boot=0)
+    preds = ab.other_prompt_predictions(pd.DataFrame(fit_rows), table, edges, k, None)
+    for variant, ae in (("ngram", 1.6), ("ngram-eagle", 2.4)):
+        p = preds[("ref_edit_norm", variant)]
+        measured = {t["bin"]: t["seq_al"] for t in table if (t["binning"], t["variant"]) == ("ref_edit_norm", variant)}
+        got = np.array(p["predictions"]["other_harmonic_free"])
+        assert got == pytest.approx([measured[b] for b in p["bins"]], rel=1e-4)
+        assert p["params"]["harmonic_free"]["al_eagle"] == pytest.approx(ae, rel=1e-3)
+        for b, al in zip(p["bins"], p["predictions"]["other_bins"]):
+            lo = next(t["bin_lo"] for t in table if t["bin"] == b)
+            hi = next(t["bin_hi"] for t in table if t["bin"] == b)
+            inside = [r for r in fit_rows if r["variant"] == variant and lo <= r["ref_edit_norm"] < hi]
+            want = sum(r["tokens"] for r in inside) / sum(r["passes"] for r in inside) if inside else np.nan
+            assert al == pytest.approx(want, nan_ok=True)
+    assert set(preds[("ref_edit_norm", "ngram")]["predictions"]) == {"other_harmonic_fit", "other_harmonic_free",
+                                                                      "other_bins"}
+
+
+def test_sampling_floor_is_zero_without_spread_and_the_exact_expectation_for_two_prompts():
+    """Prompts of a bin with one AL leave no sampling error; a bin of two prompts has four equally likely
+    resamples, whose mean error the estimate approaches."""
+    import pandas as pd
+
+    edges = np.linspace(0, 0.6, 9)
+    same = pd.DataFrame([{"variant": v, "example_id": f"ex{i}", "ref_edit_norm": i / 70, "output_edit_norm": i / 70,
+                          "tokens": 100.0 * (1 + i % 3), "passes": 25.0 * (1 + i % 3) * (1 + int(i / 70 / 0.075)),
+                          "drafts": 1, "accepted": 1} for i in range(40) for v in ("ngram", "eagle")])
+    floor = ab.sampling_floor(same, edges, n_boot=50)
+    assert len(floor) == 4 and all(f["hi"] == pytest.approx(0, abs=1e-12) for f in floor)
+    two = pd.DataFrame([{"variant": "ngram", "example_id": f"ex{i}", "ref_edit_norm": 0.01, "output_edit_norm": 0.01,
+                         "tokens": t, "passes": p, "drafts": 1, "accepted": 1} for i, (t, p) in
+                        enumerate(((100.0, 25.0), (300.0, 150.0)))])
+    measured = 400 / 175
+    outcomes = [100 / 25, 400 / 175, 400 / 175, 300 / 150]  # {a,a}, {a,b}, {b,a}, {b,b}
+    want = np.mean([abs(measured - al) / al for al in outcomes])
+    (got,) = [f for f in ab.sampling_floor(two, edges, n_boot=20000) if f["binning"] == "ref_edit_norm"]
+    assert got["bins"] == 1 and got["mean"] == pytest.approx(want, rel=0.03)
+
+
+def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path):
+    """``--fit-runs``: the prompts that the scored runs hold are left out of the fit and counted; the other_* models
+    are scored beside the PR's; the sampling floor is written; no other prompt left gives one error line."""
+    other = tmp_path / "other.jsonl"
+    rows = [json.loads(line) for path in runs for line in open(path)]
+    moved = [dict(r, example_id=r["example_id"].replace("ex", "other")) for r in rows]
+    other.write_text("".join(json.dumps(r) + "\n" for r in moved + rows[:3]))
+    out = tmp_path / "fig.json"
+    assert ab.main([*runs, "--no-sim", "--n-boot", "10", "--bins", "8", "--fit-runs", str(other),
+                    "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["other_prompts"]["prompts"] == 40 and doc["other_prompts"]["shared_prompts_left_out"] == 3
+    models = {e["model"] for e in doc["errors_vs_measured"]}
+    assert {"harmonic_pr", "other_harmonic_fit", "other_harmonic_free", "other_bins"} <= models
+    bins = [e for e in doc["errors_vs_measured"] if e["model"] == "other_bins"]
+    assert all(e["mean_rel"] == 0 for e in bins)  # the same rows under other ids: the same bins
+    assert {(f["binning"], f["variant"]) for f in doc["sampling_floor"]} >= {("ref_edit_norm", "ngram")}
+    only_shared = tmp_path / "shared.jsonl"
+    only_shared.write_text(open(runs[0]).read())
+    assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--fit-runs", str(only_shared), "--out", str(out)]) == 2
+
+
 def test_simulated_prompts_draw_eagle_apart(monkeypatch):
     """The trace simulation of the measured outputs draws EAGLE's acceptances per prompt: two prompts with the same
     text and output get different draws (one shared seed gave every prompt the same first draws), and each prompt

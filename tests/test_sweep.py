@@ -47,3 +47,30 @@ def test_edit_norm_preset_fills_the_analysis_bins():
     have = np.bincount(data.bin_index([e.edit_norm for e in split], edges) + 1, minlength=10)[1:]
     got = np.bincount(data.bin_index([e.edit_norm for e in picked], edges) + 1, minlength=10)[1:]
     assert got.tolist() == np.minimum(have, 16).tolist()
+
+
+def test_validation_split_draws_the_validation_repositories_rows():
+    """``--split validation``: the edit-norm preset's prompts are the validation repositories' rows, drawn per bin
+    as the held-out split's are, none of them held-out (evaluation) rows; the split enters the config's key."""
+    from experiments.edit_corpus import VALIDATION_REPOS
+    from hybridsd import data, zoo
+
+    try:
+        data.default_data_dir()
+    except FileNotFoundError:
+        pytest.skip("code_edits_dev.jsonl not available")
+    preset = sweep.PRESETS["edit-norm"]
+    cfg = dict(sweep.grid(preset, device="cpu", split="validation"))["code-edits__ngram__pr"]
+    assert cfg.key() != dict(sweep.grid(preset, device="cpu"))["code-edits__ngram__pr"].key()
+    picked = sweep.select_examples(cfg, preset, None)
+    rows = {e.id: e for e in data.load_code_edits(change_request=cfg.change_request)}
+    mine = [e for e in rows.values() if e.meta["repo"] in VALIDATION_REPOS]
+    assert picked and {rows[e.id].meta["repo"] for e in picked} == set(VALIDATION_REPOS)
+    held_out = set(json.loads((zoo.path(cfg.model) / "eval_split.json").read_text())["ids"])
+    assert not {e.id for e in picked} & held_out
+    edges = results.norm_bins(preset.bin_width)
+    have = np.bincount(data.bin_index([e.edit_norm for e in mine], edges) + 1, minlength=10)[1:]
+    got = np.bincount(data.bin_index([e.edit_norm for e in picked], edges) + 1, minlength=10)[1:]
+    assert got.tolist() == np.minimum(have, 16).tolist()
+    with pytest.raises(SystemExit):
+        sweep.main(["--preset", "edit-norm", "--split", "nowhere", "--dry-run"])
