@@ -241,8 +241,9 @@ def corpus_al(part) -> float:
 def other_prompt_predictions(fit_df, table: list[dict], edges, k: dict, sim_doc: dict | None) -> dict:
     """Per (binning, variant) of ``HELD_OUT_VARIANTS``: the predictive models fitted to the runs of other prompts
     ``fit_df`` (:func:`fit_models`, AL_eagle their EAGLE-1 AL; binned by ``edges``) evaluated on the bins of
-    ``table`` (the measured table of the runs scored), named ``other_<model>``, and ``other_bins``: each bin's AL in ``fit_df`` (NaN where
-    it has none), the error left by the other prompts' bins themselves. Same layout as :func:`model_predictions`."""
+    ``table`` (the measured table of the runs scored), named ``other_<model>``, and ``other_bins``: each bin's AL in
+    ``fit_df`` (NaN where it has none), the error left by the other prompts' bins themselves. Same layout as
+    :func:`model_predictions`, with each fit's ``params``."""
     import pandas as pd
 
     eagle = fit_df[fit_df["variant"] == "eagle"]
@@ -270,8 +271,8 @@ def sampling_floor(df, edges, n_boot: int, seed: int = 0) -> list[dict]:
     """Per (binning, variant): the mean relative error over bins that a model knowing each bin's true AL would
     show against a measurement of this many prompts, estimated by resampling each bin's prompts (as
     :func:`bin_table` does) and scoring the measured bins against every resample: the median, 2.5% and 97.5%
-    quantiles over ``n_boot`` resamples (none: an empty list). A predictive model's error against the measurement cannot be expected
-    below it."""
+    quantiles over ``n_boot`` resamples (none: an empty list). A predictive model's error against the measurement
+    cannot be expected below it."""
     rng = np.random.default_rng(seed)
     out = []
     if n_boot < 1:
