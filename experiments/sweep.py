@@ -6,8 +6,8 @@
     torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
 
 Grid, per dataset (code-edits: the zoo's held-out split, or ``--split``'s rows, resampled to ``per_bin`` prompts per
-``bin_width`` edit-norm bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the file, so MT-Bench
-covers its categories):
+``bin_width`` edit-norm bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the
+file, so MT-Bench covers its categories):
 
 - ``none`` (plain decoding), with single and doubled BOS (the doubled plain run is the reference for the
   doubled speculative runs' outputs);
