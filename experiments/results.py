@@ -9,6 +9,7 @@ per-prompt ratios. pandas is an optional dependency (``pip install -e ".[plots]"
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import math
 import re
@@ -105,7 +106,7 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
 
 
 def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
-    """One row per spec_bench JSONL row of the given files (paths or glob patterns).
+    """One row per spec_bench JSONL row of the given files (paths or glob patterns; ``.gz``: gzip-compressed).
 
     Columns: the config (``method``, ``policy`` (hybrids only, else missing), ``variant`` (method, plus " tree"
     for the tree policy, plus " (dynamic eagle tree)" when EAGLE drafts a tree), ``tree``, ``k`` (a label: "-" for
@@ -125,7 +126,8 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
 
     rows = []
     for p in _paths(paths_or_globs):
-        lines = p.read_text().splitlines()
+        with gzip.open(p, "rt") if p.suffix == ".gz" else p.open() as f:
+            lines = f.read().splitlines()
         for i, line in enumerate(lines):
             if not line.strip():
                 continue

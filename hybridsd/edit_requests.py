@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import warnings
 from dataclasses import dataclass
 
 KINDS = ("replace", "remove", "add")
@@ -53,7 +54,10 @@ def _scopes(before: str) -> list[tuple[int, int, str]]:
     """(first line, last line, dotted name) of every def/class of ``before`` (1-based), outer before inner;
     empty when ``before`` does not parse."""
     try:
-        tree = ast.parse(before)
+        with warnings.catch_warnings():  # the code's own invalid escapes ("\d" in a plain string) are not ours to report
+            warnings.simplefilter("ignore", SyntaxWarning)  # Python >= 3.12
+            warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.11
+            tree = ast.parse(before)
     except (SyntaxError, ValueError, RecursionError):
         return []
     out: list[tuple[int, int, str]] = []

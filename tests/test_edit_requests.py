@@ -143,6 +143,18 @@ def test_scope_falls_back_when_the_file_does_not_parse():
             in located_request(before, after, "s"))
 
 
+def test_invalid_escapes_in_the_code_raise_no_warning():
+    """Code with an invalid escape in a plain string (common in real files) is located without a warning."""
+    import warnings
+
+    before = 'import re\n\n\ndef digits(s):\n    return re.findall("\\d+", s)\n'
+    after = before.replace("digits(s)", "digits(s, limit=None)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        request = located_request(before, after, "Add a limit")
+    assert "digits" in request
+
+
 def test_quotes_are_cut_and_blank_lines_skipped():
     long = "x = '" + "y" * 100 + "'\n"
     item = describe_place(Place("replace", 2, 3, 2, 3), [long, "\n", "a\n", "\n", "\n", "b\n"])

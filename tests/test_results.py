@@ -82,6 +82,18 @@ def test_load_runs_flattens_config_counters_and_provenance(runs):
     assert plain.k == "-" and math.isnan(plain.precision_al)
 
 
+def test_load_runs_reads_gzip_compressed_files_as_the_plain_ones(runs, tmp_path):
+    """A ``.jsonl.gz`` copy of every file (the torn line included) gives the same rows."""
+    import gzip
+
+    for p in runs.glob("*.jsonl"):
+        with gzip.open(tmp_path / (p.name + ".gz"), "wt") as f:
+            f.write(p.read_text())
+    plain = results.load_runs(str(runs / "*.jsonl")).drop(columns="file")
+    packed = results.load_runs(str(tmp_path / "*.jsonl.gz")).drop(columns="file")
+    pd.testing.assert_frame_equal(plain, packed)
+
+
 def test_load_runs_names_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         results.load_runs(tmp_path / "nope.jsonl")
