@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     theory.make(edit_norm.load())
     theory.eagle_by_state()
     theory.held_out()
+    theory.other_repository()
     speed.make()
     trees.make()
     exact.make()

@@ -20,7 +20,7 @@ NEEDS = {
     "bos_sensitivity": [SWEEP_CPU / "code-edits__eagle3__k3__bos-doubled.jsonl",
                         SWEEP_CPU / "code-edits__none__bos-doubled.jsonl"],
     "speed": [*(RESULTS / "speed" / f for f in ("steps_and_baselines.json", "steps_auto.json", "overhead_zoo.json",
-                                               "zoo_end_to_end.json", "launch.json", "bench_linear.json",
+                                               "launch.json", "bench_linear.json",
                                                "conditions.json", "overhead.json", "loop_profile_graph.json",
                                                "gpu_tests.log")), SWEEP_GPU],
 }

@@ -17,8 +17,7 @@ from paper.sections.tex import RESULTS, commit_of, fmt, num, provenance, table, 
 
 SPEED = RESULTS / "speed"
 STEPS, STEPS_AUTO = SPEED / "steps_and_baselines.json", SPEED / "steps_auto.json"  # the main table; compile="auto"
-LOOP = SPEED / "overhead_zoo.json"  # the loop overhead (timed inside the run)
-ZOO = SPEED / "zoo_end_to_end.json"  # the installed tiny-coder end to end (LOOP's zoo section: the base target)
+LOOP = SPEED / "overhead_zoo.json"  # the loop overhead (timed inside the run) and the installed tiny-coder end to end
 LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST = (SPEED / f"{n}.json" for n in ("launch", "bench_linear", "conditions",
                                                                             "overhead"))  # diagnostic runs
 NGRAM = SPEED / "bench_ngram.json"  # the n-gram proposer per call (CPU)
@@ -321,11 +320,11 @@ def make() -> None:
     """Step times (8B shape) with HF's baselines and the EAGLE-1 draft cost, compile="auto", the step ratios, the loop
     overhead, the zoo end to end, the diagnostic runs and the n-gram proposer's cost."""
     sp = results.load_speed([STEPS, STEPS_AUTO])
-    runs = results.load_speed_runs([STEPS, STEPS_AUTO, LOOP, ZOO, LAUNCH, LINEAR, CONDITIONS,
+    runs = results.load_speed_runs([STEPS, STEPS_AUTO, LOOP, LAUNCH, LINEAR, CONDITIONS,
                                     OVERHEAD_FIRST]).set_index("run")
     loop = results.load_loop_overhead(LOOP)
-    zoo = results.load_zoo_speed(ZOO)
-    for path, tag in ((STEPS, "Steps"), (STEPS_AUTO, "Auto"), (LOOP, "Loop"), (ZOO, "Zoo")):
+    zoo = results.load_zoo_speed(LOOP)
+    for path, tag in ((STEPS, "Steps"), (STEPS_AUTO, "Auto"), (LOOP, "Loop")):
         num(f"speedProv{tag}", run_provenance(runs.loc[path.stem]), "{}")
         num(f"speedCommit{tag}", commit_of({"commit": runs.loc[path.stem, "commit"]})[0], "{}")
     for path, tag in ((STEPS, "Steps"), (STEPS_AUTO, "Auto")):
@@ -351,7 +350,7 @@ def make() -> None:
     ratio_table(ratios)
     loop_table(loop)
     zoo_speed_table(zoo)
-    fwd = results.load_zoo_forward(ZOO)
+    fwd = results.load_zoo_forward(LOOP)
     num("zooFwdOne", float(fwd[(fwd.layout == "chain") & (fwd.block == 1)].ms.iloc[0]))
     num("zooSpeedTokens", f"{int(zoo.tokens.max()):,}", "{}")
     speed_figure(sp)

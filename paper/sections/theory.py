@@ -255,3 +255,29 @@ def held_out() -> None:
         hyb = [s["median"] for (bn, v, m), s in med.items() if bn == binning and v != "ngram"
                and m not in ("constant", "fit_half_bins")]
         num(f"thHeldHyb{b}", f"{pct(min(hyb))}--{pct(max(hyb))}", "{}")
+
+
+def other_repository() -> None:
+    """zoo/al_by_edit_norm.json ``other_prompts``: the predictive models fitted to the GPU runs on the validation
+    repository and scored on the sweep's bins (mean relative error, %), that repository's own bins against the
+    sweep's, its EAGLE-1 AL; and ``sampling_floor``: the error a model of the true bins would show against the sweep."""
+    doc = json.loads((RESULTS / "zoo" / "al_by_edit_norm.json").read_text())
+    other = doc["other_prompts"]
+    num("thOtherRepoN", other["prompts"], "{:d}")
+    num("thOtherRepoEagle", other["al_eagle"])
+    num("thEvalEagle", doc["al_eagle"])
+    err = {(e["binning"], e["variant"], e["model"]): e["mean_rel"] for e in doc["errors_vs_measured"]}
+    floor = {(f["binning"], f["variant"]): f for f in doc["sampling_floor"]}
+    pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
+    span = lambda xs: pct(min(xs)) if pct(min(xs)) == pct(max(xs)) else f"{pct(min(xs))}--{pct(max(xs))}"  # noqa: E731
+    hybrids = ("ngram-eagle", "ngram-eagle tree")
+    for binning, b in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        num(f"thOtherNgramResync{b}", pct(err[binning, "ngram", "other_resync"]), "{}")
+        num(f"thOtherNgramFree{b}", pct(err[binning, "ngram", "other_harmonic_free"]), "{}")
+        num(f"thOtherHyb{b}", span([err[binning, v, m] for v in hybrids
+                                    for m in ("other_harmonic_fit", "other_harmonic_free", "other_resync")]), "{}")
+        num(f"thOtherBinsNgram{b}", pct(err[binning, "ngram", "other_bins"]), "{}")
+        num(f"thOtherBinsHyb{b}", span([err[binning, v, "other_bins"] for v in hybrids]), "{}")
+        f = floor[binning, "ngram"]
+        num(f"thFloorNgram{b}", f"{pct(f['median'])} [{pct(f['lo'])}, {pct(f['hi'])}]", "{}")
+        num(f"thFloorHyb{b}", span([floor[binning, v]["median"] for v in hybrids]), "{}")
