@@ -15,15 +15,18 @@
 #               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
 #   6           decision tuning of stage 5's target: the loss where the answer leaves or resumes the copy weighted 16
 #               instead of 4 (1,862 steps, about 3 minutes of training)
-#   7           loop repair of stage 6's target with the repeats' unlikelihood weighted 0.1, on the CPU as cpu-repair
-#               (fp32, 24 steps; the best of the validation gates after 0, 12 and 24 steps kept; 11 minutes on 2 cores)
+#   7           loop repair of stage 6's target with the repeats' unlikelihood weighted 0.1 (fp32, 24 steps; the best
+#               of the validation gates after 0, 12 and 24 steps kept): on the GPU where there is one (104 s with its
+#               gates on an H200), else on the CPU (11 minutes on 2 cores; the installed target's was)
 #   8           the installed target: 0.25 x stage 5's weights + 0.75 x stage 7's (experiments/weight_average.py;
 #               BASE= names stage 5's folder when it is not $WORK_ROOT/zoo_stage5/tiny-coder), then its heads,
 #               started from stage 5's
 # Stages 6-8 repeat the calls that made the installed target from its base (the base target, which stages 1-5
 # retrain): zoo/decision_tuning_h200/runs.json (stage 6 and, on the CPU, stage 7) and zoo/weight_average_h200/runs.json
-# (stage 8). They have not run after stages 1-5 as one lineage; they add about 6 GPU-minutes (stage 6's call, about
-# 4.5 minutes with its data, and stage 8's heads, 1.5) to the 20.5 of stages 1-5.
+# (stage 8). Run on one H200 from the base target (its folder as /tmp/zoo_stage5/tiny-coder; the calls `6,7` and `8`,
+# zoo/retrain_compiled_h200/stages_678_from_base/) they took 191, 104 and 184 s: 8.0 GPU-minutes, 28.5 with the 20.5
+# of stages 1-5. Their product is another draw of the installed target's recipe, not the installed weights (its
+# gates there: stages.json).
 #
 # INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp), where
 # the previous stage left it on the same machine; on another machine (a fresh one) the stage stops with one line

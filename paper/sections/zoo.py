@@ -192,6 +192,7 @@ def retrain() -> None:
     lineage(record["lineage"], stages[0])
     rerun(record["lineage_data_first"], record["lineage"])
     step_budgets(record["lineage_step_budgets"])
+    last_stages(record["stages_678_from_base"], record["lineage_step_budgets"])
     repair_selection()
     decision_tuning()
     edit_places()
@@ -291,6 +292,27 @@ def step_budgets(run: dict) -> None:
         installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
         paired_difference(f"zooEagerStepsDiff{tag}", installed, gate)
     cpu_repairs(folder, run["cpu_repairs"])
+
+
+def last_stages(run: dict, first: dict) -> None:
+    """retrain_compiled_h200/stages_678_from_base/: stages 6-8 run from the base target (their GPU-minutes, each
+    stage's seconds, and with stages 1-5's calls the whole recipe's), stage 7's selection gates, and the product's
+    GPU gates paired with the base target's and with the installed target's on the same prompts."""
+    folder = RETRAIN.parent / run["folder"]
+    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
+    num("zooLastMin", run["stages_gpu_s"] / 60, "{:.1f}")
+    for stage, tag in (("6", "Six"), ("7", "Seven"), ("8", "Eight")):
+        num(f"zooLast{tag}S", stage_s[stage], "{:d}")
+    num("zooRecipeMin", (sum(c["call_wall_s"] for c in first["calls"]) + run["stages_gpu_s"]) / 60, "{:.1f}")
+    stage6 = json.loads((folder / "stage6_training_config.json").read_text())
+    num("zooLastProv", provenance(stage6["run_info"]), "{}")
+    selection_numbers("zooLastSel", json.loads((folder / "stage7_repair_config.json").read_text())["selection"])
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate = json.loads((folder / f"gate_{prompts}_h200.json").read_text())
+        gate_numbers(f"zooLast{tag}", gate["quality_gate"])
+        for against, other in (("Base", SELECTION / f"installed_gate_{prompts}_h200.json"),
+                               ("Inst", AVERAGE / f"installed_gate_{prompts}_h200.json")):
+            paired_difference(f"zooLastDiff{tag}{against}", json.loads(other.read_text()), gate)
 
 
 def cpu_repairs(folder, runs: dict) -> None:
