@@ -279,5 +279,5 @@ def other_repository() -> None:
         num(f"thOtherBinsNgram{b}", pct(err[binning, "ngram", "other_bins"]), "{}")
         num(f"thOtherBinsHyb{b}", span([err[binning, v, "other_bins"] for v in hybrids]), "{}")
         f = floor[binning, "ngram"]
-        num(f"thFloorNgram{b}", f"{pct(f['median'])} [{pct(f['lo'])}, {pct(f['hi'])}]", "{}")
+        num(f"thFloorNgram{b}", f"{pct(f['median'])}\\% [{pct(f['lo'])}, {pct(f['hi'])}]", "{}")
         num(f"thFloorHyb{b}", span([floor[binning, v]["median"] for v in hybrids]), "{}")
