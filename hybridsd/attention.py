@@ -10,10 +10,9 @@ writes the token-major output the o projection reads, CUDA only.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
+from torch.library import triton_op, wrap_triton
 
 KERNELS = ("sdpa", "split")
 SPLIT_ROW_TILE = 64  # query rows (g * T) one split-KV program holds (4 warps) ...
@@ -69,11 +68,11 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         q, rotary = grouped_rows(q, rotary), None
     if kernel == "split" and rows <= SPLIT_MAX_ROWS:
         if not exact:
-            return _split_op()(q, keys, values, allowed, scale)
+            return _split_kv_op(q, keys, values, allowed, scale)
         if block is None:
             block = torch.tensor([0, *allowed.shape[::-1], allowed.shape[1]], device=q.device)
         cos, sin = rotary or (None, None)
-        return _split_exact_op()(q, keys, values, allowed, scale, key_slots, branch, block, cos, sin)
+        return _split_kv_exact_op(q, keys, values, allowed, scale, key_slots, branch, block, cos, sin)
     h, rows, d = q.shape
     t = allowed.shape[0]
     g = rows // t
@@ -197,15 +196,14 @@ def split_kv_attention(q, keys, values, allowed, scale: float, wrap=lambda kerne
     return out
 
 
-@functools.cache
 def _kernel():
-    """The split kernel (:mod:`hybridsd.attention_kernels`, imported on first use)."""
+    """The split kernel (:mod:`hybridsd.attention_kernels`, imported on first use; not a cached function, which
+    ``torch.compile`` would trace through with a warning)."""
     from hybridsd.attention_kernels import split_kv_kernel
 
     return split_kv_kernel
 
 
-@functools.cache
 def _merge_kernel():
     """The kernel that merges the chunks' partial softmaxes (imported on first use)."""
     from hybridsd.attention_kernels import split_kv_merge
@@ -213,29 +211,17 @@ def _merge_kernel():
     return split_kv_merge
 
 
-@functools.cache
-def _split_op():
-    """``split_kv_attention`` as a custom op that ``torch.compile`` traces into (registered on first use)."""
-    from torch.library import triton_op, wrap_triton
-
-    @triton_op("hybridsd::split_kv_attention", mutates_args={})
-    def split_kv_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
-                    scale: float) -> torch.Tensor:
-        return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton)
-
-    return split_kv_op
+@triton_op("hybridsd::split_kv_attention", mutates_args={})
+def _split_kv_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
+                 scale: float) -> torch.Tensor:
+    """``split_kv_attention`` as a custom op that ``torch.compile`` traces into."""
+    return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton)
 
 
-@functools.cache
-def _split_exact_op():
-    """``split_kv_attention`` in virtual key order (exact mode) as a custom op (registered on first use)."""
-    from torch.library import triton_op, wrap_triton
-
-    @triton_op("hybridsd::split_kv_attention_exact", mutates_args={})
-    def split_kv_exact_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
-                          scale: float, key_slots: torch.Tensor | None, branch: torch.Tensor | None,
-                          block: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None) -> torch.Tensor:
-        return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton, key_slots=key_slots,
-                                  branch=branch, block=block, rotary=None if cos is None else (cos, sin))
-
-    return split_kv_exact_op
+@triton_op("hybridsd::split_kv_attention_exact", mutates_args={})
+def _split_kv_exact_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor,
+                       scale: float, key_slots: torch.Tensor | None, branch: torch.Tensor | None,
+                       block: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None) -> torch.Tensor:
+    """``split_kv_attention`` in virtual key order (exact mode) as a custom op."""
+    return split_kv_attention(q, keys, values, allowed, scale, wrap=wrap_triton, key_slots=key_slots,
+                              branch=branch, block=block, rotary=None if cos is None else (cos, sin))

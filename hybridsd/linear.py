@@ -96,15 +96,14 @@ def pdl_options(device: torch.device) -> dict:
     return {"PDL": True, "launch_pdl": True}
 
 
-@functools.cache
 def _pdl_launches() -> bool:
-    """Whether Triton takes ``launch_pdl`` (the release that added it also added ``tl.extra.cuda.gdc_wait``)."""
+    """Whether Triton takes ``launch_pdl`` (the release that added it also added ``tl.extra.cuda.gdc_wait``; not a
+    cached function, which ``torch.compile`` would trace through with a warning)."""
     import triton.language as tl
 
     return hasattr(tl.extra.cuda, "gdc_wait")
 
 
-@functools.cache
 def _kernel():
     """The kernel (:mod:`hybridsd.linear_kernels`, imported on first use)."""
     from hybridsd.linear_kernels import row_linear_kernel
