@@ -252,6 +252,17 @@ def paired_difference(name: str, a: dict, b: dict) -> None:
     num(name, "$%s$ [$%s$, $%s$]" % (signed(c["spearman_b_minus_a"]), *map(signed, c["ci95"])), "{}")
 
 
+def product_gates(prefix: str, folder, device: str, against: dict) -> None:
+    """A product's gates on the 96 evaluation and 160 validation prompts (``folder``/gate_<prompts>_<device>.json) as
+    ``prefix``<Eval|Val> numbers (:func:`gate_numbers`), each paired with the gates on the same prompts at
+    ``against[tag](prompts)`` as ``prefix``Diff<Eval|Val><tag>."""
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate = json.loads((folder / f"gate_{prompts}_{device}.json").read_text())
+        gate_numbers(f"{prefix}{tag}", gate["quality_gate"])
+        for name, path in against.items():
+            paired_difference(f"{prefix}Diff{tag}{name}", json.loads(path(prompts).read_text()), gate)
+
+
 def rerun(run: dict, first: dict) -> None:
     """retrain_compiled_h200/lineage_data_first/: the same lineage rerun back to back with the edit data made before
     pretraining (its GPU-minutes, stage 1's data preparation and pretraining) and its product's CPU gates, each
@@ -264,12 +275,8 @@ def rerun(run: dict, first: dict) -> None:
     num("zooRerunDataS", stage1["data_prep_s"], "{:.0f}")
     num("zooRerunPreSteps", f"{stage1['pretrain']['steps']:,}", "{}")
     num("zooRerunPreTok", stage1["pretrain"]["tokens_per_s_after_first_step"] / 1e6, "{:.2f}")
-    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        gate = json.loads((folder / f"gate_{prompts}_cpu.json").read_text())
-        gate_numbers(f"zooRerun{tag}", gate["quality_gate"])
-        for against, other in (("Inst", first_folder / f"installed_gate_{prompts}_cpu.json"),
-                               ("First", first_folder / f"gate_{prompts}_cpu.json")):
-            paired_difference(f"zooRerunDiff{tag}{against}", json.loads(other.read_text()), gate)
+    product_gates("zooRerun", folder, "cpu", {"Inst": lambda p: first_folder / f"installed_gate_{p}_cpu.json",
+                                              "First": lambda p: first_folder / f"gate_{p}_cpu.json"})
 
 
 def step_budgets(run: dict) -> None:
@@ -286,11 +293,7 @@ def step_budgets(run: dict) -> None:
     by_steps = all(s[p]["stopped_by"] == "steps" for s in stages for p in ("pretrain", "sft") if "stopped_by" in s[p])
     num("zooEagerStepsAllBySteps", "all" if by_steps else "not all", "{}")
     selection_numbers("zooEagerStepsSel", json.loads((folder / "stage5_repair_config.json").read_text())["selection"])
-    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        gate = json.loads((folder / f"gate_{prompts}_h200.json").read_text())
-        gate_numbers(f"zooEagerSteps{tag}", gate["quality_gate"])
-        installed = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
-        paired_difference(f"zooEagerStepsDiff{tag}", installed, gate)
+    product_gates("zooEagerSteps", folder, "h200", {"": lambda p: SELECTION / f"installed_gate_{p}_h200.json"})
     cpu_repairs(folder, run["cpu_repairs"])
 
 
@@ -307,12 +310,8 @@ def last_stages(run: dict, first: dict) -> None:
     stage6 = json.loads((folder / "stage6_training_config.json").read_text())
     num("zooLastProv", provenance(stage6["run_info"]), "{}")
     selection_numbers("zooLastSel", json.loads((folder / "stage7_repair_config.json").read_text())["selection"])
-    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        gate = json.loads((folder / f"gate_{prompts}_h200.json").read_text())
-        gate_numbers(f"zooLast{tag}", gate["quality_gate"])
-        for against, other in (("Base", SELECTION / f"installed_gate_{prompts}_h200.json"),
-                               ("Inst", AVERAGE / f"installed_gate_{prompts}_h200.json")):
-            paired_difference(f"zooLastDiff{tag}{against}", json.loads(other.read_text()), gate)
+    product_gates("zooLast", folder, "h200", {"Base": lambda p: SELECTION / f"installed_gate_{p}_h200.json",
+                                              "Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
 
 
 def cpu_repairs(folder, runs: dict) -> None:
