@@ -382,8 +382,20 @@ def main(argv=None) -> int:
         ap.error("--bins must be >= 8")
     if a.splits < 0:
         ap.error("--splits must be >= 0")
-    df = results.load_runs(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
-    left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
+    theories = {}
+    for prefix, flag, path in (("sim_", "--theory", a.theory), ("state_", "--theory-by-state", a.theory_by_state)):
+        if path is None:
+            continue
+        try:
+            theories[prefix] = json.loads(path.read_text())["fits"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"{flag} {path}: not a simulate_al.json with fits ({type(e).__name__}: {e})")
+    try:  # every results file read before any work: a missing one, or a line that is not a row, is one error line
+        df = results.load_runs(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
+        left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
+        fit_df = results.load_runs(a.fit_runs) if a.fit_runs else None
+    except (FileNotFoundError, ValueError) as e:
+        ap.error(str(e))
     excluded = set(df["example_id"]) & left_out
     df = df[~df["example_id"].isin(excluded)]
     if df.empty:
@@ -395,12 +407,9 @@ def main(argv=None) -> int:
     rates = eagle_rates(df)
     eagle_rows = df[df["variant"] == "eagle"]
     al_eagle = corpus_al(eagle_rows) if len(eagle_rows) else None
-    theories = {prefix: json.loads(path.read_text())["fits"]
-                for prefix, path in (("sim_", a.theory), ("state_", a.theory_by_state)) if path}
     preds = model_predictions(measured, theories, al_eagle, k)
     other = None
-    if a.fit_runs:
-        fit_df = results.load_runs(a.fit_runs)
+    if fit_df is not None:
         shared = set(fit_df["example_id"]) & set(df["example_id"])
         fit_df = fit_df[~fit_df["example_id"].isin(shared)]
         if fit_df.empty:

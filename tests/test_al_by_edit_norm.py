@@ -240,9 +240,10 @@ def test_sampling_floor_is_zero_without_spread_and_the_exact_expectation_for_two
     assert got["bins"] == 1 and got["mean"] == pytest.approx(want, rel=0.03)
 
 
-def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path):
+def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path, capsys):
     """``--fit-runs``: the prompts that the scored runs hold are left out of the fit and counted; the other_* models
-    are scored beside the PR's; the sampling floor is written; no other prompt left gives one error line."""
+    are scored beside the PR's; the sampling floor is written; a missing results or theory file is one error line
+    and exit code 2, nothing written; no other prompt left gives exit code 2."""
     other = tmp_path / "other.jsonl"
     rows = [json.loads(line) for path in runs for line in open(path)]
     moved = [dict(r, example_id=r["example_id"].replace("ex", "other")) for r in rows]
@@ -257,6 +258,14 @@ def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path):
     bins = [e for e in doc["errors_vs_measured"] if e["model"] == "other_bins"]
     assert all(e["mean_rel"] == 0 for e in bins)  # the same rows under other ids: the same bins
     assert {(f["binning"], f["variant"]) for f in doc["sampling_floor"]} >= {("ref_edit_norm", "ngram")}
+    for bad, name in ((["--fit-runs", str(tmp_path / "nothing*.jsonl")], "nothing"),
+                      (["--theory", str(tmp_path / "no_sim.json")], "no_sim.json"),
+                      ([str(tmp_path / "none.jsonl")], "none")):
+        with pytest.raises(SystemExit) as exit_:
+            ab.main([*runs, "--no-sim", *bad, "--out", str(tmp_path / "bad.json")])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and name in err[0] and not (tmp_path / "bad.json").exists()
     only_shared = tmp_path / "shared.jsonl"
     only_shared.write_text(open(runs[0]).read())
     assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--fit-runs", str(only_shared), "--out", str(out)]) == 2
