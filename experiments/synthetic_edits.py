@@ -24,35 +24,35 @@ MODULES = ("os", "sys", "re", "json", "math", "time", "logging", "itertools", "f
            "pathlib", "typing", "warnings", "dataclasses", "contextlib", "copy", "random", "string")
 NEW_FUNCTIONS = (
     ("clamp", "a function `clamp(value, low, high)` that limits value to the range [low, high]",
-     'def clamp(value, low, high):\n    """Limit value to the range [low, high]."""\n'
-     '    return max(low, min(value, high))\n'),
+     ('def clamp(value, low, high):\n    """Limit value to the range [low, high]."""\n'
+     '    return max(low, min(value, high))\n')),
     ("is_empty", "a helper `is_empty(value)` that returns True for None and empty containers",
-     'def is_empty(value):\n    """Return True if value is None or empty."""\n'
-     '    return value is None or len(value) == 0\n'),
+     ('def is_empty(value):\n    """Return True if value is None or empty."""\n'
+     '    return value is None or len(value) == 0\n')),
     ("chunked", "a function `chunked(items, size)` that splits a list into chunks of the given size",
-     'def chunked(items, size):\n    """Split items into lists of at most size elements."""\n'
-     '    return [items[i:i + size] for i in range(0, len(items), size)]\n'),
+     ('def chunked(items, size):\n    """Split items into lists of at most size elements."""\n'
+     '    return [items[i:i + size] for i in range(0, len(items), size)]\n')),
     ("flatten", "a function `flatten(nested)` that flattens a list of lists",
      'def flatten(nested):\n    """Flatten one level of nesting."""\n    return [x for sub in nested for x in sub]\n'),
     ("first", "a function `first(items, default=None)` returning the first element or a default",
-     'def first(items, default=None):\n    """Return the first element of items, or default if empty."""\n'
-     '    for item in items:\n        return item\n    return default\n'),
+     ('def first(items, default=None):\n    """Return the first element of items, or default if empty."""\n'
+     '    for item in items:\n        return item\n    return default\n')),
     ("unique", "a function `unique(items)` that removes duplicates while keeping the order",
-     'def unique(items):\n    """Return the items without duplicates, in their first order."""\n'
+     ('def unique(items):\n    """Return the items without duplicates, in their first order."""\n'
      '    seen = set()\n    result = []\n    for item in items:\n        if item not in seen:\n'
-     '            seen.add(item)\n            result.append(item)\n    return result\n'),
+     '            seen.add(item)\n            result.append(item)\n    return result\n')),
     ("safe_int", "a function `safe_int(text, default=0)` that parses an int and returns default on failure",
-     'def safe_int(text, default=0):\n    """Parse text as an int, or return default."""\n    try:\n'
-     '        return int(text)\n    except (TypeError, ValueError):\n        return default\n'),
+     ('def safe_int(text, default=0):\n    """Parse text as an int, or return default."""\n    try:\n'
+     '        return int(text)\n    except (TypeError, ValueError):\n        return default\n')),
     ("ensure_list", "a helper `ensure_list(value)` that wraps a single value in a list",
-     'def ensure_list(value):\n    """Return value as a list."""\n    if value is None:\n        return []\n'
-     '    if isinstance(value, (list, tuple)):\n        return list(value)\n    return [value]\n'),
+     ('def ensure_list(value):\n    """Return value as a list."""\n    if value is None:\n        return []\n'
+     '    if isinstance(value, (list, tuple)):\n        return list(value)\n    return [value]\n')),
     ("merge_dicts", "a function `merge_dicts(*dicts)` that merges dictionaries, later ones winning",
-     'def merge_dicts(*dicts):\n    """Merge the dictionaries; later keys win."""\n    merged = {}\n'
-     '    for d in dicts:\n        merged.update(d)\n    return merged\n'),
+     ('def merge_dicts(*dicts):\n    """Merge the dictionaries; later keys win."""\n    merged = {}\n'
+     '    for d in dicts:\n        merged.update(d)\n    return merged\n')),
     ("count_lines", "a function `count_lines(path)` that returns the number of lines in a file",
-     'def count_lines(path):\n    """Return the number of lines in the file at path."""\n'
-     '    with open(path) as f:\n        return sum(1 for _ in f)\n'),
+     ('def count_lines(path):\n    """Return the number of lines in the file at path."""\n'
+     '    with open(path) as f:\n        return sum(1 for _ in f)\n')),
 )
 
 
@@ -318,8 +318,8 @@ def t_add_print(text, tree, lines, rng):
     if lines[first].strip() == "" or not indent:
         return None
     msg = rng.choice((f"{node.name} called", f"Entering {node.name}", f"DEBUG: {node.name}"))
-    instr = _pick(rng, ('Print "{m}" at the start of `{n}`.', "Add a print statement at the beginning of {n} "
-                        'that prints "{m}".'), m=msg, n=node.name)
+    instr = _pick(rng, ('Print "{m}" at the start of `{n}`.', ("Add a print statement at the beginning of {n} "
+                        'that prints "{m}".')), m=msg, n=node.name)
     return instr, "".join(lines[:first] + [f'{indent}print("{msg}")\n'] + lines[first:])
 
 

@@ -54,7 +54,7 @@ def _scopes(before: str) -> list[tuple[int, int, str]]:
     """(first line, last line, dotted name) of every def/class of ``before`` (1-based), outer before inner;
     empty when ``before`` does not parse."""
     try:
-        with warnings.catch_warnings():  # the code's own invalid escapes ("\d" in a plain string) are not ours to report
+        with warnings.catch_warnings():  # the code's own invalid escapes ("\d" in a plain string) are not ours
             warnings.simplefilter("ignore", SyntaxWarning)  # Python >= 3.12
             warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.11
             tree = ast.parse(before)

@@ -108,8 +108,8 @@ def loop_table(loop) -> None:
     label = {c: lab for c, lab, _ in STEP_CONFIGS}
     lines = [r"\begin{tabular}{llrrrrrrr}", r"\toprule",
              r" & & & \multicolumn{5}{c}{timed inside the run} & apart \\", r"\cmidrule(lr){4-8}\cmidrule(lr){9-9}",
-             r"configuration & drafter & steps & wall & forward & host in forward & outside & outside share "
-             r"& outside share \\", r"\midrule"]
+             (r"configuration & drafter & steps & wall & forward & host in forward & outside & outside share "
+             r"& outside share \\"), r"\midrule"]
     for r in loop.itertuples():
         apart = "--" if not math.isfinite(r.outside_forward) else f"{100 * r.outside_forward:.1f}\\%"
         lines.append(f"{label[r.config]} & {tex_escape(r.drafter)} & {r.in_loop_steps} & {fmt(r.in_loop_wall_ms)} & "
