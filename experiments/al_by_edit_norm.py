@@ -233,7 +233,7 @@ def fit_models(fit_t, al_eagle: float, k: dict, sim_doc: dict | None) -> dict[st
     return models
 
 
-def corpus_al(part) -> float:
+def pooled_al(part) -> float:
     """Sequence-normalized AL of a set of rows: all their tokens over all their target passes."""
     return float(part["tokens"].sum() / part["passes"].sum())
 
@@ -258,7 +258,7 @@ def other_prompt_predictions(fit_df, table: list[dict], edges, k: dict, sim_doc:
                 continue
             e = np.clip([t["mean_e"] for t in mine], 0, 1)
             length = np.array([t["mean_tokens"] for t in mine])
-            models = fit_models(a, 1.0 if variant == "ngram" else corpus_al(eagle), k, sim_doc)
+            models = fit_models(a, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
             preds = {f"other_{n}": np.asarray(m.predict(e, length), dtype=float).tolist() for n, m in models.items()}
             own = dict(zip(a["bin"], a["seq_al"]))
             preds["other_bins"] = [float(own.get(t["bin"], np.nan)) for t in mine]
@@ -326,7 +326,7 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
                 a, b = fit_t[fit_t["variant"] == variant], test_t[test_t["variant"] == variant]
                 if len(a) < 3 or b.empty or (variant != "ngram" and eagle.empty):
                     continue
-                models = fit_models(a, 1.0 if variant == "ngram" else corpus_al(eagle), k, sim_doc)
+                models = fit_models(a, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
                 models.update({f"sim_{n}": f for n, f in sim_fits.get(SIM_POLICY[variant], {}).items()})
                 e, length, al = b["mean_e"].clip(0, 1), b["mean_tokens"], b["seq_al"].to_numpy()
                 for name, mf in models.items():
@@ -335,7 +335,7 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
                     rows.append({"binning": binning, "variant": variant, "model": name, "bins": len(b),
                                  "mean_rel": model_error(pred, al)["mean_rel"], **own})
                 same_bin = b["bin"].map(dict(zip(a["bin"], a["seq_al"]))).to_numpy(dtype=float)
-                for name, pred in (("constant", np.full(len(b), corpus_al(halves[0][halves[0]["variant"] == variant]))),
+                for name, pred in (("constant", np.full(len(b), pooled_al(halves[0][halves[0]["variant"] == variant]))),
                                    ("fit_half_bins", same_bin)):
                     rows.append({"binning": binning, "variant": variant, "model": name, "bins": len(b),
                                  "mean_rel": model_error(pred, al)["mean_rel"]})
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     measured = [t for c in BINNINGS for t in bin_table(df, edges, c, a.n_boot)]
     rates = eagle_rates(df)
     eagle_rows = df[df["variant"] == "eagle"]
-    al_eagle = corpus_al(eagle_rows) if len(eagle_rows) else None
+    al_eagle = pooled_al(eagle_rows) if len(eagle_rows) else None
     preds = model_predictions(measured, theories, al_eagle, k)
     other = None
     if fit_df is not None:
@@ -420,7 +420,7 @@ def main(argv=None) -> int:
         for key, p in fitted.items():
             preds.setdefault(key, {"bins": p["bins"], "predictions": {}})["predictions"].update(p["predictions"])
         other = {"runs": list(a.fit_runs), "prompts": int(fit_df["example_id"].nunique()),
-                 "shared_prompts_left_out": len(shared), "al_eagle": corpus_al(fit_df[fit_df["variant"] == "eagle"])
+                 "shared_prompts_left_out": len(shared), "al_eagle": pooled_al(fit_df[fit_df["variant"] == "eagle"])
                  if (fit_df["variant"] == "eagle").any() else None,
                  "params": {f"{b}|{v}": p["params"] for (b, v), p in fitted.items()},
                  "measured": [t for c in BINNINGS for t in bin_table(fit_df, edges, c, a.n_boot)]}
