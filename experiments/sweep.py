@@ -30,7 +30,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -53,13 +53,17 @@ class Preset:
 
     ks: tuple[int, ...]
     output_len: dict = field(default_factory=dict)  # per dataset
-    per_bin: int = 1  # code-edits prompts per edit-norm bin ...
+    per_bin: int = 1  # code-edits prompts per edit-norm bin (0: every prompt in the bins) ...
     bin_width: float = 0.05  # ... of this width over [0, 0.6]
     num_prompts: dict = field(default_factory=dict)  # editeval / mt-bench prompts
     hybrid_ks: tuple[tuple[int, int], ...] = ()  # extra (k_ngram, k_eagle) hybrid configs
     datasets: tuple[str, ...] = DATASETS
     pr_grid: bool = False  # only the PR's configurations (n-gram k 5, EAGLE k 3, hybrids 5/3, trees)
     change_request: str = "located"  # code-edits change requests: located (the zoo target's format) or subject
+
+    def __post_init__(self):
+        if self.per_bin < 0:
+            raise ValueError(f"per_bin must be >= 0 (0: every prompt in the bins), got {self.per_bin}")
 
 
 PRESETS = {
@@ -120,7 +124,7 @@ def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
 def select_examples(cfg: sb.BenchConfig, preset: Preset, data_dir: str) -> list:
     """The preset's prompts for ``cfg``'s dataset (deterministic)."""
     if cfg.dataset_name == "code-edits":
-        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin, bin_width=preset.bin_width)
+        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin or sys.maxsize, bin_width=preset.bin_width)
     exs = sb.load_examples(cfg, data_dir, None)
     n = min(preset.num_prompts[cfg.dataset_name], len(exs))
     return [exs[i * len(exs) // n] for i in range(n)]
@@ -153,12 +157,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", nargs="+", choices=sb.METHODS, default=None, help="only these methods")
     p.add_argument("--split", default="eval", choices=sb.SPLITS,
                    help="code edits: the zoo's held-out split, the validation repositories' rows, or all")
+    p.add_argument("--per-bin", type=int, default=None,
+                   help="code edits: prompts per edit-norm bin instead of the preset's (0: every prompt in the bins)")
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
     a = p.parse_args(argv)
     rank, world = dp.init(a.device)
     lead = rank == 0  # prints, and writes sweep.json
     preset = PRESETS[a.preset]
+    if a.per_bin is not None:
+        if a.per_bin < 0:
+            p.error(f"--per-bin must be >= 0 (0: every prompt in the bins), got {a.per_bin}")
+        preset = replace(preset, per_bin=a.per_bin)
     data_dir = str(a.dataset_path or default_data_dir())
     out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
     runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype, split=a.split)

@@ -74,3 +74,33 @@ def test_validation_split_draws_the_validation_repositories_rows():
     assert got.tolist() == np.minimum(have, 16).tolist()
     with pytest.raises(SystemExit):
         sweep.main(["--preset", "edit-norm", "--split", "nowhere", "--dry-run"])
+
+
+def test_per_bin_zero_takes_every_prompt_in_the_bins(capsys):
+    """``per_bin=0`` (``--per-bin 0``): every held-out prompt inside the bins, in bin order; a negative count is
+    refused by the preset and, as one line with exit code 2, by the CLI."""
+    from dataclasses import replace
+
+    from hybridsd import data, zoo
+
+    try:
+        data.default_data_dir()
+    except FileNotFoundError:
+        pytest.skip("code_edits_dev.jsonl not available")
+    preset = replace(sweep.PRESETS["edit-norm"], per_bin=0)
+    cfg = dict(sweep.grid(preset, device="cpu"))["code-edits__ngram__pr"]
+    picked = sweep.select_examples(cfg, preset, None)
+    ids = set(json.loads((zoo.path(cfg.model) / "eval_split.json").read_text())["ids"])
+    edges = results.norm_bins(preset.bin_width)
+    inside = [e for e in data.load_code_edits(ids=ids, change_request=cfg.change_request)
+              if 0 <= data.bin_index([e.edit_norm], edges)[0]]
+    assert sorted(e.id for e in picked) == sorted(e.id for e in inside) and len(picked) > 16 * 8
+    bins = data.bin_index([e.edit_norm for e in picked], edges)
+    assert (np.diff(bins) >= 0).all()
+    with pytest.raises(ValueError, match="per_bin"):
+        replace(preset, per_bin=-1)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--preset", "edit-norm", "--per-bin", "-1", "--dry-run"])
+    assert e.value.code == 2 and "--per-bin" in capsys.readouterr().err
+    sweep.main(["--preset", "edit-norm", "--per-bin", "0", "--methods", "ngram", "--dry-run", "--device", "cpu"])
+    assert f"code-edits {len(inside)}" in capsys.readouterr().err
