@@ -354,7 +354,7 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
 
 def main(argv=None) -> int:
     ap = Parser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="spec_bench JSONL files (paths or globs)")
+    ap.add_argument("runs", nargs="+", help="spec_bench JSONL files (paths, folders or globs)")
     ap.add_argument("--bins", type=int, default=12, help="equal bins over [0, --max-e] (at least 8)")
     ap.add_argument("--max-e", type=float, default=0.6)
     ap.add_argument("--n-boot", type=int, default=1000)
@@ -364,7 +364,7 @@ def main(argv=None) -> int:
     ap.add_argument("--theory-by-state", type=Path, default=None,
                     help="a second simulate_al.json (run with --eagle-rates-by-state), its models named state_*")
     ap.add_argument("--exclude-prompts", nargs="+", default=(),
-                    help="spec_bench JSONL files (paths or globs) whose prompts are left out of the analysis")
+                    help="spec_bench JSONL files (paths, folders or globs) whose prompts are left out of the analysis")
     ap.add_argument("--change-request", choices=("located", "subject"), default="located",
                     help="how the runs' prompts were built, as spec_bench's --change-request (to rebuild them for "
                     "the simulation)")
@@ -373,9 +373,9 @@ def main(argv=None) -> int:
                     help="random halves of the prompts on which the models are fitted and the other half scored "
                     "(held_out; 0: none)")
     ap.add_argument("--fit-runs", nargs="+", default=(),
-                    help="spec_bench JSONL files (paths or globs) of the same configurations on other prompts: the "
-                    "predictive models fitted to them (other_*) are scored on the runs (prompts that the runs hold "
-                    "are left out of the fit)")
+                    help="spec_bench JSONL files (paths, folders or globs) of the same configurations on other "
+                    "prompts: the predictive models fitted to them (other_*) are scored on the runs (prompts that "
+                    "the runs hold are left out of the fit)")
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "zoo" / "al_by_edit_norm.json")
     a = ap.parse_args(argv)
     if a.bins < 8:

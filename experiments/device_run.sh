@@ -29,9 +29,7 @@
 #           limit: EXACT_K=tiny_models and EXACT_K=on_the_zoo split it over two calls; EXACT_SEL replaces the whole
 #           pytest -k selection, kernel tests included) -> each test's outcome line as
 #           it ends in gpu_tests_exact.log, the grid's rows merged into exact_match.jsonl (experiments.exact_rows)
-# The tracked tree (62 MiB) with .whl/ and .cache/ is above the 64 MiB a device call carries: remove what no stage
-# reads from the working tree for the call (rm notebooks/*.ipynb experiments/results/sweeps/edit_norm_h200_bf16/*;
-# git checkout notebooks/ experiments/results/sweeps/ after it).
+# A device call carries at most 64 MiB: the tracked tree (about 59 MiB) with .whl/ and .cache/ (4 MiB) fits.
 # Expects .whl/ (rapidfuzz for Python 3.12) and .cache/*.jsonl.gz carried along; make them here first:
 #   mkdir -p .cache && for f in code_edits_dev mt_bench editeval; do gzip -c ../shared/data/$f.jsonl > .cache/$f.jsonl.gz; done
 #   xz -9c ../shared/data/code_edits_dev.jsonl > .cache/code_edits_dev.jsonl.xz   # smaller; read first when present

@@ -36,13 +36,16 @@ MATCH_BY = ("dataset", "variant", "k", "bos_mode", "device", "dtype")
 
 
 def _paths(paths_or_globs) -> list[Path]:
-    """Files named by paths and glob patterns, in order; a glob matching nothing adds nothing."""
+    """Files named by paths, folders (their ``*.jsonl`` and ``*.jsonl.gz`` files) and glob patterns, in order; a glob
+    matching nothing adds nothing."""
     items = [paths_or_globs] if isinstance(paths_or_globs, (str, Path)) else list(paths_or_globs)
     out: list[Path] = []
     for item in items:
         s = str(item)
         if any(c in s for c in "*?["):
             out.extend(Path(p) for p in sorted(glob.glob(s)))
+        elif Path(s).is_dir():
+            out.extend(sorted(p for p in Path(s).iterdir() if p.name.endswith((".jsonl", ".jsonl.gz"))))
         elif Path(s).is_file():
             out.append(Path(s))
         else:
@@ -106,7 +109,7 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
 
 
 def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
-    """One row per spec_bench JSONL row of the given files (paths or glob patterns; ``.gz``: gzip-compressed).
+    """One row per spec_bench JSONL row of the given files (paths, folders or glob patterns; ``.gz``: gzip-compressed).
 
     Columns: the config (``method``, ``policy`` (hybrids only, else missing), ``variant`` (method, plus " tree"
     for the tree policy, plus " (dynamic eagle tree)" when EAGLE drafts a tree), ``tree``, ``k`` (a label: "-" for

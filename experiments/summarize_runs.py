@@ -2,8 +2,8 @@
 edit-norm bin, and output match rates.
 
     python -m experiments.summarize_runs 'results/llama31/*.jsonl' --table pr
-    python -m experiments.summarize_runs experiments/results/sweeps/edit_norm_h200_bf16/code-edits__eagle3__pr.jsonl \\
-        [--by output|reference]
+    python -m experiments.summarize_runs \\
+        experiments/results/sweeps/edit_norm_h200_bf16/code-edits__eagle3__pr.jsonl.gz [--by output|reference]
     python -m experiments.summarize_runs 'experiments/results/sweeps/zoo_cpu_fp32/*.jsonl' --bins fine
 
 The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,

@@ -10,11 +10,13 @@ hand):
 - simulation   experiments/results/simulation/simulate_al.json: trace simulation of real code edits, model fits
 - zoo          hybridsd/models/tiny-coder/ (training_config*.json, heads_training_*): the zoo model, its heads;
                EAGLE-3 against EAGLE-1 in the edit-norm sweep
-- edit_norm    experiments/results/sweeps/edit_norm_h200_bf16/ (GPU): AL per edit-norm bin, the corpus table
+- edit_norm    experiments/results/sweeps/edit_norm_h200_bf16/ (GPU): AL per edit-norm bin, the corpus table; the same
+               configurations on every held-out edit (sweeps/edit_norm_all_heldout_h200_bf16/)
 - sweep        experiments/results/sweeps/zoo_cpu_fp32/ (CPU): data sets x methods x k, doubled BOS
 - theory       the GPU edit-norm sweep's code edits against the analytic models (also reads the data directory's
                code_edits_dev.jsonl for the input files and tiny-coder's tokenizer); EAGLE by n-gram state from
-               experiments/results/zoo/al_by_edit_norm.json and eagle1_by_ngram_state_other_prompts.json
+               experiments/results/zoo/al_by_edit_norm.json and eagle1_by_ngram_state_other_prompts.json; the models
+               against every held-out edit from zoo/al_by_edit_norm_all_heldout.json
 - speed        experiments/results/speed/: 8B-shape step times and ratios, draft cost, loop overhead, tiny-coder end
                to end, the diagnostic runs, the n-gram proposer
 - trees        experiments/results/trees/bench_tree.json
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     theory.eagle_by_state()
     theory.held_out()
     theory.other_repository()
+    edit_norm.all_held_out()
+    theory.all_held_out()
     speed.make()
     trees.make()
     exact.make()

@@ -29,7 +29,7 @@ FRESH = "%reset -f\nimport matplotlib.pyplot\nmatplotlib.pyplot.close('all')\nde
 
 
 def _present(path: Path) -> bool:
-    return path.is_file() or (path.is_dir() and any(path.glob("*.jsonl")))
+    return path.is_file() or (path.is_dir() and any(path.glob("*.jsonl*")))
 
 
 def _missing(name: str) -> list[str]:

@@ -94,6 +94,24 @@ def test_load_runs_reads_gzip_compressed_files_as_the_plain_ones(runs, tmp_path)
     pd.testing.assert_frame_equal(plain, packed)
 
 
+def test_load_runs_reads_a_folders_plain_and_compressed_files(runs, tmp_path_factory):
+    """A folder stands for its ``*.jsonl`` and ``*.jsonl.gz`` files (a sweep stored compressed, or half of it); its
+    other files (a sweep's manifest) are not read; a folder without results files is an error."""
+    import gzip
+    import shutil
+
+    folder = tmp_path_factory.mktemp("sweep")
+    shutil.copy(runs / "a.jsonl", folder / "a.jsonl")
+    with gzip.open(folder / "b.jsonl.gz", "wt") as f:
+        f.write((runs / "b.jsonl").read_text())
+    (folder / "sweep.json").write_text('{"calls": []}')
+    plain = results.load_runs(str(runs / "*.jsonl")).drop(columns="file")
+    pd.testing.assert_frame_equal(plain, results.load_runs(folder).drop(columns="file"))
+    pd.testing.assert_frame_equal(plain, results.load_runs(str(folder)).drop(columns="file"))
+    with pytest.raises(FileNotFoundError):
+        results.load_runs(tmp_path_factory.mktemp("empty"))
+
+
 def test_load_runs_names_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         results.load_runs(tmp_path / "nope.jsonl")

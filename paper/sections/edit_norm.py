@@ -1,6 +1,7 @@
 """AL against the edit norm on the GPU (experiments/results/sweeps/edit_norm_h200_bf16/): the zoo target's held-out
 code edits under the PR's configurations and the trees, per bin of the reference's and of the output's own edit
-norm, with bootstrap CIs; the corpus table beside it."""
+norm, with bootstrap CIs; the corpus table beside it; and the same configurations on every held-out edit
+(experiments/results/sweeps/edit_norm_all_heldout_h200_bf16/)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from paper.sections.style import EAGLE_TREE, HYBRID_TREE, VARIANT_COLOR, VARIANT
 from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_escape
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
+ALL_HELD_OUT = RESULTS / "sweeps" / "edit_norm_all_heldout_h200_bf16"  # every held-out edit in the bins
 EDGES = list(results.ANALYSIS_BINS)  # 8 bins over [0, 0.6], as the sweep samples them
 BINNINGS = {"ref_edit_norm": "reference edit norm (as the PR bins)", "output_edit_norm": "the output's own edit norm"}
 ORDER = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "ngram-eagle tree", EAGLE_TREE, HYBRID_TREE)
@@ -24,7 +26,7 @@ TAG = {"ngram": "Ngram", "eagle": "EagleOne", "eagle3": "EagleThree", "ngram-eag
 
 def load():
     """The sweep's rows (experiments.results.load_runs)."""
-    return results.load_runs(str(SWEEP / "*.jsonl"))
+    return results.load_runs(SWEEP)
 
 
 def make() -> None:
@@ -54,6 +56,7 @@ def make() -> None:
     figure(cells)
     findings(cells)
     high_bins(df)
+    num("enHigh", HIGH, "{:g}")
 
 
 def reference_tokens(plain) -> np.ndarray:
@@ -121,21 +124,20 @@ def corpus_table(df) -> None:
 HIGH = EDGES[5]  # the top three bins, [0.375, 0.6]: the "0.4-0.6" bins
 
 
-def high_bins(df) -> None:
+def high_bins(df, prefix: str = "en") -> None:
     """Corpus AL of the prompts in the top three bins (edit norm >= 0.375) against the lowest bin, by either
-    binning: n-gram's and EAGLE-1's fall, and each hybrid against its better part there."""
+    binning: n-gram's and EAGLE-1's fall, and each hybrid against its better part there (macros ``prefix...``)."""
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
         e = df[binning]
         low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
         high = results.corpus_al(df[(e >= HIGH) & (e <= EDGES[-1])], by=["variant"]).set_index("variant")
-        num(f"en{tag}HighN", int(high.loc["ngram"].n), "{:d}")
+        num(f"{prefix}{tag}HighN", int(high.loc["ngram"].n), "{:d}")
         for var, name in (("ngram", "Ngram"), ("eagle", "EagleOne"), ("eagle3", "EagleThree"),
                           ("ngram-eagle", "Hyb"), ("ngram-eagle3", "HybThree")):
             drop = 100 * (1 - high.loc[var].seq_al / low.loc[var])
-            num(f"en{tag}High{name}", high.loc[var].seq_al)
-            num(f"en{tag}High{name}Drop", drop, "{:.0f}")
-            num(f"en{tag}High{name}Moves", moves(drop), "{}")
-    num("enHigh", HIGH, "{:g}")
+            num(f"{prefix}{tag}High{name}", high.loc[var].seq_al)
+            num(f"{prefix}{tag}High{name}Drop", drop, "{:.0f}")
+            num(f"{prefix}{tag}High{name}Moves", moves(drop), "{}")
 
 
 def moves(drop: float) -> str:
@@ -166,6 +168,43 @@ def figure(cells) -> None:
     savefig(fig, "edit_norm")
 
 
+def hybrid_wins(by: dict) -> str:
+    """"W of N": the (bin, hybrid) cells, both prefer-ngram hybrids in every bin, where the hybrid's 95% CI reaches
+    the better of its parts' ALs (``by``: variant -> bin -> a bin_table row)."""
+    wins = total = 0
+    for b in by["ngram"]:
+        for hyb, head in (("ngram-eagle", "eagle"), ("ngram-eagle3", "eagle3")):
+            total += 1
+            wins += by[hyb][b]["seq_al_ci"][1] >= max(by["ngram"][b]["seq_al"], by[head][b]["seq_al"])
+    return of_n(wins, total)
+
+
+def all_held_out() -> None:
+    """The same configurations (no dynamic trees) on every held-out edit in the bins (ALL_HELD_OUT): its prompts per
+    bin of the reference's norm, the plain outputs' Spearman and EOS share, the outputs' match with plain decoding,
+    the fall to the top bins and the hybrids against their parts (macros ``enAll...``)."""
+    df = results.load_runs(ALL_HELD_OUT)
+    calls = json.loads((ALL_HELD_OUT / "sweep.json").read_text())["calls"]
+    num("enAllProv", provenance(calls[-1]["run_info"]), "{}")
+    num("enAllSeconds", sum(c["seconds"] for c in calls) / 60, "{:.0f}")
+    plain = df[df.variant == "none"]
+    num("enAllN", len(plain), "{:d}")
+    counts = np.bincount(np.digitize(plain.ref_edit_norm, EDGES[1:-1]), minlength=len(EDGES) - 1)
+    num("enAllBinCounts", ", ".join(str(c) for c in counts), "{}")
+    num("enAllRho", spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic)
+    num("enAllStopped", of_n(int((plain.tokens < plain.output_len).sum()), len(plain)), "{}")
+    mr = results.match_rate(df, by=["variant"]).set_index("variant")
+    chains = mr.drop(index="ngram-eagle tree")
+    num("enAllSameChains", of_n(int(chains.n_same.min()), int(chains.n.max())), "{}")
+    num("enAllSameTree", of_n(int(mr.loc["ngram-eagle tree"].n_same), int(mr.loc["ngram-eagle tree"].n)), "{}")
+    high_bins(df, prefix="enAll")
+    for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        by = {}
+        for r in results.bin_table(df[df.variant != "none"], EDGES, binning, n_boot=1000):
+            by.setdefault(r["variant"], {})[r["bin"]] = r
+        num(f"enAll{tag}HybWins", hybrid_wins(by), "{}")
+
+
 def findings(cells) -> None:
     """n-gram's and EAGLE-1's change from the lowest bin to their lowest point, and the hybrids against their parts."""
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
@@ -182,13 +221,7 @@ def findings(cells) -> None:
         e1 = [by["eagle"][b]["seq_al"] for b in bins]
         num(f"en{tag}EagleOneDrop", 100 * (1 - e1[low] / e1[0]), "{:.0f}")
         num(f"en{tag}NgramRange", f"{min(ng):.2f}--{max(ng):.2f}", "{}")
-        wins = total = 0
-        for b in bins:
-            for hyb, head in (("ngram-eagle", "eagle"), ("ngram-eagle3", "eagle3")):
-                total += 1
-                hi = by[hyb][b]["seq_al_ci"][1]
-                wins += hi >= max(by["ngram"][b]["seq_al"], by[head][b]["seq_al"])
-        num(f"en{tag}HybWins", f"{wins} of {total}", "{}")
+        num(f"en{tag}HybWins", hybrid_wins(by), "{}")
         num(f"en{tag}NLow", by["ngram"][bins[0]]["n"], "{:d}")
         num(f"en{tag}NMin", min(by["ngram"][b]["n"] for b in bins), "{:d}")
         num(f"en{tag}NMax", max(by["ngram"][b]["n"] for b in bins), "{:d}")

@@ -281,3 +281,31 @@ def other_repository() -> None:
         f = floor[binning, "ngram"]
         num(f"thFloorNgram{b}", f"{pct(f['median'])}\\% [{pct(f['lo'])}, {pct(f['hi'])}]", "{}")
         num(f"thFloorHyb{b}", span([floor[binning, v]["median"] for v in hybrids]), "{}")
+
+
+def all_held_out() -> None:
+    """zoo/al_by_edit_norm_all_heldout.json, the models against the sweep of every held-out edit: the sampling floor,
+    the fits on the validation repository (``other_*``), on random halves of these prompts (``held_out``), on the real
+    edits' simulation (``sim_*``) and the PR's harmonic model, as mean relative errors over the bins (%)."""
+    doc = json.loads((RESULTS / "zoo" / "al_by_edit_norm_all_heldout.json").read_text())
+    err = {(e["binning"], e["variant"], e["model"]): e["mean_rel"] for e in doc["errors_vs_measured"]}
+    floor = {(f["binning"], f["variant"]): f for f in doc["sampling_floor"]}
+    half = {(s["binning"], s["variant"], s["model"]): s for s in doc["held_out"]["summary"]}
+    num("thAllHalf", doc["held_out"]["prompts"] // 2, "{:d}")
+    pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
+    span = lambda xs: pct(min(xs)) if pct(min(xs)) == pct(max(xs)) else f"{pct(min(xs))}--{pct(max(xs))}"  # noqa: E731
+    ci = lambda s: f"{pct(s['median'])}\\% [{pct(s['lo'])}, {pct(s['hi'])}]"  # noqa: E731
+    hybrids = ("ngram-eagle", "ngram-eagle tree")
+    fits = ("harmonic_fit", "harmonic_free", "resync")
+    for binning, b in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        num(f"thAllFloorNgram{b}", ci(floor[binning, "ngram"]), "{}")
+        num(f"thAllFloorHyb{b}", span([floor[binning, v]["median"] for v in hybrids]), "{}")
+        num(f"thAllOtherNgram{b}", span([err[binning, "ngram", f"other_{m}"] for m in fits[1:]]), "{}")
+        num(f"thAllOtherHyb{b}", span([err[binning, v, f"other_{m}"] for v in hybrids for m in fits]), "{}")
+        num(f"thAllHalfNgram{b}", ci(min((half[binning, "ngram", m] for m in fits[1:]), key=lambda s: s["median"])),
+            "{}")
+        num(f"thAllHalfHyb{b}", span([half[binning, v, m]["median"] for v in hybrids for m in fits]), "{}")
+        num(f"thAllSimNgram{b}", span([err[binning, "ngram", f"sim_{m}"] for m in fits[1:]]), "{}")
+        num(f"thAllSimHyb{b}", span([err[binning, v, f"sim_{m}"] for v in hybrids for m in fits]), "{}")
+        num(f"thAllPrNgram{b}", pct(err[binning, "ngram", "harmonic_pr"]), "{}")
+        num(f"thAllPrHyb{b}", span([err[binning, v, "harmonic_pr"] for v in hybrids]), "{}")

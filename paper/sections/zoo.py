@@ -4,6 +4,7 @@ held-out edits (the GPU edit-norm sweep)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 
@@ -116,7 +117,8 @@ def eagle3_gate() -> None:
     num("gateN", int(al.n.max()), "{:d}")
     num("gateOutLen", int(df.output_len.iloc[0]), "{:d}")
     num("gateK", int(df.k_eagle.iloc[0]), "{:d}")
-    first = json.loads(next(edit_norm.SWEEP.glob("*eagle3__pr.jsonl")).read_text().splitlines()[0])
+    with gzip.open(next(edit_norm.SWEEP.glob("*eagle3__pr.jsonl.gz")), "rt") as f:
+        first = json.loads(f.readline())
     num("gateProv", provenance(first["run_info"]), "{}")
     num("gateCapped", cap_count(df[df.variant == "eagle"]), "{:d}")
     pair = df.pivot_table(index="example_id", columns="variant", values="output_tokens", aggfunc="first")
