@@ -29,6 +29,7 @@ measure EAGLE's rates on prompts that the runs being predicted do not hold).
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -37,6 +38,7 @@ import numpy as np
 from experiments import results
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
+from experiments.provenance import run_info
 from experiments.results import bin_table  # noqa: F401  (the per-bin table with bootstrap CIs)
 from experiments.simulate_al import json_safe, k_rates
 from hybridsd.analytic import harmonic_al, harmonic_calibrate_ngram
@@ -424,7 +426,9 @@ def main(argv=None) -> int:
                  if (fit_df["variant"] == "eagle").any() else None,
                  "params": {f"{b}|{v}": p["params"] for (b, v), p in fitted.items()},
                  "measured": [t for c in BINNINGS for t in bin_table(fit_df, edges, c, a.n_boot)]}
-    doc = {"runs": a.runs, "excluded_prompts": len(excluded), "bins": edges.tolist(), "k": k, "eagle_rates": rates,
+    command = "python -m experiments.al_by_edit_norm " + shlex.join(sys.argv[1:] if argv is None else argv)
+    doc = {"command": command, "run_info": run_info(), "runs": a.runs, "excluded_prompts": len(excluded),
+           "bins": edges.tolist(), "k": k, "eagle_rates": rates,
            "al_eagle": al_eagle, "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
            "errors_vs_measured": errors(preds, measured), "sampling_floor": sampling_floor(df, edges, a.n_boot)}
     if other:

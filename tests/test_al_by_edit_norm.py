@@ -82,6 +82,8 @@ def test_cli_writes_the_tables(runs, tmp_path):
     out = tmp_path / "fig.json"
     assert ab.main([*runs, "--no-sim", "--n-boot", "20", "--bins", "8", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python -m experiments.al_by_edit_norm ") and "--n-boot 20" in doc["command"]
+    assert {"commit", "device", "torch"} <= set(doc["run_info"])
     assert {t["binning"] for t in doc["measured"]} == {"ref_edit_norm", "output_edit_norm"}
     eagle = [json.loads(line) for line in open(runs[1])]
     assert doc["al_eagle"] == pytest.approx(sum(r["stats"]["num_tokens"] for r in eagle)
