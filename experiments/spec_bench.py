@@ -274,7 +274,8 @@ def load_heads(cfg: BenchConfig, model) -> dict:
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
                   per_bin: int | None = None, oversample: bool = True, bin_width: float = 0.05) -> list[data.Example]:
     """The run's prompts in a deterministic order (code edits: ``cfg.split``, the zoo's held-out split by default;
-    ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6]). ``num_prompts`` beyond the
+    ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6], 0: every prompt inside
+    the bins). ``num_prompts`` beyond the
     dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does."""
     if cfg.dataset_name == "hf":
         exs = data.load_hf(cfg.dataset_path, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
@@ -295,8 +296,10 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
             from experiments.edit_corpus import VALIDATION_REPOS
 
             exs = [e for e in exs if e.meta.get("repo") in VALIDATION_REPOS]
-    if per_bin:
-        exs = data.resample_by_bins(exs, results.norm_bins(bin_width), per_bin, seed=cfg.seed)
+    if per_bin is not None:
+        if per_bin < 0:
+            raise ValueError(f"--per-bin must be >= 0 (0: every prompt inside the bins), got {per_bin}")
+        exs = data.resample_by_bins(exs, results.norm_bins(bin_width), per_bin or sys.maxsize, seed=cfg.seed)
     if num_prompts is not None and num_prompts < 1:
         raise ValueError(f"--num-prompts must be >= 1, got {num_prompts}")
     if not exs:
@@ -535,7 +538,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-prompts", type=int, default=None)
     p.add_argument("--no-oversample", action="store_true",
                    help="with --num-prompts beyond the dataset, run what there is (default: repeat prompts)")
-    p.add_argument("--per-bin", type=int, default=None, help="at most N prompts per edit-norm bin (--bin-width)")
+    p.add_argument("--per-bin", type=int, default=None,
+                   help="at most N prompts per edit-norm bin (--bin-width; 0: every prompt inside the bins)")
     p.add_argument("--bin-width", type=float, default=0.05, help="width of the --per-bin bins over [0, 0.6]")
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--hf-output-len", type=int, default=None, help="output length (wins over --output-len)")

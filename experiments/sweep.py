@@ -124,7 +124,7 @@ def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
 def select_examples(cfg: sb.BenchConfig, preset: Preset, data_dir: str) -> list:
     """The preset's prompts for ``cfg``'s dataset (deterministic)."""
     if cfg.dataset_name == "code-edits":
-        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin or sys.maxsize, bin_width=preset.bin_width)
+        return sb.load_examples(cfg, data_dir, None, per_bin=preset.per_bin, bin_width=preset.bin_width)
     exs = sb.load_examples(cfg, data_dir, None)
     n = min(preset.num_prompts[cfg.dataset_name], len(exs))
     return [exs[i * len(exs) // n] for i in range(n)]

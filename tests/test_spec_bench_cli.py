@@ -103,6 +103,8 @@ CASES = {
     "unknown method": _case(*GOOD, "--method", "medusa", want="argument --method: invalid choice: 'medusa'"),
     "bin width": _case(*GOOD, "--method", "ngram", "--per-bin", "4", "--bin-width", "0.07",
                        want="--bin-width must divide 0.6 into whole bins, got 0.07"),
+    "per bin negative": _case(*GOOD, "--method", "ngram", "--per-bin", "-1",
+                              want="--per-bin must be >= 0 (0: every prompt inside the bins), got -1"),
     "no prompts left": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
                              "{data-blazedit}", "--blazedit-min-distance", "0.9", want="no prompts left"),
 }
