@@ -101,12 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0.0 <= args.weight <= 1.0:
         parser.error(f"--weight must be in [0, 1], got {args.weight}")
-    try:
-        check_pair(args.a, args.b)
+    command = "python -m experiments.weight_average " + " ".join(argv if argv is not None else sys.argv[1:])
+    try:  # weight_average checks the pair before it reads or writes any weights
+        record = weight_average(args.a, args.b, args.weight, args.out, command)
     except (OSError, ValueError) as e:
         parser.error(str(e))
-    command = "python -m experiments.weight_average " + " ".join(argv if argv is not None else sys.argv[1:])
-    record = weight_average(args.a, args.b, args.weight, args.out, command)
     print(f"wrote {args.out}: {len(record['shards'])} shards, weight {args.weight} of {args.b}")
 
 
