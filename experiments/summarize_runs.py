@@ -43,7 +43,7 @@ def pr_table(df) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="+", help="JSONL files or glob patterns")
+    p.add_argument("paths", nargs="+", help="JSONL files (.jsonl, .jsonl.gz), folders of them or glob patterns")
     p.add_argument("--by", choices=("output", "reference"), default="output")
     p.add_argument("--bins", choices=("coarse", "fine"), default="coarse",
                    help=f"coarse: {list(results.COARSE_BINS)}; fine: 0.05 wide over [0, 0.6]")
