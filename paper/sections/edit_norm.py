@@ -124,9 +124,10 @@ def corpus_table(df) -> None:
 HIGH = EDGES[5]  # the top three bins, [0.375, 0.6]: the "0.4-0.6" bins
 
 
-def high_bins(df, prefix: str = "en") -> None:
+def high_bins(df, prefix: str = "en", drop_fmt: str = "{:.0f}") -> None:
     """Corpus AL of the prompts in the top three bins (edit norm >= 0.375) against the lowest bin, by either
-    binning: n-gram's and EAGLE-1's fall, and each hybrid against its better part there (macros ``prefix...``)."""
+    binning: n-gram's and EAGLE-1's fall (percent, as ``drop_fmt``), and each hybrid against its better part there
+    (macros ``prefix...``)."""
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
         e = df[binning]
         low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
@@ -136,7 +137,7 @@ def high_bins(df, prefix: str = "en") -> None:
                           ("ngram-eagle", "Hyb"), ("ngram-eagle3", "HybThree")):
             drop = 100 * (1 - high.loc[var].seq_al / low.loc[var])
             num(f"{prefix}{tag}High{name}", high.loc[var].seq_al)
-            num(f"{prefix}{tag}High{name}Drop", drop, "{:.0f}")
+            num(f"{prefix}{tag}High{name}Drop", drop, drop_fmt)
             num(f"{prefix}{tag}High{name}Moves", moves(drop), "{}")
 
 
@@ -197,7 +198,7 @@ def all_held_out() -> None:
     chains = mr.drop(index="ngram-eagle tree")
     num("enAllSameChains", of_n(int(chains.n_same.min()), int(chains.n.max())), "{}")
     num("enAllSameTree", of_n(int(mr.loc["ngram-eagle tree"].n_same), int(mr.loc["ngram-eagle tree"].n)), "{}")
-    high_bins(df, prefix="enAll")
+    high_bins(df, prefix="enAll", drop_fmt="{:.1f}")
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
         by = {}
         for r in results.bin_table(df[df.variant != "none"], EDGES, binning, n_boot=1000):
