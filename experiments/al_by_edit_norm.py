@@ -384,14 +384,16 @@ def main(argv=None) -> int:
         ap.error("--bins must be >= 8")
     if a.splits < 0:
         ap.error("--splits must be >= 0")
-    theories = {}
+    theories, sim_docs = {}, {}  # prefix -> the simulate_al.json's fits, and the whole file (read once)
     for prefix, flag, path in (("sim_", "--theory", a.theory), ("state_", "--theory-by-state", a.theory_by_state)):
         if path is None:
             continue
         try:
-            theories[prefix] = json.loads(path.read_text())["fits"]
+            sim_docs[prefix] = json.loads(path.read_text())
+            theories[prefix] = sim_docs[prefix]["fits"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             ap.error(f"{flag} {path}: not a simulate_al.json with fits ({type(e).__name__}: {e})")
+    sim_doc = sim_docs.get("sim_")
     try:  # every results file read before any work: a missing one, or a line that is not a row, is one error line
         df = results.load_runs(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
         left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
@@ -417,7 +419,6 @@ def main(argv=None) -> int:
         if fit_df.empty:
             print("--fit-runs: no rows on prompts other than the runs'", file=sys.stderr)
             return 2
-        sim_doc = json.loads(a.theory.read_text()) if a.theory else None
         fitted = other_prompt_predictions(fit_df, measured, edges, k, sim_doc)
         for key, p in fitted.items():
             preds.setdefault(key, {"bins": p["bins"], "predictions": {}})["predictions"].update(p["predictions"])
@@ -446,8 +447,7 @@ def main(argv=None) -> int:
             doc.update(eagle_by_ngram_state=by_state,
                        simulated_by_state=[t for c in BINNINGS for t in bin_table(state_df, edges, c, a.n_boot)])
     if a.splits:
-        doc["held_out"] = held_out_fits(df, edges, k, json.loads(a.theory.read_text()) if a.theory else None,
-                                        a.splits)
+        doc["held_out"] = held_out_fits(df, edges, k, sim_doc, a.splits)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(json_safe(doc), indent=1) + "\n")
     for t in measured:
