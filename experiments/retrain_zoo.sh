@@ -12,15 +12,15 @@
 #               after 0, 12 and 23 steps gated on 64 validation prompts, the best kept; a CPU gate of 96 prompts
 #               generated for 1.3-6.2 minutes on 2-core machines: generate_s in retrain_compiled_h200/*/*_cpu.json)
 #   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
-#               NO_FP32_REPAIR=1), then the EAGLE-1 and EAGLE-3 heads
+#               NO_FP32_REPAIR=1); no heads (stage 8 trains the installed target's)
 #   6           decision tuning of stage 5's target: the loss where the answer leaves or resumes the copy weighted 16
 #               instead of 4 (1,862 steps, about 3 minutes of training)
 #   7           loop repair of stage 6's target with the repeats' unlikelihood weighted 0.1 (fp32, 24 steps; the best
 #               of the validation gates after 0, 12 and 24 steps kept): on the GPU where there is one (104 s with its
 #               gates on an H200), else on the CPU (11 minutes on 2 cores; the installed target's was)
 #   8           the installed target: 0.25 x stage 5's weights + 0.75 x stage 7's (experiments/weight_average.py;
-#               BASE= names stage 5's folder when it is not $WORK_ROOT/zoo_stage5/tiny-coder), then its heads,
-#               started from stage 5's
+#               BASE= names stage 5's folder when it is not $WORK_ROOT/zoo_stage5/tiny-coder), then its EAGLE-1
+#               and EAGLE-3 heads, started from hybridsd/models/tiny-coder's
 # Stages 6-8 repeat the calls that made the installed target from its base (the base target, which stages 1-5
 # retrain): zoo/decision_tuning_h200/runs.json (stage 6 and, on the CPU, stage 7) and zoo/weight_average_h200/runs.json
 # (stage 8). Run on one H200 from the base target (its folder as /tmp/zoo_stage5/tiny-coder; the calls `6,7` and `8`,
@@ -137,10 +137,9 @@ run_stage() {
   echo "== stage $stage from '${init:-scratch}' $(date +%T)"
   case $stage in
     cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;
-    5) [ -z "${SMOKE:-}" ] || export HEADS_INIT=  # a smoke-sized target: heads from it, not the installed ones
-       NO_TARGET=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=300 WORK=$WORK_ROOT/zoo_stage5 \
+    5) NO_TARGET=1 NO_HEADS=1 TARGET_DIR=$init REPAIR=$extra REPAIR_S=300 WORK=$WORK_ROOT/zoo_stage5 \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
-       for f in "$WORK_ROOT"/zoo_stage5/tiny-coder/{repair_config*,heads_training_*}.json; do
+       for f in "$WORK_ROOT"/zoo_stage5/tiny-coder/repair_config*.json; do
          cp "$f" "$OUT/stage5_$(basename "$f")"
        done ;;
     7) rm -rf "$WORK_ROOT/zoo_stage7"
@@ -149,9 +148,8 @@ run_stage() {
        cp "$WORK_ROOT/zoo_stage7/tiny-coder/repair_config.json" "$OUT/stage7_repair_config.json" ;;
     8) rm -rf "$WORK_ROOT/zoo_stage8_average"
        python3 -m experiments.weight_average "$base" "$init" $extra --out "$WORK_ROOT/zoo_stage8_average" || return 1
-       local heads="--init-heads $base"
-       [ -z "${SMOKE:-}" ] || heads=  # a smoke-sized target: heads from it
-       NO_TARGET=1 TARGET_DIR=$WORK_ROOT/zoo_stage8_average HEADS_INIT=$heads WORK=$WORK_ROOT/zoo_stage8 \
+       [ -z "${SMOKE:-}" ] || export HEADS_INIT=  # a smoke-sized target: heads from it, not the installed ones
+       NO_TARGET=1 TARGET_DIR=$WORK_ROOT/zoo_stage8_average WORK=$WORK_ROOT/zoo_stage8 \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        for f in "$WORK_ROOT"/zoo_stage8/tiny-coder/{average_config,heads_training_eagle1_eagle3}.json; do
          cp "$f" "$OUT/stage8_$(basename "$f")"

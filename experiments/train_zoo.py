@@ -83,6 +83,7 @@ MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 
 
 REPAIR_MODES = ("loops", "resync", "both")
+SFT_WORKERS = 3  # processes that build edit-tuning batches ahead of the GPU's steps (see prefetched)
 
 
 @dataclass(frozen=True)
@@ -281,25 +282,33 @@ def unlikelihood(logits, tokens):
     return -torch.log1p(-p.clamp(max=1 - 1e-6))
 
 
-def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihood_weight: float = 0.0):
+def kept_positions(targets):
+    """The flat indices ``[K]`` (int64, row-major) of the positions of ``targets`` ``[B, T]`` that are not -100;
+    computed on the host for a host tensor, so that a training step need not wait for the device to count them."""
+    return (targets != -100).flatten().nonzero().squeeze(1)
+
+
+def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihood_weight: float = 0.0, keep=None):
     """Mean cross-entropy over positions whose target is not -100 (logits computed only there); with
     ``weights`` (same shape as ``targets``) the weighted mean. With ``avoid`` (same shape; a token id, or -100)
     and ``unlikelihood_weight`` > 0, plus that weight times the unlikelihood term ``-log(1 - p(avoid))`` summed
-    over the positions whose avoided token is not their target, over the same total weight."""
+    over the positions whose avoided token is not their target, over the same total weight. ``keep``: those
+    positions as :func:`kept_positions` gives them, already on the device (else found here: a host sync)."""
     import torch
     import torch.nn.functional as F
 
-    hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
-    keep = targets != -100
-    logits = model.lm_head(hidden[keep]).float()  # (kept positions, vocab)
-    y = targets[keep]
+    hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state  # [B, T, H]
+    if keep is None:
+        keep = kept_positions(targets)  # a device tensor: nonzero waits for the device (sync)
+    logits = model.lm_head(hidden.flatten(0, 1).index_select(0, keep)).float()  # [K, vocab]
+    y = targets.flatten().index_select(0, keep)  # [K]
     if weights is None:
         weights = torch.ones_like(targets, dtype=logits.dtype)
-    w = weights[keep]
+    w = weights.flatten().index_select(0, keep)  # [K]
     loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum()
     if avoid is None or unlikelihood_weight == 0:
         return loss
-    a = avoid[keep]
+    a = avoid.flatten().index_select(0, keep)  # [K]
     sel = (a >= 0) & (a != y)
     return loss + unlikelihood_weight * unlikelihood(logits[sel], a[sel]).sum() / w.sum()
 
@@ -387,9 +396,9 @@ def step_budget(epoch_steps: int, cap: int) -> int:
 def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
     """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid]) CPU tensors)
     until done; returns the phase's record, with the first step's time (compilation, with ``compile_layers``) and
-    the throughput after it. Token counts come from the host's tensors and CUDA copies are pinned and
-    non-blocking, so the host builds the next batch while the device runs a step; it waits for the device only
-    where a loss is logged."""
+    the throughput after it. Token counts and the loss's positions (:func:`kept_positions`) come from the host's
+    tensors and CUDA copies are pinned and non-blocking, so the host queues the next step while the device runs
+    this one; it waits for the device only where a loss is logged."""
     import torch
 
     tokens = seen = first_seen = 0
@@ -399,16 +408,17 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
     for inputs, targets, *extra in batches:
         if phase.progress() >= 1.0:
             break
-        tokens += int((targets != -100).sum())  # host tensor: no device sync
+        keep = kept_positions(targets)  # host tensors: no device sync
+        tokens += keep.numel()
         seen += inputs.numel()
-        inputs, targets, weights, avoid = [
+        inputs, targets, keep, weights, avoid = [
             None if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True)
-            for t in [inputs, targets, *(extra + [None, None])[:2]]]
+            for t in [inputs, targets, keep, *(extra + [None, None])[:2]]]
         lr = phase.current_lr()
         for group in opt.param_groups:
             group["lr"] = lr
         with bf16(device):
-            loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight)
+            loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight, keep)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -709,6 +719,34 @@ def sft_batch_rows(examples: list[tuple], batch_tokens: int, seed: int) -> list[
     return batches
 
 
+def sft_batch(examples: list[tuple], batch: list[int], pad: int, change_weight: float = 1.0,
+              decision_weight: float = 1.0) -> tuple:
+    """One batch of :func:`sft_batches`: the rows ``batch`` of ``examples``, right-padded to a multiple of 64."""
+    import torch
+
+    width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
+    inputs = torch.full((len(batch), width), pad, dtype=torch.long)
+    targets = torch.full((len(batch), width), -100, dtype=torch.long)
+    weights = torch.zeros((len(batch), width))
+    avoid = torch.full((len(batch), width), -100, dtype=torch.long)
+    for row, i in enumerate(batch):
+        ids, n_prompt, changed, decisions, avoided = examples[i][:5]
+        inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
+        targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
+        w = weights[row]  # (width,) a view
+        w[n_prompt - 1: len(ids) - 1] = 1.0
+        w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
+        at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
+        w[at] = torch.clamp(w[at], min=decision_weight)
+        if avoided:
+            where, token = zip(*avoided)
+            avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
+        if len(examples[i]) > 5 and examples[i][5]:
+            at = torch.tensor(examples[i][5], dtype=torch.long) + n_prompt - 1
+            targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
+    return inputs, targets, weights, avoid
+
+
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
                 seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
     """Length-bucketed, right-padded batches (:func:`sft_batch_rows`) of (inputs, targets, weights, avoid) from
@@ -716,30 +754,36 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
     the changed positions and ``decision_weight`` on the decision positions (the larger of the two where both
     apply), none on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the
     avoided copy's token where there is one, else -100."""
-    import torch
-
     for batch in sft_batch_rows(examples, batch_tokens, seed):
-        width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
-        inputs = torch.full((len(batch), width), pad, dtype=torch.long)
-        targets = torch.full((len(batch), width), -100, dtype=torch.long)
-        weights = torch.zeros((len(batch), width))
-        avoid = torch.full((len(batch), width), -100, dtype=torch.long)
-        for row, i in enumerate(batch):
-            ids, n_prompt, changed, decisions, avoided = examples[i][:5]
-            inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
-            targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
-            w = weights[row]  # (width,) a view
-            w[n_prompt - 1: len(ids) - 1] = 1.0
-            w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
-            at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
-            w[at] = torch.clamp(w[at], min=decision_weight)
-            if avoided:
-                where, token = zip(*avoided)
-                avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
-            if len(examples[i]) > 5 and examples[i][5]:
-                at = torch.tensor(examples[i][5], dtype=torch.long) + n_prompt - 1
-                targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
-        yield inputs, targets, weights, avoid
+        yield sft_batch(examples, batch, pad, change_weight, decision_weight)
+
+
+class SftBatches:
+    """The batches of :func:`sft_batches` over ``epochs`` epochs (epoch ``e`` with seed ``seed + e``), in that
+    order, as a sequence: ``len`` is their count and item ``i`` builds batch ``i``, so that worker processes can
+    build them ahead of the training steps (:func:`prefetched`)."""
+
+    def __init__(self, examples: list[tuple], batch_tokens: int, pad: int, seed: int, epochs: int,
+                 change_weight: float = 1.0, decision_weight: float = 1.0):
+        self.examples, self.pad, self.weights = examples, pad, (change_weight, decision_weight)
+        self.plan = [rows for e in range(epochs) for rows in sft_batch_rows(examples, batch_tokens, seed + e)]
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i: int) -> tuple:
+        return sft_batch(self.examples, self.plan[i], self.pad, *self.weights)
+
+
+def prefetched(batches: SftBatches, workers: int, ahead: int = 4):
+    """``batches`` in order, built by ``workers`` forked processes (each ``ahead`` batches ahead; 0 workers: in
+    this process) while the caller trains on the ones before."""
+    from torch.utils.data import DataLoader
+
+    if workers == 0:
+        return (batches[i] for i in range(len(batches)))
+    return iter(DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers, prefetch_factor=ahead,
+                           multiprocessing_context="fork"))
 
 
 def with_replay(batches, replay, every: int):
@@ -1007,10 +1051,11 @@ def cmd_target(args) -> None:
         record_val("pretrain_end", pre_info["steps"])
     # (b) edit tuning, with every ``every``-th step a pretraining batch when replay is on
     per_epoch = len(sft_batch_rows(examples, cfg.sft_batch_tokens, cfg.seed + 2))
-    batches = itertools.chain.from_iterable(
-        sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight,
-                    cfg.decision_weight)
-        for e in range(cfg.sft_epochs))  # each epoch reshuffled
+    # each epoch reshuffled; on a GPU, built by worker processes ahead of the steps (the host builds a batch in
+    # about as long as the device takes to train on it)
+    batches = prefetched(SftBatches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2, cfg.sft_epochs,
+                                    cfg.change_weight, cfg.decision_weight),
+                         workers=SFT_WORKERS if device.type == "cuda" else 0)
     every = round(1 / cfg.sft_replay) if cfg.sft_replay > 0 and val_seqs is not None and len(train_seqs) >= bs else 0
     if every:
         batches = with_replay(batches, pre_batches(None, cfg.seed + 101), every)
@@ -1021,6 +1066,7 @@ def cmd_target(args) -> None:
                   cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
     sft_info = train_phase(model, optimizer(cfg.sft_lr), batches, phase, cfg, device, log["sft"],
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
+    del batches  # stops the prefetching workers
     sft_info.update(replay_every=every,
                     epochs=round(phase.step * (1 - 1 / every if every else 1) / max(per_epoch, 1), 2))
     record_val("sft_end", sft_info["steps"])
