@@ -83,7 +83,6 @@ MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 
 
 REPAIR_MODES = ("loops", "resync", "both")
-SFT_WORKERS = 3  # processes that build edit-tuning batches ahead of the GPU's steps (see prefetched)
 
 
 @dataclass(frozen=True)
@@ -397,8 +396,8 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
     """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid]) CPU tensors)
     until done; returns the phase's record, with the first step's time (compilation, with ``compile_layers``) and
     the throughput after it. Token counts and the loss's positions (:func:`kept_positions`) come from the host's
-    tensors and CUDA copies are pinned and non-blocking, so the host queues the next step while the device runs
-    this one; it waits for the device only where a loss is logged."""
+    tensors and CUDA copies are pinned and non-blocking, so the host builds the next batch while the device runs a
+    step; it waits for the device only where a loss is logged."""
     import torch
 
     tokens = seen = first_seen = 0
@@ -719,34 +718,6 @@ def sft_batch_rows(examples: list[tuple], batch_tokens: int, seed: int) -> list[
     return batches
 
 
-def sft_batch(examples: list[tuple], batch: list[int], pad: int, change_weight: float = 1.0,
-              decision_weight: float = 1.0) -> tuple:
-    """One batch of :func:`sft_batches`: the rows ``batch`` of ``examples``, right-padded to a multiple of 64."""
-    import torch
-
-    width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
-    inputs = torch.full((len(batch), width), pad, dtype=torch.long)
-    targets = torch.full((len(batch), width), -100, dtype=torch.long)
-    weights = torch.zeros((len(batch), width))
-    avoid = torch.full((len(batch), width), -100, dtype=torch.long)
-    for row, i in enumerate(batch):
-        ids, n_prompt, changed, decisions, avoided = examples[i][:5]
-        inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
-        targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
-        w = weights[row]  # (width,) a view
-        w[n_prompt - 1: len(ids) - 1] = 1.0
-        w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
-        at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
-        w[at] = torch.clamp(w[at], min=decision_weight)
-        if avoided:
-            where, token = zip(*avoided)
-            avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
-        if len(examples[i]) > 5 and examples[i][5]:
-            at = torch.tensor(examples[i][5], dtype=torch.long) + n_prompt - 1
-            targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
-    return inputs, targets, weights, avoid
-
-
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
                 seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
     """Length-bucketed, right-padded batches (:func:`sft_batch_rows`) of (inputs, targets, weights, avoid) from
@@ -754,36 +725,30 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
     the changed positions and ``decision_weight`` on the decision positions (the larger of the two where both
     apply), none on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the
     avoided copy's token where there is one, else -100."""
+    import torch
+
     for batch in sft_batch_rows(examples, batch_tokens, seed):
-        yield sft_batch(examples, batch, pad, change_weight, decision_weight)
-
-
-class SftBatches:
-    """The batches of :func:`sft_batches` over ``epochs`` epochs (epoch ``e`` with seed ``seed + e``), in that
-    order, as a sequence: ``len`` is their count and item ``i`` builds batch ``i``, so that worker processes can
-    build them ahead of the training steps (:func:`prefetched`)."""
-
-    def __init__(self, examples: list[tuple], batch_tokens: int, pad: int, seed: int, epochs: int,
-                 change_weight: float = 1.0, decision_weight: float = 1.0):
-        self.examples, self.pad, self.weights = examples, pad, (change_weight, decision_weight)
-        self.plan = [rows for e in range(epochs) for rows in sft_batch_rows(examples, batch_tokens, seed + e)]
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def __getitem__(self, i: int) -> tuple:
-        return sft_batch(self.examples, self.plan[i], self.pad, *self.weights)
-
-
-def prefetched(batches: SftBatches, workers: int, ahead: int = 4):
-    """``batches`` in order, built by ``workers`` forked processes (each ``ahead`` batches ahead; 0 workers: in
-    this process) while the caller trains on the ones before."""
-    from torch.utils.data import DataLoader
-
-    if workers == 0:
-        return (batches[i] for i in range(len(batches)))
-    return iter(DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers, prefetch_factor=ahead,
-                           multiprocessing_context="fork"))
+        width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
+        inputs = torch.full((len(batch), width), pad, dtype=torch.long)
+        targets = torch.full((len(batch), width), -100, dtype=torch.long)
+        weights = torch.zeros((len(batch), width))
+        avoid = torch.full((len(batch), width), -100, dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids, n_prompt, changed, decisions, avoided = examples[i][:5]
+            inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
+            targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
+            w = weights[row]  # (width,) a view
+            w[n_prompt - 1: len(ids) - 1] = 1.0
+            w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
+            at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
+            w[at] = torch.clamp(w[at], min=decision_weight)
+            if avoided:
+                where, token = zip(*avoided)
+                avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
+            if len(examples[i]) > 5 and examples[i][5]:
+                at = torch.tensor(examples[i][5], dtype=torch.long) + n_prompt - 1
+                targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
+        yield inputs, targets, weights, avoid
 
 
 def with_replay(batches, replay, every: int):
@@ -1051,11 +1016,10 @@ def cmd_target(args) -> None:
         record_val("pretrain_end", pre_info["steps"])
     # (b) edit tuning, with every ``every``-th step a pretraining batch when replay is on
     per_epoch = len(sft_batch_rows(examples, cfg.sft_batch_tokens, cfg.seed + 2))
-    # each epoch reshuffled; on a GPU, built by worker processes ahead of the steps (the host builds a batch in
-    # about as long as the device takes to train on it)
-    batches = prefetched(SftBatches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2, cfg.sft_epochs,
-                                    cfg.change_weight, cfg.decision_weight),
-                         workers=SFT_WORKERS if device.type == "cuda" else 0)
+    batches = itertools.chain.from_iterable(
+        sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight,
+                    cfg.decision_weight)
+        for e in range(cfg.sft_epochs))  # each epoch reshuffled
     every = round(1 / cfg.sft_replay) if cfg.sft_replay > 0 and val_seqs is not None and len(train_seqs) >= bs else 0
     if every:
         batches = with_replay(batches, pre_batches(None, cfg.seed + 101), every)
@@ -1066,7 +1030,6 @@ def cmd_target(args) -> None:
                   cfg.sft_lr, cfg.sft_warmup_steps, 0.0)
     sft_info = train_phase(model, optimizer(cfg.sft_lr), batches, phase, cfg, device, log["sft"],
                            on_log=lambda s: s % (cfg.log_every * 10) == 0 and record_val("sft", s))
-    del batches  # stops the prefetching workers
     sft_info.update(replay_every=every,
                     epochs=round(phase.step * (1 - 1 / every if every else 1) / max(per_epoch, 1), 2))
     record_val("sft_end", sft_info["steps"])

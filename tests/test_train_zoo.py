@@ -221,27 +221,6 @@ def test_sft_batch_rows_are_the_batches_of_sft_batches(lengths, batch_tokens, se
 
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_prefetched_sft_batches_are_sft_batches_epoch_by_epoch(workers):
-    """``SftBatches`` over three epochs, built in this process or by two forked workers, yields the batches that
-    ``sft_batches`` yields for each epoch's seed, in the same order, tensor for tensor."""
-    rng = random.Random(4)
-    examples = []
-    for _ in range(70):
-        n = rng.randint(10, 300)
-        n_prompt = rng.randint(2, n - 5)
-        changed = sorted(rng.sample(range(n - n_prompt), 3))
-        avoided = [(changed[0], 7)] if rng.random() < 0.5 else []
-        examples.append(([rng.randint(6, 90) for _ in range(n)], n_prompt, changed, changed[1:], avoided))
-    want = [b for e in range(3) for b in tz.sft_batches(examples, 1024, pad=5, seed=11 + e, change_weight=2.0,
-                                                         decision_weight=4.0)]
-    batches = tz.SftBatches(examples, 1024, pad=5, seed=11, epochs=3, change_weight=2.0, decision_weight=4.0)
-    got = list(tz.prefetched(batches, workers=workers, ahead=2))
-    assert len(batches) == len(got) == len(want) > 6
-    for a, b in zip(got, want):
-        assert all(torch.equal(x, y) for x, y in zip(a, b))
-
-
 def test_masked_loss_on_kept_positions_from_the_host_is_the_masked_loss():
     torch.manual_seed(0)
     model = tz.build_model(tz.TargetConfig(**tz.SMOKE), 32, {"bos": 0, "eos": 1, "pad": 2, "eot": 3})
