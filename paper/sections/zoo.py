@@ -301,14 +301,19 @@ def step_budgets(run: dict) -> None:
 
 def last_stages(run: dict, first: dict) -> None:
     """retrain_compiled_h200/stages_678_from_base/: stages 6-8 run from the base target (their GPU-minutes, each
-    stage's seconds, and with stages 1-5's calls the whole recipe's), stage 7's selection gates, and the product's
-    GPU gates paired with the base target's and with the installed target's on the same prompts."""
+    stage's seconds, and with stages 1-5's calls the whole recipe's, with and without stage 5's heads), stage 7's
+    selection gates, and the product's GPU gates paired with the base target's and with the installed target's on
+    the same prompts."""
     folder = RETRAIN.parent / run["folder"]
     stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
     num("zooLastMin", run["stages_gpu_s"] / 60, "{:.1f}")
     for stage, tag in (("6", "Six"), ("7", "Seven"), ("8", "Eight")):
         num(f"zooLast{tag}S", stage_s[stage], "{:d}")
     num("zooRecipeMin", (sum(c["call_wall_s"] for c in first["calls"]) + run["stages_gpu_s"]) / 60, "{:.1f}")
+    heads5 = json.loads((RETRAIN.parent / first["folder"] / "stage5_heads_training_eagle1_eagle3.json").read_text())
+    num("zooRecipeHeadsFiveS", heads5["wall_s"], "{:.0f}")  # stage 5's heads, which the recipe no longer trains
+    num("zooRecipeNoHeadsMin",
+        (sum(c["call_wall_s"] for c in first["calls"]) + run["stages_gpu_s"] - heads5["wall_s"]) / 60, "{:.1f}")
     stage6 = json.loads((folder / "stage6_training_config.json").read_text())
     num("zooLastProv", provenance(stage6["run_info"]), "{}")
     selection_numbers("zooLastSel", json.loads((folder / "stage7_repair_config.json").read_text())["selection"])
