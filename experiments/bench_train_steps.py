@@ -1,6 +1,6 @@
 """The zoo target's edit-tuning steps on one GPU: milliseconds per step and how much of it the GPU is busy.
 
-    python -m experiments.bench_train_steps --out experiments/results/zoo/train_steps_h200.json
+    python -m experiments.bench_train_steps --steps 200 --out F.json     # about 3 minutes on an H200
 
 Runs ``train_zoo.train_phase`` (layers compiled, bf16) on length-bucketed batches (``sft_batches``, 65,536 tokens)
 of synthetic edit examples: lengths log-normal with median 800 tokens (mean about 1,100, as the zoo's edit-tuning
@@ -61,11 +61,14 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("needs a CUDA device")
     cfg = tz.TargetConfig(**({"sft_batch_tokens": a.batch_tokens} if a.batch_tokens else {}))
+    examples = synthetic_examples(a.examples)
+    batches_in_plan = len(tz.sft_batch_rows(examples, cfg.sft_batch_tokens, 2))
+    if batches_in_plan < a.steps:
+        p.error(f"--examples {a.examples} make {batches_in_plan} batches, fewer than --steps {a.steps}")
     torch.manual_seed(0)
     model = tz.build_model(cfg, 10240, {"bos": 0, "eos": 1, "eot": 4, "pad": 5}).to(device)
     if device.type == "cuda":
         tz.compile_layers(model)
-    examples = synthetic_examples(a.examples)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     loss_fn = tz.masked_loss
 
@@ -80,9 +83,6 @@ def main(argv: list[str] | None = None) -> None:
         return {"steps": info["steps"], "ms_per_step": round(1e3 * info["wall_s"] / info["steps"], 2),
                 "tokens_per_s": info["tokens_per_s"]}
 
-    batches_in_plan = len(tz.sft_batch_rows(examples, cfg.sft_batch_tokens, 2))
-    if batches_in_plan < a.steps:
-        p.error(f"--examples {a.examples} make {batches_in_plan} batches, fewer than --steps {a.steps}")
     warmup = run(a.steps)
     pairs = [{"host": run(a.steps), "device": run(a.steps, host_keep=False)} for _ in range(a.reps)]
     profiled_steps = min(40, a.steps)

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 COMMANDS = ["experiments.al_by_edit_norm", "experiments.bench_ngram", "experiments.bench_speed",
+            "experiments.bench_train_steps",
             "experiments.bench_tree", "experiments.diagnose_heads", "experiments.exact_rows",
             "experiments.make_checkpoint", "experiments.simulate_al", "experiments.spec_bench",
             "experiments.summarize_runs", "experiments.sweep", "experiments.train_heads",
@@ -65,3 +66,16 @@ def test_train_heads_takes_good_input(tmp_path):
 
     a = train_heads.parse_args(["--out", str(tmp_path), "--device", "cpu", "--steps", "2"])
     assert a.steps == 2 and a.device == "cpu" and a.target == hsd.zoo.path()  # the zoo's target by default
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "5"], "--steps"), (["--reps", "0"], "--reps"), (["--examples", "10"], "--examples"),
+    (["--device", "cpu", "--examples", "100", "--steps", "250"], "fewer than --steps 250")])
+def test_bench_train_steps_refuses_bad_sizes_in_one_line(argv, message, tmp_path, capsys):
+    from experiments import bench_train_steps
+
+    with pytest.raises(SystemExit) as e:
+        bench_train_steps.main(argv + ["--out", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o.json").exists()
