@@ -403,8 +403,12 @@ def main(argv=None) -> int:
     excluded = set(df["example_id"]) & left_out
     df = df[~df["example_id"].isin(excluded)]
     if df.empty:
-        print("no rows in the given files" + (" outside --exclude-prompts" if left_out else ""), file=sys.stderr)
-        return 2
+        ap.error("no rows in the given files" + (" outside --exclude-prompts" if left_out else ""))
+    if fit_df is not None:  # the fits use only prompts that the runs do not hold
+        shared = set(fit_df["example_id"]) & set(df["example_id"])
+        fit_df = fit_df[~fit_df["example_id"].isin(shared)]
+        if fit_df.empty:
+            ap.error("--fit-runs: no rows on prompts other than the runs'")
     edges = np.linspace(0.0, a.max_e, a.bins + 1)
     k = {"ngram": a.k_ngram, "eagle": a.k_eagle}
     measured = [t for c in BINNINGS for t in bin_table(df, edges, c, a.n_boot)]
@@ -414,11 +418,6 @@ def main(argv=None) -> int:
     preds = model_predictions(measured, theories, al_eagle, k)
     other = None
     if fit_df is not None:
-        shared = set(fit_df["example_id"]) & set(df["example_id"])
-        fit_df = fit_df[~fit_df["example_id"].isin(shared)]
-        if fit_df.empty:
-            print("--fit-runs: no rows on prompts other than the runs'", file=sys.stderr)
-            return 2
         fitted = other_prompt_predictions(fit_df, measured, edges, k, sim_doc)
         for key, p in fitted.items():
             preds.setdefault(key, {"bins": p["bins"], "predictions": {}})["predictions"].update(p["predictions"])

@@ -245,7 +245,7 @@ def test_sampling_floor_is_zero_without_spread_and_the_exact_expectation_for_two
 def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path, capsys):
     """``--fit-runs``: the prompts that the scored runs hold are left out of the fit and counted; the other_* models
     are scored beside the PR's; the sampling floor is written; a missing results or theory file is one error line
-    and exit code 2, nothing written; no other prompt left gives exit code 2."""
+    and exit code 2, nothing written; no other prompt left is one error line too."""
     other = tmp_path / "other.jsonl"
     rows = [json.loads(line) for path in runs for line in open(path)]
     moved = [dict(r, example_id=r["example_id"].replace("ex", "other")) for r in rows]
@@ -270,7 +270,11 @@ def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path, capsys):
         assert len(err) == 1 and name in err[0] and not (tmp_path / "bad.json").exists()
     only_shared = tmp_path / "shared.jsonl"
     only_shared.write_text(open(runs[0]).read())
-    assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--fit-runs", str(only_shared), "--out", str(out)]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        ab.main([*runs, "--no-sim", "--n-boot", "0", "--fit-runs", str(only_shared), "--out", str(tmp_path / "s.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and not (tmp_path / "s.json").exists()
+    assert "error: --fit-runs: no rows on prompts other than the runs'" in err[0]
 
 
 def test_simulated_prompts_draw_eagle_apart(monkeypatch):
