@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -95,13 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         wall = time.perf_counter() - t0
     kernel_us = sum(e.self_device_time_total for e in prof.key_averages()
                     if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False))
-    median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731  (upper median)
     record = {
-        "what": __doc__.split("\n\n")[0], "command": "python -m experiments.bench_train_steps " + " ".join(
+        "what": __doc__.split("\n\n")[0], "command": "python -m experiments.bench_train_steps " + shlex.join(
             argv if argv is not None else sys.argv[1:]),
         "examples": a.examples, "batch_tokens": cfg.sft_batch_tokens, "steps": a.steps, "warmup": warmup,
         "pairs": pairs,
-        "median_ms_per_step": {k: median([r[k]["ms_per_step"] for r in pairs]) for k in ("host", "device")},
+        "median_ms_per_step": {k: statistics.median(r[k]["ms_per_step"] for r in pairs) for k in ("host", "device")},
         "profiled": {**profiled, "wall_ms_per_step_profiled": round(1e3 * wall / profiled_steps, 2),
                      "gpu_kernel_ms_per_step": round(kernel_us / 1e3 / profiled_steps, 2)},
         "run_info": run_info(),
