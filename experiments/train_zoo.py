@@ -251,12 +251,24 @@ def build_model(cfg: TargetConfig, vocab_size: int, special: dict):
     return LlamaForCausalLM(config)
 
 
-def compile_layers(model, backend: str = "inductor") -> None:
-    """``torch.compile`` every decoder layer of ``model`` in place (regional compilation: the layers share one
-    compiled graph, so compiling costs about one layer's time; shapes recompile dynamically after the first); the
-    state dict is unchanged. Code that evaluates or generates runs under :func:`eager`."""
-    for layer in model.model.layers:
-        layer.compile(backend=backend)
+COMPILE_MODES = ("layers", "layers-graphs", "model", "model-graphs")
+
+
+def compile_layers(model, backend: str = "inductor", mode: str = "layers") -> None:
+    """``torch.compile`` the decoder of ``model`` in place for its training steps; the state dict is unchanged.
+    ``mode`` (one of ``COMPILE_MODES``): ``layers`` compiles every decoder layer (regional compilation: the layers
+    share one compiled graph, so compiling costs about one layer's time; shapes recompile dynamically after the
+    first); ``model`` the whole decoder (embedding to final norm) as one region; ``-graphs`` also replays each
+    shape's kernels as CUDA graphs (inductor's ``reduce-overhead``: one recording per batch shape, no per-kernel
+    launch cost). Code that evaluates or generates runs under :func:`eager`."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile mode {mode!r} is not one of {COMPILE_MODES}")
+    options = {"backend": backend, **({"mode": "reduce-overhead"} if mode.endswith("-graphs") else {})}
+    if mode.startswith("layers"):
+        for layer in model.model.layers:
+            layer.compile(**options)
+    else:
+        model.model.compile(**options)
 
 
 def eager():
@@ -414,6 +426,8 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
             None if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True)
             for t in [inputs, targets, keep, *(extra + [None, None])[:2]]]
         lr = phase.current_lr()
+        if pin:  # a new step for compiled CUDA graphs (their outputs of the last step may be overwritten)
+            torch.compiler.cudagraph_mark_step_begin()
         for group in opt.param_groups:
             group["lr"] = lr
         with bf16(device):

@@ -70,7 +70,9 @@ def test_train_heads_takes_good_input(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "5"], "--steps"), (["--reps", "0"], "--reps"), (["--examples", "10"], "--examples"),
-    (["--device", "cpu", "--examples", "100", "--steps", "250"], "fewer than --steps 250")])
+    (["--device", "cpu", "--modes", "eager", "--examples", "100", "--steps", "250"], "fewer than --steps 250"),
+    (["--device", "cpu", "--modes", "eager", "layers"], "--modes other than eager need --device cuda"),
+    (["--modes", "graphs"], "--modes")])
 def test_bench_train_steps_refuses_bad_sizes_in_one_line(argv, message, tmp_path, capsys):
     from experiments import bench_train_steps
 

@@ -470,3 +470,35 @@ def test_exact_mode_bf16_equals_plain_on_the_zoo(compile):
     assert len(prompts_) == 16
     failures = _match_grid(model, heads, prompts_, 256, compile, "tiny-coder")
     assert not failures, failures
+
+
+@pytest.mark.parametrize("mode", ["layers", "layers-graphs", "model", "model-graphs"])
+def test_compiled_training_steps_follow_eager_ones(mode):
+    """The zoo's training steps with the decoder compiled by inductor (``train_zoo.compile_layers``; ``-graphs``:
+    replayed as CUDA graphs, one recording per batch shape) follow the eager steps' losses and weights over batches
+    of three shapes, the first shape again after the others (a replay, whose gradients the optimizer reads)."""
+    from experiments import train_zoo as tz
+
+    special = {"bos": 0, "eos": 1, "pad": 2, "eot": 3}
+    cfg = tz.TargetConfig(**{**tz.SMOKE, "log_every": 1})
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    plain = tz.build_model(cfg, 40, special).to(device)
+    compiled = tz.build_model(cfg, 40, special).to(device)
+    compiled.load_state_dict(plain.state_dict())
+    torch._dynamo.reset()
+    tz.compile_layers(compiled, mode=mode)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(4, 40, (b, n), generator=g), torch.randint(4, 40, (b, n), generator=g))
+               for b, n in ((2, 64), (2, 64), (3, 128), (1, 192), (2, 64), (2, 64), (3, 128))]
+    losses = {}
+    for name, model in (("plain", plain), ("compiled", compiled)):
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
+        log = []
+        tz.train_phase(model, opt, iter(batches), tz.Phase(name, len(batches), 600.0, 3e-3, 1, 0.1), cfg, device, log)
+        losses[name] = [(e["loss"], e["grad_norm"]) for e in log]
+    assert len(losses["plain"]) == len(batches)
+    for (loss, norm), (want_loss, want_norm) in zip(losses["compiled"], losses["plain"]):  # bf16 autocast in both
+        assert loss == pytest.approx(want_loss, rel=2e-2) and norm == pytest.approx(want_norm, rel=5e-2)
+    for (k, a), (k2, b) in zip(plain.state_dict().items(), compiled.state_dict().items()):
+        assert k == k2 and torch.allclose(a, b, atol=5e-2), k  # Adam moves each weight at most 2 x lr a step

@@ -301,9 +301,11 @@ def test_unlikelihood_term_is_added_where_asked():
     assert torch.allclose(tz.masked_loss(model, x, y, None, avoid, 0.5), want, atol=1e-6)
 
 
-def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(tmp_path):
-    """``compile_layers`` (backend ``aot_eager`` here; ``inductor`` on the GPU): the training steps run the compiled
-    layers and follow the eager model's losses and weights; ``generate`` under ``eager()`` compiles nothing; the
+@pytest.mark.parametrize("mode", ["layers", "model"])
+def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(mode, tmp_path):
+    """``compile_layers`` (backend ``aot_eager`` here; ``inductor`` on the GPU, where the ``-graphs`` modes also
+    replay CUDA graphs: tests/test_cuda.py), each layer or the whole decoder: the training steps run the compiled
+    region and follow the eager model's losses and weights; ``generate`` under ``eager()`` compiles nothing; the
     saved state dict has the eager model's keys; ``--compile-layers`` reaches the config."""
     from torch._dynamo.utils import counters
 
@@ -314,7 +316,7 @@ def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(tmp_path):
     compiled = tz.build_model(cfg, 40, special)
     compiled.load_state_dict(plain.state_dict())
     torch._dynamo.reset()
-    tz.compile_layers(compiled, backend="aot_eager")
+    tz.compile_layers(compiled, backend="aot_eager", mode=mode)
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randint(4, 40, (2, n), generator=g), torch.randint(4, 40, (2, n), generator=g))
                for n in (12, 12, 17, 9)]  # 3 shapes
@@ -342,6 +344,8 @@ def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(tmp_path):
                                           torch.device("cpu"))
     assert tz.target_config(tz.parse_args(["target", "--compile-layers"])).compile_layers
     assert not tz.target_config(tz.parse_args(["target"])).compile_layers
+    with pytest.raises(ValueError, match="compile mode 'graphs'"):
+        tz.compile_layers(plain, mode="graphs")
 
 
 @pytest.mark.parametrize("seed", range(6))
