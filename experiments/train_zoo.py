@@ -743,26 +743,28 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
 
     for batch in sft_batch_rows(examples, batch_tokens, seed):
         width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
-        inputs = torch.full((len(batch), width), pad, dtype=torch.long)
-        targets = torch.full((len(batch), width), -100, dtype=torch.long)
-        weights = torch.zeros((len(batch), width))
-        avoid = torch.full((len(batch), width), -100, dtype=torch.long)
-        for row, i in enumerate(batch):
+        inputs = np.full((len(batch), width), pad, dtype=np.int64)
+        targets = np.full((len(batch), width), -100, dtype=np.int64)
+        weights = np.zeros((len(batch), width), dtype=np.float32)
+        avoid = np.full((len(batch), width), -100, dtype=np.int64)
+        for row, i in enumerate(batch):  # numpy per row: the host builds a batch in a few ms
             ids, n_prompt, changed, decisions, avoided = examples[i][:5]
-            inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
-            targets[row, n_prompt - 1: len(ids) - 1] = torch.tensor(ids[n_prompt:])
+            ids = np.asarray(ids, dtype=np.int64)
+            start, end = n_prompt - 1, len(ids) - 1  # the answer's positions (each predicts the next token)
+            inputs[row, :end] = ids[:-1]
+            targets[row, start:end] = ids[n_prompt:]
             w = weights[row]  # (width,) a view
-            w[n_prompt - 1: len(ids) - 1] = 1.0
-            w[torch.tensor(changed, dtype=torch.long) + n_prompt - 1] = change_weight
-            at = torch.tensor(decisions, dtype=torch.long) + n_prompt - 1
-            w[at] = torch.clamp(w[at], min=decision_weight)
+            w[start:end] = 1.0
+            w[np.asarray(changed, dtype=np.int64) + start] = change_weight
+            at = np.asarray(decisions, dtype=np.int64) + start
+            w[at] = np.maximum(w[at], np.float32(decision_weight))
             if avoided:
                 where, token = zip(*avoided)
-                avoid[row, torch.tensor(where) + n_prompt - 1] = torch.tensor(token)
+                avoid[row, np.asarray(where, dtype=np.int64) + start] = token
             if len(examples[i]) > 5 and examples[i][5]:
-                at = torch.tensor(examples[i][5], dtype=torch.long) + n_prompt - 1
+                at = np.asarray(examples[i][5], dtype=np.int64) + start
                 targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
-        yield inputs, targets, weights, avoid
+        yield tuple(torch.from_numpy(t) for t in (inputs, targets, weights, avoid))
 
 
 def with_replay(batches, replay, every: int):

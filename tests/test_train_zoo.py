@@ -221,6 +221,42 @@ def test_sft_batch_rows_are_the_batches_of_sft_batches(lengths, batch_tokens, se
 
 
 
+@st.composite
+def sft_rows(draw):
+    """An ``sft_examples`` row (with ignored positions or not): ids, prompt length, changed, decisions, avoided."""
+    n_prompt = draw(st.integers(1, 40))
+    n_answer = draw(st.integers(1, 90))
+    ids = draw(st.lists(st.integers(6, 50), min_size=n_prompt + n_answer, max_size=n_prompt + n_answer))
+    pos = st.integers(0, n_answer - 1)
+    row = (ids, n_prompt, sorted(set(draw(st.lists(pos, max_size=8)))), sorted(set(draw(st.lists(pos, max_size=5)))),
+           sorted(dict(draw(st.lists(st.tuples(pos, st.integers(6, 50)), max_size=4))).items()))
+    return row + (sorted(set(draw(st.lists(pos, max_size=4)))),) if draw(st.booleans()) else row
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(sft_rows(), min_size=1, max_size=12), st.sampled_from([0.5, 1.0, 5.0]),
+       st.sampled_from([1.0, 3.0]), st.integers(0, 3))
+def test_sft_batches_equal_a_per_position_reference(rows, change_weight, decision_weight, seed):
+    """Every position of every batch, dtypes included, against a loop over the rows' positions."""
+    batches = list(tz.sft_batches(rows, 512, pad=2, seed=seed, change_weight=change_weight,
+                                  decision_weight=decision_weight))
+    for (x, y, w, avoid), batch in zip(batches, tz.sft_batch_rows(rows, 512, seed), strict=True):
+        assert (x.dtype, y.dtype, w.dtype, avoid.dtype) == (torch.long, torch.long, torch.float32, torch.long)
+        assert x.shape == y.shape == w.shape == avoid.shape and x.shape[1] % 64 == 0
+        for r, i in enumerate(batch):
+            ids, n_prompt, changed, decisions, avoided = rows[i][:5]
+            ignored = rows[i][5] if len(rows[i]) > 5 else []
+            for t in range(x.shape[1]):
+                q = t - (n_prompt - 1)  # the answer token this position predicts, when 0 <= q < answer length
+                answer = 0 <= q < len(ids) - n_prompt and q not in ignored
+                want_w = 0.0 if not answer else max(change_weight if q in changed else 1.0,
+                                                     decision_weight if q in decisions else 0.0)
+                assert int(x[r, t]) == (ids[t] if t < len(ids) - 1 else 2)
+                assert int(y[r, t]) == (ids[n_prompt + q] if answer else -100)
+                assert float(w[r, t]) == want_w
+                assert int(avoid[r, t]) == (dict(avoided).get(q, -100) if answer else -100)
+
+
 def test_masked_loss_on_kept_positions_from_the_host_is_the_masked_loss():
     torch.manual_seed(0)
     model = tz.build_model(tz.TargetConfig(**tz.SMOKE), 32, {"bos": 0, "eos": 1, "pad": 2, "eot": 3})
