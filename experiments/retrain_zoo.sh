@@ -52,7 +52,9 @@
 # experiments/results/zoo/retrain_compiled_h200/ (stages.json): with these step counts (lineage_step_budgets/, commit
 # 59f704b) the calls `1`, `2`, `3,4` and `5` back to back took 283, 226, 436 and 287 s (20.5 minutes; 22.6 of lease
 # with the machine's start; stage 5 then also trained heads, 182 s of its call: without them, and with stages 6-8,
-# 25.5 GPU-minutes) and every stage stopped at its steps, but the product is not the base target's
+# 25.5 GPU-minutes; with the edit-tuning batches built in numpy, commit 16c50ff, the calls `1` and `2` ran as one
+# call `1,2` of 498 s, stages_12_numpy_batches/: 25.3) and every stage stopped at its steps, but the product is not
+# the base target's
 # (stage 5's gates kept the weights before the repair: 60% of 96 evaluation outputs end with EOS; its stage 4
 # repaired as the base target was, on the CPU, 83%, with a lower correlation); with time budgets alone (the
 # eager lineage's divided by the compiled layers' speed-up; lineage/ and lineage_data_first/) they took 22.8 and 25.7

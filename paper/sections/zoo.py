@@ -22,6 +22,7 @@ DATA_PREP = RESULTS / "zoo" / "data_prep_h200"
 DECISION = RESULTS / "zoo" / "decision_tuning_h200"
 PLACES = RESULTS / "zoo" / "edit_places_cpu_fp32"
 AVERAGE = RESULTS / "zoo" / "weight_average_h200"
+TRAIN_STEPS = RESULTS / "zoo" / "train_steps_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -195,6 +196,8 @@ def retrain() -> None:
     rerun(record["lineage_data_first"], record["lineage"])
     step_budgets(record["lineage_step_budgets"])
     last_stages(record["stages_678_from_base"], record["lineage_step_budgets"])
+    numpy_batches(record["stages_12_numpy_batches"], record["lineage_step_budgets"], record["stages_678_from_base"])
+    train_steps()
     repair_selection()
     decision_tuning()
     edit_places()
@@ -319,6 +322,49 @@ def last_stages(run: dict, first: dict) -> None:
     selection_numbers("zooLastSel", json.loads((folder / "stage7_repair_config.json").read_text())["selection"])
     product_gates("zooLast", folder, "h200", {"Base": lambda p: SELECTION / f"installed_gate_{p}_h200.json",
                                               "Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+
+
+def numpy_batches(run: dict, first: dict, last: dict) -> None:
+    """retrain_compiled_h200/stages_12_numpy_batches/: stages 1 and 2 in one call with the edit-tuning batches built in
+    numpy (the call's seconds, stage 1's data preparation, the edit-tuning throughputs against the step-budget
+    lineage's same stages), and the recipe's GPU-minutes with this call in place of that lineage's calls 1 and 2
+    (stage 5's heads left out, as the recipe no longer trains them)."""
+    folder = RETRAIN.parent / run["folder"]
+    (call,) = run["calls"]
+    stages = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2)]
+    before = [json.loads((RETRAIN.parent / first["folder"] / f"stage{i}_training_config.json").read_text())
+              for i in (1, 2)]
+    num("zooFastCallS", call["call_wall_s"], "{:.0f}")
+    num("zooFastOldCallsS", sum(c["call_wall_s"] for c in first["calls"] if c["stages"] in ("1", "2")), "{:.0f}")
+    num("zooFastProv", provenance(stages[0]["run_info"]), "{}")
+    num("zooFastDataS", stages[0]["data_prep_s"], "{:.0f}")
+    num("zooFastOldDataS", before[0]["data_prep_s"], "{:.0f}")
+    for tag, runs in (("Fast", stages), ("Old", before)):
+        tok = [s["sft"]["tokens_per_s_after_first_step"] / 1e6 for s in runs]
+        num(f"zoo{tag}SftTok", f"{min(tok):.2f}--{max(tok):.2f}", "{}")
+        num(f"zoo{tag}SftS", " and ".join(f"{s['sft']['wall_s']:.0f}" for s in runs), "{}")
+    heads5 = json.loads((RETRAIN.parent / first["folder"] / "stage5_heads_training_eagle1_eagle3.json").read_text())
+    rest = sum(c["call_wall_s"] for c in first["calls"] if c["stages"] not in run["replaces_calls"]["stages"])
+    num("zooRecipeFastMin", (call["call_wall_s"] + rest + last["stages_gpu_s"] - heads5["wall_s"]) / 60, "{:.1f}")
+
+
+def train_steps() -> None:
+    """train_steps_h200/: experiments.bench_train_steps on one H200: the edit-tuning step with the batches built per
+    row (the earlier code) and in numpy, in two runs on the same machine, and the compile modes (the per-row
+    batches' run of every mode)."""
+    runs = {name: json.loads((TRAIN_STEPS / f"{name}.json").read_text())
+            for name in ("numpy_batches", "per_row_batches", "compile_modes_per_row_batches")}
+    fast, slow, modes = (runs[n]["modes"] for n in runs)
+    num("zooStepsProv", provenance(runs["numpy_batches"]["run_info"]), "{}")
+    num("zooStepsShapes", runs["numpy_batches"]["batch_shapes"], "{:d}")
+    num("zooStepsPerRowMs", slow["layers"]["median_ms_per_step"], "{:.1f}")
+    num("zooStepsNumpyMs", fast["layers"]["median_ms_per_step"], "{:.1f}")
+    num("zooStepsX", slow["layers"]["median_ms_per_step"] / fast["layers"]["median_ms_per_step"])
+    num("zooStepsKernelMs", fast["layers"]["profiled"]["gpu_kernel_ms_per_step"], "{:.0f}")
+    num("zooStepsGraphsMs", fast["layers-graphs"]["median_ms_per_step"], "{:.1f}")
+    num("zooStepsGraphsFirstMs", fast["layers-graphs"]["passes"][0]["ms_per_step"], "{:.0f}")
+    num("zooStepsModelMs", modes["model"]["median_ms_per_step"], "{:.1f}")
+    num("zooStepsModelKernelMs", modes["model"]["profiled"]["gpu_kernel_ms_per_step"], "{:.0f}")
 
 
 def cpu_repairs(folder, runs: dict) -> None:
