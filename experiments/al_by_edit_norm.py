@@ -421,9 +421,9 @@ def main(argv=None) -> int:
         fitted = other_prompt_predictions(fit_df, measured, edges, k, sim_doc)
         for key, p in fitted.items():
             preds.setdefault(key, {"bins": p["bins"], "predictions": {}})["predictions"].update(p["predictions"])
+        fit_eagle = fit_df[fit_df["variant"] == "eagle"]
         other = {"runs": list(a.fit_runs), "prompts": int(fit_df["example_id"].nunique()),
-                 "shared_prompts_left_out": len(shared), "al_eagle": pooled_al(fit_df[fit_df["variant"] == "eagle"])
-                 if (fit_df["variant"] == "eagle").any() else None,
+                 "shared_prompts_left_out": len(shared), "al_eagle": pooled_al(fit_eagle) if len(fit_eagle) else None,
                  "params": {f"{b}|{v}": p["params"] for (b, v), p in fitted.items()},
                  "measured": [t for c in BINNINGS for t in bin_table(fit_df, edges, c, a.n_boot)]}
     command = "python -m experiments.al_by_edit_norm " + shlex.join(sys.argv[1:] if argv is None else argv)

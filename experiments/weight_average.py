@@ -7,7 +7,8 @@ OUT_DIR is A's folder (every file, its heads and records included) with the aver
 ``average_config.json`` (both parents, their shards' SHA-256, the weight, the command and run_info); OUT_DIR may be
 A itself, which then keeps everything but its weights. Both folders must hold safetensors weights of the same
 architecture (``config.json`` equal but for bookkeeping keys) and the same tensor names, shapes and dtypes; a
-mismatch is one line and exit code 2 before anything is written.
+mismatch is one line and exit code 2 before anything is written; a failure to read or write files is one line and
+exit code 1.
 """
 
 from __future__ import annotations
@@ -104,8 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m experiments.weight_average " + " ".join(argv if argv is not None else sys.argv[1:])
     try:  # weight_average checks the pair before it reads or writes any weights
         record = weight_average(args.a, args.b, args.weight, args.out, command)
-    except (OSError, ValueError) as e:
+    except ValueError as e:  # the pair cannot be averaged: bad input
         parser.error(str(e))
+    except OSError as e:  # reading or writing failed (disk, permissions): one line, not a usage error
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        sys.exit(1)
     print(f"wrote {args.out}: {len(record['shards'])} shards, weight {args.weight} of {args.b}")
 
 

@@ -100,3 +100,16 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert not out.exists()
+
+
+def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, capsys):
+    """OUT under a regular file cannot be made: one 'error:' line naming it, exit code 1, no usage text."""
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    (tmp_path / "file").write_text("not a folder")
+    out = tmp_path / "file" / "out"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        wa.main([str(a), str(b), "--weight", "0.5", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(err) == 1 and "error:" in err[0] and "file" in err[0], err
+    assert "usage" not in err[0]

@@ -365,6 +365,8 @@ def train_steps() -> None:
     num("zooStepsGraphsFirstMs", fast["layers-graphs"]["passes"][0]["ms_per_step"], "{:.0f}")
     num("zooStepsModelMs", modes["model"]["median_ms_per_step"], "{:.1f}")
     num("zooStepsModelKernelMs", modes["model"]["profiled"]["gpu_kernel_ms_per_step"], "{:.0f}")
+    num("zooStepsModesLayersMs", modes["layers"]["median_ms_per_step"], "{:.1f}")
+    num("zooStepsModesLayersKernelMs", modes["layers"]["profiled"]["gpu_kernel_ms_per_step"], "{:.0f}")
 
 
 def cpu_repairs(folder, runs: dict) -> None:
