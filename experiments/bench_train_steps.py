@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests: cpu
     p.add_argument("--batch-tokens", type=int, default=None, help=argparse.SUPPRESS)  # tests: smaller batches
+    p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # tests: train_zoo.SMOKE's model shape
     a = p.parse_args(argv)
     if a.examples < 100 or a.steps < 10 or a.reps < 1:
         p.error("--examples must be at least 100, --steps at least 10 and --reps at least 1")
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         p.error("needs a CUDA device")
     if device.type != "cuda" and set(a.modes) != {"eager"}:
         p.error("--modes other than eager need --device cuda")
-    cfg = tz.TargetConfig(**({"sft_batch_tokens": a.batch_tokens} if a.batch_tokens else {}))
+    shape = {k: tz.SMOKE[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")}
+    cfg = tz.TargetConfig(**({"sft_batch_tokens": a.batch_tokens} if a.batch_tokens else {}),
+                          **(shape if a.smoke else {}))
     examples = synthetic_examples(a.examples)
     plan = tz.sft_batch_rows(examples, cfg.sft_batch_tokens, 2)
     if len(plan) < a.steps:
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     record = {
         "what": __doc__.split("\n\n")[0], "command": "python -m experiments.bench_train_steps " + shlex.join(
             argv if argv is not None else sys.argv[1:]),
+        "model": {k: getattr(cfg, k) for k in shape},
         "examples": a.examples, "batch_tokens": cfg.sft_batch_tokens, "steps": a.steps, "reps": a.reps,
         "batch_shapes": len(shapes), "modes": {}, "run_info": run_info(),
     }

@@ -481,7 +481,9 @@ def sft_examples(tokenizer, triples: list[tuple[str, str, str]], eot: int,
     a_ids = [e.ids for e in fast.encode_batch([a for _, _, a in triples], add_special_tokens=False)]
     if triples:
         assert p_ids[0] == tokenizer.encode(prompts[0], add_special_tokens=False)
-    b_ids = [e.ids for e in fast.encode_batch([b for b, _, _ in triples], add_special_tokens=False)]
+    befores = list(dict.fromkeys(b for b, _, _ in triples))  # synthetic edits share their files: each once
+    b_of = dict(zip(befores, (e.ids for e in fast.encode_batch(befores, add_special_tokens=False))))
+    b_ids = [b_of[b] for b, _, _ in triples]  # shared lists, read only
     pairs = list(zip(p_ids, b_ids, a_ids))
     changed_spans([0], [0])  # compiled (or loaded) once here, before the workers fork
     if workers > 1:

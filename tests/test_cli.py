@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 
 import pytest
@@ -81,3 +82,20 @@ def test_bench_train_steps_refuses_bad_sizes_in_one_line(argv, message, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and message in err[0], err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_bench_train_steps_records_every_pass_of_a_mode(tmp_path):
+    """On the CPU (eager, the smoke model, small batches): the record holds the warm-up, each timed pass and the
+    profiled pass of the mode, with the model's shape, the command, the plan's batch shapes and run_info."""
+    from experiments import bench_train_steps
+
+    out = tmp_path / "steps.json"
+    bench_train_steps.main(["--device", "cpu", "--smoke", "--modes", "eager", "--batch-tokens", "1024",
+                            "--examples", "100", "--steps", "10", "--reps", "2", "--out", str(out)])
+    rec = json.loads(out.read_text())
+    mode = rec["modes"]["eager"]
+    assert [p["steps"] for p in mode["passes"]] == [10, 10] and mode["warmup"]["steps"] == 10
+    assert mode["median_ms_per_step"] == pytest.approx(sum(p["ms_per_step"] for p in mode["passes"]) / 2)
+    assert mode["profiled"]["steps"] == 10 and mode["peak_memory_gib"] is None
+    assert rec["model"]["hidden_size"] == 64 and rec["batch_shapes"] >= 1 and "commit" in rec["run_info"]
+    assert rec["command"].endswith(str(out))

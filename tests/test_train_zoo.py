@@ -306,6 +306,22 @@ def test_copy_candidates(ids, data):
     assert tz.copy_candidates(ids, positions) == [_slow_copy_candidates(ids, q, 3) for q in positions]
 
 
+def test_sft_examples_equal_each_example_made_alone():
+    """Examples made together (befores shared, tokenized once; parallel batches) equal each made alone."""
+    from transformers import AutoTokenizer
+
+    import hybridsd as hsd
+
+    tok = AutoTokenizer.from_pretrained(hsd.zoo.path(), local_files_only=True)
+    eot = tz.special_ids(tok)["eot"]
+    a, b = "def f(x):\n    return x\n", "import os\n\nPATH = os.sep\n"
+    triples = [(a, "Add a docstring.", 'def f(x):\n    """X."""\n    return x\n'), (b, "Drop PATH.", "import os\n"),
+               (a, "Rename f to g.", "def g(x):\n    return x\n"), (a, "Keep it.", a)]
+    together = tz.sft_examples(tok, triples, eot)
+    assert together == [tz.sft_examples(tok, [t], eot)[0] for t in triples]
+    assert together[0][2] and together[3][2] == [len(tok.encode(a, add_special_tokens=False))]  # only the EOT
+
+
 def test_sft_examples_avoid_only_copies_that_would_be_wrong():
     """The unlikelihood targets of a real example: inside changed answer tokens only, never the answer's token,
     and each the token after an earlier occurrence of the three tokens before it."""
