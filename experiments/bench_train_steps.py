@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = tz.sft_batch_rows(examples, cfg.sft_batch_tokens, 2)
     if len(plan) < a.steps:
         p.error(f"--examples {a.examples} make {len(plan)} batches, fewer than --steps {a.steps}")
-    shapes = {(len(b), -(-max(len(examples[i][0]) for i in b) // 64) * 64) for b in plan[:a.steps]}
+    shapes = {(len(b), tz.padded_width(max(len(examples[i][0]) for i in b))) for b in plan[:a.steps]}
 
     def sync():
         if device.type == "cuda":

@@ -166,9 +166,10 @@ def main(argv: list[str] | None = None) -> None:
     lead = rank == 0  # prints, and writes sweep.json
     preset = PRESETS[a.preset]
     if a.per_bin is not None:
-        if a.per_bin < 0:
-            p.error(f"--per-bin must be >= 0 (0: every prompt in the bins), got {a.per_bin}")
-        preset = replace(preset, per_bin=a.per_bin)
+        try:  # Preset checks the count
+            preset = replace(preset, per_bin=a.per_bin)
+        except ValueError as e:
+            p.error(f"--per-bin: {e}")
     data_dir = str(a.dataset_path or default_data_dir())
     out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
     runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype, split=a.split)

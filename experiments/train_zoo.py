@@ -259,8 +259,8 @@ def compile_layers(model, backend: str = "inductor", mode: str = "layers") -> No
     ``mode`` (one of ``COMPILE_MODES``): ``layers`` compiles every decoder layer (regional compilation: the layers
     share one compiled graph, so compiling costs about one layer's time; shapes recompile dynamically after the
     first); ``model`` the whole decoder (embedding to final norm) as one region; ``-graphs`` also replays each
-    shape's kernels as CUDA graphs (inductor's ``reduce-overhead``: one recording per batch shape, no per-kernel
-    launch cost). Code that evaluates or generates runs under :func:`eager`."""
+    shape's kernels as CUDA graphs (inductor's ``reduce-overhead``: one recording per batch shape, replayed without
+    launching each kernel). Code that evaluates or generates runs under :func:`eager`."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile mode {mode!r} is not one of {COMPILE_MODES}")
     options = {"backend": backend, **({"mode": "reduce-overhead"} if mode.endswith("-graphs") else {})}
@@ -524,6 +524,11 @@ def with_repeated_line(example: tuple, newline_ids: set[int], rng: random.Random
             [(q + d if q >= j else q, t) for q, t in avoided if q != j] + exit_copy, list(range(j, j + d)))
 
 
+def padded_width(length: int) -> int:
+    """A batch's width for its longest row of ``length`` tokens: the next multiple of 64."""
+    return -(-length // 64) * 64
+
+
 def greedy_continuations(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop: list[int],
                          device, half: bool = True) -> list[list[int]]:
     """``new_tokens`` greedy tokens after each of ``prefixes`` (``generate``, left padding, bf16 autocast on CUDA
@@ -562,7 +567,7 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
         conts.append(row[:cut])
         early = early_stop > 0 and references and cut < len(row) and len(references[i]) - cut >= early_stop
         stops.append(row[cut] if early else None)
-    seq_width = -(-max(len(x) + len(c) for x, c in zip(prefixes, conts)) // 64) * 64
+    seq_width = padded_width(max(len(x) + len(c) for x, c in zip(prefixes, conts)))
     inputs = torch.full((len(prefixes), seq_width), pad, dtype=torch.long)
     avoid = torch.full_like(inputs, -100)
     repeated = 0
@@ -627,7 +632,7 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
         rows.append((full["input_ids"][: first + supervised], first))
     if not rows:
         return None, None, 0.0
-    seq_width = -(-max(len(r) for r, _ in rows) // 64) * 64
+    seq_width = padded_width(max(len(r) for r, _ in rows))
     inputs = torch.full((len(rows), seq_width), special["pad"], dtype=torch.long)
     targets = torch.full_like(inputs, -100)
     for i, (r, first) in enumerate(rows):
@@ -723,7 +728,7 @@ def sft_batch_rows(examples: list[tuple], batch_tokens: int, seed: int) -> list[
     order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), rng.random()))
     batches, cur = [], []
     for i in order:
-        width = -(-len(examples[i][0]) // 64) * 64
+        width = padded_width(len(examples[i][0]))
         if cur and width * (len(cur) + 1) > batch_tokens:
             batches.append(cur)
             cur = []
@@ -744,7 +749,7 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
     import torch
 
     for batch in sft_batch_rows(examples, batch_tokens, seed):
-        width = -(-max(len(examples[i][0]) for i in batch) // 64) * 64
+        width = padded_width(max(len(examples[i][0]) for i in batch))
         inputs = np.full((len(batch), width), pad, dtype=np.int64)
         targets = np.full((len(batch), width), -100, dtype=np.int64)
         weights = np.zeros((len(batch), width), dtype=np.float32)
