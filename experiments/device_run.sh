@@ -39,13 +39,8 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 HYBRIDSD_COMMIT="$1"
 shift
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/d
-# one install per machine (two stage lists may start at once): the first to take the lock installs
-( flock 9; [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-  --target /tmp/site .whl/*.whl && touch /tmp/site/.done; } ) 9>/tmp/site.lock || exit 1
-export PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=/tmp/d
-if [ -f .cache/code_edits_dev.jsonl.xz ]; then python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" .cache/code_edits_dev.jsonl.xz; else gunzip -c .cache/code_edits_dev.jsonl.gz; fi > /tmp/d/code_edits_dev.jsonl
-for f in mt_bench editeval; do [ -f .cache/$f.jsonl.gz ] && gunzip -c .cache/$f.jsonl.gz > /tmp/d/$f.jsonl; done
+mkdir -p "$OUT"
+source experiments/device_env.sh || exit 1  # the wheels on PYTHONPATH, the carried data in /tmp/d
 log="$OUT/run_$(IFS=_; echo "$*").log"  # one log per stage list: two lists may run at once, one per GPU
 for stage in "$@"; do
   echo "== $stage $(date +%T)" | tee -a "$log"
@@ -53,7 +48,7 @@ for stage in "$@"; do
     tests)  HYBRIDSD_INSTAFAIL=1 timeout ${TESTS_S:-170} python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_cuda.py \
               tests/test_compile.py -k "cuda or compiled" > "$OUT/tests.log" 2>&1
             grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E |^!! " "$OUT/tests.log" | head -60 | tee -a "$log" ;;
-    heads3) timeout 280 python3 -m experiments.train_heads --data /tmp/d --out "$OUT/heads" --kinds eagle3 \
+    heads3) timeout 280 python3 -m experiments.train_heads --data "$HYBRIDSD_DATA" --out "$OUT/heads" --kinds eagle3 \
               --draft-vocab 10240 --ttt-steps 3 --gen-seconds 20 --gen-batch 64 --max-new 512 \
               --seconds-per-head ${HEAD_S:-120} ${HEAD_ARGS:-} 2>&1 | grep -vE "step [0-9]+ loss" | tee -a "$log" ;;
     gate)   [ -f "$OUT/heads/eagle3/model.safetensors" ] && cp "$OUT"/heads/eagle3/* hybridsd/models/tiny-coder/eagle3/

@@ -23,10 +23,15 @@
 #               and EAGLE-3 heads, started from hybridsd/models/tiny-coder's
 # Stages 6-8 repeat the calls that made the installed target from its base (the base target, which stages 1-5
 # retrain): zoo/decision_tuning_h200/runs.json (stage 6 and, on the CPU, stage 7) and zoo/weight_average_h200/runs.json
-# (stage 8). Run on one H200 from the base target (its folder as /tmp/zoo_stage5/tiny-coder; the calls `6,7` and `8`,
-# zoo/retrain_compiled_h200/stages_678_from_base/) they took 191, 104 and 184 s: 8.0 GPU-minutes, 28.5 with the 20.5
-# of stages 1-5. Their product is another draw of the installed target's recipe, not the installed weights (its
-# gates there: stages.json).
+# (stage 8).
+#
+# The whole recipe, three calls back to back on one H200 (each within the machine's idle window of the one before):
+#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 1,2 $OUT      # about 7.2 minutes
+#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 3,4,5 $OUT    # about 7.0
+#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 6,7,8 $OUT    # about 6.4
+# 20.6 GPU-minutes in all at commit 1ef80d7, every phase stopping at its steps (experiments/results/zoo/
+# retrain_compiled_h200/recipe_end_to_end/ and stages.json, whose calls say how that run's third call was split);
+# its product is another draw of the recipe, not the installed weights (its gates there).
 #
 # INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp), where
 # the previous stage left it on the same machine; on another machine (a fresh one) the stage stops with one line
@@ -34,13 +39,14 @@
 # FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`, then INIT=hybridsd/models/tiny-coder); later stages
 # of STAGES start from the stage before them, which must be listed too. The heads start from
 # hybridsd/models/tiny-coder's. Target stages share prepared data through $WORK_ROOT/zoo_data_cache (train_zoo.py
-# --data-cache): stage 2 loads stage 1's, stage 4 stage 3's.
+# --data-cache): stage 2 loads stage 1's, stage 4 and stage 6 stage 3's.
 # GPU stages leave in OUT_DIR what train_zoo_gpu.sh leaves (the last stage's log and model archive) and every
 # stage's record as stage<N>_<record>.json; cpu-repair writes the repaired folder to OUT_DIR/tiny-coder. On the
 # device machine: carry [".whl", ".cache"], timeout 600 s, HYBRIDSD_COMMIT=<commit> (the copied tree's git is not
-# the code that runs). The stages install the wheels into /tmp/site: a command after them in the same call needs
-# PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=/tmp/d, e.g. to gate stage 5's product:
-#   python -m experiments.train_zoo gate --model /tmp/zoo_stage5/tiny-coder --rows eval --prompts 96 --out F
+# the code that runs). The script sources experiments/device_env.sh (the wheels on PYTHONPATH, the carried data in
+# /tmp/d) for every stage; a command after it in the same call sources it too, e.g. to gate stage 8's product:
+#   source experiments/device_env.sh && python -m experiments.train_zoo gate --model /tmp/zoo_stage8/tiny-coder \
+#     --rows eval --prompts 96 --out F
 #
 # Each target stage trains the installed (eager) lineage's steps (hybridsd/models/tiny-coder/training_config*.json:
 # pretraining 2,236, edit tuning 1,024, 3,488, 2,871 and 2,557), so that its learning-rate schedule and product do not
@@ -48,19 +54,8 @@
 # record says which stopped it), and a stage after the first of a call ends its training by CALL_S seconds (default
 # 580) from the call's start. PRINT_ONLY=1 prints each stage's starting point and options instead of running it;
 # SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a smoke-sized model
-# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Runs on one H200 are in
-# experiments/results/zoo/retrain_compiled_h200/ (stages.json): with these step counts (lineage_step_budgets/, commit
-# 59f704b) the calls `1`, `2`, `3,4` and `5` back to back took 283, 226, 436 and 287 s (20.5 minutes; 22.6 of lease
-# with the machine's start; stage 5 then also trained heads, 182 s of its call: without them, and with stages 6-8,
-# 25.5 GPU-minutes; with the edit-tuning batches built in numpy, commit 16c50ff, the calls `1` and `2` ran as one
-# call `1,2` of 498 s, stages_12_numpy_batches/: 25.3) and every stage stopped at its steps, but the product is not
-# the base target's
-# (stage 5's gates kept the weights before the repair: 60% of 96 evaluation outputs end with EOS; its stage 4
-# repaired as the base target was, on the CPU, 83%, with a lower correlation); with time budgets alone (the
-# eager lineage's divided by the compiled layers' speed-up; lineage/ and lineage_data_first/) they took 22.8 and 25.7
-# minutes and trained 775-1,847 pretraining steps and 2,195-3,521 per tuning stage, and their stage 5 (commits
-# 7f762a5, fbf341d) also ran 8 bf16 repair steps of 16 continuations after the fp32 repair, without gates. Stage 1
-# at commit 763d41f took 263 s on another machine (86 s of data; experiments/results/zoo/data_prep_h200/).
+# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Every run on one H200, its calls, times and product's
+# gates: experiments/results/zoo/retrain_compiled_h200/stages.json.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
@@ -137,6 +132,7 @@ run_stage() {
     esac
   fi
   if [ -n "${PRINT_ONLY:-}" ]; then echo "stage $stage: INIT=$init OPTIONS=$(echo $extra)"; LISTED=1; return 0; fi
+  source experiments/device_env.sh || return 1  # once per call: for every python3 below, not only train_zoo_gpu.sh's
   echo "== stage $stage from '${init:-scratch}' $(date +%T)"
   case $stage in
     cpu-repair) python3 -m experiments.train_zoo repair --init "$init" --out "$OUT/tiny-coder" $extra ;;

@@ -75,7 +75,8 @@ from experiments.provenance import run_info
 from experiments.sequence_match import changed_spans
 from experiments.synthetic_edits import synthetic_edit
 from experiments.train_tokenizer import EOT
-from experiments.zoo_gate import GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, compare_gates, run_gate
+from experiments.zoo_gate import (GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, compare_gates, read_gate,
+                                  run_gate)
 from hybridsd.data import BLAZEDIT_TEMPLATE, CHANGE_REQUESTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1343,7 +1344,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.set_defaults(func=cmd_gate)
     c = sub.add_parser("compare-gates", help="two gate records on their shared prompts: B's Spearman minus A's, "
                        "with a paired bootstrap interval")
-    c.add_argument("a", type=Path, help="gate record A (train_zoo gate --out)")
+    c.add_argument("a", type=Path, help="gate record A (train_zoo gate --out; gzipped: .gz)")
     c.add_argument("b", type=Path, help="gate record B")
     c.set_defaults(func=cmd_compare_gates)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
@@ -1354,7 +1355,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--prompts must be >= 1, got {args.prompts}")
     if args.cmd == "compare-gates":  # both records read and compared before anything is printed
         try:
-            args.comparison = compare_gates(*(json.loads(f.read_text()) for f in (args.a, args.b)))
+            args.comparison = compare_gates(*map(read_gate, (args.a, args.b)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             parser.error(f"compare-gates {args.a} {args.b}: {type(e).__name__}: {e}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:

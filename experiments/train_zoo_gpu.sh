@@ -8,7 +8,8 @@
 # The model folder is built in $WORK (default /tmp/zoo_work)/tiny-coder; OUT_DIR receives only
 # train_zoo_gpu.log and tiny-coder.tar.part-* (pieces of at most 15 MB; unpack with
 # `cat tiny-coder.tar.part-* | tar -x -C DEST`). Expects, as device_run.sh: .whl/ (rapidfuzz wheels) and
-# .cache/code_edits_dev.jsonl.xz (or .gz) carried along on the GPU machine; without .cache/ it reads ../shared/data.
+# .cache/code_edits_dev.jsonl.xz (or .gz) carried along on the GPU machine (experiments/device_env.sh); without
+# .cache/ it reads ../shared/data.
 # On the device machine: command `bash experiments/train_zoo_gpu.sh $OUT`, carry [".whl", ".cache"], timeout 570 s
 # (the stages stop themselves: target <= 330 s, heads <= 240 s). Install the result in place with
 # `rm -r hybridsd/models/tiny-coder && cat FILES_AT/tiny-coder.tar.part-* | tar -x -C hybridsd/models`.
@@ -75,23 +76,12 @@ OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
 WORK=${WORK:-/tmp/zoo_work}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT" "$WORK" /tmp/d
+mkdir -p "$OUT" "$WORK"
 rm -rf "$WORK/tiny-coder"
 log="$OUT/train_zoo_gpu.log"
 start=$(date +%s)
 stamp() { echo "== $1 $(date +%T) (+$(( $(date +%s) - start ))s)" | tee -a "$log"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    >> "$log" 2>&1 || { echo "wheel install failed" | tee -a "$log"; exit 1; }
-fi
-if ls .cache/code_edits_dev.jsonl.* >/dev/null 2>&1; then
-  if [ -f .cache/code_edits_dev.jsonl.xz ]; then python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" .cache/code_edits_dev.jsonl.xz; else gunzip -c .cache/code_edits_dev.jsonl.gz; fi > /tmp/d/code_edits_dev.jsonl
-  DATA=/tmp/d
-else
-  DATA=$(cd .. && pwd)/shared/data
-  [ -f "$DATA/code_edits_dev.jsonl" ] || DATA=/work/shared/data
-fi
-export PYTHONPATH=/tmp/site:$PWD HYBRIDSD_DATA=$DATA
+source experiments/device_env.sh || { echo "wheel install failed" | tee -a "$log"; exit 1; }
 
 if [ "$SMOKE" = "--smoke" ]; then
   TARGET_ARGS="--smoke"; TARGET_S=300; HEADS_S=300
@@ -138,7 +128,7 @@ elif [ "$passed" != "True" ] && [ -z "${FORCE_HEADS:-}" ] && [ "$SMOKE" != "--sm
 else
 stamp "heads"
 timeout "$HEADS_S" python3 -m experiments.train_heads --target "$WORK/tiny-coder" --out "$WORK/tiny-coder" \
-  ${HEADS_INIT---init-heads hybridsd/models/tiny-coder} --data "$DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
+  ${HEADS_INIT---init-heads hybridsd/models/tiny-coder} --data "$HYBRIDSD_DATA" --draft-vocab 3584 $HEAD_ARGS 2>&1 \
   | grep --line-buffered -vE "step [0-9]+ loss|Loading weights" | tee -a "$log"
 fi
 

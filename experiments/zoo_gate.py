@@ -8,10 +8,12 @@ stopping of a loop repair by it
 from __future__ import annotations
 
 import copy
+import gzip
 import hashlib
 import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -98,6 +100,12 @@ def misses(gate: dict) -> dict:
             "short_unedited": int((short & (out < MISS_MIN_REF)).sum()),
             "rho_without_short": without(short), "rho_without_long": without(long),
             "rho_without_both": without(short | long)}
+
+
+def read_gate(path: str | Path) -> dict:
+    """The gate record in ``path``: a ``train_zoo gate`` JSON file, or the same file gzipped (name ending ``.gz``)."""
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
 
 
 def compare_gates(a: dict, b: dict) -> dict:

@@ -917,6 +917,52 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "give its folder as BASE" in run.stderr
 
 
+def _wheel(folder, name: str, source: str):
+    """A pure-Python wheel of one module ``name`` holding ``source``, written into ``folder``."""
+    import zipfile
+
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}.py": source, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / f"{name}-0.1-py3-none-any.whl", "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+
+
+def test_device_env_gives_every_later_python_the_wheels_and_the_data(tmp_path):
+    """``experiments/device_env.sh``, sourced in a checkout with ``.whl/`` and ``.cache/``: a python3 started
+    afterwards by the same shell, or by a script it starts, imports the wheel's module and reads the unpacked edits
+    through ``HYBRIDSD_DATA``; a script started after it does not install again (its broken wheel is never read);
+    a wheel that does not install is one line and status 1."""
+    import lzma
+    import os
+    import subprocess
+
+    env_sh = tz.REPO / "experiments" / "device_env.sh"
+    repo, dev = tmp_path / "checkout", tmp_path / "device"
+    _wheel(repo / ".whl", "probe_mod", "X = 42\n")
+    (repo / ".cache").mkdir()
+    (repo / ".cache" / "code_edits_dev.jsonl.xz").write_bytes(lzma.compress(b'{"id": "e1"}\n'))
+    env = {k: v for k, v in os.environ.items() if k not in ("HYBRIDSD_ENV_READY", "PYTHONPATH")}
+    env["DEVICE_TMP"] = str(dev)
+    (tmp_path / "probe.py").write_text("import os, probe_mod\n"
+                                       "data = os.environ['HYBRIDSD_DATA'] + '/code_edits_dev.jsonl'\n"
+                                       "print(probe_mod.X, open(data).read())\n")
+    (tmp_path / "later.sh").write_text(f"source {env_sh} && python3 {tmp_path / 'probe.py'}\n")
+    script = (f"source {env_sh} || exit 1; python3 {tmp_path / 'probe.py'}; "
+              f"echo broken > .whl/probe_mod-0.1-py3-none-any.whl; bash {tmp_path / 'later.sh'}")
+    run = subprocess.run(["bash", "-c", script], cwd=repo, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n") == ['42 {"id": "e1"}', "", '42 {"id": "e1"}', "", ""]
+    assert (dev / "d" / "code_edits_dev.jsonl").read_text() == '{"id": "e1"}\n'
+    fresh = subprocess.run(["bash", "-c", f"source {env_sh} || exit 1; echo unreachable"], cwd=repo,
+                           env={**env, "DEVICE_TMP": str(tmp_path / "other")}, capture_output=True, text=True)
+    assert fresh.returncode == 1 and fresh.stdout == ""
+    assert fresh.stderr.strip().splitlines()[-1] == "device_env.sh: the wheels in .whl/ did not install"
+
+
 def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
     """``SMOKE=1 retrain_zoo.sh 1,2,3,4,5,6,7,8`` on the CPU (tiny model, budgets and data; about 5 minutes): each
     target stage starts from the one before and records it, stage 4 loads stage 3's edit data, stage 5 repairs in fp32,

@@ -4,6 +4,7 @@ stopping of a loop repair by it, and the paired comparison of two gates."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -160,7 +161,13 @@ def test_compare_gates_uses_the_shared_prompts(tmp_path, capsys):
     fa, fb = tmp_path / "a.json", tmp_path / "b.json"
     fa.write_text(json.dumps(a)), fb.write_text(json.dumps(b))
     tz.main(["compare-gates", str(fa), str(fb)])
-    assert json.loads(capsys.readouterr().out)["n"] == 5
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["n"] == 5
+    fz = tmp_path / "b.json.gz"  # a gzipped record reads as the same record
+    fz.write_bytes(gzip.compress(fb.read_bytes()))
+    assert zg.read_gate(fz) == zg.read_gate(fb) == b
+    tz.main(["compare-gates", str(fa), str(fz)])
+    assert json.loads(capsys.readouterr().out) == plain
     with pytest.raises(SystemExit) as e:
         tz.main(["compare-gates", str(fa), str(tmp_path / "missing.json")])
     assert e.value.code == 2 and "missing.json" in capsys.readouterr().err

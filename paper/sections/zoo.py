@@ -197,6 +197,7 @@ def retrain() -> None:
     step_budgets(record["lineage_step_budgets"])
     last_stages(record["stages_678_from_base"], record["lineage_step_budgets"])
     numpy_batches(record["stages_12_numpy_batches"], record["lineage_step_budgets"], record["stages_678_from_base"])
+    end_to_end(record["recipe_end_to_end"])
     train_steps()
     repair_selection()
     decision_tuning()
@@ -262,7 +263,8 @@ def product_gates(prefix: str, folder, device: str, against: dict) -> None:
     ``prefix``<Eval|Val> numbers (:func:`gate_numbers`), each paired with the gates on the same prompts at
     ``against[tag](prompts)`` as ``prefix``Diff<Eval|Val><tag>."""
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        gate = json.loads((folder / f"gate_{prompts}_{device}.json").read_text())
+        name = folder / f"gate_{prompts}_{device}.json"
+        gate = zoo_gate.read_gate(name if name.exists() else name.with_name(name.name + ".gz"))
         gate_numbers(f"{prefix}{tag}", gate["quality_gate"])
         for name, path in against.items():
             paired_difference(f"{prefix}Diff{tag}{name}", json.loads(path(prompts).read_text()), gate)
@@ -346,6 +348,29 @@ def numpy_batches(run: dict, first: dict, last: dict) -> None:
     heads5 = json.loads((RETRAIN.parent / first["folder"] / "stage5_heads_training_eagle1_eagle3.json").read_text())
     rest = sum(c["call_wall_s"] for c in first["calls"] if c["stages"] not in run["replaces_calls"]["stages"])
     num("zooRecipeFastMin", (call["call_wall_s"] + rest + last["stages_gpu_s"] - heads5["wall_s"]) / 60, "{:.1f}")
+
+
+def end_to_end(run: dict) -> None:
+    """retrain_compiled_h200/recipe_end_to_end/: stages 1-8 back to back on one machine (the calls' seconds, their sum
+    and the lease through stage 8, each stage's seconds, the edit-tuning throughputs, stage 1's data, whether every
+    phase stopped at its steps) and the product's GPU gates, paired with the installed target's on the same prompts."""
+    folder = RETRAIN.parent / run["folder"]
+    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
+    assert sum(c["call_wall_s"] for c in run["calls"]) == run["recipe_gpu_s"] and sorted(stage_s) == list("12345678")
+    num("zooEndMin", run["recipe_gpu_s"] / 60, "{:.1f}")
+    num("zooEndLeaseMin", run["lease_s_through_stage8"] / 60, "{:.1f}")
+    num("zooEndStageS", ", ".join(str(stage_s[k]) for k in sorted(stage_s)), "{}")
+    num("zooEndCallsS", ", ".join(str(c["call_wall_s"]) for c in run["calls"]), "{}")
+    targets = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
+    by_steps = all(t[p]["stopped_by"] == "steps" for t in targets for p in ("pretrain", "sft")
+                   if t[p] and "stopped_by" in t[p])
+    assert by_steps == run["every_phase_stopped_by_steps"]
+    num("zooEndAllBySteps", "every" if by_steps else "not every", "{}")
+    num("zooEndProv", provenance(targets[0]["run_info"]), "{}")
+    num("zooEndDataS", targets[0]["data_prep_s"], "{:.0f}")
+    tok = [t["sft"]["tokens_per_s_after_first_step"] / 1e6 for t in targets]
+    num("zooEndSftTok", f"{min(tok):.2f}--{max(tok):.2f}", "{}")
+    product_gates("zooEnd", folder, "h200", {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
 
 
 def train_steps() -> None:
