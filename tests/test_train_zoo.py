@@ -963,6 +963,29 @@ def test_device_env_gives_every_later_python_the_wheels_and_the_data(tmp_path):
     assert fresh.stderr.strip().splitlines()[-1] == "device_env.sh: the wheels in .whl/ did not install"
 
 
+def test_retrain_stages_that_run_python_themselves_get_the_device_env(tmp_path):
+    """Stage 7 of ``retrain_zoo.sh`` runs ``python3`` itself, not through ``train_zoo_gpu.sh``: it starts in the
+    environment of ``device_env.sh`` (the wheels' folder first on ``PYTHONPATH``). A stand-in ``python3`` on ``PATH``
+    records what it was started with and fails, which ends the call with status 1."""
+    import os
+    import subprocess
+
+    checkout, bin_dir, seen = tmp_path / "checkout", tmp_path / "bin", tmp_path / "seen.txt"
+    checkout.mkdir(), bin_dir.mkdir()
+    (checkout / "experiments").symlink_to(tz.REPO / "experiments")  # no .whl/ or .cache/ here
+    fake = bin_dir / "python3"
+    fake.write_text(f'#!/bin/sh\necho "$HYBRIDSD_ENV_READY|$PYTHONPATH|$HYBRIDSD_DATA|$*" >> {seen}\nexit 1\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "WORK_ROOT": str(tmp_path / "work"), "DEVICE_TMP": str(tmp_path / "dev"),
+           "HOME": os.environ.get("HOME", "/tmp")}
+    run = subprocess.run(["bash", str(checkout / "experiments" / "retrain_zoo.sh"), "7", str(tmp_path / "out"),
+                          str(tz.MODEL_DIR)], cwd=checkout, env=env, capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    ready, path, data, argv = seen.read_text().splitlines()[-1].split("|")
+    assert ready == "1" and path.split(":")[:2] == [str(tmp_path / "dev" / "site"), str(checkout)]
+    assert data and argv.startswith("-m experiments.train_zoo repair --init")
+
+
 def test_retrain_smoke_runs_every_stage_from_the_one_before(tmp_path):
     """``SMOKE=1 retrain_zoo.sh 1,2,3,4,5,6,7,8`` on the CPU (tiny model, budgets and data; about 5 minutes): each
     target stage starts from the one before and records it, stage 4 loads stage 3's edit data, stage 5 repairs in fp32,
