@@ -5,7 +5,7 @@
 #   - the data sets carried in .cache/ (code_edits_dev.jsonl.xz or .gz, mt_bench and editeval .gz) unpacked into
 #     $DEVICE_TMP/d, which becomes HYBRIDSD_DATA; without .cache/ it is ../shared/data (else /work/shared/data).
 # Every python3 the sourcing script runs afterwards, inside train_zoo_gpu.sh or not, sees both.
-# Returns 1 (with one line) when the wheels do not install.
+# Returns 1 (with one line) when the wheels do not install or a carried data file does not unpack.
 if [ -z "${HYBRIDSD_ENV_READY:-}" ]; then
   HYBRIDSD_SITE=${DEVICE_TMP:-/tmp}/site
   if ls .whl/*.whl >/dev/null 2>&1; then
@@ -18,17 +18,19 @@ if [ -z "${HYBRIDSD_ENV_READY:-}" ]; then
   if ls .cache/code_edits_dev.jsonl.* >/dev/null 2>&1; then
     HYBRIDSD_DATA=${DEVICE_TMP:-/tmp}/d
     mkdir -p "$HYBRIDSD_DATA"
-    if [ -f .cache/code_edits_dev.jsonl.xz ]; then
-      python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" \
-        .cache/code_edits_dev.jsonl.xz > "$HYBRIDSD_DATA/code_edits_dev.jsonl"
-    else gunzip -c .cache/code_edits_dev.jsonl.gz > "$HYBRIDSD_DATA/code_edits_dev.jsonl"; fi
-    for f in mt_bench editeval; do
-      [ -f ".cache/$f.jsonl.gz" ] && gunzip -c ".cache/$f.jsonl.gz" > "$HYBRIDSD_DATA/$f.jsonl"
+    edits=.cache/code_edits_dev.jsonl.xz; [ -f "$edits" ] || edits=.cache/code_edits_dev.jsonl.gz
+    for f in "$edits" .cache/mt_bench.jsonl.gz .cache/editeval.jsonl.gz; do
+      [ -f "$f" ] || continue
+      name=$(basename "${f%.*}")  # without .xz / .gz; written whole or not at all
+      python3 -c "import gzip, lzma, shutil, sys; o = lzma.open if sys.argv[1].endswith('.xz') else gzip.open; \
+shutil.copyfileobj(o(sys.argv[1]), sys.stdout.buffer)" "$f" > "$HYBRIDSD_DATA/$name.part" 2>/dev/null \
+        && mv "$HYBRIDSD_DATA/$name.part" "$HYBRIDSD_DATA/$name" \
+        || { rm -f "$HYBRIDSD_DATA/$name.part"; echo "device_env.sh: $f does not unpack" >&2; return 1; }
     done
   else
     HYBRIDSD_DATA=$(cd .. && pwd)/shared/data
     [ -f "$HYBRIDSD_DATA/code_edits_dev.jsonl" ] || HYBRIDSD_DATA=/work/shared/data
   fi
   export PYTHONPATH="$HYBRIDSD_SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}" HYBRIDSD_DATA HYBRIDSD_ENV_READY=1
-  unset HYBRIDSD_SITE
+  unset HYBRIDSD_SITE edits name f
 fi

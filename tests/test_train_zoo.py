@@ -935,7 +935,8 @@ def test_device_env_gives_every_later_python_the_wheels_and_the_data(tmp_path):
     """``experiments/device_env.sh``, sourced in a checkout with ``.whl/`` and ``.cache/``: a python3 started
     afterwards by the same shell, or by a script it starts, imports the wheel's module and reads the unpacked edits
     through ``HYBRIDSD_DATA``; a script started after it does not install again (its broken wheel is never read);
-    a wheel that does not install is one line and status 1."""
+    a wheel that does not install, or a data file that does not unpack, is one line and status 1."""
+    import gzip
     import lzma
     import os
     import subprocess
@@ -961,6 +962,16 @@ def test_device_env_gives_every_later_python_the_wheels_and_the_data(tmp_path):
                            env={**env, "DEVICE_TMP": str(tmp_path / "other")}, capture_output=True, text=True)
     assert fresh.returncode == 1 and fresh.stdout == ""
     assert fresh.stderr.strip().splitlines()[-1] == "device_env.sh: the wheels in .whl/ did not install"
+    # the gzipped data sets beside the edits; a damaged one is one line and status 1, and leaves no partial file
+    (repo / ".whl" / "probe_mod-0.1-py3-none-any.whl").unlink()
+    (repo / ".cache" / "mt_bench.jsonl.gz").write_bytes(gzip.compress(b'{"id": "m1"}\n'))
+    (repo / ".cache" / "editeval.jsonl.gz").write_bytes(gzip.compress(b'{"id": "v1"}\n')[:-6])
+    broken = subprocess.run(["bash", "-c", f"source {env_sh} || exit 1; echo unreachable"], cwd=repo,
+                            env={**env, "DEVICE_TMP": str(tmp_path / "third")}, capture_output=True, text=True)
+    assert broken.returncode == 1 and broken.stdout == ""
+    assert broken.stderr.strip().splitlines() == ["device_env.sh: .cache/editeval.jsonl.gz does not unpack"]
+    assert sorted(p.name for p in (tmp_path / "third" / "d").iterdir()) == ["code_edits_dev.jsonl", "mt_bench.jsonl"]
+    assert (tmp_path / "third" / "d" / "mt_bench.jsonl").read_text() == '{"id": "m1"}\n'
 
 
 def test_retrain_stages_that_run_python_themselves_get_the_device_env(tmp_path):
