@@ -47,6 +47,7 @@ def synthetic_examples(n: int, seed: int = 0) -> list[tuple]:
 
 def main(argv: list[str] | None = None) -> None:
     from experiments import train_zoo as tz
+    from experiments import zoo_data as zd
 
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--examples", type=int, default=12_000)
@@ -73,17 +74,17 @@ def main(argv: list[str] | None = None) -> None:
     cfg = tz.TargetConfig(**({"sft_batch_tokens": a.batch_tokens} if a.batch_tokens else {}),
                           **(shape if a.smoke else {}))
     examples = synthetic_examples(a.examples)
-    plan = tz.sft_batch_rows(examples, cfg.sft_batch_tokens, 2)
+    plan = zd.sft_batch_rows(examples, cfg.sft_batch_tokens, 2)
     if len(plan) < a.steps:
         p.error(f"--examples {a.examples} make {len(plan)} batches, fewer than --steps {a.steps}")
-    shapes = {(len(b), tz.padded_width(max(len(examples[i][0]) for i in b))) for b in plan[:a.steps]}
+    shapes = {(len(b), zd.padded_width(max(len(examples[i][0]) for i in b))) for b in plan[:a.steps]}
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize()  # the wall time holds every queued kernel
 
     def run(model, opt, steps: int) -> dict:
-        batches = tz.sft_batches(examples, cfg.sft_batch_tokens, 5, seed=2, decision_weight=4.0)
+        batches = zd.sft_batches(examples, cfg.sft_batch_tokens, 5, seed=2, decision_weight=4.0)
         sync()
         t0 = time.perf_counter()
         info = tz.train_phase(model, opt, batches, tz.Phase("bench", steps, 1e9, 1e-5, 1, 0.1), cfg, device, [])

@@ -3,9 +3,9 @@
 :func:`matching_blocks` returns what ``difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()``
 returns (no junk, no popular elements), block for block: the same longest-match search (the earliest block in ``a``,
 then in ``b``, among the longest), the same order of sub-ranges and the same merging of adjacent blocks, in numba
-instead of Python (7x faster on the token lists of synthetic edits; the whole of ``train_zoo.sft_examples``, where
+instead of Python (7x faster on the token lists of synthetic edits; the whole of ``zoo_data.sft_examples``, where
 tokenizing dominates, about 7% faster: experiments/results/zoo/data_prep_h200/). :func:`changed_spans` gives the
-non-equal opcodes' ranges in ``b``. Used to weight the edit-tuning examples' tokens (``train_zoo.edit_positions``).
+non-equal opcodes' ranges in ``b``. Used to weight the edit-tuning examples' tokens (``zoo_data.edit_positions``).
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Time the edit-tuning examples' preparation (``train_zoo.sft_examples``) with the compiled token alignment
+"""Time the edit-tuning examples' preparation (``zoo_data.sft_examples``) with the compiled token alignment
 (``experiments/sequence_match.py``) and with difflib's, on the same rows and machine; checks that both give the same
 examples.
 
     python -m experiments.time_edit_data --out experiments/results/zoo/data_prep_h200/alignment_timing.json
 
 The rows are retrain_zoo.sh stage 3's: one copy of the real training edits and ``--synthetic-examples`` synthetic
-edits (span share 0.5), made by ``train_zoo.edit_data`` (which also compiles the aligner, or loads it from numba's
+edits (span share 0.5), made by ``zoo_data.edit_data`` (which also compiles the aligner, or loads it from numba's
 cache). The timed runs go compiled, difflib, compiled again."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from experiments import sequence_match, train_zoo
+from experiments import sequence_match, train_zoo, zoo_data
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.edit_corpus import load_edits, pretraining_texts, split_edits, split_validation
@@ -53,18 +53,18 @@ def main(argv: list[str] | None = None) -> None:
     eot = train_zoo.special_ids(tokenizer)["eot"]
     train_rows = split_validation(split_edits(load_edits())[0], cfg.validation_repos)[0]
     _, sources, _ = pretraining_texts(cfg)
-    rows = train_zoo.edit_data(cfg, tokenizer, train_zoo.special_ids(tokenizer), train_rows, sources)["sft_rows"]
+    rows = zoo_data.edit_data(cfg, tokenizer, train_zoo.special_ids(tokenizer), train_rows, sources)["sft_rows"]
     record = {"rows": len(rows), "workers": args.workers, "synthetic_examples": args.synthetic_examples,
               "command": "python -m experiments.time_edit_data " + " ".join(sys.argv[1:] if argv is None else argv)}
     for name, spans in (("compiled", sequence_match.changed_spans), ("difflib", difflib_spans),
                         ("compiled_again", sequence_match.changed_spans)):
-        train_zoo.changed_spans = spans  # edit_positions' aligner (the pool's workers fork after this)
+        zoo_data.changed_spans = spans  # edit_positions' aligner (the pool's workers fork after this)
         start = time.perf_counter()
-        examples = train_zoo.sft_examples(tokenizer, rows, eot, args.workers)
+        examples = zoo_data.sft_examples(tokenizer, rows, eot, args.workers)
         record[f"sft_examples_{name}_s"] = round(time.perf_counter() - start, 1)
         record[f"digest_{name}"] = digest(examples)
         print(json.dumps(record), flush=True)
-    train_zoo.changed_spans = sequence_match.changed_spans
+    zoo_data.changed_spans = sequence_match.changed_spans
     record["same_examples"] = len({record[f"digest_{n}"] for n in ("compiled", "difflib", "compiled_again")}) == 1
     record["run_info"] = run_info()
     args.out.parent.mkdir(parents=True, exist_ok=True)

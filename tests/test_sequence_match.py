@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments import edit_corpus, time_edit_data, train_zoo
+from experiments import edit_corpus, time_edit_data, zoo_data
 from experiments.sequence_match import changed_spans, matching_blocks
 
 
@@ -74,4 +74,4 @@ def test_time_edit_data_compares_the_same_examples(tmp_path):
     assert record["rows"] == real + 12 and record["same_examples"]
     assert record["digest_compiled"] == record["digest_difflib"] == record["digest_compiled_again"]
     assert all(record[f"sft_examples_{n}_s"] > 0 for n in ("compiled", "difflib", "compiled_again"))
-    assert train_zoo.changed_spans is changed_spans  # the aligner is put back
+    assert zoo_data.changed_spans is changed_spans  # the aligner is put back

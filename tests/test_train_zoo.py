@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from experiments import edit_corpus, synthetic_edits
 from experiments import train_zoo as tz
+from experiments import zoo_data as zd
 from hybridsd.edit_requests import change_places, located_request
 
 SOURCE = '''"""Helpers."""
@@ -153,7 +154,7 @@ def _slow_changed(before, after):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 4), max_size=30), st.lists(st.integers(0, 4), max_size=30))
 def test_changed_positions(before, after):
-    got = tz.edit_positions(([9, 9, 9], before, after))[0]
+    got = zd.edit_positions(([9, 9, 9], before, after))[0]
     assert got == _slow_changed(before, after)
     if before == after:
         assert got == []
@@ -181,7 +182,7 @@ def test_decision_positions(before, after):
             if prev is None or source[j] != prev + 1:
                 want.add(j)
             prev = source[j]
-    got = tz.edit_positions(([9, 9, 9], before, after))[1]
+    got = zd.edit_positions(([9, 9, 9], before, after))[1]
     assert got == sorted(want)
     assert all(0 <= j <= len(after) for j in got)
     assert (got == []) == (before == after)
@@ -191,7 +192,7 @@ def test_decision_positions(before, after):
                                      ([7, 8, 1, 2, 4], 2, [0, 2], [0, 3], [])])
 def test_sft_batches_weight_the_changed_tokens(example):
     ids, n_prompt, changed, decisions, avoided = example
-    (x, y, w, avoid), = tz.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0, decision_weight=3.0)
+    (x, y, w, avoid), = zd.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0, decision_weight=3.0)
     assert {(int(q) - n_prompt + 1, int(avoid[0, q])) for q in torch.nonzero(avoid[0] >= 0)[:, 0]} == set(avoided)
     assert x[0, : len(ids) - 1].tolist() == ids[:-1]
     for pos in range(len(ids) - n_prompt):  # answer token pos is predicted at n_prompt - 1 + pos
@@ -208,12 +209,12 @@ def test_sft_batch_rows_are_the_batches_of_sft_batches(lengths, batch_tokens, se
     ``batch_tokens``; ``sft_batches`` yields exactly these rows in this order (so counting the rows counts its
     batches)."""
     examples = [(list(range(n)), 1, [0], [0], []) for n in lengths]
-    rows = tz.sft_batch_rows(examples, batch_tokens, seed)
+    rows = zd.sft_batch_rows(examples, batch_tokens, seed)
     assert sorted(i for batch in rows for i in batch) == list(range(len(examples)))
     for batch in rows:
         width = -(-max(lengths[i] for i in batch) // 64) * 64
         assert len(batch) == 1 or width * len(batch) <= batch_tokens
-    built = list(tz.sft_batches(examples, batch_tokens, pad=0, seed=seed))
+    built = list(zd.sft_batches(examples, batch_tokens, pad=0, seed=seed))
     assert len(built) == len(rows)
     for (x, *_), batch in zip(built, rows):
         assert x.shape[0] == len(batch)
@@ -238,9 +239,9 @@ def sft_rows(draw):
        st.sampled_from([1.0, 3.0]), st.integers(0, 3))
 def test_sft_batches_equal_a_per_position_reference(rows, change_weight, decision_weight, seed):
     """Every position of every batch, dtypes included, against a loop over the rows' positions."""
-    batches = list(tz.sft_batches(rows, 512, pad=2, seed=seed, change_weight=change_weight,
+    batches = list(zd.sft_batches(rows, 512, pad=2, seed=seed, change_weight=change_weight,
                                   decision_weight=decision_weight))
-    for (x, y, w, avoid), batch in zip(batches, tz.sft_batch_rows(rows, 512, seed), strict=True):
+    for (x, y, w, avoid), batch in zip(batches, zd.sft_batch_rows(rows, 512, seed), strict=True):
         assert (x.dtype, y.dtype, w.dtype, avoid.dtype) == (torch.long, torch.long, torch.float32, torch.long)
         assert x.shape == y.shape == w.shape == avoid.shape and x.shape[1] % 64 == 0
         for r, i in enumerate(batch):
@@ -303,7 +304,7 @@ def _slow_copy_candidates(ids, q, n):
 @given(st.lists(st.integers(0, 3), min_size=4, max_size=40), st.data())
 def test_copy_candidates(ids, data):
     positions = sorted(data.draw(st.sets(st.integers(3, len(ids) - 1))))
-    assert tz.copy_candidates(ids, positions) == [_slow_copy_candidates(ids, q, 3) for q in positions]
+    assert zd.copy_candidates(ids, positions) == [_slow_copy_candidates(ids, q, 3) for q in positions]
 
 
 def test_sft_examples_equal_each_example_made_alone():
@@ -317,8 +318,8 @@ def test_sft_examples_equal_each_example_made_alone():
     a, b = "def f(x):\n    return x\n", "import os\n\nPATH = os.sep\n"
     triples = [(a, "Add a docstring.", 'def f(x):\n    """X."""\n    return x\n'), (b, "Drop PATH.", "import os\n"),
                (a, "Rename f to g.", "def g(x):\n    return x\n"), (a, "Keep it.", a)]
-    together = tz.sft_examples(tok, triples, eot)
-    assert together == [tz.sft_examples(tok, [t], eot)[0] for t in triples]
+    together = zd.sft_examples(tok, triples, eot)
+    assert together == [zd.sft_examples(tok, [t], eot)[0] for t in triples]
     assert together[0][2] and together[3][2] == [len(tok.encode(a, add_special_tokens=False))]  # only the EOT
 
 
@@ -329,7 +330,7 @@ def test_sft_examples_avoid_only_copies_that_would_be_wrong():
 
     tok = AutoTokenizer.from_pretrained(tz.MODEL_DIR)
     after = SOURCE.replace("LIMIT = 10\n", "LIMIT = 10\nLIMIT = 10\nLIMIT = 12\n")
-    (ids, n_prompt, changed, _, avoided), = tz.sft_examples(tok, [(SOURCE, "Repeat the limit.", after)],
+    (ids, n_prompt, changed, _, avoided), = zd.sft_examples(tok, [(SOURCE, "Repeat the limit.", after)],
                                                             tok.eos_token_id)
     assert avoided and all(j in changed for j, _ in avoided)
     for j, t in avoided:
@@ -407,13 +408,13 @@ def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
     them is the original next token (3), a decision, with copying the line once more (7) avoided."""
     answer = [5, 6, 0, 7, 8, 9, 0, 3, 4, 0]
     example = ([1, 2, 2] + answer + [99], 3, [3, 4, 5, 6], [3, 7], [(4, 9)])
-    ids, n_prompt, changed, decisions, avoided, ignored = tz.with_repeated_line(example, {0}, random.Random(seed))
+    ids, n_prompt, changed, decisions, avoided, ignored = zd.with_repeated_line(example, {0}, random.Random(seed))
     d = len(ignored)
     assert d in (4, 8) and ignored == list(range(7, 7 + d))
     assert ids[n_prompt + 7: n_prompt + 7 + d] == [7, 8, 9, 0] * (d // 4)
     assert ids[:n_prompt + 7] + ids[n_prompt + 7 + d:] == example[0]  # the original, with the repeats cut out
     assert changed == [3, 4, 5, 6] and decisions == [3, 7 + d] and avoided == [(4, 9), (7 + d, 7)]
-    (x, y, w, avoid), = tz.sft_batches([(ids, n_prompt, changed, decisions, avoided, ignored)], 4096, pad=0,
+    (x, y, w, avoid), = zd.sft_batches([(ids, n_prompt, changed, decisions, avoided, ignored)], 4096, pad=0,
                                        seed=0, decision_weight=2.0)
     for q in range(len(ids) - n_prompt):
         at = n_prompt - 1 + q
@@ -422,8 +423,8 @@ def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
         else:
             assert int(y[0, at]) == ids[n_prompt + q] and float(w[0, at]) == (2.0 if q in decisions else 1.0)
     assert int(y[0, n_prompt - 1 + 7 + d]) == 3 and int(avoid[0, n_prompt - 1 + 7 + d]) == 7
-    assert tz.with_repeated_line(([1, 5, 6, 99], 1, [0], [0], []), {0}, random.Random(0)) is None  # no line
-    counts = {len(tz.with_repeated_line(example, {0}, random.Random(s), max_repeats=5)[5]) // 4 for s in range(60)}
+    assert zd.with_repeated_line(([1, 5, 6, 99], 1, [0], [0], []), {0}, random.Random(0)) is None  # no line
+    counts = {len(zd.with_repeated_line(example, {0}, random.Random(s), max_repeats=5)[5]) // 4 for s in range(60)}
     assert counts == {1, 2, 3, 4, 5}
 
 
@@ -464,7 +465,7 @@ def test_replay_takes_every_nth_step(every, n):
     edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2), torch.full((1, 2), -100))
              for i in range(n)]
     replay = ((torch.full((1, 2), -1 - j), torch.full((1, 2), -1 - j)) for j in itertools.count())
-    out = list(tz.with_replay(iter(edits), replay, every))
+    out = list(zd.with_replay(iter(edits), replay, every))
     is_replay = [int(x[0, 0]) < 0 for x, *_ in out]
     assert [int(x[0, 0]) for x, *_ in out if int(x[0, 0]) >= 0] == list(range(n))  # every edit batch, in order
     assert [i for i, r in enumerate(is_replay) if r] == [i for i in range(len(out)) if i % every == every - 1]
@@ -592,7 +593,7 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     before = "a = 1\nb = 2\nc = 3\n"
     triples = [(before, "add a line after `a = 1`", "a = 1\nnew()\nb = 2\nc = 3\n"),
                (before, "change `b = 2`", "a = 1\nb = 5\nc = 3\n")]
-    examples = tz.sft_examples(tok, triples, special["eot"])
+    examples = zd.sft_examples(tok, triples, special["eot"])
     seq = torch.tensor([[5, 6, 7, 8]])
     labels = torch.tensor([[-100, 7, 8, -100]])
     halves = []  # the half-precision switch of each generation and training step: off with repair_fp32
@@ -800,13 +801,13 @@ def test_edit_data_cache_is_keyed_by_what_makes_the_data_and_serves_fewer_synthe
     rows = [{"id": "a", "before": "x = 1\n", "after": "x = 2\n"}]
     sources = ["def f():\n    return 1\n"]
     cfg = tz.TargetConfig(synthetic_examples=3)
-    key = tz.edit_key(cfg, tok, rows, sources)
-    assert tz.edit_key(tz.replace(cfg, sft_lr=1e-5, synthetic_examples=9), tok, rows, sources) == key
-    changed = [tz.edit_key(tz.replace(cfg, span_share=0.25), tok, rows, sources),
-               tz.edit_key(cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], sources),
-               tz.edit_key(cfg, tok, rows, sources + ["x = 3\n"])]
+    key = zd.edit_key(cfg, tok, rows, sources)
+    assert zd.edit_key(tz.replace(cfg, sft_lr=1e-5, synthetic_examples=9), tok, rows, sources) == key
+    changed = [zd.edit_key(tz.replace(cfg, span_share=0.25), tok, rows, sources),
+               zd.edit_key(cfg, tok, rows + [{"id": "b", "before": "", "after": "y\n"}], sources),
+               zd.edit_key(cfg, tok, rows, sources + ["x = 3\n"])]
     (tok / "chat_template.jinja").write_text("{{ messages }}")
-    changed.append(tz.edit_key(cfg, tok, rows, sources))
+    changed.append(zd.edit_key(cfg, tok, rows, sources))
     assert len({key, *changed}) == 5
     calls = []
 
@@ -818,15 +819,15 @@ def test_edit_data_cache_is_keyed_by_what_makes_the_data_and_serves_fewer_synthe
         return run
 
     cache = tmp_path / "cache"
-    first = tz.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=3), key, build(3))
-    fewer = tz.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=2), key, build(2))
+    first = zd.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=3), key, build(3))
+    fewer = zd.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=2), key, build(2))
     assert calls == [3] and first["data_cache"].startswith("written") and fewer["data_cache"].startswith("hit")
     assert fewer["examples"] == [["real"], ["real"], ["synthetic 0"], ["synthetic 1"]]
     assert fewer["synthetic"] == [(["k"], 0.0), (["k"], 0.1)]
-    more = tz.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=5), key, build(5))
+    more = zd.cached_edit_data(cache, tz.replace(cfg, synthetic_examples=5), key, build(5))
     assert calls == [3, 5] and len(more["examples"]) == 7 and more["data_cache"].startswith("written")
-    assert len(tz.cached_edit_data(cache, cfg, key, build(3))["examples"]) == 5 and calls == [3, 5]
-    assert tz.cached_edit_data(None, cfg, key, build(3))["data_cache"] is None and calls == [3, 5, 3]
+    assert len(zd.cached_edit_data(cache, cfg, key, build(3))["examples"]) == 5 and calls == [3, 5]
+    assert zd.cached_edit_data(None, cfg, key, build(3))["data_cache"] is None and calls == [3, 5, 3]
 
 
 def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
@@ -865,7 +866,7 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
     assert configs["stage 1"].pretrain_steps == installed["stage 1"]["pretrain"]["steps"]
     assert all(configs[s].sft_steps == installed[s]["sft"]["steps"] for s in installed)
     # stage 2 takes a prefix of stage 1's cached edit data, stage 4 stage 3's whole
-    keys = {k: tz.edit_key(c, tz.MODEL_DIR, [{"id": "a"}], ["x = 1\n"]) for k, c in configs.items()}
+    keys = {k: zd.edit_key(c, tz.MODEL_DIR, [{"id": "a"}], ["x = 1\n"]) for k, c in configs.items()}
     assert keys["stage 1"] == keys["stage 2"] != keys["stage 3"] == keys["stage 4"]
     assert configs["stage 2"].synthetic_examples <= configs["stage 1"].synthetic_examples
     # a later stage of a call gets a deadline that ends the call by CALL_S; the call's first keeps its own
