@@ -195,8 +195,8 @@ def retrain() -> None:
     lineage(record["lineage"], stages[0])
     rerun(record["lineage_data_first"], record["lineage"])
     step_budgets(record["lineage_step_budgets"])
-    last_stages(record["stages_678_from_base"], record["lineage_step_budgets"])
-    numpy_batches(record["stages_12_numpy_batches"], record["lineage_step_budgets"], record["stages_678_from_base"])
+    last_stages(record["stages_678_from_base"])
+    numpy_batches(record["stages_12_numpy_batches"], record["lineage_step_budgets"])
     end_to_end(record["recipe_end_to_end"])
     train_steps()
     repair_selection()
@@ -267,7 +267,7 @@ def product_gates(prefix: str, folder, device: str, against: dict) -> None:
         gate = zoo_gate.read_gate(name if name.exists() else name.with_name(name.name + ".gz"))
         gate_numbers(f"{prefix}{tag}", gate["quality_gate"])
         for name, path in against.items():
-            paired_difference(f"{prefix}Diff{tag}{name}", json.loads(path(prompts).read_text()), gate)
+            paired_difference(f"{prefix}Diff{tag}{name}", zoo_gate.read_gate(path(prompts)), gate)
 
 
 def rerun(run: dict, first: dict) -> None:
@@ -304,21 +304,15 @@ def step_budgets(run: dict) -> None:
     cpu_repairs(folder, run["cpu_repairs"])
 
 
-def last_stages(run: dict, first: dict) -> None:
+def last_stages(run: dict) -> None:
     """retrain_compiled_h200/stages_678_from_base/: stages 6-8 run from the base target (their GPU-minutes, each
-    stage's seconds, and with stages 1-5's calls the whole recipe's, with and without stage 5's heads), stage 7's
-    selection gates, and the product's GPU gates paired with the base target's and with the installed target's on
-    the same prompts."""
+    stage's seconds), stage 7's selection gates, and the product's GPU gates paired with the base target's and with
+    the installed target's on the same prompts."""
     folder = RETRAIN.parent / run["folder"]
     stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
     num("zooLastMin", run["stages_gpu_s"] / 60, "{:.1f}")
     for stage, tag in (("6", "Six"), ("7", "Seven"), ("8", "Eight")):
         num(f"zooLast{tag}S", stage_s[stage], "{:d}")
-    num("zooRecipeMin", (sum(c["call_wall_s"] for c in first["calls"]) + run["stages_gpu_s"]) / 60, "{:.1f}")
-    heads5 = json.loads((RETRAIN.parent / first["folder"] / "stage5_heads_training_eagle1_eagle3.json").read_text())
-    num("zooRecipeHeadsFiveS", heads5["wall_s"], "{:.0f}")  # stage 5's heads, which the recipe no longer trains
-    num("zooRecipeNoHeadsMin",
-        (sum(c["call_wall_s"] for c in first["calls"]) + run["stages_gpu_s"] - heads5["wall_s"]) / 60, "{:.1f}")
     stage6 = json.loads((folder / "stage6_training_config.json").read_text())
     num("zooLastProv", provenance(stage6["run_info"]), "{}")
     selection_numbers("zooLastSel", json.loads((folder / "stage7_repair_config.json").read_text())["selection"])
@@ -326,11 +320,10 @@ def last_stages(run: dict, first: dict) -> None:
                                               "Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
 
 
-def numpy_batches(run: dict, first: dict, last: dict) -> None:
+def numpy_batches(run: dict, first: dict) -> None:
     """retrain_compiled_h200/stages_12_numpy_batches/: stages 1 and 2 in one call with the edit-tuning batches built in
     numpy (the call's seconds, stage 1's data preparation, the edit-tuning throughputs against the step-budget
-    lineage's same stages), and the recipe's GPU-minutes with this call in place of that lineage's calls 1 and 2
-    (stage 5's heads left out, as the recipe no longer trains them)."""
+    lineage's same stages)."""
     folder = RETRAIN.parent / run["folder"]
     (call,) = run["calls"]
     stages = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2)]
@@ -345,9 +338,6 @@ def numpy_batches(run: dict, first: dict, last: dict) -> None:
         tok = [s["sft"]["tokens_per_s_after_first_step"] / 1e6 for s in runs]
         num(f"zoo{tag}SftTok", f"{min(tok):.2f}--{max(tok):.2f}", "{}")
         num(f"zoo{tag}SftS", " and ".join(f"{s['sft']['wall_s']:.0f}" for s in runs), "{}")
-    heads5 = json.loads((RETRAIN.parent / first["folder"] / "stage5_heads_training_eagle1_eagle3.json").read_text())
-    rest = sum(c["call_wall_s"] for c in first["calls"] if c["stages"] not in run["replaces_calls"]["stages"])
-    num("zooRecipeFastMin", (call["call_wall_s"] + rest + last["stages_gpu_s"] - heads5["wall_s"]) / 60, "{:.1f}")
 
 
 def end_to_end(run: dict) -> None:
