@@ -1,11 +1,13 @@
-"""Data-parallel helpers for the experiment scripts under torchrun: one shard of prompts per process (GPU).
+"""Data-parallel helpers for the experiment scripts under torchrun: one shard of prompts per process.
 
     torchrun --nproc_per_node=4 -m experiments.spec_bench ...   # rank r decodes todo[r::4]
 
 Each rank appends its rows to its own shard ``<out>.rank{r}.part`` beside the output; after a barrier rank 0
 merges the shards into the output in the examples' order and deletes them. The ranks read each other's files,
 so they must share a filesystem (one host). Outside torchrun (``WORLD_SIZE`` unset or 1) the collective helpers
-do nothing: the process is rank 0 of a world of 1.
+do nothing: the process is rank 0 of a world of 1. Ranks fill the host's GPUs round robin: more ranks than GPUs
+put several on each GPU (over gloo, as NCCL takes one rank per GPU), which keeps busy a GPU that one process of
+a small model leaves idle between its launches; their timings then share the GPU.
 
 Results files are written so that a kill at any moment loses at most the row being made: rows are appended as
 whole lines and flushed, a resume repairs the file first (:func:`repair_tail`), and whole files (the merged
@@ -42,11 +44,29 @@ def init(device: str = "cpu") -> tuple[int, int]:
 
     if not dist.is_initialized():
         if device == "cuda" and torch.cuda.is_available():
-            torch.cuda.set_device(local_rank())
-            dist.init_process_group("nccl", timeout=TIMEOUT, device_id=torch.device("cuda", local_rank()))
+            gpu = gpu_of(local_rank(), torch.cuda.device_count())
+            torch.cuda.set_device(gpu)
+            if ranks_per_gpu(torch.cuda.device_count()) == 1:
+                dist.init_process_group("nccl", timeout=TIMEOUT, device_id=torch.device("cuda", gpu))
+            else:  # NCCL refuses two ranks on one GPU; the collectives here are barriers and small objects
+                dist.init_process_group("gloo", timeout=TIMEOUT)
         else:
             dist.init_process_group("gloo", timeout=TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
+
+
+def gpu_of(rank: int, n_gpus: int) -> int:
+    """The GPU of local rank ``rank`` on a host of ``n_gpus``: round robin."""
+    if n_gpus < 1:
+        raise ValueError(f"no GPU to place local rank {rank} on")
+    return rank % n_gpus
+
+
+def ranks_per_gpu(n_gpus: int) -> int:
+    """How many of this host's ranks (torchrun's ``LOCAL_WORLD_SIZE``) share the busiest of its ``n_gpus``
+    GPUs: 1 for one process per GPU."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return -(-local // max(n_gpus, 1))
 
 
 def _group():
@@ -86,12 +106,13 @@ def finish() -> None:
 
 
 def local_device(device: str) -> str:
-    """The device this rank decodes on: ``cuda:{LOCAL_RANK}`` for "cuda" under torchrun, else ``device``."""
+    """The device this rank decodes on: for "cuda" under torchrun its GPU by :func:`gpu_of`, else ``device``."""
     if device == "cuda" and world() > 1:
         import torch
 
-        torch.cuda.set_device(local_rank())
-        return f"cuda:{local_rank()}"
+        gpu = gpu_of(local_rank(), torch.cuda.device_count())
+        torch.cuda.set_device(gpu)
+        return f"cuda:{gpu}"
     return device
 
 

@@ -98,7 +98,7 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
         "accepted_by_drafter": dict(st.get("accepted_by_drafter", {})),
         "seq_al": st["num_tokens"] / st["num_target_steps"],
         "precision_al": 1 + st["num_accepted"] / st["num_drafts"] if st["num_drafts"] else math.nan,
-        "tpot_ms": r.get("tpot_ms"), "wall_s": r.get("wall_s"),
+        "tpot_ms": r.get("tpot_ms"), "wall_s": r.get("wall_s"), "ranks_per_gpu": info.get("ranks_per_gpu", 1),
         "output_tokens": r.get("tokens"), "lossless": r.get("lossless"),
         "run_device": info.get("device"), "commit": info.get("commit"),
         "torch": info.get("torch"), "transformers": info.get("transformers"),
@@ -119,7 +119,8 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     as "CPU fp32, <= 128 tokens"), ...), the prompt
     (``example_id``, ``ref_edit_norm``, ``output_edit_norm``), the counters (``tokens``, ``passes``,
     ``drafts``, ``draft_tokens``, ``accepted``, ``accepted_per_position``, ``steps_by_drafter``), per-row
-    ``seq_al`` and ``precision_al``, ``tpot_ms``, ``output_tokens`` (None in rows that did not store them),
+    ``seq_al`` and ``precision_al``, ``tpot_ms`` (timed on a GPU that ``ranks_per_gpu`` processes shared),
+    ``output_tokens`` (None in rows that did not store them),
     and provenance (``run_device``, ``commit``, ``torch``, ``transformers``, ``file``). ``trace=True`` adds
     the per-step trace. A torn last line (an interrupted run) is skipped. Any other line that is not a results
     row raises ``ValueError`` naming the file and line, or, with ``on_bad_line`` (a function taking that

@@ -4,6 +4,7 @@
     python -m experiments.sweep --preset gpu-full                   # the H200 (resumable: rerun to continue)
     python -m experiments.sweep --preset cpu-small --dry-run        # list the configs and prompt counts
     torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
+    torchrun --nproc_per_node=8 -m experiments.sweep --preset edit-norm  # one GPU, 8 ranks on it (the zoo)
 
 Grid, per dataset (code-edits: the zoo's held-out split, or ``--split``'s rows, resampled to ``per_bin`` prompts per
 ``bin_width`` edit-norm bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the
@@ -187,11 +188,17 @@ def main(argv: list[str] | None = None) -> None:
         dp.finish()
         return
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    shared = 1
+    if a.device == "cuda" and world > 1:
+        import torch
+
+        shared = dp.ranks_per_gpu(torch.cuda.device_count())
     launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
     call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(sys.argv[1:] if argv is None
                                                                                            else argv),
             "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(),
-            **({"world_size": world} if world > 1 else {}), "configs": []}
+            **({"world_size": world} if world > 1 else {}), **({"ranks_per_gpu": shared} if shared > 1 else {}),
+            "configs": []}
     t_all = time.perf_counter()
     for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0, disable=not lead):
         t = time.perf_counter()

@@ -100,3 +100,28 @@ def test_repair_tail(tmp_path):
     p.write_text(_line("c", "a") + _line("c", "b").rstrip("\n"))  # a whole row, only its newline missing
     dp.repair_tail(p)
     assert p.read_text() == _line("c", "a") + _line("c", "b")
+
+
+@pytest.mark.parametrize("local_world, n_gpus, want", [(1, 1, 1), (4, 4, 1), (8, 1, 8), (5, 2, 3), (2, 8, 1)])
+def test_ranks_fill_the_gpus_round_robin(monkeypatch, local_world, n_gpus, want):
+    """Ranks go to GPUs in turn; more ranks than GPUs share them (the count decides NCCL or gloo)."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    assert dp.ranks_per_gpu(n_gpus) == want
+    placed = [dp.gpu_of(r, n_gpus) for r in range(local_world)]
+    assert set(placed) == set(range(min(local_world, n_gpus)))
+    assert max(placed.count(g) for g in set(placed)) == want
+    with pytest.raises(ValueError, match="no GPU"):
+        dp.gpu_of(0, 0)
+
+
+def test_sweep_ranks_bench_compares_rows_without_timings():
+    from experiments.bench_sweep_ranks import compare, sweep_command
+
+    ref = {"a.jsonl": {"x": {"tokens": [1, 2]}, "y": {"tokens": [3]}}}
+    assert compare(ref, ref) == {"rows": 2, "equal": 2, "missing": 0}
+    assert compare({"a.jsonl": {"x": {"tokens": [1, 2]}, "y": {"tokens": [4]}}}, ref) == {
+        "rows": 2, "equal": 1, "missing": 0}
+    assert compare({"a.jsonl": {"x": {"tokens": [1, 2]}}}, ref) == {"rows": 2, "equal": 1, "missing": 1}
+    one, eight = (sweep_command(n, "edit-norm", ["ngram"], Path("d"), []) for n in (1, 8))
+    assert "torch.distributed.run" not in one and "--nproc_per_node=8" in eight
+    assert one[1:] == eight[5:]  # the same sweep

@@ -1,0 +1,97 @@
+"""A sweep's wall time on one host against the ranks that share each GPU: the same sweep (preset, methods, prompts)
+run by one process and under torchrun with more ranks than GPUs, each in a folder of its own; per run the wall time
+of the whole command (start-up and model loads included) and each config's seconds from its ``sweep.json``, and
+whether its rows equal the one-process run's (every field but the timings and run_info).
+
+    python -m experiments.bench_sweep_ranks --ranks 1 4 8 --methods none ngram eagle --out F.json [--preset edit-norm]
+
+A small model at batch 1 leaves the GPU idle between its kernel launches, so ranks sharing it decode their prompts
+side by side; the rows' ``tpot_ms`` then times a shared GPU (``ranks_per_gpu`` in their run_info).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from experiments.cli import Parser
+from experiments.distributed import write_atomic
+from experiments.provenance import run_info
+from experiments.spec_bench import METHODS
+from experiments.sweep import PRESETS
+
+TIMING = ("wall_s", "tpot_ms", "run_info")
+
+
+def sweep_command(ranks: int, preset: str, methods: list[str], out_dir: Path, extra: list[str]) -> list[str]:
+    """The command line of one sweep: one process for ``ranks`` 1, else torchrun with ``ranks`` processes."""
+    launch = ([sys.executable] if ranks == 1 else
+              [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"])
+    return [*launch, "-m", "experiments.sweep", "--preset", preset, "--methods", *methods, "--out-dir", str(out_dir),
+            *extra]
+
+
+def rows_by_file(out_dir: Path) -> dict[str, dict[str, dict]]:
+    """{file name: {example id: row without its timings}} of a sweep's folder."""
+    out = {}
+    for path in sorted(out_dir.glob("*.jsonl")):
+        rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        out[path.name] = {r["example_id"]: {k: v for k, v in r.items() if k not in TIMING} for r in rows}
+    return out
+
+
+def compare(rows: dict[str, dict[str, dict]], reference: dict[str, dict[str, dict]]) -> dict:
+    """Rows of ``rows`` equal to ``reference``'s row of the same file and example, and the rows compared."""
+    same = total = 0
+    for name, ref in reference.items():
+        got = rows.get(name, {})
+        for eid, want in ref.items():
+            total += 1
+            same += got.get(eid) == want
+    return {"rows": total, "equal": same, "missing": total - sum(len(rows.get(n, {})) for n in reference)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = Parser(description=__doc__)
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 4, 8], help="processes per run (1: no torchrun)")
+    p.add_argument("--preset", default="edit-norm", choices=sorted(PRESETS))
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=["none", "ngram", "eagle"])
+    p.add_argument("--work-dir", type=Path, default=None, help="where the runs' folders go (default: a temporary one)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("extra", nargs="*", help="more sweep options after --, e.g. -- --per-bin 4")
+    a = p.parse_args(argv)
+    if any(n < 1 for n in a.ranks) or a.ranks[0] != 1:
+        p.error(f"--ranks: counts >= 1, the first 1 (the reference run), got {a.ranks}")
+    work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench_sweep_ranks_"))
+    runs, reference = [], None
+    for n in a.ranks:
+        out_dir = work / f"ranks{n}"
+        if out_dir.exists() and any(out_dir.iterdir()):
+            p.error(f"{out_dir}: not empty (a sweep there would resume instead of running)")
+        cmd = sweep_command(n, a.preset, a.methods, out_dir, a.extra)
+        print(" ".join(cmd), file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, stdout=sys.stderr)
+        wall = time.perf_counter() - t0
+        if proc.returncode:
+            sys.exit(f"bench_sweep_ranks: the sweep with {n} ranks exited {proc.returncode}")
+        call = json.loads((out_dir / "sweep.json").read_text())["calls"][-1]
+        rows = rows_by_file(out_dir)
+        reference = reference or rows
+        runs.append({"ranks": n, "command": " ".join(cmd[1:]), "wall_s": round(wall, 1),
+                     "configs": {c["file"]: c["seconds"] for c in call["configs"]},
+                     "ranks_per_gpu": call.get("ranks_per_gpu", 1), "rows": compare(rows, reference)})
+        runs[-1]["speedup"] = round(runs[0]["wall_s"] / wall, 2)
+        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    doc = {"command": "python -m experiments.bench_sweep_ranks " + " ".join(sys.argv[1:] if argv is None else argv),
+           "run_info": run_info(), "preset": a.preset, "methods": a.methods, "runs": runs}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(a.out, json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
