@@ -4,14 +4,20 @@ of the whole command (start-up and model loads included) and each config's secon
 whether its rows equal the one-process run's (every field but the timings and run_info).
 
     python -m experiments.bench_sweep_ranks --ranks 1 4 8 --methods none ngram eagle --out F.json [--preset edit-norm]
+        [--mps]
 
 A small model at batch 1 leaves the GPU idle between its kernel launches, so ranks sharing it decode their prompts
-side by side; the rows' ``tpot_ms`` then times a shared GPU (``ranks_per_gpu`` in their run_info).
+side by side; the rows' ``tpot_ms`` then times a shared GPU (``ranks_per_gpu`` in their run_info). Without MPS the
+GPU runs one process's kernels at a time; ``--mps`` starts NVIDIA's Multi-Process Service control daemon for the
+runs (its pipes and logs in the work folder; the GPU's settings are left as they are) and stops it after them, so
+the ranks' kernels run at the same time.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +39,20 @@ def sweep_command(ranks: int, preset: str, methods: list[str], out_dir: Path, ex
               [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"])
     return [*launch, "-m", "experiments.sweep", "--preset", preset, "--methods", *methods, "--out-dir", str(out_dir),
             *extra]
+
+
+def start_mps(folder: Path) -> dict[str, str]:
+    """Start an MPS control daemon whose pipes and logs are under ``folder``; the environment its clients need."""
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(folder / "log")}
+    for d in env.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**os.environ, **env}, stdin=subprocess.DEVNULL, check=True)
+    return env
+
+
+def stop_mps(env: dict[str, str]) -> None:
+    """Stop the daemon of :func:`start_mps` (and its server, once its clients are gone)."""
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env={**os.environ, **env}, check=False)
 
 
 def rows_by_file(out_dir: Path) -> dict[str, dict[str, dict]]:
@@ -61,21 +81,40 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--preset", default="edit-norm", choices=sorted(PRESETS))
     p.add_argument("--methods", nargs="+", choices=METHODS, default=["none", "ngram", "eagle"])
     p.add_argument("--work-dir", type=Path, default=None, help="where the runs' folders go (default: a temporary one)")
+    p.add_argument("--mps", action="store_true", help="run the sweeps under an MPS daemon started for them")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("extra", nargs="*", help="more sweep options after --, e.g. -- --per-bin 4")
     a = p.parse_args(argv)
     if any(n < 1 for n in a.ranks) or a.ranks[0] != 1:
         p.error(f"--ranks: counts >= 1, the first 1 (the reference run), got {a.ranks}")
+    if a.mps and shutil.which("nvidia-cuda-mps-control") is None:
+        p.error("--mps: nvidia-cuda-mps-control is not on PATH")
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench_sweep_ranks_"))
-    runs, reference = [], None
     for n in a.ranks:
         out_dir = work / f"ranks{n}"
         if out_dir.exists() and any(out_dir.iterdir()):
             p.error(f"{out_dir}: not empty (a sweep there would resume instead of running)")
+    mps = start_mps(work / "mps") if a.mps else {}
+    try:
+        runs = time_sweeps(a, work, {**os.environ, **mps})
+    finally:
+        if mps:
+            stop_mps(mps)
+    doc = {"command": "python -m experiments.bench_sweep_ranks " + " ".join(sys.argv[1:] if argv is None else argv),
+           "run_info": run_info(), "preset": a.preset, "methods": a.methods, "mps": a.mps, "runs": runs}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(a.out, json.dumps(doc, indent=1) + "\n")
+
+
+def time_sweeps(a, work: Path, env: dict) -> list[dict]:
+    """One record per rank count of ``a.ranks`` (see :func:`main`), each sweep run in ``work/ranks<N>``."""
+    runs, reference = [], None
+    for n in a.ranks:
+        out_dir = work / f"ranks{n}"
         cmd = sweep_command(n, a.preset, a.methods, out_dir, a.extra)
         print(" ".join(cmd), file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=sys.stderr)
+        proc = subprocess.run(cmd, stdout=sys.stderr, env=env)
         wall = time.perf_counter() - t0
         if proc.returncode:
             sys.exit(f"bench_sweep_ranks: the sweep with {n} ranks exited {proc.returncode}")
@@ -87,10 +126,7 @@ def main(argv: list[str] | None = None) -> None:
                      "ranks_per_gpu": call.get("ranks_per_gpu", 1), "rows": compare(rows, reference)})
         runs[-1]["speedup"] = round(runs[0]["wall_s"] / wall, 2)
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    doc = {"command": "python -m experiments.bench_sweep_ranks " + " ".join(sys.argv[1:] if argv is None else argv),
-           "run_info": run_info(), "preset": a.preset, "methods": a.methods, "runs": runs}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(a.out, json.dumps(doc, indent=1) + "\n")
+    return runs
 
 
 if __name__ == "__main__":

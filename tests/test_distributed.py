@@ -125,3 +125,26 @@ def test_sweep_ranks_bench_compares_rows_without_timings():
     one, eight = (sweep_command(n, "edit-norm", ["ngram"], Path("d"), []) for n in (1, 8))
     assert "torch.distributed.run" not in one and "--nproc_per_node=8" in eight
     assert one[1:] == eight[5:]  # the same sweep
+
+
+def test_sweep_ranks_bench_starts_and_stops_its_mps_daemon(tmp_path, monkeypatch):
+    """--mps: the daemon starts with its pipes under the work folder and is told to quit, its clients get the pipe
+    folder; a machine without MPS is one line before any sweep runs."""
+    from experiments import bench_sweep_ranks as bsr
+
+    log = tmp_path / "calls.txt"
+    stand_in = tmp_path / "bin" / "nvidia-cuda-mps-control"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f'#!/bin/sh\necho "$* pipe=$CUDA_MPS_PIPE_DIRECTORY in=$(cat)" >> {log}\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    env = bsr.start_mps(tmp_path / "mps")
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / "mps" / "pipe") and (tmp_path / "mps" / "log").is_dir()
+    bsr.stop_mps(env)
+    pipe = env["CUDA_MPS_PIPE_DIRECTORY"]
+    assert log.read_text().splitlines() == [f"-d pipe={pipe} in=", f" pipe={pipe} in=quit"]
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(SystemExit) as e:
+        bsr.main(["--mps", "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "o.json")])
+    assert e.value.code == 2 and not (tmp_path / "w").exists()
