@@ -4,7 +4,7 @@
     python -m experiments.sweep --preset gpu-full                   # the H200 (resumable: rerun to continue)
     python -m experiments.sweep --preset cpu-small --dry-run        # list the configs and prompt counts
     torchrun --nproc_per_node=4 -m experiments.sweep --preset gpu-full   # 4 GPUs, each config's prompts sharded
-    torchrun --nproc_per_node=8 -m experiments.sweep --preset edit-norm  # one GPU, 8 ranks on it (the zoo)
+    torchrun --nproc_per_node=16 -m experiments.sweep --preset edit-norm  # 16 ranks on one GPU (the zoo; with MPS)
 
 Grid, per dataset (code-edits: the zoo's held-out split, or ``--split``'s rows, resampled to ``per_bin`` prompts per
 ``bin_width`` edit-norm bin over [0, 0.6]; editeval and mt-bench: ``num_prompts`` prompts evenly spaced through the
@@ -21,7 +21,8 @@ Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos
 skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
 records each call (command, run_info, seconds and rows per config), replaced atomically after each config. Under
 torchrun every config's prompts are split over the ranks (see spec_bench) and only rank 0 prints and writes
-``sweep.json``.
+``sweep.json``; ranks beyond the GPUs share them, which pays for the zoo's small models under NVIDIA's MPS (timed
+by ``bench_sweep_ranks``).
 """
 
 from __future__ import annotations
