@@ -22,7 +22,8 @@ each model's mean relative error over bins against the measurement and against t
 other half, over N splits (:func:`held_out_fits`). ``--fit-runs`` adds the predictive models fitted to runs of
 the same configurations on other prompts (e.g. another repository's edits), ``other_*``, scored beside the rest.
 ``sampling_floor`` gives, per variant and binning, the error that a model knowing every bin's true AL would show
-against a measurement of this size. ``--exclude-prompts`` leaves out the prompts of other runs (to
+against a measurement of this size, and ``in_sample`` the error of each predictive model fitted to the scored bins
+themselves (the closest its shape comes to them). ``--exclude-prompts`` leaves out the prompts of other runs (to
 measure EAGLE's rates on prompts that the runs being predicted do not hold).
 """
 
@@ -269,6 +270,29 @@ def other_prompt_predictions(fit_df, table: list[dict], edges, k: dict, sim_doc:
     return out
 
 
+def in_sample_fits(df, edges, k: dict, sim_doc: dict | None) -> list[dict]:
+    """Per (binning, variant) of ``HELD_OUT_VARIANTS``: the predictive models of :func:`fit_models` fitted (least
+    squares) to the very bins they are then scored on, with their mean relative error over those bins and their
+    parameters. Not predictions, since each fit sees the answer: how close a curve of each model's shape comes to
+    this measurement at all, which a model of that shape fitted on other prompts is not expected to beat."""
+    import pandas as pd
+
+    eagle = df[df["variant"] == "eagle"]
+    out = []
+    for binning in BINNINGS:
+        table = pd.DataFrame(bin_table(df, edges, binning, n_boot=0))
+        for variant in HELD_OUT_VARIANTS:
+            part = table[table["variant"] == variant] if len(table) else table
+            if len(part) < 3 or (variant != "ngram" and eagle.empty):
+                continue
+            models = fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
+            e, length, al = part["mean_e"].clip(0, 1), part["mean_tokens"], part["seq_al"].to_numpy()
+            for name, m in models.items():
+                out.append({"binning": binning, "variant": variant, "model": name, "params": m.params,
+                            **model_error(np.asarray(m.predict(e, length), dtype=float), al)})
+    return out
+
+
 def sampling_floor(df, edges, n_boot: int, seed: int = 0) -> list[dict]:
     """Per (binning, variant): the mean relative error over bins that a model knowing each bin's true AL would
     show against a measurement of this many prompts, estimated by resampling each bin's prompts (as
@@ -430,7 +454,8 @@ def main(argv=None) -> int:
     doc = {"command": command, "run_info": run_info(), "runs": a.runs, "excluded_prompts": len(excluded),
            "bins": edges.tolist(), "k": k, "eagle_rates": rates,
            "al_eagle": al_eagle, "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
-           "errors_vs_measured": errors(preds, measured), "sampling_floor": sampling_floor(df, edges, a.n_boot)}
+           "errors_vs_measured": errors(preds, measured), "sampling_floor": sampling_floor(df, edges, a.n_boot),
+           "in_sample": in_sample_fits(df, edges, k, sim_doc)}
     if other:
         doc["other_prompts"] = other
     if not a.no_sim:

@@ -221,6 +221,33 @@ def test_models_fitted_on_other_prompts_predict_a_harmonic_corpus():
                                                                       "other_bins"}
 
 
+def test_in_sample_fits_match_a_harmonic_corpus_and_no_fit_on_other_prompts_beats_them():
+    """Fitted to the bins they are scored on, the harmonic models meet a corpus that follows them exactly; on a noisy
+    corpus the free harmonic curve fitted elsewhere has no smaller squared error over these bins than its in-sample
+    fit (least squares), while the in-sample records keep their parameters."""
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    edges, k = np.linspace(0, 0.6, 9), {"ngram": 5, "eagle": 3}
+    exact = ab.in_sample_fits(pd.DataFrame(_harmonic_rows(range(60), rng)), edges, k, None)
+    assert {(f["binning"], f["variant"], f["model"]) for f in exact} == {
+        (b, v, m) for b in ab.BINNINGS for v in ("ngram", "ngram-eagle") for m in ("harmonic_fit", "harmonic_free")}
+    free = {(f["binning"], f["variant"]): f for f in exact if f["model"] == "harmonic_free"}
+    assert all(f["mean_rel"] < 1e-4 for f in free.values())
+    assert free["ref_edit_norm", "ngram"]["params"]["al_ngram"] == pytest.approx(5.4, rel=1e-3)
+
+    noisy = pd.DataFrame(_harmonic_rows(range(60), rng, spread=0.3))
+    table = ab.bin_table(noisy, edges, "ref_edit_norm", n_boot=0)
+    other = ab.other_prompt_predictions(pd.DataFrame(_harmonic_rows(range(100, 160), rng, spread=0.3)), table, edges,
+                                        k, None)
+    inside = {f["variant"]: f for f in ab.in_sample_fits(noisy, edges, k, None)
+              if f["binning"] == "ref_edit_norm" and f["model"] == "harmonic_free"}
+    for variant in ("ngram", "ngram-eagle"):
+        measured = np.array([t["seq_al"] for t in table if t["variant"] == variant])
+        elsewhere = np.array(other[("ref_edit_norm", variant)]["predictions"]["other_harmonic_free"])
+        assert inside[variant]["rmse"] <= np.sqrt(np.mean((elsewhere - measured) ** 2)) + 1e-9
+
+
 def test_sampling_floor_is_zero_without_spread_and_the_exact_expectation_for_two_prompts():
     """Prompts of a bin with one AL leave no sampling error; a bin of two prompts has four equally likely
     resamples, whose mean error the estimate approaches."""
@@ -260,6 +287,8 @@ def test_cli_scores_models_fitted_on_other_prompts(runs, tmp_path, capsys):
     bins = [e for e in doc["errors_vs_measured"] if e["model"] == "other_bins"]
     assert all(e["mean_rel"] == 0 for e in bins)  # the same rows under other ids: the same bins
     assert {(f["binning"], f["variant"]) for f in doc["sampling_floor"]} >= {("ref_edit_norm", "ngram")}
+    assert {(f["binning"], f["variant"], f["model"]) for f in doc["in_sample"]} >= {
+        ("ref_edit_norm", "ngram", "harmonic_free"), ("output_edit_norm", "ngram-eagle", "harmonic_fit")}
     for bad, name in ((["--fit-runs", str(tmp_path / "nothing*.jsonl")], "nothing"),
                       (["--theory", str(tmp_path / "no_sim.json")], "no_sim.json"),
                       ([str(tmp_path / "none.jsonl")], "none")):
