@@ -274,7 +274,8 @@ def in_sample_fits(df, edges, k: dict, sim_doc: dict | None) -> list[dict]:
     """Per (binning, variant) of ``HELD_OUT_VARIANTS``: the predictive models of :func:`fit_models` fitted (least
     squares) to the very bins they are then scored on, with their mean relative error over those bins and their
     parameters. Not predictions, since each fit sees the answer: how close a curve of each model's shape comes to
-    this measurement at all, which a model of that shape fitted on other prompts is not expected to beat."""
+    this measurement at all. The same model fitted on other prompts has no smaller squared error over these bins
+    (its mean relative error may come out smaller by chance; ``harmonic_fit`` elsewhere holds another AL_eagle)."""
     import pandas as pd
 
     eagle = df[df["variant"] == "eagle"]

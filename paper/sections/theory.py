@@ -286,11 +286,13 @@ def other_repository() -> None:
 def all_held_out() -> None:
     """zoo/al_by_edit_norm_all_heldout.json, the models against the sweep of every held-out edit: the sampling floor,
     the fits on the validation repository (``other_*``), on random halves of these prompts (``held_out``), on the real
-    edits' simulation (``sim_*``) and the PR's harmonic model, as mean relative errors over the bins (%)."""
+    edits' simulation (``sim_*``), on these bins themselves (``in_sample``) and the PR's harmonic model, as mean
+    relative errors over the bins (%)."""
     doc = json.loads((RESULTS / "zoo" / "al_by_edit_norm_all_heldout.json").read_text())
     err = {(e["binning"], e["variant"], e["model"]): e["mean_rel"] for e in doc["errors_vs_measured"]}
     floor = {(f["binning"], f["variant"]): f for f in doc["sampling_floor"]}
     half = {(s["binning"], s["variant"], s["model"]): s for s in doc["held_out"]["summary"]}
+    own = {(f["binning"], f["variant"], f["model"]): f["mean_rel"] for f in doc["in_sample"]}
     num("thAllHalf", doc["held_out"]["prompts"] // 2, "{:d}")
     pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
     span = lambda xs: pct(min(xs)) if pct(min(xs)) == pct(max(xs)) else f"{pct(min(xs))}--{pct(max(xs))}"  # noqa: E731
@@ -307,5 +309,7 @@ def all_held_out() -> None:
         num(f"thAllHalfHyb{b}", span([half[binning, v, m]["median"] for v in hybrids for m in fits]), "{}")
         num(f"thAllSimNgram{b}", span([err[binning, "ngram", f"sim_{m}"] for m in fits[1:]]), "{}")
         num(f"thAllSimHyb{b}", span([err[binning, v, f"sim_{m}"] for v in hybrids for m in fits]), "{}")
+        num(f"thAllSelfNgram{b}", span([own[binning, "ngram", m] for m in fits[1:]]), "{}")
+        num(f"thAllSelfHyb{b}", span([own[binning, v, m] for v in hybrids for m in fits[1:]]), "{}")
         num(f"thAllPrNgram{b}", pct(err[binning, "ngram", "harmonic_pr"]), "{}")
         num(f"thAllPrHyb{b}", span([err[binning, v, "harmonic_pr"] for v in hybrids]), "{}")
