@@ -69,6 +69,16 @@ def ranks_per_gpu(n_gpus: int) -> int:
     return -(-local // max(n_gpus, 1))
 
 
+def gpu_sharing(device: str) -> int:
+    """:func:`ranks_per_gpu` of this host for a run on ``device``: 1 off CUDA and outside torchrun (the timings of
+    a run with more share their GPU)."""
+    if not device.startswith("cuda") or world() == 1:
+        return 1
+    import torch
+
+    return ranks_per_gpu(torch.cuda.device_count())
+
+
 def _group():
     """torch.distributed when a process group is up, else None (without torch imported there is none)."""
     dist = sys.modules.get("torch.distributed")

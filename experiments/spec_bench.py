@@ -409,7 +409,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
         print(f"spec_bench: loaded {cfg.model} ({loaded.dtype}, {device}) in {loaded.load_s:.1f} s", file=sys.stderr)
     drafter = make_drafter(cfg, heads)
     eos = loaded.eos_ids
-    shared = dp.ranks_per_gpu(torch.cuda.device_count()) if device.startswith("cuda") and world > 1 else 1
+    shared = dp.gpu_sharing(device)
     info = {**provenance.run_info(), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
             "model_dtype": loaded.dtype, **({"ranks_per_gpu": shared} if shared > 1 else {})}  # timings shared
     seen = done_keys(out).union(*(done_keys(p) for p in shards))

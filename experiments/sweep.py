@@ -189,11 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         dp.finish()
         return
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    shared = 1
-    if a.device == "cuda" and world > 1:
-        import torch
-
-        shared = dp.ranks_per_gpu(torch.cuda.device_count())
+    shared = dp.gpu_sharing(a.device)
     launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
     call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(sys.argv[1:] if argv is None
                                                                                            else argv),

@@ -148,3 +148,8 @@ def test_sweep_ranks_bench_starts_and_stops_its_mps_daemon(tmp_path, monkeypatch
     with pytest.raises(SystemExit) as e:
         bsr.main(["--mps", "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "o.json")])
     assert e.value.code == 2 and not (tmp_path / "w").exists()
+
+
+def test_gpu_sharing_is_one_off_cuda_and_outside_torchrun(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert dp.world() == 1 and dp.gpu_sharing("cuda") == 1 and dp.gpu_sharing("cpu") == 1
