@@ -103,9 +103,14 @@ def misses(gate: dict) -> dict:
 
 
 def read_gate(path: str | Path) -> dict:
-    """The gate record in ``path``: a ``train_zoo gate`` JSON file, or the same file gzipped (name ending ``.gz``)."""
-    raw = Path(path).read_bytes()
-    return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    """The gate record in ``path``: a ``train_zoo gate`` JSON file, or the same file gzipped (name ending ``.gz``);
+    a ``.json`` path that is stored only gzipped (``<path>.gz``, as the records under experiments/results are) is
+    read from there."""
+    path = Path(path)
+    if not path.exists() and path.with_name(path.name + ".gz").exists():
+        path = path.with_name(path.name + ".gz")
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
 
 
 def compare_gates(a: dict, b: dict) -> dict:

@@ -168,6 +168,10 @@ def test_compare_gates_uses_the_shared_prompts(tmp_path, capsys):
     assert zg.read_gate(fz) == zg.read_gate(fb) == b
     tz.main(["compare-gates", str(fa), str(fz)])
     assert json.loads(capsys.readouterr().out) == plain
+    fb.unlink()  # stored only gzipped: the .json name still reads it
+    assert zg.read_gate(fb) == b
+    tz.main(["compare-gates", str(fa), str(fb)])
+    assert json.loads(capsys.readouterr().out) == plain
     with pytest.raises(SystemExit) as e:
         tz.main(["compare-gates", str(fa), str(tmp_path / "missing.json")])
     assert e.value.code == 2 and "missing.json" in capsys.readouterr().err

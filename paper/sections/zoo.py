@@ -225,13 +225,13 @@ def lineage(run: dict, separate_first: dict) -> None:
                       ("CpuEval", "gate_eval96_cpu.json"), ("CpuVal", "gate_val160_cpu.json"),
                       ("InstEval", "installed_gate_eval96_cpu.json"), ("InstVal", "installed_gate_val160_cpu.json"),
                       ("PreVal", "stage4_gate_val160_cpu.json")):
-        g = json.loads((folder / name).read_text())["quality_gate"]
+        g = zoo_gate.read_gate(folder / name)["quality_gate"]
         num(f"zooLineage{tag}N", g["n"], "{:d}")
         gate_numbers(f"zooLineage{tag}", g)
     for tag, before in (("Eval", "installed_gate_eval96_cpu.json"), ("Val", "installed_gate_val160_cpu.json"),
                         ("PreVal", "stage4_gate_val160_cpu.json")):
         after = "gate_val160_cpu.json" if "val160" in before else "gate_eval96_cpu.json"
-        paired_difference(f"zooLineageDiff{tag}", *(json.loads((folder / f).read_text()) for f in (before, after)))
+        paired_difference(f"zooLineageDiff{tag}", *(zoo_gate.read_gate(folder / f) for f in (before, after)))
 
 
 def gate_numbers(prefix: str, g: dict) -> None:
@@ -263,8 +263,7 @@ def product_gates(prefix: str, folder, device: str, against: dict) -> None:
     ``prefix``<Eval|Val> numbers (:func:`gate_numbers`), each paired with the gates on the same prompts at
     ``against[tag](prompts)`` as ``prefix``Diff<Eval|Val><tag>."""
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        name = folder / f"gate_{prompts}_{device}.json"
-        gate = zoo_gate.read_gate(name if name.exists() else name.with_name(name.name + ".gz"))
+        gate = zoo_gate.read_gate(folder / f"gate_{prompts}_{device}.json")
         gate_numbers(f"{prefix}{tag}", gate["quality_gate"])
         for name, path in against.items():
             paired_difference(f"{prefix}Diff{tag}{name}", zoo_gate.read_gate(path(prompts)), gate)
@@ -396,11 +395,11 @@ def cpu_repairs(folder, runs: dict) -> None:
     num("zooEagerStepsCpuRepairProv", provenance(steps[-1]["run_info"]), "{}")
     installed = RETRAIN.parent / "lineage"
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        gate = json.loads((folder / runs["then"][prompts]).read_text())
+        gate = zoo_gate.read_gate(folder / runs["then"][prompts])
         gate_numbers(f"zooEagerStepsCpuRep{tag}", gate["quality_gate"])
-        before = json.loads((installed / f"installed_gate_{prompts}_cpu.json").read_text())
+        before = zoo_gate.read_gate(installed / f"installed_gate_{prompts}_cpu.json")
         paired_difference(f"zooEagerStepsCpuRepDiff{tag}", before, gate)
-        unrepaired = json.loads((folder / runs["stage4_gates"][prompts]).read_text())
+        unrepaired = zoo_gate.read_gate(folder / runs["stage4_gates"][prompts])
         gate_numbers(f"zooEagerStepsCpuPre{tag}", unrepaired["quality_gate"])
         paired_difference(f"zooEagerStepsCpuRepDiffPre{tag}", unrepaired, gate)
 
@@ -420,7 +419,7 @@ def repair_selection() -> None:
     num("zooMissSlack", zoo_gate.MISS_SLACK, "{:g}")
     num("zooMissMinRef", zoo_gate.MISS_MIN_REF, "{:g}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        inst, rep = (json.loads((SELECTION / f"{who}_gate_{prompts}_h200.json").read_text())
+        inst, rep = (zoo_gate.read_gate(SELECTION / f"{who}_gate_{prompts}_h200.json")
                      for who in ("installed", "repaired"))
         num(f"zooSel{tag}N", inst["quality_gate"]["n"], "{:d}")
         gate_numbers(f"zooSelInst{tag}", inst["quality_gate"])
@@ -452,9 +451,9 @@ def decision_tuning() -> None:
     num("zooDecWeakSteps", weak["repair"]["steps"], "{:d}")
     num("zooDecWeakProv", provenance(weak["run_info"]), "{}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        base = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
+        base = zoo_gate.read_gate(SELECTION / f"installed_gate_{prompts}_h200.json")
         for who, name in (("tuned", "Tuned"), ("repaired", "Rep"), ("weak_repaired", "Weak")):
-            gate = json.loads((DECISION / f"{who}_gate_{prompts}_h200.json").read_text())
+            gate = zoo_gate.read_gate(DECISION / f"{who}_gate_{prompts}_h200.json")
             gate_numbers(f"zooDec{name}{tag}", gate["quality_gate"])
             miss = zoo_gate.misses(gate)
             for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
@@ -512,14 +511,14 @@ def weight_average() -> None:
     num("zooAvgBaseWeight", 1 - record["weight"], "{:g}")
     num("zooAvgProv", provenance(record["run_info"]), "{}")
     for tag, name in (("Half", "average050"), ("Chosen", "average075")):  # the weights tried: 0.5 and 0.75
-        g = json.loads((AVERAGE / f"{name}_gate_val64_cpu.json").read_text())["quality_gate"]
+        g = zoo_gate.read_gate(AVERAGE / f"{name}_gate_val64_cpu.json")["quality_gate"]
         num(f"zooAvgSel{tag}Eos", 100 * g["eos_share"], "{:.0f}")
         num(f"zooAvgSel{tag}Rho", g["spearman_ref_out"])
     num("zooAvgSelN", g["n"], "{:d}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-        gate = json.loads((AVERAGE / f"installed_gate_{prompts}_h200.json").read_text())
-        base = json.loads((SELECTION / f"installed_gate_{prompts}_h200.json").read_text())
-        weak = json.loads((DECISION / f"weak_repaired_gate_{prompts}_h200.json").read_text())
+        gate = zoo_gate.read_gate(AVERAGE / f"installed_gate_{prompts}_h200.json")
+        base = zoo_gate.read_gate(SELECTION / f"installed_gate_{prompts}_h200.json")
+        weak = zoo_gate.read_gate(DECISION / f"weak_repaired_gate_{prompts}_h200.json")
         gate_numbers(f"zooAvg{tag}", gate["quality_gate"])
         miss = zoo_gate.misses(gate)
         for kind, key in (("Unedited", "short_unedited"), ("Long", "long")):
@@ -527,7 +526,7 @@ def weight_average() -> None:
         paired_difference(f"zooAvgDiff{tag}", base, gate)
         paired_difference(f"zooAvgWeakDiff{tag}", weak, gate)
     num("zooAvgGateProv", provenance(gate["run_info"]), "{}")
-    every = {who: json.loads((AVERAGE / f"{who}_gate_eval274_cpu.json").read_text()) for who in ("installed", "base")}
+    every = {who: zoo_gate.read_gate(AVERAGE / f"{who}_gate_eval274_cpu.json") for who in ("installed", "base")}
     for who, tag in (("installed", "Avg"), ("base", "Base")):  # every admitted evaluation edit, CPU fp32
         gate_numbers(f"zooAllEval{tag}", every[who]["quality_gate"])
     num("zooAllEvalN", every["installed"]["quality_gate"]["n"], "{:d}")
