@@ -21,6 +21,7 @@ LOOP = SPEED / "overhead_zoo.json"  # the loop overhead (timed inside the run) a
 LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST = (SPEED / f"{n}.json" for n in ("launch", "bench_linear", "conditions",
                                                                             "overhead"))  # diagnostic runs
 NGRAM = SPEED / "bench_ngram.json"  # the n-gram proposer per call (CPU)
+SWEEP_RANKS = SPEED / "sweep_ranks_one_h200"  # a zoo sweep with ranks sharing one GPU, with and without MPS
 
 STEP_CONFIGS = [  # (config, label, run): our target's configurations in the tables, in this order
     ("graph", "graph", "steps_and_baselines"), ("graph_compiled", "graph + compile", "steps_and_baselines"),
@@ -354,6 +355,7 @@ def make() -> None:
     num("zooFwdOne", float(fwd[(fwd.layout == "chain") & (fwd.block == 1)].ms.iloc[0]))
     num("zooSpeedTokens", f"{int(zoo.tokens.max()):,}", "{}")
     speed_figure(sp)
+    sweep_ranks_numbers()
 
     g = json.loads(NGRAM.read_text())
     num("ngramProv", provenance(g["run_info"]), "{}")
@@ -364,6 +366,25 @@ def make() -> None:
         num(f"ngramCtx{tg}", f"{ctx // 1024}k", "{}")
     one = sp[(sp.run == "steps_auto") & (sp.context == 512) & (sp.name == "graph_auto_chain_q1")].ms.iloc[0]
     num("ngramShareOfStep", 100 * res[("iid-random", 8192)]["median_us"] / 1e3 / one, "{:.2f}")
+
+
+def sweep_ranks_numbers() -> None:
+    """speed/sweep_ranks_one_h200/: one sweep by one process and by ranks sharing one H200 (bench_sweep_ranks), with
+    and without MPS: whole-command speedups, each config's, and the rows equal to the one-process run's."""
+    for name, tag in (("with_mps", "Mps"), ("without_mps", "NoMps")):
+        doc = json.loads((SWEEP_RANKS / f"{name}.json").read_text())
+        one, *more = doc["runs"]
+        top = max(more, key=lambda r: r["ranks"])
+        per_config = [one["configs"][f] / s for f, s in top["configs"].items()]
+        num(f"sweepRanks{tag}", top["ranks"], "{:d}")
+        num(f"sweepRanks{tag}Whole", top["speedup"], "{:.2f}")
+        num(f"sweepRanks{tag}Config", f"{min(per_config):.1f}--{max(per_config):.1f}", "{}")
+        num(f"sweepRanks{tag}Prov", provenance(doc["run_info"]), "{}")
+        if tag == "Mps":
+            num("sweepRanksOneS", one["wall_s"], "{:.0f}")
+            num("sweepRanksRows", one["rows"]["rows"], "{:d}")
+            num("sweepRanksEqual", "all" if all(r["rows"]["equal"] == r["rows"]["rows"] for r in doc["runs"])
+                else "not all", "{}")
 
 
 def run_provenance(r) -> str:
