@@ -236,6 +236,15 @@ def fit_models(fit_t, al_eagle: float, k: dict, sim_doc: dict | None) -> dict[st
     return models
 
 
+def variant_fits(table, variant: str, eagle, k: dict, sim_doc: dict | None):
+    """(``table``'s bins of ``variant``, :func:`fit_models` of them) with AL_eagle 1 for n-gram alone, else the
+    pooled AL of the EAGLE-1 rows ``eagle``; None with fewer than 3 bins, or for a hybrid without EAGLE-1 rows."""
+    part = table[table["variant"] == variant] if len(table) else table
+    if len(part) < 3 or (variant != "ngram" and eagle.empty):
+        return None
+    return part, fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
+
+
 def pooled_al(part) -> float:
     """Sequence-normalized AL of a set of rows: all their tokens over all their target passes."""
     return float(part["tokens"].sum() / part["passes"].sum())
@@ -254,14 +263,14 @@ def other_prompt_predictions(fit_df, table: list[dict], edges, k: dict, sim_doc:
     for binning in BINNINGS:
         fit_t = pd.DataFrame(bin_table(fit_df, edges, binning, n_boot=0))
         for variant in HELD_OUT_VARIANTS:
-            a = fit_t[fit_t["variant"] == variant] if len(fit_t) else fit_t
             mine = sorted((t for t in table if t["binning"] == binning and t["variant"] == variant),
                           key=lambda t: t["bin_lo"])
-            if len(a) < 3 or not mine or (variant != "ngram" and eagle.empty):
+            fitted = variant_fits(fit_t, variant, eagle, k, sim_doc) if mine else None
+            if fitted is None:
                 continue
+            a, models = fitted
             e = np.clip([t["mean_e"] for t in mine], 0, 1)
             length = np.array([t["mean_tokens"] for t in mine])
-            models = fit_models(a, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
             preds = {f"other_{n}": np.asarray(m.predict(e, length), dtype=float).tolist() for n, m in models.items()}
             own = dict(zip(a["bin"], a["seq_al"]))
             preds["other_bins"] = [float(own.get(t["bin"], np.nan)) for t in mine]
@@ -283,10 +292,9 @@ def in_sample_fits(df, edges, k: dict, sim_doc: dict | None) -> list[dict]:
     for binning in BINNINGS:
         table = pd.DataFrame(bin_table(df, edges, binning, n_boot=0))
         for variant in HELD_OUT_VARIANTS:
-            part = table[table["variant"] == variant] if len(table) else table
-            if len(part) < 3 or (variant != "ngram" and eagle.empty):
+            if (fitted := variant_fits(table, variant, eagle, k, sim_doc)) is None:
                 continue
-            models = fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
+            part, models = fitted
             e, length, al = part["mean_e"].clip(0, 1), part["mean_tokens"], part["seq_al"].to_numpy()
             for name, m in models.items():
                 out.append({"binning": binning, "variant": variant, "model": name, "params": m.params,
@@ -350,10 +358,11 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
             if fit_t.empty or test_t.empty:
                 continue
             for variant in HELD_OUT_VARIANTS:
-                a, b = fit_t[fit_t["variant"] == variant], test_t[test_t["variant"] == variant]
-                if len(a) < 3 or b.empty or (variant != "ngram" and eagle.empty):
+                b = test_t[test_t["variant"] == variant]
+                fitted = variant_fits(fit_t, variant, eagle, k, sim_doc) if len(b) else None
+                if fitted is None:
                     continue
-                models = fit_models(a, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
+                a, models = fitted
                 models.update({f"sim_{n}": f for n, f in sim_fits.get(SIM_POLICY[variant], {}).items()})
                 e, length, al = b["mean_e"].clip(0, 1), b["mean_tokens"], b["seq_al"].to_numpy()
                 for name, mf in models.items():

@@ -81,7 +81,7 @@ rm -rf "$WORK/tiny-coder"
 log="$OUT/train_zoo_gpu.log"
 start=$(date +%s)
 stamp() { echo "== $1 $(date +%T) (+$(( $(date +%s) - start ))s)" | tee -a "$log"; }
-source experiments/device_env.sh || { echo "wheel install failed" | tee -a "$log"; exit 1; }
+source experiments/device_env.sh || { echo "device_env.sh failed (its line above)" | tee -a "$log"; exit 1; }
 
 if [ "$SMOKE" = "--smoke" ]; then
   TARGET_ARGS="--smoke"; TARGET_S=300; HEADS_S=300

@@ -122,6 +122,8 @@ def test_sweep_ranks_bench_compares_rows_without_timings():
     assert compare({"a.jsonl": {"x": {"tokens": [1, 2]}, "y": {"tokens": [4]}}}, ref) == {
         "rows": 2, "equal": 1, "missing": 0}
     assert compare({"a.jsonl": {"x": {"tokens": [1, 2]}}}, ref) == {"rows": 2, "equal": 1, "missing": 1}
+    assert compare({"a.jsonl": {"x": {"tokens": [1, 2]}, "z": {"tokens": [3]}}}, ref) == {  # z: not the reference's
+        "rows": 2, "equal": 1, "missing": 1}
     one, eight = (sweep_command(n, "edit-norm", ["ngram"], Path("d"), []) for n in (1, 8))
     assert "torch.distributed.run" not in one and "--nproc_per_node=8" in eight
     assert one[1:] == eight[5:]  # the same sweep

@@ -80,6 +80,14 @@ def test_load_runs_flattens_config_counters_and_provenance(runs):
     assert (eagle.k, eagle.bos_mode, eagle.k_eagle) == ("3", "doubled", 3) and pd.isna(eagle.k_ngram)
     plain = df[df.method == "none"].iloc[0]
     assert plain.k == "-" and math.isnan(plain.precision_al)
+    assert set(df.ranks_per_gpu) == {1}  # rows that do not say: one process per GPU
+
+
+def test_load_runs_carries_whether_the_gpu_was_shared(tmp_path):
+    shared = row("ngram", "p1", 10, 4, device="cuda")
+    shared["run_info"]["ranks_per_gpu"] = 16
+    df = results.load_runs(write(tmp_path / "s.jsonl", [shared, row("ngram", "p2", 10, 4, device="cuda")]))
+    assert df.set_index("example_id").ranks_per_gpu.to_dict() == {"p1": 16, "p2": 1}
 
 
 def test_load_runs_reads_gzip_compressed_files_as_the_plain_ones(runs, tmp_path):
