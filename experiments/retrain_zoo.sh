@@ -54,7 +54,8 @@
 # record says which stopped it), and a stage after the first of a call ends its training by CALL_S seconds (default
 # 580) from the call's start. PRINT_ONLY=1 prints each stage's starting point and options instead of running it;
 # SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a smoke-sized model
-# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). Every run on one H200, its calls, times and product's
+# from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). TARGET_OPTIONS (train_zoo.py target options) are added
+# after the options of every target stage of the call (1-4 and 6), e.g. TARGET_OPTIONS='--ambiguity-weight 4'. Every run on one H200, its calls, times and product's
 # gates: experiments/results/zoo/retrain_compiled_h200/stages.json.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
@@ -123,6 +124,7 @@ run_stage() {
     echo "retrain_zoo.sh: stage 8 averages with stage 5's target, not found at '$base' (give its folder as BASE)" >&2
     return 2
   fi
+  case $stage in 1|2|3|4|6) extra="$extra ${TARGET_OPTIONS:-}" ;; esac  # a variant's options (the later one wins)
   if [ -n "${SMOKE:-}" ]; then  # tiny budgets and data after the stage's own options (the later option wins)
     case $stage in
       1|2|3|4|6) extra="$extra --pretrain-time-s 3 --sft-time-s 3 --deadline-s 150 --synthetic-examples 40 \

@@ -122,6 +122,8 @@ class TargetConfig:
     sft_steps: int = 0                  # at most this many steps, replay steps included (0: the epochs decide)
     change_weight: float = 1.0          # loss weight of answer tokens where the edit departs from a copy
     decision_weight: float = 1.0        # loss weight where the answer leaves or resumes the copy (and its end)
+    ambiguity_weight: float = 0.0       # loss weight of copies whose context recurs in the prompt with another
+    # continuation, that continuation avoided (zoo_data.ambiguous_copies; 0: neither)
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
     repeat_share: float = 0.0           # share of examples with an answer line repeated in the input (loop exits)
     repeat_max: int = 2                 # ... repeated 1 to this many times
@@ -182,6 +184,8 @@ class TargetConfig:
             raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {self.change_request!r}")
         if self.unlikelihood_weight < 0:
             raise ValueError(f"unlikelihood_weight must be >= 0, got {self.unlikelihood_weight}")
+        if self.ambiguity_weight < 0:
+            raise ValueError(f"ambiguity_weight must be >= 0, got {self.ambiguity_weight}")
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -546,7 +550,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     # the last changed position is the end of turn
     pool = [e for e in examples if len(e[2]) > 1 and e[1] + e[2][-2] + cfg.repair_new_tokens <= cfg.sft_max_len]
     anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 50, cfg.change_weight,
-                          cfg.decision_weight)
+                          cfg.decision_weight, cfg.ambiguity_weight)
     stop = [special["eot"], special["eos"]]
     start, steps, paused = time.time(), 0, 0.0
     loops, resync = cfg.repair_mode in ("loops", "both"), cfg.repair_mode in ("resync", "both")
@@ -572,7 +576,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         batch = next(anchors, None)
         if batch is None:
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
-                                  cfg.change_weight, cfg.decision_weight)
+                                  cfg.change_weight, cfg.decision_weight, cfg.ambiguity_weight)
             batch = next(anchors)
         x, y, w, a = (t.to(device) for t in batch)
         for group in opt.param_groups:
@@ -625,12 +629,12 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 # ``target`` options that override a TargetConfig field of the same name when given
-CONFIG_OPTIONS = ("change_weight", "decision_weight", "sft_epochs", "sft_steps", "sft_time_s", "deadline_s",
-                  "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs", "pretrain_steps",
-                  "pretrain_chars", "span_share", "real_epochs", "synthetic_examples", "unlikelihood_weight",
-                  "repeat_share", "repeat_max", "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr",
-                  "repair_weight", "repair_steps", "repair_mode", "repair_copy_share", "resync_weight",
-                  "repair_early_stop", "repair_fp32", "compile_layers")
+CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_epochs", "sft_steps", "sft_time_s",
+                  "deadline_s", "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs",
+                  "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
+                  "unlikelihood_weight", "repeat_share", "repeat_max", "repair_time_s", "repair_batch",
+                  "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
+                  "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers")
 
 
 def target_config(args) -> TargetConfig:
@@ -772,7 +776,7 @@ def cmd_target(args) -> None:
     per_epoch = len(sft_batch_rows(examples, cfg.sft_batch_tokens, cfg.seed + 2))
     batches = itertools.chain.from_iterable(
         sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 2 + e, cfg.change_weight,
-                    cfg.decision_weight)
+                    cfg.decision_weight, cfg.ambiguity_weight)
         for e in range(cfg.sft_epochs))  # each epoch reshuffled
     every = round(1 / cfg.sft_replay) if cfg.sft_replay > 0 and val_seqs is not None and len(train_seqs) >= bs else 0
     if every:
@@ -1005,6 +1009,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="loss weight of the answer tokens where the edit departs from a copy (default 1)")
     p.add_argument("--decision-weight", type=float, default=None,
                    help="loss weight of the answer tokens where it leaves or resumes the copy, and its end (default 1)")
+    p.add_argument("--ambiguity-weight", type=float, default=None,
+                   help="loss weight of the answer's copies whose context recurs in the prompt with another "
+                   "continuation, that continuation avoided (default 0: neither)")
     p.add_argument("--sft-epochs", type=int, default=None, help="passes over the edit-tuning examples")
     p.add_argument("--sft-steps", type=int, default=None,
                    help="edit-tuning steps, at most (replay steps included; default: the epochs')")

@@ -54,6 +54,38 @@ def copy_candidates(ids: list[int], positions: list[int], n: int = 3) -> list[in
     return out
 
 
+def ambiguous_copies(ids: list[int], n_prompt: int, n: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """(answer positions, wrong tokens): where the answer (``ids[n_prompt:]``) copies the prompt at a place whose
+    ``n`` tokens before it occur in the prompt followed by two or more different tokens (its own among them), so
+    that copying the wrong occurrence would skip or repeat a stretch; the wrong token is the most frequent other
+    continuation (the smallest id among equals). Positions count from the answer's first token."""
+    ids = np.asarray(ids, dtype=np.int64)  # (L,)
+    none = np.zeros(0, dtype=np.int64)
+    if n_prompt <= n or len(ids) <= n_prompt:
+        return none, none
+    bits, vocab = max(1, int(ids.max()).bit_length()), int(ids.max()) + 1
+    if bits * n > 63:
+        raise ValueError(f"{n} tokens of {bits} bits do not fit one int64 key; use a smaller n")
+    keys = np.zeros(len(ids) - n + 1, dtype=np.int64)  # (L-n+1,) keys[i]: the n-gram ids[i:i+n]
+    for i in range(n):
+        keys = (keys << bits) | ids[i:len(ids) - n + 1 + i]
+    grams, gram_of = np.unique(keys[:n_prompt - n], return_inverse=True)  # the prompt's n-grams followed by a token
+    pairs, counts = np.unique(gram_of * vocab + ids[n:n_prompt], return_counts=True)  # (n-gram index, next token)
+    branching = np.bincount(pairs // vocab, minlength=len(grams)) >= 2  # (G,) n-grams with >= 2 continuations
+    t = np.arange(n_prompt, len(ids))  # (A,) answer positions in ids
+    at = np.minimum(np.searchsorted(grams, keys[t - n]), len(grams) - 1)  # (A,) the n tokens before each ...
+    own = at * vocab + ids[t]
+    hit = (grams[at] == keys[t - n]) & branching[at] & np.isin(own, pairs)  # ... ambiguous, their token a copy
+    options: dict[int, list[tuple[int, int]]] = {}  # n-gram index -> (-count, token), most frequent first
+    for pair, count in zip(pairs.tolist(), counts.tolist()):
+        if branching[pair // vocab]:
+            options.setdefault(pair // vocab, []).append((-count, pair % vocab))
+    for o in options.values():
+        o.sort()
+    wrong = [next(tok for _, tok in options[g] if tok != x) for g, x in zip(at[hit].tolist(), ids[t[hit]].tolist())]
+    return t[hit] - n_prompt, np.asarray(wrong, dtype=np.int64)
+
+
 def edit_positions(args: tuple[list[int], list[int], list[int]]) -> tuple[list[int], list[int], list[tuple[int, int]]]:
     """(changed, decisions, copy): positions in ``after`` (token ids; ``len(after)`` is the end-of-turn token)
     where an edit of ``before`` shows (every inserted or replacing token, and the token right after a deletion)
@@ -165,12 +197,14 @@ def sft_batch_rows(examples: list[tuple], batch_tokens: int, seed: int) -> list[
 
 
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
-                seed: int, change_weight: float = 1.0, decision_weight: float = 1.0):
+                seed: int, change_weight: float = 1.0, decision_weight: float = 1.0, ambiguity_weight: float = 0.0):
     """Length-bucketed, right-padded batches (:func:`sft_batch_rows`) of (inputs, targets, weights, avoid) from
     :func:`sft_examples`' rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight`` on
     the changed positions and ``decision_weight`` on the decision positions (the larger of the two where both
     apply), none on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the
-    avoided copy's token where there is one, else -100."""
+    avoided copy's token where there is one, else -100. With ``ambiguity_weight`` > 0, the ambiguous copies
+    (:func:`ambiguous_copies`) weigh at least that much and avoid their wrong continuation where nothing else is
+    avoided."""
     import torch
 
 
@@ -191,6 +225,10 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
             w[np.asarray(changed, dtype=np.int64) + start] = change_weight
             at = np.asarray(decisions, dtype=np.int64) + start
             w[at] = np.maximum(w[at], np.float32(decision_weight))
+            if ambiguity_weight > 0:
+                where, token = ambiguous_copies(ids, n_prompt)
+                w[where + start] = np.maximum(w[where + start], np.float32(ambiguity_weight))
+                avoid[row, where + start] = token  # the avoided copies below take precedence
             if avoided:
                 where, token = zip(*avoided)
                 avoid[row, np.asarray(where, dtype=np.int64) + start] = token

@@ -5,6 +5,7 @@ training here: the GPU script is smoke-tested by ``bash experiments/train_zoo_gp
 from __future__ import annotations
 
 import ast
+import collections
 import itertools
 import random
 
@@ -227,35 +228,68 @@ def sft_rows(draw):
     """An ``sft_examples`` row (with ignored positions or not): ids, prompt length, changed, decisions, avoided."""
     n_prompt = draw(st.integers(1, 40))
     n_answer = draw(st.integers(1, 90))
-    ids = draw(st.lists(st.integers(6, 50), min_size=n_prompt + n_answer, max_size=n_prompt + n_answer))
+    top = draw(st.sampled_from([8, 50]))  # few distinct tokens: ambiguous copies (ambiguous_copies) are common
+    ids = draw(st.lists(st.integers(6, top), min_size=n_prompt + n_answer, max_size=n_prompt + n_answer))
     pos = st.integers(0, n_answer - 1)
     row = (ids, n_prompt, sorted(set(draw(st.lists(pos, max_size=8)))), sorted(set(draw(st.lists(pos, max_size=5)))),
            sorted(dict(draw(st.lists(st.tuples(pos, st.integers(6, 50)), max_size=4))).items()))
     return row + (sorted(set(draw(st.lists(pos, max_size=4)))),) if draw(st.booleans()) else row
 
 
+def slow_ambiguous_copies(ids: list[int], n_prompt: int, n: int) -> dict[int, int]:
+    """Answer position -> wrong token: the n tokens before it followed in the prompt by 2+ tokens, its own one of
+    them; the wrong one the most frequent other (smallest id among equals)."""
+    follow = collections.defaultdict(collections.Counter)
+    for i in range(n_prompt - n):
+        follow[tuple(ids[i:i + n])][ids[i + n]] += 1
+    out = {}
+    for t in range(max(n_prompt, n), len(ids)):
+        c = follow.get(tuple(ids[t - n:t]))
+        if c and len(c) >= 2 and ids[t] in c:
+            out[t - n_prompt] = min((-k, tok) for tok, k in c.items() if tok != ids[t])[1]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([3, 4, 5, 10239]), max_size=70), st.integers(0, 70), st.integers(1, 4))
+def test_ambiguous_copies_equal_a_reference(ids, n_prompt, n):
+    where, wrong = zd.ambiguous_copies(ids, min(n_prompt, len(ids)), n)
+    assert dict(zip(where.tolist(), wrong.tolist())) == slow_ambiguous_copies(ids, min(n_prompt, len(ids)), n)
+    assert where.dtype == wrong.dtype == np.int64 and list(where) == sorted(where)
+
+
+def test_ambiguous_copies_mark_the_copy_after_a_recurring_context():
+    """``x = 1`` then ``y = 1`` in the input: copying ``= 1`` after ``x`` is ambiguous only at the token after it."""
+    prompt = [1, 2, 3, 9, 7, 2, 3, 8, 0]  # "x = 1 ;" twice with different ends (9, then 8)
+    where, wrong = zd.ambiguous_copies(prompt + [1, 2, 3, 9, 4], len(prompt), n=2)
+    assert where.tolist() == [3] and wrong.tolist() == [8]  # after "= 1" (2, 3): 9 is the copy, 8 the other
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(sft_rows(), min_size=1, max_size=12), st.sampled_from([0.5, 1.0, 5.0]),
-       st.sampled_from([1.0, 3.0]), st.integers(0, 3))
-def test_sft_batches_equal_a_per_position_reference(rows, change_weight, decision_weight, seed):
+       st.sampled_from([1.0, 3.0]), st.sampled_from([0.0, 2.5]), st.integers(0, 3))
+def test_sft_batches_equal_a_per_position_reference(rows, change_weight, decision_weight, ambiguity_weight, seed):
     """Every position of every batch, dtypes included, against a loop over the rows' positions."""
     batches = list(zd.sft_batches(rows, 512, pad=2, seed=seed, change_weight=change_weight,
-                                  decision_weight=decision_weight))
+                                  decision_weight=decision_weight, ambiguity_weight=ambiguity_weight))
     for (x, y, w, avoid), batch in zip(batches, zd.sft_batch_rows(rows, 512, seed), strict=True):
         assert (x.dtype, y.dtype, w.dtype, avoid.dtype) == (torch.long, torch.long, torch.float32, torch.long)
         assert x.shape == y.shape == w.shape == avoid.shape and x.shape[1] % 64 == 0
         for r, i in enumerate(batch):
             ids, n_prompt, changed, decisions, avoided = rows[i][:5]
             ignored = rows[i][5] if len(rows[i]) > 5 else []
+            ambiguous = slow_ambiguous_copies(ids, n_prompt, 4) if ambiguity_weight else {}
             for t in range(x.shape[1]):
                 q = t - (n_prompt - 1)  # the answer token this position predicts, when 0 <= q < answer length
                 answer = 0 <= q < len(ids) - n_prompt and q not in ignored
                 want_w = 0.0 if not answer else max(change_weight if q in changed else 1.0,
-                                                     decision_weight if q in decisions else 0.0)
+                                                     decision_weight if q in decisions else 0.0,
+                                                     ambiguity_weight if q in ambiguous else 0.0)
                 assert int(x[r, t]) == (ids[t] if t < len(ids) - 1 else 2)
                 assert int(y[r, t]) == (ids[n_prompt + q] if answer else -100)
                 assert float(w[r, t]) == want_w
-                assert int(avoid[r, t]) == (dict(avoided).get(q, -100) if answer else -100)
+                want_avoid = dict(avoided).get(q, ambiguous.get(q, -100))
+                assert int(avoid[r, t]) == (want_avoid if answer else -100)
 
 
 def test_masked_loss_on_kept_positions_from_the_host_is_the_masked_loss():
