@@ -17,6 +17,9 @@ from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_e
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
 ALL_HELD_OUT = RESULTS / "sweeps" / "edit_norm_all_heldout_h200_bf16"  # every held-out edit in the bins
+FAILURES = RESULTS / "zoo" / "edit_failures_h200_bf16" / "all_heldout.json"  # experiments.edit_failures of it
+FAILURE_TAGS = {"end early": "End", "skipped copy": "Skip", "repeated copy": "Repeat", "new text": "New",
+                "rewrite": "Rewrite"}
 EDGES = list(results.ANALYSIS_BINS)  # 8 bins over [0, 0.6], as the sweep samples them
 BINNINGS = {"ref_edit_norm": "reference edit norm (as the PR bins)", "output_edit_norm": "the output's own edit norm"}
 ORDER = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "ngram-eagle tree", EAGLE_TREE, HYBRID_TREE)
@@ -194,6 +197,7 @@ def all_held_out() -> None:
     num("enAllBinCounts", ", ".join(str(c) for c in counts), "{}")
     num("enAllRho", spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic)
     num("enAllStopped", of_n(int((plain.tokens < plain.output_len).sum()), len(plain)), "{}")
+    failures(spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic, len(plain))
     mr = results.match_rate(df, by=["variant"]).set_index("variant")
     chains = mr.drop(index="ngram-eagle tree")
     num("enAllSameChains", of_n(int(chains.n_same.min()), int(chains.n.max())), "{}")
@@ -204,6 +208,26 @@ def all_held_out() -> None:
         for r in results.bin_table(df[df.variant != "none"], EDGES, binning, n_boot=1000):
             by.setdefault(r["variant"], {})[r["bin"]] = r
         num(f"enAll{tag}HybWins", hybrid_wins(by), "{}")
+
+
+def failures(rho: float, n: int) -> None:
+    """The plain outputs' misses over every held-out edit (FAILURES, made from ALL_HELD_OUT's rows, whose prompt
+    count ``n`` and Spearman ``rho`` it must repeat): over- and under-edits, the correlation without them, and the
+    over-edits by the kind of their largest departure from the input and whether it starts at a requested place
+    (macros ``enFail...``)."""
+    record = json.loads(FAILURES.read_text())["all"]
+    if record["n"] != n or abs(record["rho"] - rho) > 1e-9:
+        raise ValueError(f"{FAILURES} is not of {ALL_HELD_OUT}'s plain rows ({record['n']} answers, Spearman "
+                         f"{record['rho']:.4f}, against {n} and {rho:.4f}): rerun experiments.edit_failures")
+    for key, tag in (("over", "Over"), ("under", "Under")):
+        num(f"enFail{tag}", record[key], "{:d}")
+    num("enFailRhoNoOver", record["rho_without_over"])
+    num("enFailRhoNoBoth", record["rho_without_both"])
+    kinds = record["over_kinds"]
+    for kind, tag in FAILURE_TAGS.items():
+        num(f"enFail{tag}", kinds[kind]["n"], "{:d}")
+    num("enFailElsewhere", sum(k["elsewhere"] for k in kinds.values()), "{:d}")
+    num("enFailRhoNoKind", "--".join(f"{f(k['rho_without'] for k in kinds.values()):.2f}" for f in (min, max)), "{}")
 
 
 def findings(cells) -> None:

@@ -23,6 +23,7 @@ DECISION = RESULTS / "zoo" / "decision_tuning_h200"
 PLACES = RESULTS / "zoo" / "edit_places_cpu_fp32"
 AVERAGE = RESULTS / "zoo" / "weight_average_h200"
 TRAIN_STEPS = RESULTS / "zoo" / "train_steps_h200"
+AMBIGUITY = RESULTS / "zoo" / "ambiguity_tuning_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -535,8 +536,21 @@ def weight_average() -> None:
     num("zooAllEvalProv", provenance(every["installed"]["run_info"]), "{}")
 
 
+def ambiguity_tuning() -> None:
+    """ambiguity_tuning_h200/: stages 6-8 from the base target with the answer's ambiguous copies weighted in stage
+    6 (train_zoo --ambiguity-weight): the weight, the GPU-minutes of the three stages, and the product's gates paired
+    with the installed target's on the same prompts (``zooAmb...``)."""
+    stage6 = json.loads((AMBIGUITY / "stage6_training_config.json").read_text())
+    num("zooAmbWeight", stage6["config"]["ambiguity_weight"], "{:g}")
+    num("zooAmbProv", provenance(stage6["run_info"]), "{}")
+    runs = json.loads((AMBIGUITY / "runs.json").read_text())
+    num("zooAmbMin", sum(s for c in runs["calls"] for s in c.get("stage_s", {}).values()) / 60, "{:.1f}")
+    product_gates("zooAmb", AMBIGUITY, "h200", {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+
+
 def make() -> None:
     model()
     weight_average()
+    ambiguity_tuning()
     compile_speed()
     eagle3_gate()

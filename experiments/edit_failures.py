@@ -1,0 +1,202 @@
+"""How a target's free-running answers miss the edit asked for, from a sweep's plain-decoding rows of code edits:
+each answer is over-edited (far more changed than asked) or under-edited (far less) by
+:func:`experiments.zoo_gate.misses`' rules, and an over-edit's largest departure from its input (line alignment of
+input and answer) is one of
+
+- ``end early``: the answer ends while input lines remain (the departure deletes the input's tail);
+- ``skipped copy``: it drops a stretch of input lines (deleting more than twice what it adds, plus 2 lines);
+- ``repeated copy``: it adds lines more than half of which are input lines (a stretch copied twice, or from
+  elsewhere in the file);
+- ``new text``: it adds lines, more than half of them not in the input;
+- ``rewrite``: it replaces input lines by about as many others;
+
+at a requested place (where it leaves the input, within ``near`` lines of a line the reference changes) or
+elsewhere. The
+correlation of reference and answer edit norms is given as it is and with each kind's answer norms set to their
+references' (what the correlation would be without that kind), over all answers and per reference-norm bin.
+
+    python -m experiments.edit_failures SWEEP_DIR --out F.json [--near 2]
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from experiments.cli import Parser
+from experiments.distributed import write_atomic
+from experiments.provenance import run_info
+from experiments.zoo_gate import MISS_MIN_REF, MISS_OVER, MISS_SLACK, MISS_UNDER, spearman
+
+KINDS = ("end early", "skipped copy", "repeated copy", "new text", "rewrite")
+
+
+def departure(before: list[str], answer: list[str]) -> tuple[str, int, int, int, int] | None:
+    """The largest departure of ``answer`` from ``before`` (lines): ``(kind, i1, i2, j1, j2)``, difflib's opcode
+    with the most lines on either side (the first among equals; ``before[i1:i2]`` replaced by ``answer[j1:j2]``),
+    ``kind`` one of :data:`KINDS` (see the module docstring); None when the answer is the input."""
+    ops = [op for op in difflib.SequenceMatcher(None, before, answer, autojunk=False).get_opcodes()
+           if op[0] != "equal"]
+    if not ops:
+        return None
+    _, i1, i2, j1, j2 = max(ops, key=lambda op: (op[2] - op[1]) + (op[4] - op[3]))
+    removed, added = i2 - i1, j2 - j1
+    if i2 == len(before) and j2 == len(answer) and removed > added:
+        kind = "end early"
+    elif removed > 2 * added + 2:
+        kind = "skipped copy"
+    elif added > 2 * removed + 2:
+        known = set(before)
+        copied = sum(1 for line in answer[j1:j2] if line in known)
+        kind = "repeated copy" if copied > added / 2 else "new text"
+    else:
+        kind = "rewrite"
+    return kind, i1, i2, j1, j2
+
+
+def requested_lines(before: list[str], after: list[str]) -> set[int]:
+    """The input lines the reference changes: every replaced or deleted line, and both neighbours of an
+    insertion point."""
+    lines: set[int] = set()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag in ("replace", "delete"):
+            lines.update(range(i1, i2))
+        elif tag == "insert":
+            lines.update((i1 - 1, i1))
+    return lines
+
+
+def classify(before: str, after: str, answer: str, ref_norm: float, out_norm: float, near: int = 2) -> dict:
+    """One answer's miss: ``miss`` (``over``, ``under`` or None) and, for an over-edit, its largest departure's
+    ``kind``, whether it leaves the input ``at_request`` (within ``near`` lines of a line the reference changes) and
+    its lines removed and added."""
+    under = ref_norm >= MISS_MIN_REF and out_norm < MISS_UNDER * ref_norm
+    over = out_norm > MISS_OVER * ref_norm + MISS_SLACK
+    row = {"ref_norm": ref_norm, "out_norm": out_norm, "miss": "over" if over else "under" if under else None}
+    if not over:
+        return row
+    b = before.splitlines()
+    dep = departure(b, answer.splitlines())
+    if dep is None:  # the input copied, yet its norm says far more changed (line ends alone): no departure
+        return {**row, "kind": None, "at_request": None, "removed": 0, "added": 0}
+    kind, i1, i2, j1, j2 = dep
+    asked = requested_lines(b, after.splitlines())
+    return {**row, "kind": kind, "at_request": any(i in asked for i in range(i1 - near, i1 + near + 1)),
+            "removed": i2 - i1, "added": j2 - j1}
+
+
+def summarize(samples: list[dict]) -> dict:
+    """Counts of misses by kind and place, and the correlation as it is and without each kind (its answers'
+    norms set to their references')."""
+    ref = np.array([s["ref_norm"] for s in samples], dtype=float)
+    out = np.array([s["out_norm"] for s in samples], dtype=float)
+
+    def without(mask):
+        return spearman(ref, np.where(mask, ref, out))
+
+    over = np.array([s["miss"] == "over" for s in samples])
+    under = np.array([s["miss"] == "under" for s in samples])
+    kinds = {}
+    for kind in KINDS:
+        mask = np.array([s.get("kind") == kind for s in samples])
+        at = np.array([bool(s.get("at_request")) for s in samples])
+        kinds[kind] = {"n": int(mask.sum()), "at_request": int((mask & at).sum()),
+                       "elsewhere": int((mask & ~at).sum()), "rho_without": without(mask)}
+    return {"n": len(samples), "rho": spearman(ref, out), "over": int(over.sum()), "under": int(under.sum()),
+            "rho_without_over": without(over), "rho_without_under": without(under),
+            "rho_without_both": without(over | under), "over_kinds": kinds}
+
+
+def plain_rows(sweep: Path):
+    """The sweep's plain-decoding rows of code edits (a DataFrame from :func:`experiments.results.load_runs`);
+    ValueError naming the folder when it has none or they lack output tokens."""
+    from experiments.results import load_runs
+
+    files = sorted(sweep.glob("code-edits__none.jsonl*"))
+    if not files:
+        raise ValueError(f"{sweep}: no plain-decoding rows of code edits (code-edits__none.jsonl[.gz])")
+    df = load_runs(files)
+    if df.empty or df["output_tokens"].isna().any():
+        raise ValueError(f"{sweep}: plain rows without output tokens")
+    return df
+
+
+def tokenizer_of(model: str):
+    """The tokenizer of a zoo model name, else of a model folder or hub id."""
+    from transformers import AutoTokenizer
+
+    from hybridsd import zoo
+
+    return AutoTokenizer.from_pretrained(str(zoo.path(model)) if model in zoo.names() else model)
+
+
+def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> dict:
+    """:func:`summarize` of every plain answer of ``sweep``, over all and per bin of the reference's edit norm."""
+    from hybridsd.data import load_code_edits
+
+    df = plain_rows(sweep)
+    models = sorted(set(df["model"]))
+    if len(models) != 1:
+        raise ValueError(f"{sweep}: plain rows of {len(models)} models ({models}); give a folder of one")
+    tok = tokenizer_of(models[0])
+    path = Path(data_dir) / "code_edits_dev.jsonl" if data_dir is not None else None
+    examples = {e.id: e for e in load_code_edits(path, ids=set(df["example_id"]))}
+    missing = sorted(set(df["example_id"]) - set(examples))
+    if missing:
+        raise ValueError(f"{len(missing)} example ids of {sweep} are not in the code edits (first: {missing[0]})")
+    samples = []
+    for r in df.sort_values("example_id").itertuples():
+        e = examples[r.example_id]
+        answer = tok.decode(r.output_tokens, skip_special_tokens=True)
+        samples.append({"id": r.example_id, **classify(e.input_text, e.reference, answer, float(r.ref_edit_norm),
+                                                       float(r.output_edit_norm), near)})
+    per_bin = []
+    for lo, hi in zip(bins[:-1], bins[1:]):
+        inside = [s for s in samples if lo <= s["ref_norm"] < hi or (hi == bins[-1] and s["ref_norm"] == hi)]
+        per_bin.append({"bin": [lo, hi], **({k: v for k, v in summarize(inside).items() if k != "rho_without_both"}
+                                            if inside else {"n": 0})})
+    return {"model": models[0], "all": summarize(samples), "by_ref_bin": per_bin, "samples": samples}
+
+
+def parser() -> Parser:
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("sweep", type=Path, help="a sweep folder holding code-edits__none.jsonl[.gz] (plain decoding)")
+    p.add_argument("--out", type=Path, required=True, help="the analysis (JSON), written atomically")
+    p.add_argument("--near", type=int, default=2, help="a departure that leaves the input within this many lines of "
+                   "a line the reference changes is at a requested place (default 2)")
+    p.add_argument("--data-dir", type=Path, default=None, help="folder of code_edits_dev.jsonl (default: "
+                   "$HYBRIDSD_DATA, else the shared data)")
+    p.add_argument("--bins", type=int, default=4, help="equal bins of the reference's edit norm over [0, 0.6]")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.sweep.is_dir():
+        p.error(f"sweep folder not found: {args.sweep}")
+    if args.data_dir is not None and not (args.data_dir / "code_edits_dev.jsonl").is_file():
+        p.error(f"code_edits_dev.jsonl not found in --data-dir {args.data_dir}")
+    if args.near < 0 or args.bins < 1:
+        p.error(f"need --near >= 0 and --bins >= 1, got {args.near} and {args.bins}")
+    bins = [round(0.6 * i / args.bins, 6) for i in range(args.bins + 1)]
+    try:
+        result = analyse(args.sweep, args.data_dir, args.near, bins)
+    except (ValueError, FileNotFoundError) as e:
+        p.error(str(e))
+    command = "python -m experiments.edit_failures " + shlex.join(sys.argv[1:] if argv is None else argv)
+    record = {"command": command, "run_info": run_info(), "sweep": str(args.sweep), "near": args.near, **result}
+    write_atomic(args.out, json.dumps(record, indent=1) + "\n")
+    a = result["all"]
+    print(f"{a['n']} answers: Spearman {a['rho']:.3f}; {a['over']} over-edited (without them "
+          f"{a['rho_without_over']:.3f}), {a['under']} under-edited; over-edits by kind: " + ", ".join(
+              f"{k} {v['n']} ({v['at_request']} at a requested place)" for k, v in a["over_kinds"].items()))
+
+
+if __name__ == "__main__":
+    main()
