@@ -17,7 +17,8 @@ from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_e
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
 ALL_HELD_OUT = RESULTS / "sweeps" / "edit_norm_all_heldout_h200_bf16"  # every held-out edit in the bins
-FAILURES = RESULTS / "zoo" / "edit_failures_h200_bf16" / "all_heldout.json"  # experiments.edit_failures of it
+FAILURES = RESULTS / "zoo" / "edit_failures_h200"  # experiments.edit_failures of ALL_HELD_OUT (bf16) and of ...
+ALL_HELD_OUT_FP32 = RESULTS / "sweeps" / "edit_norm_all_heldout_h200_fp32"  # ... its plain decoding in fp32
 FAILURE_TAGS = {"end early": "End", "skipped copy": "Skip", "repeated copy": "Repeat", "new text": "New",
                 "rewrite": "Rewrite"}
 EDGES = list(results.ANALYSIS_BINS)  # 8 bins over [0, 0.6], as the sweep samples them
@@ -215,10 +216,21 @@ def failures(rho: float, n: int) -> None:
     count ``n`` and Spearman ``rho`` it must repeat): over- and under-edits, the correlation without them, and the
     over-edits by the kind of their largest departure from the input and whether it starts at a requested place
     (macros ``enFail...``)."""
-    record = json.loads(FAILURES.read_text())["all"]
+    doc = json.loads((FAILURES / "all_heldout_bf16.json").read_text())
+    record = doc["all"]
     if record["n"] != n or abs(record["rho"] - rho) > 1e-9:
         raise ValueError(f"{FAILURES} is not of {ALL_HELD_OUT}'s plain rows ({record['n']} answers, Spearman "
                          f"{record['rho']:.4f}, against {n} and {rho:.4f}): rerun experiments.edit_failures")
+    fp32 = json.loads((FAILURES / "all_heldout_fp32.json").read_text())
+    num("enFailFpRho", fp32["all"]["rho"])
+    num("enFailFpOver", fp32["all"]["over"], "{:d}")
+    over16 = {s["id"] for s in doc["samples"] if s["miss"] == "over"}
+    num("enFailFpOverAgain", sum(s["miss"] == "over" and s["id"] in over16 for s in fp32["samples"]), "{:d}")
+    plain16 = results.load_runs(ALL_HELD_OUT / "code-edits__none.jsonl.gz").set_index("example_id").output_tokens
+    plain32 = results.load_runs(ALL_HELD_OUT_FP32).set_index("example_id").output_tokens
+    num("enFailFpSame", of_n(sum(plain16[i] == plain32.get(i) for i in plain16.index), len(plain16)), "{}")
+    num("enFailFpProv", provenance(json.loads((ALL_HELD_OUT_FP32 / "sweep.json").read_text())["calls"][-1]["run_info"]),
+        "{}")
     for key, tag in (("over", "Over"), ("under", "Under")):
         num(f"enFail{tag}", record[key], "{:d}")
     num("enFailRhoNoOver", record["rho_without_over"])
