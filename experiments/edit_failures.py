@@ -13,7 +13,9 @@ input and answer) is one of
 at a requested place (where it leaves the input, within ``near`` lines of a line the reference changes) or
 elsewhere. The
 correlation of reference and answer edit norms is given as it is and with each kind's answer norms set to their
-references' (what the correlation would be without that kind), over all answers and per reference-norm bin.
+references' (what the correlation would be without that kind), over all answers and per reference-norm bin; and
+the share of over-edits, of those that leave the input away from a requested place, and of under-edits per quarter of
+the answers by their input's length in lines.
 
     python -m experiments.edit_failures SWEEP_DIR --out F.json [--near 2]
 """
@@ -153,14 +155,36 @@ def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> 
     for r in df.sort_values("example_id").itertuples():
         e = examples[r.example_id]
         answer = tok.decode(r.output_tokens, skip_special_tokens=True)
-        samples.append({"id": r.example_id, **classify(e.input_text, e.reference, answer, float(r.ref_edit_norm),
-                                                       float(r.output_edit_norm), near)})
+        samples.append({"id": r.example_id, "input_lines": len(e.input_text.splitlines()),
+                        **classify(e.input_text, e.reference, answer, float(r.ref_edit_norm),
+                                   float(r.output_edit_norm), near)})
     per_bin = []
     for lo, hi in zip(bins[:-1], bins[1:]):
         inside = [s for s in samples if lo <= s["ref_norm"] < hi or (hi == bins[-1] and s["ref_norm"] == hi)]
         per_bin.append({"bin": [lo, hi], **({k: v for k, v in summarize(inside).items() if k != "rho_without_both"}
                                             if inside else {"n": 0})})
-    return {"model": models[0], "all": summarize(samples), "by_ref_bin": per_bin, "samples": samples}
+    return {"model": models[0], "all": summarize(samples), "by_ref_bin": per_bin,
+            "by_input_quarter": by_length(samples), "samples": samples}
+
+
+def by_length(samples: list[dict], parts: int = 4) -> list[dict]:
+    """The answers in ``parts`` groups of (nearly) equal size by their input's lines (ties kept in order of id):
+    each group's line range, median reference norm, and shares of over-edits, of over-edits that leave the input
+    away from a requested place, and of under-edits."""
+    order = sorted(samples, key=lambda s: (s["input_lines"], s["id"]))
+    out = []
+    for part in np.array_split(np.arange(len(order)), parts):
+        group = [order[i] for i in part]
+        if not group:
+            continue
+        n = len(group)
+        out.append({"input_lines": [group[0]["input_lines"], group[-1]["input_lines"]], "n": n,
+                    "median_ref_norm": float(np.median([s["ref_norm"] for s in group])),
+                    "over_share": sum(s["miss"] == "over" for s in group) / n,
+                    "over_elsewhere_share": sum(s["miss"] == "over" and s.get("at_request") is False
+                                                for s in group) / n,
+                    "under_share": sum(s["miss"] == "under" for s in group) / n})
+    return out
 
 
 def parser() -> Parser:

@@ -72,6 +72,16 @@ def test_summarize_counts_kinds_and_sets_their_norms_to_the_references():
     assert s["over_kinds"]["new text"]["at_request"] == 1 and s["over_kinds"]["rewrite"]["n"] == 0
 
 
+def test_by_length_splits_by_input_lines_and_counts_shares():
+    samples = [{"id": f"e{i}", "input_lines": lines, "ref_norm": 0.1, "miss": miss, "at_request": at}
+               for i, (lines, miss, at) in enumerate([(40, "over", False), (10, None, None), (30, "under", None),
+                                                      (20, "over", True), (50, "over", False)])]
+    groups = ef.by_length(samples, parts=2)
+    assert [g["input_lines"] for g in groups] == [[10, 30], [40, 50]] and [g["n"] for g in groups] == [3, 2]
+    assert [(g["over_share"], g["over_elsewhere_share"], g["under_share"]) for g in groups] == [
+        (1 / 3, 0.0, 1 / 3), (1.0, 1.0, 0.0)]
+
+
 @pytest.fixture
 def sweep(tmp_path):
     """A data folder of three code edits and a sweep folder of their plain answers, tokenized by tiny-coder's."""
@@ -104,6 +114,7 @@ def test_cli_writes_the_analysis(sweep, tmp_path):
     assert doc["model"] == "tiny-coder" and doc["command"].startswith("python -m experiments.edit_failures")
     assert [(s["id"], s["miss"], s.get("kind")) for s in doc["samples"]] == [
         ("e0", "over", "end early"), ("e1", "under", None), ("e2", None, None)]  # e1: the input copied
+    assert sum(g["n"] for g in doc["by_input_quarter"]) == 3
     assert (doc["all"]["over"], doc["all"]["under"]) == (1, 1) and [b["n"] for b in doc["by_ref_bin"]] == [2, 1]
     assert "1 over-edited" in proc.stdout
 

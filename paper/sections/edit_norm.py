@@ -239,6 +239,11 @@ def failures(rho: float, n: int) -> None:
     for kind, tag in FAILURE_TAGS.items():
         num(f"enFail{tag}", kinds[kind]["n"], "{:d}")
     num("enFailElsewhere", sum(k["elsewhere"] for k in kinds.values()), "{:d}")
+    quarters = doc["by_input_quarter"]
+    for q, tag in ((quarters[0], "Short"), (quarters[-1], "Long")):
+        num(f"enFail{tag}Lines", "--".join(map(str, q["input_lines"])), "{}")
+        num(f"enFail{tag}Over", 100 * q["over_share"], "{:.0f}")
+        num(f"enFail{tag}Else", 100 * q["over_elsewhere_share"], "{:.0f}")
     num("enFailRhoNoKind", "--".join(f"{f(k['rho_without'] for k in kinds.values()):.2f}" for f in (min, max)), "{}")
 
 
