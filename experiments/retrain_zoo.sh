@@ -55,8 +55,9 @@
 # 580) from the call's start. PRINT_ONLY=1 prints each stage's starting point and options instead of running it;
 # SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a smoke-sized model
 # from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). TARGET_OPTIONS (train_zoo.py target options) are added
-# after the options of every target stage of the call (1-4 and 6), e.g. TARGET_OPTIONS='--ambiguity-weight 4'. Every run on one H200, its calls, times and product's
-# gates: experiments/results/zoo/retrain_compiled_h200/stages.json.
+# after the options of every target stage of the call (1-4 and 6), e.g. TARGET_OPTIONS='--ambiguity-weight 4'
+# (zoo/ambiguity_tuning_h200/runs.json). Every run on one H200, its calls, times and product's gates:
+# experiments/results/zoo/retrain_compiled_h200/stages.json.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}

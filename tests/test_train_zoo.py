@@ -952,6 +952,32 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "give its folder as BASE" in run.stderr
 
 
+def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
+    """``TARGET_OPTIONS`` follows the options of stages 1-4 and 6 (so that it wins), and the recorded variant's stage
+    6 (zoo/ambiguity_tuning_h200/) is the installed recipe's stage 6 with the ambiguity weight; stages 7 and 8 are
+    unchanged."""
+    import json
+    import subprocess
+
+    script = str(tz.REPO / "experiments" / "retrain_zoo.sh")
+    env = {"PATH": "/usr/bin:/bin", "WORK_ROOT": str(tmp_path / "work"), "PRINT_ONLY": "1"}
+    lines = {}
+    for extra in ("", "--ambiguity-weight 4"):
+        out = subprocess.run(["bash", script, "3,4,6,7,8", str(tmp_path), str(tz.MODEL_DIR)], cwd=tz.REPO,
+                             env={**env, "TARGET_OPTIONS": extra}, capture_output=True, text=True, check=True)
+        lines[extra] = {line.split(":")[0]: line.split(" OPTIONS=")[1].split() for line in out.stdout.splitlines()}
+    plain, variant = lines[""], lines["--ambiguity-weight 4"]
+    for stage in ("stage 3", "stage 4", "stage 6"):
+        assert variant[stage] == plain[stage] + ["--ambiguity-weight", "4"]
+    assert variant["stage 7"] == plain["stage 7"] and variant["stage 8"] == plain["stage 8"]
+    recorded = json.loads((tz.REPO / "experiments" / "results" / "zoo" / "ambiguity_tuning_h200" /
+                           "stage6_training_config.json").read_text())["config"]
+    cfg = tz.target_config(tz.parse_args(["target", "--out", str(tmp_path), "--init", "x", *variant["stage 6"]]))
+    assert cfg.ambiguity_weight == recorded["ambiguity_weight"] == 4
+    for name in ("decision_weight", "sft_steps", "sft_lr", "unlikelihood_weight"):
+        assert getattr(cfg, name) == recorded[name], name
+
+
 def _wheel(folder, name: str, source: str):
     """A pure-Python wheel of one module ``name`` holding ``source``, written into ``folder``."""
     import zipfile
