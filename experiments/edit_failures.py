@@ -14,8 +14,8 @@ at a requested place (where it leaves the input, within ``near`` lines of a line
 elsewhere. The
 correlation of reference and answer edit norms is given as it is and with each kind's answer norms set to their
 references' (what the correlation would be without that kind), over all answers and per reference-norm bin; and
-the share of over-edits, of those that leave the input away from a requested place, and of under-edits per quarter of
-the answers by their input's length in lines.
+the share of over-edits, of those that leave the input away from a requested place, and of under-edits, and the
+correlation, per quarter of the answers by their input's length in lines.
 
     python -m experiments.edit_failures SWEEP_DIR --out F.json [--near 2]
 """
@@ -169,8 +169,8 @@ def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> 
 
 def by_length(samples: list[dict], parts: int = 4) -> list[dict]:
     """The answers in ``parts`` groups of (nearly) equal size by their input's lines (ties kept in order of id):
-    each group's line range, median reference norm, and shares of over-edits, of over-edits that leave the input
-    away from a requested place, and of under-edits."""
+    each group's line range, median reference norm, shares of over-edits, of over-edits that leave the input away
+    from a requested place, and of under-edits, and the Spearman correlation of reference and answer norms."""
     order = sorted(samples, key=lambda s: (s["input_lines"], s["id"]))
     out = []
     for part in np.array_split(np.arange(len(order)), parts):
@@ -183,7 +183,8 @@ def by_length(samples: list[dict], parts: int = 4) -> list[dict]:
                     "over_share": sum(s["miss"] == "over" for s in group) / n,
                     "over_elsewhere_share": sum(s["miss"] == "over" and s.get("at_request") is False
                                                 for s in group) / n,
-                    "under_share": sum(s["miss"] == "under" for s in group) / n})
+                    "under_share": sum(s["miss"] == "under" for s in group) / n,
+                    "rho": spearman([s["ref_norm"] for s in group], [s["out_norm"] for s in group])})
     return out
 
 

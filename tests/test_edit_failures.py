@@ -73,13 +73,15 @@ def test_summarize_counts_kinds_and_sets_their_norms_to_the_references():
 
 
 def test_by_length_splits_by_input_lines_and_counts_shares():
-    samples = [{"id": f"e{i}", "input_lines": lines, "ref_norm": 0.1, "miss": miss, "at_request": at}
+    samples = [{"id": f"e{i}", "input_lines": lines, "ref_norm": 0.1, "out_norm": 0.1 * i, "miss": miss,
+                "at_request": at}
                for i, (lines, miss, at) in enumerate([(40, "over", False), (10, None, None), (30, "under", None),
                                                       (20, "over", True), (50, "over", False)])]
     groups = ef.by_length(samples, parts=2)
     assert [g["input_lines"] for g in groups] == [[10, 30], [40, 50]] and [g["n"] for g in groups] == [3, 2]
     assert [(g["over_share"], g["over_elsewhere_share"], g["under_share"]) for g in groups] == [
         (1 / 3, 0.0, 1 / 3), (1.0, 1.0, 0.0)]
+    assert all(np.isnan(g["rho"]) for g in groups)  # one reference norm: no correlation
 
 
 @pytest.fixture

@@ -244,6 +244,7 @@ def failures(rho: float, n: int) -> None:
         num(f"enFail{tag}Lines", "--".join(map(str, q["input_lines"])), "{}")
         num(f"enFail{tag}Over", 100 * q["over_share"], "{:.0f}")
         num(f"enFail{tag}Else", 100 * q["over_elsewhere_share"], "{:.0f}")
+    num("enFailQuarterRho", "--".join(f"{f(q['rho'] for q in quarters):.2f}" for f in (min, max)), "{}")
     num("enFailRhoNoKind", "--".join(f"{f(k['rho_without'] for k in kinds.values()):.2f}" for f in (min, max)), "{}")
 
 
