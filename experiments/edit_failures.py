@@ -33,7 +33,7 @@ import numpy as np
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.provenance import run_info
-from experiments.zoo_gate import MISS_MIN_REF, MISS_OVER, MISS_SLACK, MISS_UNDER, spearman
+from experiments.zoo_gate import miss_masks, rho_without, spearman
 
 KINDS = ("end early", "skipped copy", "repeated copy", "new text", "rewrite")
 
@@ -73,23 +73,24 @@ def requested_lines(before: list[str], after: list[str]) -> set[int]:
     return lines
 
 
-def classify(before: str, after: str, answer: str, ref_norm: float, out_norm: float, near: int = 2) -> dict:
-    """One answer's miss: ``miss`` (``over``, ``under`` or None) and, for an over-edit, its largest departure's
-    ``kind``, whether it leaves the input ``at_request`` (within ``near`` lines of a line the reference changes) and
-    its lines removed and added."""
-    under = ref_norm >= MISS_MIN_REF and out_norm < MISS_UNDER * ref_norm
-    over = out_norm > MISS_OVER * ref_norm + MISS_SLACK
-    row = {"ref_norm": ref_norm, "out_norm": out_norm, "miss": "over" if over else "under" if under else None}
-    if not over:
-        return row
+def classify(before: str, after: str, answer: str, near: int = 2) -> dict:
+    """An over-edited answer's largest departure from its input: its ``kind``, whether it leaves the input
+    ``at_request`` (within ``near`` lines of a line the reference changes), and its lines removed and added (kind
+    and place None when the answer's lines are the input's, its edit norm coming from line ends alone)."""
     b = before.splitlines()
     dep = departure(b, answer.splitlines())
-    if dep is None:  # the input copied, yet its norm says far more changed (line ends alone): no departure
-        return {**row, "kind": None, "at_request": None, "removed": 0, "added": 0}
+    if dep is None:
+        return {"kind": None, "at_request": None, "removed": 0, "added": 0}
     kind, i1, i2, j1, j2 = dep
     asked = requested_lines(b, after.splitlines())
-    return {**row, "kind": kind, "at_request": any(i in asked for i in range(i1 - near, i1 + near + 1)),
+    return {"kind": kind, "at_request": any(i in asked for i in range(i1 - near, i1 + near + 1)),
             "removed": i2 - i1, "added": j2 - j1}
+
+
+def miss_labels(ref: np.ndarray, out: np.ndarray) -> list[str | None]:
+    """Per answer ``over``, ``under`` or None by the gate's rules (:func:`experiments.zoo_gate.miss_masks`)."""
+    under, over = miss_masks(ref, out)
+    return ["over" if o else "under" if u else None for u, o in zip(under, over)]
 
 
 def summarize(samples: list[dict]) -> dict:
@@ -97,21 +98,17 @@ def summarize(samples: list[dict]) -> dict:
     norms set to their references')."""
     ref = np.array([s["ref_norm"] for s in samples], dtype=float)
     out = np.array([s["out_norm"] for s in samples], dtype=float)
-
-    def without(mask):
-        return spearman(ref, np.where(mask, ref, out))
-
     over = np.array([s["miss"] == "over" for s in samples])
     under = np.array([s["miss"] == "under" for s in samples])
+    at = np.array([bool(s.get("at_request")) for s in samples])
     kinds = {}
     for kind in KINDS:
         mask = np.array([s.get("kind") == kind for s in samples])
-        at = np.array([bool(s.get("at_request")) for s in samples])
         kinds[kind] = {"n": int(mask.sum()), "at_request": int((mask & at).sum()),
-                       "elsewhere": int((mask & ~at).sum()), "rho_without": without(mask)}
+                       "elsewhere": int((mask & ~at).sum()), "rho_without": rho_without(ref, out, mask)}
     return {"n": len(samples), "rho": spearman(ref, out), "over": int(over.sum()), "under": int(under.sum()),
-            "rho_without_over": without(over), "rho_without_under": without(under),
-            "rho_without_both": without(over | under), "over_kinds": kinds}
+            "rho_without_over": rho_without(ref, out, over), "rho_without_under": rho_without(ref, out, under),
+            "rho_without_both": rho_without(ref, out, over | under), "over_kinds": kinds}
 
 
 def plain_rows(sweep: Path):
@@ -139,7 +136,7 @@ def tokenizer_of(model: str):
 
 def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> dict:
     """:func:`summarize` of every plain answer of ``sweep``, over all and per bin of the reference's edit norm."""
-    from hybridsd.data import load_code_edits
+    from hybridsd.data import bin_index, load_code_edits
 
     df = plain_rows(sweep)
     models = sorted(set(df["model"]))
@@ -151,16 +148,21 @@ def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> 
     missing = sorted(set(df["example_id"]) - set(examples))
     if missing:
         raise ValueError(f"{len(missing)} example ids of {sweep} are not in the code edits (first: {missing[0]})")
+    df = df.sort_values("example_id")
+    ref, out = df["ref_edit_norm"].to_numpy(float), df["output_edit_norm"].to_numpy(float)
     samples = []
-    for r in df.sort_values("example_id").itertuples():
+    for r, miss in zip(df.itertuples(), miss_labels(ref, out)):
         e = examples[r.example_id]
-        answer = tok.decode(r.output_tokens, skip_special_tokens=True)
-        samples.append({"id": r.example_id, "input_lines": len(e.input_text.splitlines()),
-                        **classify(e.input_text, e.reference, answer, float(r.ref_edit_norm),
-                                   float(r.output_edit_norm), near)})
+        sample = {"id": r.example_id, "input_lines": len(e.input_text.splitlines()), "ref_norm": float(r.ref_edit_norm),
+                  "out_norm": float(r.output_edit_norm), "miss": miss}
+        if miss == "over":
+            sample.update(classify(e.input_text, e.reference, tok.decode(r.output_tokens, skip_special_tokens=True),
+                                   near))
+        samples.append(sample)
+    at = bin_index(ref, bins)
     per_bin = []
-    for lo, hi in zip(bins[:-1], bins[1:]):
-        inside = [s for s in samples if lo <= s["ref_norm"] < hi or (hi == bins[-1] and s["ref_norm"] == hi)]
+    for i, (lo, hi) in enumerate(zip(bins[:-1], bins[1:])):
+        inside = [s for s, b in zip(samples, at) if b == i]
         per_bin.append({"bin": [lo, hi], **({k: v for k, v in summarize(inside).items() if k != "rho_without_both"}
                                             if inside else {"n": 0})})
     return {"model": models[0], "all": summarize(samples), "by_ref_bin": per_bin,

@@ -90,16 +90,23 @@ def misses(gate: dict) -> dict:
     samples = gate.get("quality_gate", gate)["samples"]
     ref = np.array([s["ref_norm"] for s in samples], dtype=float)
     out = np.array([s["out_norm"] for s in samples], dtype=float)
-    short = (ref >= MISS_MIN_REF) & (out < MISS_UNDER * ref)
-    long = out > MISS_OVER * ref + MISS_SLACK
-
-    def without(mask):
-        return spearman(ref, np.where(mask, ref, out))
-
+    short, long = miss_masks(ref, out)
     return {"n": len(samples), "rho": spearman(ref, out), "short": int(short.sum()), "long": int(long.sum()),
             "short_unedited": int((short & (out < MISS_MIN_REF)).sum()),
-            "rho_without_short": without(short), "rho_without_long": without(long),
-            "rho_without_both": without(short | long)}
+            "rho_without_short": rho_without(ref, out, short), "rho_without_long": rho_without(ref, out, long),
+            "rho_without_both": rho_without(ref, out, short | long)}
+
+
+def miss_masks(ref: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(short, long): which answers, of reference and output edit norms ``ref`` and ``out``, make far less of the
+    edit than asked and which far more (:func:`misses`' rules)."""
+    return (ref >= MISS_MIN_REF) & (out < MISS_UNDER * ref), out > MISS_OVER * ref + MISS_SLACK
+
+
+def rho_without(ref: np.ndarray, out: np.ndarray, mask: np.ndarray) -> float:
+    """:func:`spearman` of ``ref`` and ``out`` with the output norms where ``mask`` holds set to their references':
+    the correlation without those answers' misses."""
+    return spearman(ref, np.where(mask, ref, out))
 
 
 def read_gate(path: str | Path) -> dict:

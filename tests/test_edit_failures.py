@@ -45,11 +45,11 @@ def test_requested_lines_cover_replaced_deleted_and_both_sides_of_insertions():
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 0.8), st.floats(0, 1)), min_size=3, max_size=40))
-def test_classify_misses_agree_with_zoo_gate_misses(norms):
+def test_miss_labels_and_summary_agree_with_zoo_gate_misses(norms):
     """Over and under by the gate's rules, and the correlation without them as misses() computes it."""
-    samples = [ef.classify("a\nb", "a\nc", "a\nb", r, o) for r, o in norms]
-    gate = {"samples": [{"ref_norm": r, "out_norm": o} for r, o in norms]}
-    m, s = misses(gate), ef.summarize(samples)
+    ref, out = (np.array(v, dtype=float) for v in zip(*norms))
+    samples = [{"ref_norm": r, "out_norm": o, "miss": m} for r, o, m in zip(ref, out, ef.miss_labels(ref, out))]
+    m, s = misses({"samples": samples}), ef.summarize(samples)
     assert (s["over"], s["under"]) == (m["long"], m["short"])
     for a, b in ((s["rho"], m["rho"]), (s["rho_without_over"], m["rho_without_long"]),
                  (s["rho_without_both"], m["rho_without_both"])):
@@ -62,26 +62,18 @@ def test_summarize_counts_kinds_and_sets_their_norms_to_the_references():
     answers = ["\n".join(FILE[:2]),                                             # ends early at line 2: elsewhere
                "\n".join(FILE[:6] + ["n1", "n2", "n3", "n4", "n5"] + FILE[7:]),  # new text at line 6: requested
                after]
-    norms = [(0.05, 0.6), (0.05, 0.4), (0.3, 0.3)]
-    samples = [ef.classify(before, after, a, r, o) for a, (r, o) in zip(answers, norms)]
-    assert [(s["miss"], s.get("kind"), s.get("at_request")) for s in samples] == [
-        ("over", "end early", False), ("over", "new text", True), (None, None, None)]
+    ref, out = np.array([0.05, 0.05, 0.3]), np.array([0.6, 0.4, 0.3])
+    labels = ef.miss_labels(ref, out)
+    assert labels == ["over", "over", None]
+    samples = [{"ref_norm": r, "out_norm": o, "miss": m, **(ef.classify(before, after, a) if m == "over" else {})}
+               for a, r, o, m in zip(answers, ref, out, labels)]
+    assert [(s.get("kind"), s.get("at_request")) for s in samples] == [
+        ("end early", False), ("new text", True), (None, None)]
+    assert ef.classify(before, after, before) == {"kind": None, "at_request": None, "removed": 0, "added": 0}
     s = ef.summarize(samples)
     assert s["over_kinds"]["end early"] == {"n": 1, "at_request": 0, "elsewhere": 1,
                                             "rho_without": spearman([0.05, 0.05, 0.3], [0.05, 0.4, 0.3])}
     assert s["over_kinds"]["new text"]["at_request"] == 1 and s["over_kinds"]["rewrite"]["n"] == 0
-
-
-def test_by_length_splits_by_input_lines_and_counts_shares():
-    samples = [{"id": f"e{i}", "input_lines": lines, "ref_norm": 0.1, "out_norm": 0.1 * i, "miss": miss,
-                "at_request": at}
-               for i, (lines, miss, at) in enumerate([(40, "over", False), (10, None, None), (30, "under", None),
-                                                      (20, "over", True), (50, "over", False)])]
-    groups = ef.by_length(samples, parts=2)
-    assert [g["input_lines"] for g in groups] == [[10, 30], [40, 50]] and [g["n"] for g in groups] == [3, 2]
-    assert [(g["over_share"], g["over_elsewhere_share"], g["under_share"]) for g in groups] == [
-        (1 / 3, 0.0, 1 / 3), (1.0, 1.0, 0.0)]
-    assert all(np.isnan(g["rho"]) for g in groups)  # one reference norm: no correlation
 
 
 @pytest.fixture
