@@ -30,7 +30,9 @@ Subcommands:
             edits of short files), then the quality gate (GPU or CPU; ``repair_config.json`` records it); with
             ``--repair-mode resync``, instead of the repeats' unlikelihood, the answer after the model's own new
             lines at a changed place (:func:`resync_batch`: going back to copying after writing the change);
-            ``--repair-mode both``, the two terms in every step.
+            ``--repair-mode both``, the two terms in every step; ``--repair-mode drift``, the input's
+            continuation where the model's own whole answers leave the copy away from the reference's changes
+            (:func:`drift_batch`: skipped, repeated or rewritten stretches and early ends).
 ``gate``    the quality gate on a saved target, on the validation split (``pallets/click``, held out of training to
             choose among checkpoints) or the evaluation split.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
@@ -71,20 +73,21 @@ from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_mess
                                      eval_split_record, load_edits, pretraining_texts, split_edits, split_rows,
                                      split_validation)
 from experiments.provenance import run_info
+from experiments.sequence_match import matching_blocks
 from experiments.synthetic_edits import synthetic_edit
 from experiments.train_tokenizer import EOT
 from experiments.zoo_data import (cached_edit_data, edit_data, edit_key, eval_examples_of, padded_width,
                                   pretraining_data, sft_batch_rows, sft_batches, sft_examples, with_repeated_line,
                                   with_replay)
-from experiments.zoo_gate import (GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, compare_gates, read_gate,
-                                  run_gate)
+from experiments.zoo_gate import (GATE_MAX_NEW_FRAC, CheckpointSelection, as_saved, cap_of, compare_gates,
+                                  read_gate, run_gate)
 from hybridsd.data import BLAZEDIT_TEMPLATE, CHANGE_REQUESTS
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 
 
-REPAIR_MODES = ("loops", "resync", "both")
+REPAIR_MODES = ("loops", "resync", "both", "drift")
 
 
 @dataclass(frozen=True)
@@ -134,11 +137,12 @@ class TargetConfig:
     repair_weight: float = 0.3          # loops, both: weight of the unlikelihood of the continuations' repeats
     repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
     repair_mode: str = "loops"          # loops: unlikelihood of greedy repeats; resync: the answer after the
-    # model's own new lines (see resync_batch); both: the two terms in every step
+    # model's own new lines (see resync_batch); both: the two terms in every step; drift: the input's continuation
+    # where the model's own answers leave the copy away from the changes (see drift_batch)
     repair_copy_share: float = 0.0      # resync, both: share of its places that are kept lines
     repair_early_stop: int = 0          # loops, both: also lower a stop this many or more tokens before the
     # reference's end (0: never), see loop_batch
-    resync_weight: float = 1.0          # resync, both: weight of the answer's loss after the model's own lines
+    resync_weight: float = 1.0          # resync, both, drift: weight of the loss after the model's own text
     repair_fp32: bool = False           # repair in fp32 on a GPU too (no bf16 autocast): a CPU repair's arithmetic
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
@@ -532,6 +536,67 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
     return inputs, targets, len(rows) / len(items)
 
 
+def drift_point(before: list[int], answer: list[int], output: list[int], margin: int = 8,
+                min_run: int = 8) -> tuple[int, int] | None:
+    """Where ``output`` (the model's answer, token ids, cut before its stop) first leaves the copy of ``before`` at
+    a token the reference ``answer`` copies: ``(i, j)``, ``output[:j]`` the model's text up to there and
+    ``before[i]`` the token copying gives, or None. A departure is the end of a run of at least ``min_run`` tokens
+    of ``output`` matching ``before`` (difflib's matching blocks; the end of ``output`` counts, a stop while the
+    input goes on) whose next input token ``before[i]`` lies at least ``margin`` tokens inside a run the reference
+    copies: a skipped, repeated or rewritten stretch, or an early end, away from the reference's changes."""
+    deep = np.zeros(len(before) + 1, dtype=bool)  # (len(before) + 1,): the reference copies here, far from a change
+    for bi, _, size in matching_blocks(before, answer):
+        deep[bi + margin: bi + size - margin] = True
+    for bi, oj, size in matching_blocks(before, output)[:-1]:  # the last block is difflib's sentinel
+        i, j = bi + size, oj + size
+        if size >= min_run and i < len(before) and deep[i] and (j == len(output) or output[j] != before[i]):
+            return i, j
+    return None
+
+
+def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: dict, device, supervised: int = 64,
+                max_len: int = 2048, half: bool = True):
+    """The model's own whole answers to ``triples``' ``(before, request, after)`` prompts (greedy, up to the gate's
+    cap + 16 tokens), and, for each that leaves the copy where the reference copies
+    (:func:`drift_point`), the input's next ``supervised`` tokens after the model's text up to there:
+    ``(inputs, targets, share)``, inputs the prompt + that text + those tokens, targets those tokens (else -100),
+    share the answers with such a departure. It teaches the way back to the copy from the states a greedy answer
+    reaches, which teacher forcing on the references never shows."""
+    import torch
+
+    stop = [special["eot"], special["eos"]]
+    items = []
+    for before, request, after in triples:
+        text = tokenizer.apply_chat_template(blazedit_messages(before, request), tokenize=False,
+                                             add_generation_prompt=True)
+        prompt, b, a = (tokenizer.encode(t, add_special_tokens=False) for t in (text, before, after))
+        items.append((prompt, b, a, min(cap_of(len(a)) + 16, max_len - len(prompt))))
+    items = [x for x in items if x[3] > 0]
+    if not items:
+        return None, None, 0.0
+    outputs = greedy_continuations(model, [x[0] for x in items], max(x[3] for x in items), special["pad"], stop,
+                                   device, half)
+    rows = []
+    for (prompt, b, a, cap), out in zip(items, outputs):
+        out = out[:cap]
+        out = out[: next((k for k, t in enumerate(out) if t in stop), len(out))]
+        point = drift_point(b, a, out)
+        if point is not None:
+            i, j = point
+            copy = b[i: i + supervised] if i < len(b) else []
+            copy = copy if len(copy) == supervised else copy + [special["eot"]]  # the input's end: the answer's
+            rows.append((prompt + out[:j] + copy, len(prompt) + j))
+    if not rows:
+        return None, None, 0.0
+    seq_width = padded_width(max(len(r) for r, _ in rows))
+    inputs = torch.full((len(rows), seq_width), special["pad"], dtype=torch.long)
+    targets = torch.full_like(inputs, -100)
+    for k, (r, first) in enumerate(rows):
+        inputs[k, : len(r) - 1] = torch.tensor(r[:-1])
+        targets[k, first - 1: len(r) - 1] = torch.tensor(r[first:])
+    return inputs, targets, len(rows) / len(items)
+
+
 def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
                 after_step=None, tokenizer=None, triples: list[tuple[str, str, str]] = ()) -> dict:
     """Repair steps of an edit-tuned target, for ``cfg.repair_time_s`` seconds, each beside an edit-tuning batch
@@ -541,7 +606,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     repeats a 4-gram of new text (one the prompt and answer so far do not have) more often than the rest of the
     answer has it (:func:`loop_batch`); ``"resync"`` trains (weight ``cfg.resync_weight``) on the answer after
     the model's own new lines at a changed place of ``cfg.repair_batch`` of ``triples`` (:func:`resync_batch`,
-    with ``tokenizer``); ``"both"`` takes the two terms in every step. Logs each term's share (of repeated tokens
+    with ``tokenizer``); ``"both"`` takes the two terms in every step; ``"drift"`` trains (weight
+    ``cfg.resync_weight``) on the input's continuation where the model's own whole answers to ``cfg.repair_batch``
+    of ``triples`` leave the copy away from the reference's changes (:func:`drift_batch`). Logs each term's share (of repeated tokens
     in the continuations before the update; of places used). ``after_step(steps)``, when given, is called after
     every step; its time does not count against the budget."""
     import torch
@@ -554,14 +621,19 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     stop = [special["eot"], special["eos"]]
     start, steps, paused = time.time(), 0, 0.0
     loops, resync = cfg.repair_mode in ("loops", "both"), cfg.repair_mode in ("resync", "both")
-    if resync and (tokenizer is None or not triples):
+    drift = cfg.repair_mode == "drift"
+    if (resync or drift) and (tokenizer is None or not triples):
         raise ValueError(f"repair_mode {cfg.repair_mode!r} needs the tokenizer and the repair set's (before, "
                          "request, after)")
-    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync),
+    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync), ("drift_share", drift),
                                   ("early_stop_share", loops and cfg.repair_early_stop > 0)) if on}
     while ((pool if loops else triples) and time.time() - start - paused < cfg.repair_time_s
            and not 0 < cfg.repair_steps <= steps):
         synced = repeats = None  # (inputs, targets, share), (inputs, avoided tokens, share)
+        if drift:  # the way back to the copy from the model's own answers
+            picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
+            synced = drift_batch(model, tokenizer, picked, special, device, max_len=cfg.sft_max_len,
+                                 half=not cfg.repair_fp32)
         if resync:  # the answer after the model's own new lines
             picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
             synced = resync_batch(model, tokenizer, picked, cfg.repair_new_tokens, special, device, rng,
@@ -593,7 +665,7 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         opt.step()
         opt.zero_grad(set_to_none=True)
         steps += 1
-        for kind, batch_ in (("resync_share", synced), ("repeated_share", repeats)):
+        for kind, batch_ in (("drift_share" if drift else "resync_share", synced), ("repeated_share", repeats)):
             if batch_ is not None:
                 shares[kind].append(round(batch_[2], 4))
         if "early_stop_share" in shares:
@@ -973,9 +1045,10 @@ REPAIR_HELP = {
     "repair_lr": "repair learning rate",
     "repair_weight": "loops, both: weight of the repeats' unlikelihood",
     "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines; "
-                   "both: the two in every step",
+                   "both: the two in every step; drift: the input's continuation where the model's own whole "
+                   "answers leave the copy away from the changes",
     "repair_copy_share": "resync, both: share of its places that are kept lines (where the model should copy)",
-    "resync_weight": "resync, both: weight of the answer's loss after the model's own lines",
+    "resync_weight": "resync, both, drift: weight of the loss after the model's own text",
     "repair_early_stop": "loops, both: also lower a stop this many or more tokens before the reference's end "
                          "(0: never)",
     "repair_fp32": "repair in fp32 on a GPU too (no bf16 autocast; the arithmetic of a repair on the CPU)",
