@@ -546,7 +546,7 @@ def drift_point(before: list[int], answer: list[int], output: list[int], margin:
     copies: a skipped, repeated or rewritten stretch, or an early end, away from the reference's changes."""
     deep = np.zeros(len(before) + 1, dtype=bool)  # (len(before) + 1,): the reference copies here, far from a change
     for bi, _, size in matching_blocks(before, answer):
-        deep[bi + margin: bi + size - margin] = True
+        deep[bi + margin: max(bi + margin, bi + size - margin)] = True  # (a negative end would wrap)
     for bi, oj, size in matching_blocks(before, output)[:-1]:  # the last block is difflib's sentinel
         i, j = bi + size, oj + size
         if size >= min_run and i < len(before) and deep[i] and (j == len(output) or output[j] != before[i]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import difflib
 import itertools
 import random
 
@@ -611,11 +612,84 @@ def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
             or context.endswith("a = 1\nwrong = 0\n") and answer == tz.EOT), (context[-40:], answer)
 
 
+@pytest.mark.parametrize("output, want", [
+    (list(range(30)) + list(range(40, 100)), (30, 30)),   # skips a stretch
+    (list(range(70)) + list(range(60, 100)), (70, 70)),   # copies a stretch again
+    (list(range(30)), (30, 30)),                          # ends early
+    (list(range(30)) + [500, 501] + list(range(32, 100)), (30, 30)),  # rewrites a stretch
+    (list(range(48)) + [7, 7] + list(range(48, 100)), None),  # departs within the margin of the change at 50
+    (list(range(5)) + [7] + list(range(6, 100)), None),   # after a copied run shorter than min_run
+    (list(range(50)) + [999] + list(range(51, 100)), None),  # the reference itself
+])
+def test_drift_point_finds_where_the_output_leaves_the_copy_away_from_the_changes(output, want):
+    before = list(range(100))
+    answer = before[:50] + [999] + before[51:]  # the reference replaces token 50
+    assert tz.drift_point(before, answer, output) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=60), st.lists(st.integers(0, 3), max_size=60),
+       st.lists(st.integers(0, 3), max_size=60), st.integers(1, 6), st.integers(1, 6))
+def test_drift_point_is_a_departure_after_a_copied_run_inside_a_reference_copy(before, answer, output, margin,
+                                                                                 min_run):
+    """Where it says the output leaves the copy, the output's last ``min_run`` tokens copy the input's before that
+    place, the output's next token is not the input's, and the reference copies at least ``margin`` tokens on both
+    sides of the place (difflib's blocks); the reference itself never leaves the copy where it copies."""
+    point = tz.drift_point(before, answer, output, margin, min_run)
+    assert tz.drift_point(before, answer, answer, margin, min_run) is None
+    if point is None:
+        return
+    i, j = point
+    assert j >= min_run and output[j - min_run: j] == before[i - min_run: i] and i < len(before)
+    assert j == len(output) or output[j] != before[i]
+    blocks = difflib.SequenceMatcher(None, before, answer, autojunk=False).get_matching_blocks()
+    assert any(b.a + margin <= i < b.a + b.size - margin for b in blocks)
+
+
+def test_drift_batch_teaches_the_input_after_the_models_own_answer_where_it_leaves_the_copy():
+    """A model whose answer copies the input's first lines and then stops: the row is the prompt, its answer, then
+    the input's next tokens as targets; an answer that is the reference gives no row."""
+    from transformers import AutoTokenizer
+
+    import hybridsd as hsd
+
+    tok = AutoTokenizer.from_pretrained(hsd.zoo.path(), local_files_only=True)
+    special = tz.special_ids(tok)
+
+    class Writes(torch.nn.Module):
+        def __init__(self, text):
+            super().__init__()
+            self.ids = tok.encode(text, add_special_tokens=False) + [special["eot"]]
+
+        def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+            assert kw["do_sample"] is False and special["eot"] in kw["eos_token_id"]
+            own = torch.tensor((self.ids + [special["pad"]] * max_new_tokens)[:max_new_tokens])
+            return torch.cat([input_ids, own.expand(input_ids.shape[0], -1)], dim=1)
+
+    lines = [f"value_{n} = compute({n}, {n * n})\n" for n in range(24)]
+    before = "".join(lines)
+    after = "".join(lines[:2] + ["changed = True\n"] + lines[3:])
+    triple = (before, "replace line 3", after)
+    cpu = torch.device("cpu")
+    inputs, targets, share = tz.drift_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=8)
+    assert inputs.shape[0] == 1 and share == 1.0
+    first = int((targets[0] != -100).nonzero()[0])
+    want = tok.encode("".join(lines[12:]), add_special_tokens=False)[:8]
+    assert targets[0][targets[0] != -100].tolist() == want
+    assert tok.decode(inputs[0, : first + 1]).endswith("".join(lines[:12]))
+    # past the input's end the end of turn is taught: the supervised stretch is longer than what is left
+    _, targets, _ = tz.drift_batch(Writes("".join(lines[:22])), tok, [triple], special, cpu, supervised=400)
+    taught = targets[0][targets[0] != -100].tolist()
+    assert taught == tok.encode("".join(lines[22:]), add_special_tokens=False) + [special["eot"]]
+    assert tz.drift_batch(Writes(after), tok, [triple], special, cpu) == (None, None, 0.0)
+
+
 @pytest.mark.parametrize("mode", tz.REPAIR_MODES)
 def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     """Every repair step adds to the edit-tuning loss the terms its mode names: the repeats' unlikelihood (weight
     ``repair_weight``) for loops and both, the answer after the model's own lines (weight ``resync_weight``) for
-    resync and both; each term's share is logged."""
+    resync and both, the input after the model's own answer where it leaves the copy (the same weight) for drift;
+    each term's share is logged."""
     from dataclasses import replace
 
     from transformers import AutoTokenizer
@@ -633,6 +707,7 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     halves = []  # the half-precision switch of each generation and training step: off with repair_fp32
     monkeypatch.setattr(tz, "resync_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.25))
     monkeypatch.setattr(tz, "loop_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.5))
+    monkeypatch.setattr(tz, "drift_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.75))
     autocast = tz.bf16
     monkeypatch.setattr(tz, "bf16", lambda device, on=True: halves.append(on) or autocast(device, on))
     calls = []
@@ -647,14 +722,15 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     log = []
     out = tz.loop_repair(model, opt, examples, cfg, special, torch.device("cpu"), log, tokenizer=tok,
                          triples=triples)
-    resync, loops = mode in ("resync", "both"), mode in ("loops", "both")
-    per_step = [("masked", calls[0][1])] + [("masked", 1)] * resync + [("unlikely", 1)] * loops
+    resync, loops, drift = mode in ("resync", "both"), mode in ("loops", "both"), mode == "drift"
+    per_step = [("masked", calls[0][1])] + [("masked", 1)] * (resync or drift) + [("unlikely", 1)] * loops
     assert out["steps"] == 2 and len(calls) == 2 * len(per_step) and [c[0] for c in calls[: len(per_step)]] == [
         c[0] for c in per_step]
     assert ("resync_share" in log[0]) == resync and ("repeated_share" in log[0]) == loops
-    assert (out.get("resync_share_last"), out.get("repeated_share_last")) == (
-        [0.25, 0.25] if resync else None, [0.5, 0.5] if loops else None)
-    assert len(halves) == 2 * (resync + loops + 1) and set(halves) == {not cfg.repair_fp32}
+    assert ("drift_share" in log[0]) == drift
+    assert (out.get("resync_share_last"), out.get("repeated_share_last"), out.get("drift_share_last")) == (
+        [0.25, 0.25] if resync else None, [0.5, 0.5] if loops else None, [0.75, 0.75] if drift else None)
+    assert len(halves) == 2 * (resync + loops + drift + 1) and set(halves) == {not cfg.repair_fp32}
 
 
 def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
