@@ -477,6 +477,23 @@ def loop_batch(model, prefixes: list[list[int]], new_tokens: int, pad: int, stop
             sum(t is not None for t in stops) / max(1, len(stops)))
 
 
+def supervised_rows(rows: list[tuple[list[int], int]], pad: int, attempted: int):
+    """``(inputs, targets, share)`` of ``rows`` (token ids, the first supervised position): inputs the ids but the
+    last, right-padded; targets the ids from that position on, at the positions that predict them (else -100);
+    share: the rows over ``attempted``. ``(None, None, 0.0)`` without rows."""
+    import torch
+
+    if not rows:
+        return None, None, 0.0
+    seq_width = padded_width(max(len(r) for r, _ in rows))
+    inputs = torch.full((len(rows), seq_width), pad, dtype=torch.long)  # (rows, width)
+    targets = torch.full_like(inputs, -100)
+    for k, (r, first) in enumerate(rows):
+        inputs[k, : len(r) - 1] = torch.tensor(r[:-1])
+        targets[k, first - 1: len(r) - 1] = torch.tensor(r[first:])
+    return inputs, targets, len(rows) / attempted
+
+
 def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_tokens: int, special: dict, device,
                  rng: random.Random, supervised: int = 256, copy_share: float = 0.0, half: bool = True):
     """The model's own new lines at one changed place per ``(before, request, after)``, then the answer after them:
@@ -488,7 +505,6 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
     to copying the input, the step a derailed answer misses. With probability ``copy_share`` the place is instead
     one or two kept lines (the model should copy them; where it did not, the targets teach the way back).
     ``share``: the places whose continuation held that many line ends (the rest are left out)."""
-    import torch
 
     items = []
     for before, request, after in triples:
@@ -525,15 +541,7 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
         full = tokenizer(head + own + rest + EOT, add_special_tokens=False, return_offsets_mapping=True)
         first = next(i for i, (a, _) in enumerate(full["offset_mapping"]) if a >= len(head) + len(own))
         rows.append((full["input_ids"][: first + supervised], first))
-    if not rows:
-        return None, None, 0.0
-    seq_width = padded_width(max(len(r) for r, _ in rows))
-    inputs = torch.full((len(rows), seq_width), special["pad"], dtype=torch.long)
-    targets = torch.full_like(inputs, -100)
-    for i, (r, first) in enumerate(rows):
-        inputs[i, : len(r) - 1] = torch.tensor(r[:-1])
-        targets[i, first - 1 : len(r) - 1] = torch.tensor(r[first:])
-    return inputs, targets, len(rows) / len(items)
+    return supervised_rows(rows, special["pad"], len(items))
 
 
 def drift_point(before: list[int], answer: list[int], output: list[int], margin: int = 8,
@@ -562,7 +570,6 @@ def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: 
     ``(inputs, targets, share)``, inputs the prompt + that text + those tokens, targets those tokens (else -100),
     share the answers with such a departure. It teaches the way back to the copy from the states a greedy answer
     reaches, which teacher forcing on the references never shows."""
-    import torch
 
     stop = [special["eot"], special["eos"]]
     items = []
@@ -586,15 +593,7 @@ def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: 
             copy = b[i: i + supervised] if i < len(b) else []
             copy = copy if len(copy) == supervised else copy + [special["eot"]]  # the input's end: the answer's
             rows.append((prompt + out[:j] + copy, len(prompt) + j))
-    if not rows:
-        return None, None, 0.0
-    seq_width = padded_width(max(len(r) for r, _ in rows))
-    inputs = torch.full((len(rows), seq_width), special["pad"], dtype=torch.long)
-    targets = torch.full_like(inputs, -100)
-    for k, (r, first) in enumerate(rows):
-        inputs[k, : len(r) - 1] = torch.tensor(r[:-1])
-        targets[k, first - 1: len(r) - 1] = torch.tensor(r[first:])
-    return inputs, targets, len(rows) / len(items)
+    return supervised_rows(rows, special["pad"], len(items))
 
 
 def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: dict, device, log: list,
@@ -608,9 +607,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     the model's own new lines at a changed place of ``cfg.repair_batch`` of ``triples`` (:func:`resync_batch`,
     with ``tokenizer``); ``"both"`` takes the two terms in every step; ``"drift"`` trains (weight
     ``cfg.resync_weight``) on the input's continuation where the model's own whole answers to ``cfg.repair_batch``
-    of ``triples`` leave the copy away from the reference's changes (:func:`drift_batch`). Logs each term's share (of repeated tokens
-    in the continuations before the update; of places used). ``after_step(steps)``, when given, is called after
-    every step; its time does not count against the budget."""
+    of ``triples`` leave the copy away from the reference's changes (:func:`drift_batch`). Logs each term's share
+    (of repeated tokens in the continuations before the update; of places used; of answers that leave the copy).
+    ``after_step(steps)``, when given, is called after every step; its time does not count against the budget."""
     import torch
 
     rng = random.Random(cfg.seed + 5)
