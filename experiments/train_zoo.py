@@ -545,33 +545,37 @@ def resync_batch(model, tokenizer, triples: list[tuple[str, str, str]], new_toke
 
 
 def drift_point(before: list[int], answer: list[int], output: list[int], margin: int = 8,
-                min_run: int = 8) -> tuple[int, int] | None:
+                min_run: int = 8) -> tuple[int, int, int, bool] | None:
     """Where ``output`` (the model's answer, token ids, cut before its stop) first leaves the copy of ``before`` at
-    a token the reference ``answer`` copies: ``(i, j)``, ``output[:j]`` the model's text up to there and
-    ``before[i]`` the token copying gives, or None. A departure is the end of a run of at least ``min_run`` tokens
+    a token the reference ``answer`` copies: ``(i, j, stop, last)``, ``output[:j]`` the model's text up to there,
+    ``before[i:stop]`` what the reference copies from there on (its copied run's rest) and ``last`` whether that
+    run ends the reference; None if it never does. A departure is the end of a run of at least ``min_run`` tokens
     of ``output`` matching ``before`` (difflib's matching blocks; the end of ``output`` counts, a stop while the
     input goes on) whose next input token ``before[i]`` lies at least ``margin`` tokens inside a run the reference
     copies: a skipped, repeated or rewritten stretch, or an early end, away from the reference's changes."""
-    deep = np.zeros(len(before) + 1, dtype=bool)  # (len(before) + 1,): the reference copies here, far from a change
-    for bi, _, size in matching_blocks(before, answer):
-        deep[bi + margin: max(bi + margin, bi + size - margin)] = True  # (a negative end would wrap)
-    for bi, oj, size in matching_blocks(before, output)[:-1]:  # the last block is difflib's sentinel
+    stop = np.zeros(len(before) + 1, dtype=np.int64)  # (len(before) + 1,): the end of the reference's copied run
+    # around each input position at least `margin` tokens inside it (0: none)
+    last_run = -1
+    for bi, bj, size in matching_blocks(before, answer)[:-1]:  # the last block is difflib's sentinel
+        stop[bi + margin: max(bi + margin, bi + size - margin)] = bi + size  # (a negative end would wrap)
+        if bj + size == len(answer):
+            last_run = bi + size
+    for bi, oj, size in matching_blocks(before, output)[:-1]:
         i, j = bi + size, oj + size
-        if size >= min_run and i < len(before) and deep[i] and (j == len(output) or output[j] != before[i]):
-            return i, j
+        if size >= min_run and i < len(before) and stop[i] and (j == len(output) or output[j] != before[i]):
+            return i, j, int(stop[i]), int(stop[i]) == last_run
     return None
 
 
 def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: dict, device, supervised: int = 64,
                 max_len: int = 2048, half: bool = True):
     """The model's own whole answers to ``triples``' ``(before, request, after)`` prompts (greedy, up to the gate's
-    cap + 16 tokens), and, for each that leaves the copy where the reference copies
-    (:func:`drift_point`), the input's next ``supervised`` tokens after the model's text up to there:
-    ``(inputs, targets, share)``, inputs the prompt + that text + those tokens, targets those tokens (else -100),
-    share the answers with such a departure. It teaches the way back to the copy from the states a greedy answer
-    reaches, which teacher forcing on the references never shows."""
-
-    stop = [special["eot"], special["eos"]]
+    cap + 16 tokens), and, for each that leaves the copy where the reference copies (:func:`drift_point`), what
+    the reference copies from there, at most ``supervised`` tokens of it (and the end of turn where the reference
+    ends with it): ``(inputs, targets, share)``, inputs the prompt + the model's text up to there + those tokens,
+    targets those tokens (else -100), share the answers with such a departure. It teaches the way back to the
+    copy from the states a greedy answer reaches, which teacher forcing on the references never shows."""
+    stop_ids = [special["eot"], special["eos"]]
     items = []
     for before, request, after in triples:
         text = tokenizer.apply_chat_template(blazedit_messages(before, request), tokenize=False,
@@ -581,17 +585,16 @@ def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: 
     items = [x for x in items if x[3] > 0]
     if not items:
         return None, None, 0.0
-    outputs = greedy_continuations(model, [x[0] for x in items], max(x[3] for x in items), special["pad"], stop,
+    outputs = greedy_continuations(model, [x[0] for x in items], max(x[3] for x in items), special["pad"], stop_ids,
                                    device, half)
     rows = []
     for (prompt, b, a, cap), out in zip(items, outputs):
         out = out[:cap]
-        out = out[: next((k for k, t in enumerate(out) if t in stop), len(out))]
+        out = out[: next((k for k, t in enumerate(out) if t in stop_ids), len(out))]
         point = drift_point(b, a, out)
         if point is not None:
-            i, j = point
-            copy = b[i: i + supervised] if i < len(b) else []
-            copy = copy if len(copy) == supervised else copy + [special["eot"]]  # the input's end: the answer's
+            i, j, stop, last = point
+            copy = b[i: min(stop, i + supervised)] + ([special["eot"]] if last and stop - i < supervised else [])
             rows.append((prompt + out[:j] + copy, len(prompt) + j))
     return supervised_rows(rows, special["pad"], len(items))
 

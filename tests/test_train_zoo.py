@@ -613,10 +613,10 @@ def test_resync_batch_teaches_the_answer_after_the_models_own_lines():
 
 
 @pytest.mark.parametrize("output, want", [
-    (list(range(30)) + list(range(40, 100)), (30, 30)),   # skips a stretch
-    (list(range(70)) + list(range(60, 100)), (70, 70)),   # copies a stretch again
-    (list(range(30)), (30, 30)),                          # ends early
-    (list(range(30)) + [500, 501] + list(range(32, 100)), (30, 30)),  # rewrites a stretch
+    (list(range(30)) + list(range(40, 100)), (30, 30, 50, False)),   # skips a stretch
+    (list(range(70)) + list(range(60, 100)), (70, 70, 100, True)),   # copies a stretch again
+    (list(range(30)), (30, 30, 50, False)),                          # ends early
+    (list(range(30)) + [500, 501] + list(range(32, 100)), (30, 30, 50, False)),  # rewrites a stretch
     (list(range(48)) + [7, 7] + list(range(48, 100)), None),  # departs within the margin of the change at 50
     (list(range(5)) + [7] + list(range(6, 100)), None),   # after a copied run shorter than min_run
     (list(range(50)) + [999] + list(range(51, 100)), None),  # the reference itself
@@ -634,16 +634,18 @@ def test_drift_point_is_a_departure_after_a_copied_run_inside_a_reference_copy(b
                                                                                  min_run):
     """Where it says the output leaves the copy, the output's last ``min_run`` tokens copy the input's before that
     place, the output's next token is not the input's, and the reference copies at least ``margin`` tokens on both
-    sides of the place (difflib's blocks); the reference itself never leaves the copy where it copies."""
+    sides of the place, up to the run end it gives (difflib's blocks), which ends the reference where it says so;
+    the reference itself never leaves the copy where it copies."""
     point = tz.drift_point(before, answer, output, margin, min_run)
     assert tz.drift_point(before, answer, answer, margin, min_run) is None
     if point is None:
         return
-    i, j = point
+    i, j, stop, last = point
     assert j >= min_run and output[j - min_run: j] == before[i - min_run: i] and i < len(before)
     assert j == len(output) or output[j] != before[i]
     blocks = difflib.SequenceMatcher(None, before, answer, autojunk=False).get_matching_blocks()
-    assert any(b.a + margin <= i < b.a + b.size - margin for b in blocks)
+    run = [b for b in blocks if b.a + margin <= i < b.a + b.size - margin]
+    assert len(run) == 1 and stop == run[0].a + run[0].size and last == (run[0].b + run[0].size == len(answer))
 
 
 def test_drift_batch_teaches_the_input_after_the_models_own_answer_where_it_leaves_the_copy():
@@ -668,7 +670,7 @@ def test_drift_batch_teaches_the_input_after_the_models_own_answer_where_it_leav
 
     lines = [f"value_{n} = compute({n}, {n * n})\n" for n in range(24)]
     before = "".join(lines)
-    after = "".join(lines[:2] + ["changed = True\n"] + lines[3:])
+    after = "".join(lines[:2] + ["changed = True\n"] + lines[3:20] + ["also = False\n"] + lines[21:])
     triple = (before, "replace line 3", after)
     cpu = torch.device("cpu")
     inputs, targets, share = tz.drift_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=8)
@@ -677,7 +679,11 @@ def test_drift_batch_teaches_the_input_after_the_models_own_answer_where_it_leav
     want = tok.encode("".join(lines[12:]), add_special_tokens=False)[:8]
     assert targets[0][targets[0] != -100].tolist() == want
     assert tok.decode(inputs[0, : first + 1]).endswith("".join(lines[:12]))
-    # past the input's end the end of turn is taught: the supervised stretch is longer than what is left
+    # up to the reference's next change only (its copied run's end, within the token before line 20's change)
+    _, targets, _ = tz.drift_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=400)
+    taught = tok.decode(targets[0][targets[0] != -100])
+    assert "".join(lines[12:20]).startswith(taught) and len(taught) > len("".join(lines[12:19]))
+    # at the reference's last run the end of turn is taught after it
     _, targets, _ = tz.drift_batch(Writes("".join(lines[:22])), tok, [triple], special, cpu, supervised=400)
     taught = targets[0][targets[0] != -100].tolist()
     assert taught == tok.encode("".join(lines[22:]), add_special_tokens=False) + [special["eot"]]
