@@ -1060,6 +1060,28 @@ def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
         assert getattr(cfg, name) == recorded[name], name
 
 
+def test_recorded_drift_repairs_are_the_recorded_command():
+    """zoo/drift_repair_h200/: each learning rate's recorded repair config is what its recorded command line parses
+    to (the drift mode, its batch, steps, time and rate), and the runs' gates come from the recorded products."""
+    import json
+    from dataclasses import asdict
+
+    from experiments import zoo_gate
+
+    folder = tz.REPO / "experiments" / "results" / "zoo" / "drift_repair_h200"
+    runs = json.loads((folder / "runs.json").read_text())
+    for lr in ("1e-4", "3e-4"):
+        recorded = json.loads((folder / f"lr{lr}" / "repair_config.json").read_text())
+        argv = ["repair", "--init", "hybridsd/models/tiny-coder", "--out", "o", "--repair-mode", "drift",
+                "--repair-batch", "96", "--repair-steps", "16", "--repair-lr", lr, "--repair-time-s", "270"]
+        assert all(a in runs["command"] for a in argv[4:] if a != lr)
+        assert json.loads(json.dumps(asdict(tz.repair_config(tz.parse_args(argv))))) == recorded["config"]
+        assert recorded["run_info"]["commit"] == runs["commit"]
+        for prompts in ("eval96", "val160"):
+            gate = zoo_gate.read_gate(folder / f"lr{lr}" / f"gate_{prompts}_h200.json")
+            q = gate["quality_gate"]
+            assert runs["gates"][prompts][f"lr{lr}"][:2] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4)]
+
 def _wheel(folder, name: str, source: str):
     """A pure-Python wheel of one module ``name`` holding ``source``, written into ``folder``."""
     import zipfile

@@ -24,6 +24,7 @@ PLACES = RESULTS / "zoo" / "edit_places_cpu_fp32"
 AVERAGE = RESULTS / "zoo" / "weight_average_h200"
 TRAIN_STEPS = RESULTS / "zoo" / "train_steps_h200"
 AMBIGUITY = RESULTS / "zoo" / "ambiguity_tuning_h200"
+DRIFT = RESULTS / "zoo" / "drift_repair_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -548,9 +549,30 @@ def ambiguity_tuning() -> None:
     product_gates("zooAmb", AMBIGUITY, "h200", {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
 
 
+def drift_repair() -> None:
+    """drift_repair_h200/: the installed target repaired in the drift mode (train_zoo repair --repair-mode drift) at
+    two learning rates: each repair's steps and learning rate, its product's gates paired with the installed
+    target's on the same prompts, and the kinds of misses on the evaluation prompts (``zooDrift...``)."""
+    for tag, lr in (("", "lr1e-4"), ("Fast", "lr3e-4")):
+        record = json.loads((DRIFT / lr / "repair_config.json").read_text())
+        num(f"zooDrift{tag}Lr", record["config"]["repair_lr"], "{:g}")
+        num(f"zooDrift{tag}Steps", record["repair"]["steps"], "{:d}")
+        product_gates(f"zooDrift{tag}", DRIFT / lr, "h200",
+                      {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+        miss = zoo_gate.misses(zoo_gate.read_gate(DRIFT / lr / "gate_eval96_h200.json"))
+        num(f"zooDrift{tag}EvalShort", miss["short"], "{:d}")
+        num(f"zooDrift{tag}EvalLong", miss["long"], "{:d}")
+    num("zooDriftBatch", record["config"]["repair_batch"], "{:d}")
+    num("zooDriftProv", provenance(record["run_info"]), "{}")
+    installed = zoo_gate.misses(zoo_gate.read_gate(AVERAGE / "installed_gate_eval96_h200.json"))
+    num("zooDriftInstEvalShort", installed["short"], "{:d}")
+    num("zooDriftInstEvalLong", installed["long"], "{:d}")
+
+
 def make() -> None:
     model()
     weight_average()
     ambiguity_tuning()
+    drift_repair()
     compile_speed()
     eagle3_gate()
