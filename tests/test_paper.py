@@ -15,9 +15,9 @@ PAPER = REPO / "paper"
 
 
 def _documents() -> list[Path]:
-    """README.md, paper/*.tex, notebooks/*.ipynb and hybridsd/**/*.py."""
-    return [REPO / "README.md", *sorted(PAPER.glob("*.tex")), *sorted((REPO / "notebooks").glob("*.ipynb")),
-            *sorted((REPO / "hybridsd").rglob("*.py"))]
+    """README.md, docs/*.md, paper/*.tex, notebooks/*.ipynb and hybridsd/**/*.py."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(PAPER.glob("*.tex")),
+            *sorted((REPO / "notebooks").glob("*.ipynb")), *sorted((REPO / "hybridsd").rglob("*.py"))]
 
 
 def test_documents_do_not_say_session():
@@ -39,7 +39,7 @@ def test_every_input_of_the_paper_is_committed():
 def test_every_number_macro_the_paper_uses_is_defined():
     """Macros of numbers.tex are letters only and defined once; every lowercase-initial camel-case macro the paper
     uses (``\\simN``, ``\\gpuALCodeNgramFive``) is one of them, each of them is used by the paper or its tables,
-    and the README's pointers into it name defined ones."""
+    and the pointers into it of the README and docs/*.md name defined ones."""
     defined = re.findall(r"\\newcommand\{\\([A-Za-z]+)\}", (PAPER / "numbers.tex").read_text())
     assert len(defined) == len(set(defined)) > 100
     tex = (PAPER / "hybridsd.tex").read_text()
@@ -49,8 +49,10 @@ def test_every_number_macro_the_paper_uses_is_defined():
     tables = "".join(p.read_text() for p in sorted((PAPER / "tables").glob("*.tex")))
     unused = [m for m in defined if not re.search(rf"\\{m}(?![A-Za-z])", tex + tables)]
     assert not unused, unused[:10]  # numbers.tex holds the numbers the paper quotes, no others
-    readme = set(re.findall(r"`\\([a-z]+[A-Z][A-Za-z]*)`", (REPO / "README.md").read_text()))
-    assert readme and not readme - set(defined), sorted(readme - set(defined))  # the README's pointers into it
+    for doc in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        pointers = set(re.findall(r"`\\([a-z]+[A-Z][A-Za-z]*)`", doc.read_text()))
+        assert not pointers - set(defined), (doc.name, sorted(pointers - set(defined)))
+        assert pointers or doc.name == "reference.md", doc.name  # README and zoo.md quote the paper's numbers
 
 
 def test_committed_numbers_and_tables_are_what_make_figures_writes(tmp_path):
