@@ -1061,8 +1061,9 @@ def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
 
 
 def test_recorded_drift_repairs_are_the_recorded_command():
-    """zoo/drift_repair_h200/: each learning rate's recorded repair config is what its recorded command line parses
-    to (the drift mode, its batch, steps, time and rate), and the runs' gates come from the recorded products."""
+    """zoo/drift_repair_h200/: each variant's recorded repair config is what its call's command line parses to (the
+    drift mode, its batch, steps, time, rate and weights), run at the call's commit, and the runs' gates are the
+    recorded products' gates."""
     import json
     from dataclasses import asdict
 
@@ -1070,17 +1071,22 @@ def test_recorded_drift_repairs_are_the_recorded_command():
 
     folder = tz.REPO / "experiments" / "results" / "zoo" / "drift_repair_h200"
     runs = json.loads((folder / "runs.json").read_text())
-    for lr in ("1e-4", "3e-4"):
-        recorded = json.loads((folder / f"lr{lr}" / "repair_config.json").read_text())
-        argv = ["repair", "--init", "hybridsd/models/tiny-coder", "--out", "o", "--repair-mode", "drift",
-                "--repair-batch", "96", "--repair-steps", "16", "--repair-lr", lr, "--repair-time-s", "270"]
-        assert all(a in runs["command"] for a in argv[4:] if a != lr)
-        assert json.loads(json.dumps(asdict(tz.repair_config(tz.parse_args(argv))))) == recorded["config"]
-        assert recorded["run_info"]["commit"] == runs["commit"]
-        for prompts in ("eval96", "val160"):
-            gate = zoo_gate.read_gate(folder / f"lr{lr}" / f"gate_{prompts}_h200.json")
-            q = gate["quality_gate"]
-            assert runs["gates"][prompts][f"lr{lr}"][:2] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4)]
+    options = {"lr1e-4": ["--repair-lr", "1e-4"], "lr3e-4": ["--repair-lr", "3e-4"],
+               "lr1e-4_decision16": ["--repair-lr", "1e-4", "--decision-weight", "16", "--resync-weight", "1"],
+               "lr1e-4_decision16_resync0.3": ["--repair-lr", "1e-4", "--decision-weight", "16",
+                                               "--resync-weight", "0.3"]}
+    assert sorted(v for call in runs["calls"] for v in call["variants"]) == sorted(options)
+    for call in runs["calls"]:
+        for variant in call["variants"]:
+            recorded = json.loads((folder / variant / "repair_config.json").read_text())
+            argv = ["repair", "--init", "hybridsd/models/tiny-coder", "--out", "o", "--repair-mode", "drift",
+                    "--repair-batch", "96", "--repair-steps", "16", "--repair-time-s", "270", *options[variant]]
+            assert json.loads(json.dumps(asdict(tz.repair_config(tz.parse_args(argv))))) == recorded["config"]
+            assert recorded["run_info"]["commit"] == call["commit"]
+            for prompts in ("eval96", "val160"):
+                q = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json")["quality_gate"]
+                assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4),
+                                                           round(q["spearman_ref_out"], 4), q["loops"]]
 
 def _wheel(folder, name: str, source: str):
     """A pure-Python wheel of one module ``name`` holding ``source``, written into ``folder``."""

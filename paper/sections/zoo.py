@@ -550,24 +550,28 @@ def ambiguity_tuning() -> None:
 
 
 def drift_repair() -> None:
-    """drift_repair_h200/: the installed target repaired in the drift mode (train_zoo repair --repair-mode drift) at
-    two learning rates: each repair's steps and learning rate, its product's gates paired with the installed
-    target's on the same prompts, and the kinds of misses on the evaluation prompts (``zooDrift...``)."""
-    for tag, lr in (("", "lr1e-4"), ("Fast", "lr3e-4")):
-        record = json.loads((DRIFT / lr / "repair_config.json").read_text())
-        num(f"zooDrift{tag}Lr", record["config"]["repair_lr"], "{:g}")
+    """drift_repair_h200/: the installed target repaired in the drift mode (train_zoo repair --repair-mode drift) in
+    four variants (learning rate; the anchors' decision weight and the drift term's weight): each repair's steps,
+    its product's gates paired with the installed target's on the same prompts, and the kinds of misses on the
+    evaluation prompts (``zooDrift...``)."""
+    variants = {"": "lr1e-4", "Fast": "lr3e-4", "Dec": "lr1e-4_decision16", "DecWeak": "lr1e-4_decision16_resync0.3"}
+    for tag, variant in variants.items():
+        record = json.loads((DRIFT / variant / "repair_config.json").read_text())
+        cfg = record["config"]
+        num(f"zooDrift{tag}Lr", cfg["repair_lr"], "{:g}")
+        num(f"zooDrift{tag}Dw", cfg["decision_weight"], "{:g}")
+        num(f"zooDrift{tag}Rw", cfg["resync_weight"], "{:g}")
         num(f"zooDrift{tag}Steps", record["repair"]["steps"], "{:d}")
-        product_gates(f"zooDrift{tag}", DRIFT / lr, "h200",
+        num(f"zooDrift{tag}Prov", provenance(record["run_info"]), "{}")
+        product_gates(f"zooDrift{tag}", DRIFT / variant, "h200",
                       {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
-        miss = zoo_gate.misses(zoo_gate.read_gate(DRIFT / lr / "gate_eval96_h200.json"))
+        miss = zoo_gate.misses(zoo_gate.read_gate(DRIFT / variant / "gate_eval96_h200.json"))
         num(f"zooDrift{tag}EvalShort", miss["short"], "{:d}")
         num(f"zooDrift{tag}EvalLong", miss["long"], "{:d}")
-    num("zooDriftBatch", record["config"]["repair_batch"], "{:d}")
-    num("zooDriftProv", provenance(record["run_info"]), "{}")
+    num("zooDriftBatch", cfg["repair_batch"], "{:d}")
     installed = zoo_gate.misses(zoo_gate.read_gate(AVERAGE / "installed_gate_eval96_h200.json"))
     num("zooDriftInstEvalShort", installed["short"], "{:d}")
     num("zooDriftInstEvalLong", installed["long"], "{:d}")
-
 
 def make() -> None:
     model()
