@@ -1060,10 +1060,27 @@ def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
         assert getattr(cfg, name) == recorded[name], name
 
 
+def _script_commands(script: str, marker: str) -> list[list[str]]:
+    """The argument lists after ``marker`` of a shell script's commands that contain it (continued lines joined,
+    stopping at the first redirection)."""
+    import shlex
+
+    commands = []
+    for line in script.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        for i in range(len(words) - len(marker.split()) + 1):
+            if words[i:i + len(marker.split())] == marker.split():
+                rest = words[i + len(marker.split()):]
+                commands.append(rest[:next((j for j, w in enumerate(rest) if w.startswith(">")), len(rest))])
+    return commands
+
+
 def test_recorded_drift_repairs_are_the_recorded_command():
     """zoo/drift_repair_h200/: each variant's recorded repair config is what its call's command line parses to (the
     drift mode, its batch, steps, time, rate and weights), run at the call's commit, and the runs' gates are the
-    recorded products' gates."""
+    recorded products' gates; the third call's configs are what its recorded script's command lines parse to, and its
+    averages are of the installed target's shards and the repaired ones, at the script's weights."""
+    import hashlib
     import json
     from dataclasses import asdict
 
@@ -1075,18 +1092,43 @@ def test_recorded_drift_repairs_are_the_recorded_command():
                "lr1e-4_decision16": ["--repair-lr", "1e-4", "--decision-weight", "16", "--resync-weight", "1"],
                "lr1e-4_decision16_resync0.3": ["--repair-lr", "1e-4", "--decision-weight", "16",
                                                "--resync-weight", "0.3"]}
-    assert sorted(v for call in runs["calls"] for v in call["variants"]) == sorted(options)
+    rerun = "lr1e-4_decision16_resync0.3_9steps"
+    averages = {f"{rerun}_avg0.75": 0.75, f"{rerun}_avg0.5": 0.5}
+    assert sorted(v for call in runs["calls"] for v in call["variants"]) == sorted([*options, rerun, *averages])
+
+    def config(argv):
+        return json.loads(json.dumps(asdict(tz.repair_config(tz.parse_args(argv)))))
+
     for call in runs["calls"]:
         for variant in call["variants"]:
-            recorded = json.loads((folder / variant / "repair_config.json").read_text())
-            argv = ["repair", "--init", "hybridsd/models/tiny-coder", "--out", "o", "--repair-mode", "drift",
-                    "--repair-batch", "96", "--repair-steps", "16", "--repair-time-s", "270", *options[variant]]
-            assert json.loads(json.dumps(asdict(tz.repair_config(tz.parse_args(argv))))) == recorded["config"]
-            assert recorded["run_info"]["commit"] == call["commit"]
+            if variant in options:
+                recorded = json.loads((folder / variant / "repair_config.json").read_text())
+                argv = ["repair", "--init", "hybridsd/models/tiny-coder", "--out", "o", "--repair-mode", "drift",
+                        "--repair-batch", "96", "--repair-steps", "16", "--repair-time-s", "270", *options[variant]]
+                assert config(argv) == recorded["config"]
+                assert recorded["run_info"]["commit"] == call["commit"]
             for prompts in ("eval96", "val160"):
                 q = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json")["quality_gate"]
                 assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4),
                                                            round(q["spearman_ref_out"], 4), q["loops"]]
+    script = (folder / rerun / "call.sh").read_text()
+    drift, loops = (c for c in _script_commands(script, "-m experiments.train_zoo") if c[0] == "repair")
+    assert drift[drift.index("--repair-steps") + 1] == "9" and drift[drift.index("--resync-weight") + 1] == "0.3"
+    for argv, name in ((drift, "repair_config.json"), (loops, "loop_repair_config.json")):
+        recorded = json.loads((folder / rerun / name).read_text())
+        assert config(argv) == recorded["config"] and recorded["run_info"]["commit"] == runs["calls"][-1]["commit"]
+    assert runs["repair"][rerun]["loop_repair"]["chosen_step"] == 0  # the loop repair kept the drift product
+    installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                 for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+    weights = [float(a[a.index("--weight") + 1]) for a in _script_commands(script, "-m experiments.weight_average")]
+    assert sorted(weights) == sorted(averages.values())
+    repaired = set()
+    for variant, weight in averages.items():
+        avg = json.loads((folder / variant / "average_config.json").read_text())
+        assert avg["weight"] == weight and avg["a"]["shards"] == installed
+        repaired.add(json.dumps(avg["b"]["shards"], sort_keys=True))
+    assert len(repaired) == 1  # both averages are of the same repaired weights
+
 
 def _wheel(folder, name: str, source: str):
     """A pure-Python wheel of one module ``name`` holding ``source``, written into ``folder``."""

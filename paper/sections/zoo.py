@@ -551,27 +551,38 @@ def ambiguity_tuning() -> None:
 
 def drift_repair() -> None:
     """drift_repair_h200/: the installed target repaired in the drift mode (train_zoo repair --repair-mode drift) in
-    four variants (learning rate; the anchors' decision weight and the drift term's weight): each repair's steps,
-    its product's gates paired with the installed target's on the same prompts, and the kinds of misses on the
-    evaluation prompts (``zooDrift...``)."""
-    variants = {"": "lr1e-4", "Fast": "lr3e-4", "Dec": "lr1e-4_decision16", "DecWeak": "lr1e-4_decision16_resync0.3"}
+    four variants (learning rate; the anchors' decision weight and the drift term's weight), and the last one rerun
+    and followed by the recipe's loop repair and weight averages: each repair's steps, each product's gates paired
+    with the installed target's on the same prompts, and the kinds of misses on the evaluation prompts
+    (``zooDrift...``)."""
+    rerun = "lr1e-4_decision16_resync0.3_9steps"
+    variants = {"": "lr1e-4", "Fast": "lr3e-4", "Dec": "lr1e-4_decision16", "DecWeak": "lr1e-4_decision16_resync0.3",
+                "Rerun": rerun, "RerunAvg": f"{rerun}_avg0.75", "RerunHalf": f"{rerun}_avg0.5"}
     for tag, variant in variants.items():
-        record = json.loads((DRIFT / variant / "repair_config.json").read_text())
-        cfg = record["config"]
-        num(f"zooDrift{tag}Lr", cfg["repair_lr"], "{:g}")
-        num(f"zooDrift{tag}Dw", cfg["decision_weight"], "{:g}")
-        num(f"zooDrift{tag}Rw", cfg["resync_weight"], "{:g}")
-        num(f"zooDrift{tag}Steps", record["repair"]["steps"], "{:d}")
-        num(f"zooDrift{tag}Prov", provenance(record["run_info"]), "{}")
+        if (DRIFT / variant / "repair_config.json").exists():
+            record = json.loads((DRIFT / variant / "repair_config.json").read_text())
+            cfg = record["config"]
+            num(f"zooDrift{tag}Lr", cfg["repair_lr"], "{:g}")
+            num(f"zooDrift{tag}Dw", cfg["decision_weight"], "{:g}")
+            num(f"zooDrift{tag}Rw", cfg["resync_weight"], "{:g}")
+            num(f"zooDrift{tag}Steps", record["repair"]["steps"], "{:d}")
+            num(f"zooDrift{tag}Prov", provenance(record["run_info"]), "{}")
+        else:
+            average = json.loads((DRIFT / variant / "average_config.json").read_text())
+            num(f"zooDrift{tag}Weight", average["weight"], "{:g}")
         product_gates(f"zooDrift{tag}", DRIFT / variant, "h200",
                       {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
         miss = zoo_gate.misses(zoo_gate.read_gate(DRIFT / variant / "gate_eval96_h200.json"))
         num(f"zooDrift{tag}EvalShort", miss["short"], "{:d}")
         num(f"zooDrift{tag}EvalLong", miss["long"], "{:d}")
-    num("zooDriftBatch", cfg["repair_batch"], "{:d}")
+    num("zooDriftBatch", json.loads((DRIFT / "lr1e-4" / "repair_config.json").read_text())["config"]["repair_batch"],
+        "{:d}")
+    loops = json.loads((DRIFT / rerun / "loop_repair_config.json").read_text())
+    selection_numbers("zooDriftRerunLoop", loops["selection"])
     installed = zoo_gate.misses(zoo_gate.read_gate(AVERAGE / "installed_gate_eval96_h200.json"))
     num("zooDriftInstEvalShort", installed["short"], "{:d}")
     num("zooDriftInstEvalLong", installed["long"], "{:d}")
+
 
 def make() -> None:
     model()
