@@ -1065,13 +1065,15 @@ def _script_commands(script: str, marker: str) -> list[list[str]]:
     stopping at the first redirection)."""
     import shlex
 
+    m = marker.split()
     commands = []
     for line in script.replace("\\\n", " ").splitlines():
+        if marker not in line:  # (only command lines are split: a heredoc's text need not be shell words)
+            continue
         words = shlex.split(line, comments=True)
-        for i in range(len(words) - len(marker.split()) + 1):
-            if words[i:i + len(marker.split())] == marker.split():
-                rest = words[i + len(marker.split()):]
-                commands.append(rest[:next((j for j, w in enumerate(rest) if w.startswith(">")), len(rest))])
+        if (i := next((i for i in range(len(words)) if words[i:i + len(m)] == m), None)) is not None:
+            rest = words[i + len(m):]
+            commands.append(rest[:next((j for j, w in enumerate(rest) if w.startswith(">")), len(rest))])
     return commands
 
 
