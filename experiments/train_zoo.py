@@ -708,7 +708,7 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_e
                   "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
                   "unlikelihood_weight", "repeat_share", "repeat_max", "repair_time_s", "repair_batch",
                   "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
-                  "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers")
+                  "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed")
 
 
 def target_config(args) -> TargetConfig:
@@ -1117,6 +1117,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-layers", action="store_const", const=True, default=None,
                    help="torch.compile each decoder layer for the training steps (evaluation and generation eager)")
     p.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)  # tests: aot_eager
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the data's sampling, the batch order and the initialisation (default 0)")
     p.add_argument("--no-gate", action="store_true",
                    help="no quality gate at the end (a stage of a lineage whose last stage is gated)")
     p.add_argument("--data-cache", type=Path, default=None,

@@ -1,14 +1,17 @@
-"""Weight averaging of two checkpoints of one model (WiSE-FT style interpolation between a model and a fine-tuned
-descendant): every tensor becomes ``(1 - w) * A + w * B``, computed in fp32 and stored in A's dtype.
+"""Weight averaging of checkpoints of one model: WiSE-FT style interpolation between a model and a fine-tuned
+descendant (``(1 - w) * A + w * B``), or a weighted "model soup" of several fine-tunes of one start
+(``w1 * M1 + w2 * M2 + ...``, the weights summing to 1); computed in fp32 per tensor and stored in the first
+model's dtype.
 
     python -m experiments.weight_average A_DIR B_DIR --weight 0.75 --out OUT_DIR
+    python -m experiments.weight_average M1 M2 M3 M4 --weights 0.4 0.2 0.2 0.2 --out OUT_DIR
 
-OUT_DIR is A's folder (every file, its heads and records included) with the averaged weights in A's shard layout and
-``average_config.json`` (both parents, their shards' SHA-256, the weight, the command and run_info); OUT_DIR may be
-A itself, which then keeps everything but its weights. Both folders must hold safetensors weights of the same
-architecture (``config.json`` equal but for bookkeeping keys) and the same tensor names, shapes and dtypes; a
-mismatch is one line and exit code 2 before anything is written; a failure to read or write files is one line and
-exit code 1.
+OUT_DIR is the first model's folder (every file, its heads and records included) with the averaged weights in its
+shard layout and ``average_config.json`` (every parent with its shards' SHA-256, the weights, the command and
+run_info; for two models also ``a``, ``b`` and B's ``weight``); OUT_DIR may be the first folder itself, which then
+keeps everything but its weights. All folders must hold safetensors weights of the same architecture
+(``config.json`` equal but for bookkeeping keys) and the same tensor names, shapes and dtypes; a mismatch is one
+line and exit code 2 before anything is written; a failure to read or write files is one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -31,24 +34,33 @@ def shards(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
-def check_pair(a: Path, b: Path) -> None:
-    """Raises ValueError naming the first reason why A and B cannot be averaged."""
-    for name, folder in (("A", a), ("B", b)):
+def model_names(n: int) -> list[str]:
+    """The names errors give the models: A and B for a pair, M1, M2, ... for more."""
+    return ["A", "B"] if n == 2 else [f"M{i + 1}" for i in range(n)]
+
+
+def check_models(folders: list[Path]) -> None:
+    """Raises ValueError naming the first reason why ``folders`` cannot be averaged (each is held against the
+    first)."""
+    names = model_names(len(folders))
+    for name, folder in zip(names, folders):
         if not (folder / "config.json").is_file():
             raise ValueError(f"{name}: no model folder (config.json) at {folder}")
         if not shards(folder):
             raise ValueError(f"{name}: no safetensors weights in {folder}")
-    ca, cb = ({k: v for k, v in json.loads((f / "config.json").read_text()).items() if k not in IGNORED_CONFIG_KEYS}
-              for f in (a, b))
-    if ca != cb:
-        keys = sorted(k for k in ca.keys() | cb.keys() if ca.get(k) != cb.get(k))
-        raise ValueError(f"A and B are different architectures: config.json differs in {', '.join(keys)}")
-    ta, tb = tensor_specs(a), tensor_specs(b)
-    if ta.keys() != tb.keys():
-        raise ValueError(f"A and B hold different tensors ({sorted(ta.keys() ^ tb.keys())[:3]} ...)")
-    for k, spec in ta.items():
-        if spec != tb[k]:
-            raise ValueError(f"tensor {k} is {spec[0]}{spec[1]} in A and {tb[k][0]}{tb[k][1]} in B")
+    configs = [{k: v for k, v in json.loads((f / "config.json").read_text()).items() if k not in IGNORED_CONFIG_KEYS}
+               for f in folders]
+    specs = [tensor_specs(f) for f in folders]
+    a = names[0]
+    for name, c, t in zip(names[1:], configs[1:], specs[1:]):
+        if c != configs[0]:
+            keys = sorted(k for k in c.keys() | configs[0].keys() if c.get(k) != configs[0].get(k))
+            raise ValueError(f"{a} and {name} are different architectures: config.json differs in {', '.join(keys)}")
+        if t.keys() != specs[0].keys():
+            raise ValueError(f"{a} and {name} hold different tensors ({sorted(t.keys() ^ specs[0].keys())[:3]} ...)")
+        for k, spec in specs[0].items():
+            if spec != t[k]:
+                raise ValueError(f"tensor {k} is {spec[0]}{spec[1]} in {a} and {t[k][0]}{t[k][1]} in {name}")
 
 
 def tensor_specs(folder: Path) -> dict[str, tuple[str, list[int]]]:
@@ -64,53 +76,81 @@ def tensor_specs(folder: Path) -> dict[str, tuple[str, list[int]]]:
     return specs
 
 
-def average(a: dict, b: dict, weight: float) -> dict:
-    """``(1 - weight) * a + weight * b`` for each of ``a``'s tensor names, in fp32, cast back to ``a``'s dtype."""
-    return {k: ((1 - weight) * a[k].float() + weight * b[k].float()).to(a[k].dtype) for k in a}
+def average(first: dict, others: list[dict], weights: list[float]) -> dict:
+    """``weights[0] * first + weights[1] * others[0] + ...`` for each of ``first``'s tensor names, summed in fp32
+    and cast back to ``first``'s dtype."""
+    out = {}
+    for k, t in first.items():
+        acc = weights[0] * t.float()
+        for w, o in zip(weights[1:], others):
+            acc += w * o[k].float()
+        out[k] = acc.to(t.dtype)
+    return out
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def weight_average(a: Path, b: Path, weight: float, out: Path, command: str = "") -> dict:
-    """Writes OUT (see the module docstring) and returns its ``average_config.json`` record."""
+def weight_average(folders: list[Path], weights: list[float], out: Path, command: str = "") -> dict:
+    """Writes OUT, ``sum(w * M for w, M in zip(weights, folders))`` (see the module docstring), and returns its
+    ``average_config.json`` record."""
     from safetensors.torch import load_file, save
 
-    check_pair(a, b)
-    parents = {name: {"path": str(folder), "shards": {p.name: sha256(p) for p in shards(folder)}}
-               for name, folder in (("a", a), ("b", b))}
-    wb = {k: t for p in shards(b) for k, t in load_file(p).items()}  # B's tensors, whatever its sharding
-    mixed = {p.name: average(load_file(p), wb, weight) for p in shards(a)}  # all read before anything is written
-    if out.resolve() != a.resolve():
-        shutil.copytree(a, out, dirs_exist_ok=True)
+    if len(folders) < 2 or len(weights) != len(folders):
+        raise ValueError(f"{len(folders)} models and {len(weights)} weights: give two or more models, one weight each")
+    check_models(folders)
+    parents = [{"path": str(f), "shards": {p.name: sha256(p) for p in shards(f)}} for f in folders]
+    others = [{k: t for p in shards(f) for k, t in load_file(p).items()} for f in folders[1:]]  # any sharding
+    first = folders[0]
+    mixed = {p.name: average(load_file(p), others, weights) for p in shards(first)}  # read before any write
+    if out.resolve() != first.resolve():
+        shutil.copytree(first, out, dirs_exist_ok=True)
     for name, tensors in mixed.items():
         write_atomic(out / name, save(tensors, metadata={"format": "pt"}))
-    record = {"what": "weights (1 - weight) * a + weight * b, per tensor in fp32, stored in a's dtype; every other "
-                      "file is a's", "weight": weight, **parents,
-              "shards": {p.name: sha256(p) for p in shards(out)}, "command": command, "run_info": run_info()}
+    pair = ({"what": "weights (1 - weight) * a + weight * b, per tensor in fp32, stored in a's dtype; every other "
+                     "file is a's", "weight": weights[1], "a": parents[0], "b": parents[1]}
+            if len(folders) == 2 else
+            {"what": "weights sum(weights[i] * models[i]), per tensor in fp32, stored in the first model's dtype; "
+                     "every other file is the first model's"})
+    record = {**pair, "weights": weights, "models": parents, "shards": {p.name: sha256(p) for p in shards(out)},
+              "command": command, "run_info": run_info()}
     write_atomic(out / "average_config.json", json.dumps(record, indent=1) + "\n")
     return record
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", type=Path, help="model folder A (its files and dtype are kept)")
-    parser.add_argument("b", type=Path, help="model folder B")
-    parser.add_argument("--weight", type=float, required=True, help="B's weight w in (1 - w) * A + w * B, in [0, 1]")
-    parser.add_argument("--out", type=Path, required=True, help="the averaged model's folder (may be A)")
+    parser.add_argument("models", type=Path, nargs="+",
+                        help="model folders, two or more; the first's files and dtype are kept")
+    mix = parser.add_mutually_exclusive_group(required=True)
+    mix.add_argument("--weight", type=float, help="for two models A B: B's weight w in (1 - w) * A + w * B, in [0, 1]")
+    mix.add_argument("--weights", type=float, nargs="+", help="one weight per model, each in [0, 1], summing to 1")
+    parser.add_argument("--out", type=Path, required=True, help="the averaged model's folder (may be the first)")
     args = parser.parse_args(argv)
-    if not 0.0 <= args.weight <= 1.0:
-        parser.error(f"--weight must be in [0, 1], got {args.weight}")
+    if len(args.models) < 2:
+        parser.error(f"give two or more model folders, got {len(args.models)}")
+    if args.weight is not None:
+        if len(args.models) != 2:
+            parser.error(f"--weight is for two models (A B), got {len(args.models)}: give --weights instead")
+        if not 0.0 <= args.weight <= 1.0:
+            parser.error(f"--weight must be in [0, 1], got {args.weight}")
+        weights = [1.0 - args.weight, args.weight]
+    else:
+        weights = args.weights
+        if len(weights) != len(args.models):
+            parser.error(f"--weights gives {len(weights)} weights for {len(args.models)} models")
+        if not all(0.0 <= w <= 1.0 for w in weights) or abs(sum(weights) - 1.0) > 1e-6:
+            parser.error(f"--weights must each be in [0, 1] and sum to 1, got {weights} (sum {sum(weights):g})")
     command = "python -m experiments.weight_average " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:  # weight_average checks the pair before it reads or writes any weights
-        record = weight_average(args.a, args.b, args.weight, args.out, command)
+    try:  # weight_average checks the models before it reads or writes any weights
+        record = weight_average(args.models, weights, args.out, command)
     except ValueError as e:  # the pair cannot be averaged: bad input
         parser.error(str(e))
     except OSError as e:  # reading or writing failed (disk, permissions): one line, not a usage error
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         sys.exit(1)
-    print(f"wrote {args.out}: {len(record['shards'])} shards, weight {args.weight} of {args.b}")
+    print(f"wrote {args.out}: {len(record['shards'])} shards, weights {weights} of {len(args.models)} models")
 
 
 if __name__ == "__main__":

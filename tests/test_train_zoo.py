@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import difflib
 import itertools
 import random
@@ -137,6 +138,16 @@ def test_real_request_modes():
 def test_config_rejects_an_unknown_request_mode():
     with pytest.raises(ValueError, match="change_request"):
         tz.TargetConfig(change_request="free")
+
+
+def test_seed_option_sets_the_config_and_the_edit_data_key():
+    """``target --seed N`` is the run's seed; the cached edit data is keyed by it, so runs of different seeds that
+    share a cache do not share synthetic edits."""
+    assert tz.target_config(tz.parse_args(["target"])).seed == 0
+    cfg = tz.target_config(tz.parse_args(["target", "--seed", "3", "--init", "x"]))
+    assert cfg == dataclasses.replace(tz.target_config(tz.parse_args(["target", "--init", "x"])), seed=3)
+    keys = {zd.edit_key(dataclasses.replace(cfg, seed=s), tz.MODEL_DIR, [], []) for s in (0, 3)}
+    assert len(keys) == 2
 
 
 def _slow_changed(before, after):

@@ -1,5 +1,6 @@
-"""experiments.weight_average: every tensor (1 - w) A + w B in A's dtype and shard layout, A's other files kept, the
-record naming both parents, and bad input refused with one line before anything is written."""
+"""experiments.weight_average: every tensor (1 - w) A + w B (or w1 M1 + w2 M2 + ...) in the first model's dtype and
+shard layout, its other files kept, the record naming every parent, and bad input refused with one line before
+anything is written."""
 
 import json
 
@@ -52,6 +53,36 @@ def test_every_tensor_is_the_weighted_mean_in_a_dtype(tmp_path, weight):
     assert model.config.vocab_size == 97
 
 
+@pytest.mark.parametrize("weights", [(0.4, 0.2, 0.2, 0.2), (0.2, 0.2, 0.15, 0.15, 0.15, 0.15), (0.0, 1.0, 0.0)])
+def test_a_soup_of_several_is_their_weighted_sum(tmp_path, weights):
+    folders = [_save(tmp_path, f"m{i}", i) for i in range(len(weights))]
+    wa.main([str(f) for f in folders] + ["--weights", *map(str, weights), "--out", str(tmp_path / "out")])
+    out, parents = _weights(tmp_path / "out"), [_weights(f) for f in folders]
+    for k, t in out.items():  # the slow reference: in float64, rounded once to bf16
+        exact = sum(w * p[k].double() for w, p in zip(weights, parents))
+        ref = exact.to(torch.bfloat16).double()
+        slack = 2 ** -7 * ref.abs() + 2 ** -21 * sum(p[k].double().abs() for p in parents)
+        assert t.dtype == torch.bfloat16 and bool(((t.double() - ref).abs() <= slack).all()), k
+        if weights == (0.0, 1.0, 0.0):
+            assert torch.equal(t, parents[1][k])
+    record = json.loads((tmp_path / "out" / "average_config.json").read_text())
+    assert record["weights"] == list(weights) and "a" not in record and "weight" not in record
+    assert [m["path"] for m in record["models"]] == [str(f) for f in folders]
+    assert [m["shards"] for m in record["models"]] == [{p.name: wa.sha256(p) for p in wa.shards(f)} for f in folders]
+    assert record["shards"] == {p.name: wa.sha256(p) for p in wa.shards(tmp_path / "out")}
+
+
+def test_two_models_by_weights_equal_the_pair_by_weight(tmp_path):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    wa.main([str(a), str(b), "--weight", "0.75", "--out", str(tmp_path / "x")])
+    wa.main([str(a), str(b), "--weights", "0.25", "0.75", "--out", str(tmp_path / "y")])
+    x, y = _weights(tmp_path / "x"), _weights(tmp_path / "y")
+    assert all(torch.equal(x[k], y[k]) for k in x)
+    rx, ry = (json.loads((tmp_path / f / "average_config.json").read_text()) for f in ("x", "y"))
+    assert rx["weight"] == ry["weight"] == 0.75 and rx["weights"] == ry["weights"] == [0.25, 0.75]
+    assert rx["a"] == ry["a"] == rx["models"][0] and rx["b"] == ry["b"] == ry["models"][1]
+
+
 def test_b_sharded_otherwise_averages_the_same(tmp_path):
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
     whole = tmp_path / "b_whole"  # the same weights as B in one file
@@ -76,6 +107,11 @@ def test_in_place_on_a_replaces_only_the_weights(tmp_path):
 
 @pytest.mark.parametrize("case, message", [
     ("weight", "--weight must be in [0, 1], got 1.5"),
+    ("weights_sum", "--weights must each be in [0, 1] and sum to 1, got [0.5, 0.6]"),
+    ("weights_count", "--weights gives 3 weights for 2 models"),
+    ("weight_of_three", "--weight is for two models (A B), got 3"),
+    ("one_model", "give two or more model folders, got 1"),
+    ("third_differs", "M1 and M3 are different architectures"),
     ("missing", "B: no model folder (config.json)"),
     ("architecture", "different architectures: config.json differs in head_dim, hidden_size"),
     ("no_safetensors", "A: no safetensors weights"),
@@ -93,10 +129,22 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
             p.unlink()
     if case == "dtype":
         b = _save(tmp_path, "fp32", 1, dtype=torch.float32)
+    models, mix = [str(a), str(b)], ["--weight", weight]
+    if case == "weights_sum":
+        mix = ["--weights", "0.5", "0.6"]
+    if case == "weights_count":
+        mix = ["--weights", "0.5", "0.25", "0.25"]
+    if case == "weight_of_three":
+        models.append(str(a))
+    if case == "one_model":
+        models = [str(a)]
+    if case == "third_differs":
+        models.append(str(_save(tmp_path, "wide", 2, hidden_size=96, intermediate_size=128)))
+        mix = ["--weights", "0.5", "0.25", "0.25"]
     out = tmp_path / "out"
     capsys.readouterr()  # the saves' progress bars
     with pytest.raises(SystemExit) as e:
-        wa.main([str(a), str(b), "--weight", weight, "--out", str(out)])
+        wa.main(models + mix + ["--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert not out.exists()
