@@ -171,6 +171,8 @@ class TargetConfig:
     validation_repos: tuple[str, ...] = VALIDATION_REPOS  # held out of training; a repair chooses its step on them
     change_request: str = "located"     # or "subject": the commit subject / transform instruction alone
     max_places: int = 6                 # changed places named in a located request
+    rename_share: float = 0.0           # share of the edit-tuning edits whose file's own names are renamed
+    # (experiments.identifier_renaming: files the target cannot recall from pretraining, as on unseen repositories)
     workers: int = 16
 
     def __post_init__(self) -> None:
@@ -181,6 +183,8 @@ class TargetConfig:
             raise ValueError(f"resync_weight must be >= 0, got {self.resync_weight}")
         if not 0 <= self.repair_copy_share <= 1:
             raise ValueError(f"repair_copy_share must be in [0, 1], got {self.repair_copy_share}")
+        if not 0 <= self.rename_share <= 1:
+            raise ValueError(f"rename_share must be in [0, 1], got {self.rename_share}")
         if set(self.validation_repos) & set(EVAL_REPOS):
             raise ValueError(f"validation_repos must not hold an evaluation repository {EVAL_REPOS}, got "
                              f"{self.validation_repos}")
@@ -708,7 +712,8 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_e
                   "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
                   "unlikelihood_weight", "repeat_share", "repeat_max", "repair_time_s", "repair_batch",
                   "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
-                  "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed")
+                  "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed",
+                  "rename_share")
 
 
 def target_config(args) -> TargetConfig:
@@ -1117,6 +1122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-layers", action="store_const", const=True, default=None,
                    help="torch.compile each decoder layer for the training steps (evaluation and generation eager)")
     p.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)  # tests: aot_eager
+    p.add_argument("--rename-share", type=float, default=None,
+                   help="share of the edit-tuning edits whose file's own names are renamed (default 0)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the data's sampling, the batch order and the initialisation (default 0)")
     p.add_argument("--no-gate", action="store_true",

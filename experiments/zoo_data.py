@@ -20,9 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from experiments.distributed import write_atomic
-from experiments.edit_corpus import blazedit_messages, pretraining_texts, real_request
+from experiments.edit_corpus import blazedit_messages, change_request, pretraining_texts, real_request
+from experiments.identifier_renaming import renamed
 from experiments.sequence_match import changed_spans
 from experiments.synthetic_edits import synthetic_edit
+
+RENAMED_NAMES_SHARE = 0.5  # in a renamed example, each name its file defines gets a new one with this probability
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -276,20 +279,47 @@ def eval_examples_of(cfg, tokenizer, special: dict, eval_rows: list[dict]) -> li
                                     for r in rows], special["eot"])
 
 
+def renamed_synthetic_edit(args: tuple) -> dict | None:
+    """``synthetic_edit(job)`` (pool worker; ``args``: (job, rename share)), its file's own names renamed first
+    (:mod:`experiments.identifier_renaming`) with probability ``rename share``; the job's own result when 0."""
+    job, share = args
+    if share > 0:
+        rng = random.Random(job[0] * 7 + 1)
+        if rng.random() < share:
+            job = (job[0], renamed((job[1],), rng, RENAMED_NAMES_SHARE)[0], *job[2:])
+    return synthetic_edit(job)
+
+
+def renamed_real_row(args: tuple[dict, str, int, float, int]) -> tuple[str, str, str]:
+    """(before, change request, after) of a code_edits row (pool worker; ``args``: (row, request mode, max places,
+    rename share, seed)), its file's own names renamed in all three texts with probability ``rename share``."""
+    row, mode, max_places, share, seed = args
+    before, after, subject = row["before"], row["after"], row["instruction"]
+    if share > 0:
+        rng = random.Random(seed)
+        if rng.random() < share:
+            before, after, subject = renamed((before, after, subject), rng, RENAMED_NAMES_SHARE)
+    return before, change_request(before, after, subject, mode, max_places), after
+
+
 def edit_data(cfg, tokenizer, special: dict, train_rows: list[dict], edit_sources: list[str]) -> dict:
     """The edit-tuning examples (``cfg.real_epochs`` copies of the real training edits with their requests, then
     ``cfg.synthetic_examples`` synthetic edits of ``edit_sources``; before the repeated lines and the length cut),
     ``n_real`` (the real ones' count), each synthetic edit's (kinds, char edit norm), the first real request, and
-    the (before, request, after) rows when the target call repairs loops (``sft_rows``). The synthetic edits of a
-    smaller ``synthetic_examples`` are a prefix of a larger one's."""
+    the (before, request, after) rows when the target call repairs loops (``sft_rows``). With ``cfg.rename_share``
+    that share of the real and synthetic edits have their file's own names renamed (the same real edits in every
+    epoch). The synthetic edits of a smaller ``synthetic_examples`` are a prefix of a larger one's."""
     with Pool(cfg.workers) as pool:  # the workers use no tokenizer (forked after its threads may have started)
         n_src = len(edit_sources)
-        jobs = [(cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
-                 cfg.change_request, cfg.max_places, cfg.span_share) for i in range(int(1.25 * cfg.synthetic_examples))]
-        synth = [s for s in pool.map(synthetic_edit, jobs, chunksize=64) if s][: cfg.synthetic_examples]
-        requests = pool.map(real_request, [(r, cfg.change_request, cfg.max_places) for r in train_rows],
-                            chunksize=16)
-    sft_rows = [(r["before"], q, r["after"]) for r, q in zip(train_rows, requests)] * cfg.real_epochs
+        jobs = [((cfg.seed * 1_000_003 + i, edit_sources[i % n_src], edit_sources[(7919 * i + 1) % n_src],
+                  cfg.change_request, cfg.max_places, cfg.span_share), cfg.rename_share)
+                for i in range(int(1.25 * cfg.synthetic_examples))]
+        synth = [s for s in pool.map(renamed_synthetic_edit, jobs, chunksize=64) if s][: cfg.synthetic_examples]
+        real = pool.map(renamed_real_row, [(r, cfg.change_request, cfg.max_places, cfg.rename_share,
+                                            cfg.seed * 1_000_003 + 10_000_000 + i) for i, r in enumerate(train_rows)],
+                        chunksize=16)
+    requests = [q for _, q, _ in real]
+    sft_rows = real * cfg.real_epochs
     n_real = len(sft_rows)
     sft_rows += [(s["before"], s["instruction"], s["after"]) for s in synth]
     return {"examples": sft_examples(tokenizer, sft_rows, special["eot"], cfg.workers), "n_real": n_real,
@@ -301,7 +331,7 @@ def edit_data(cfg, tokenizer, special: dict, train_rows: list[dict], edit_source
 def edit_key(cfg, tok_dir: Path, train_rows: list[dict], edit_sources: list[str]) -> str:
     """A digest of what :func:`edit_data` depends on but ``synthetic_examples``: the edit settings of ``cfg``, the
     source files that make the data, the tokenizer's files, the edit rows and the synthetic edits' source files."""
-    fields = ("seed", "span_share", "real_epochs", "change_request", "max_places", "repair_time_s")
+    fields = ("seed", "span_share", "real_epochs", "change_request", "max_places", "repair_time_s", "rename_share")
     h = hashlib.sha256(json.dumps({f: getattr(cfg, f) for f in fields}, sort_keys=True).encode())
     for rel in DATA_SOURCES:
         h.update((REPO / rel).read_bytes())
@@ -315,7 +345,8 @@ def edit_key(cfg, tok_dir: Path, train_rows: list[dict], edit_sources: list[str]
 
 # The source files that make edit_data's result (part of edit_key).
 DATA_SOURCES = ("experiments/zoo_data.py", "experiments/edit_corpus.py", "experiments/synthetic_edits.py",
-                "experiments/sequence_match.py", "hybridsd/edit_requests.py", "hybridsd/edit_distance.py")
+                "experiments/sequence_match.py", "experiments/identifier_renaming.py", "hybridsd/edit_requests.py",
+                "hybridsd/edit_distance.py")
 
 
 def cached_edit_data(cache: Path | None, cfg, key: str, build) -> dict:
