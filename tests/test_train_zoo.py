@@ -1148,6 +1148,64 @@ def test_recorded_drift_repairs_are_the_recorded_command():
     assert len(repaired) == 1  # both averages are of the same repaired weights
 
 
+
+@pytest.mark.parametrize("folder, variable, variants", [
+    ("seed_soup_h200", "s", {"seed1": "1", "seed2": "2", "seed3": "3"}),
+    ("rename_tuning_h200", "r", {"rename0.5": "0.5", "rename1.0": "1.0"}),
+])
+def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
+    """zoo/seed_soup_h200/ and zoo/rename_tuning_h200/: each variant's stage-6 and stage-7 configs are what the
+    recorded script's command lines parse to with its seed or renamed share, at the calls' commit; its stage-8
+    average is of the base target (the installed target's first parent) at weight 0.75; the soup is the mean of the
+    installed target and the draws' averages, at the script's weights; the runs' gates are the gate records'."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from experiments import zoo_gate
+
+    root = tz.REPO / "experiments" / "results" / "zoo" / folder
+    runs = json.loads((root / "runs.json").read_text())
+    script = (root / "call.sh").read_text()
+    commit = {c["commit"] for c in runs["calls"]}
+    assert len(commit) == 1
+    base = json.loads((tz.MODEL_DIR / "average_config.json").read_text())["a"]["shards"]
+    assert sorted(base.values()) == sorted(runs["base_shards_sha256"])
+
+    def parsed(argv, recorded, make):
+        cfg = json.loads(json.dumps(asdict(make(tz.parse_args(argv)))))
+        default = asdict(tz.TargetConfig())
+        assert all(cfg[k] == default[k] for k in cfg.keys() - recorded.keys())  # fields added since: defaults
+        return {k: v for k, v in cfg.items() if k in recorded}
+
+    draws = []
+    for variant, value in variants.items():
+        commands = _script_commands(script.replace("$" + variable, value), "-m experiments.train_zoo")
+        target, repair = ([c for c in commands if c[0] == kind][0] for kind in ("target", "repair"))
+        for argv, name, make in ((target, "stage6_training_config.json", tz.target_config),
+                                 (repair, "stage7_repair_config.json", tz.repair_config)):
+            recorded = json.loads((root / variant / name).read_text())
+            assert parsed(argv, recorded["config"], make) == recorded["config"], (variant, name)
+            assert recorded["run_info"]["commit"] in commit
+        assert runs["stage7"][variant]["chosen_step"] == recorded["selection"]["chosen_step"]
+        avg = json.loads((root / variant / "average_config.json").read_text())
+        assert avg["weights"] == [0.25, 0.75] and avg["a"]["shards"] == base
+        draws.append(avg["b"]["shards"])
+    for variant in [*variants, *(["soup"] if "soup" in runs["gates"]["eval96"] else [])]:
+        for prompts in ("eval96", "val160"):
+            q = zoo_gate.read_gate(root / variant / f"gate_{prompts}_h200.json")["quality_gate"]
+            assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4),
+                                                       q["loops"]]
+    if folder == "seed_soup_h200":
+        soup = json.loads((root / "soup" / "average_config.json").read_text())
+        (argv,) = [a for a in _script_commands(script, "-m experiments.weight_average") if "--weights" in a]
+        i = argv.index("--weights")
+        assert soup["weights"] == [float(w) for w in argv[i + 1:i + 6]] and sum(soup["weights"]) == 1.0
+        installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                     for f in tz.MODEL_DIR.glob("model*.safetensors")}
+        assert [m["shards"] for m in soup["models"]] == [installed, base, *draws]
+
+
 def _wheel(folder, name: str, source: str):
     """A pure-Python wheel of one module ``name`` holding ``source``, written into ``folder``."""
     import zipfile

@@ -9,6 +9,7 @@ import json
 import re
 
 from experiments import results, zoo_gate
+from experiments.zoo_data import RENAMED_NAMES_SHARE
 from paper.sections import edit_norm
 from paper.sections.sweep import cap_count
 from paper.sections.simulation import SIMULATION
@@ -25,6 +26,8 @@ AVERAGE = RESULTS / "zoo" / "weight_average_h200"
 TRAIN_STEPS = RESULTS / "zoo" / "train_steps_h200"
 AMBIGUITY = RESULTS / "zoo" / "ambiguity_tuning_h200"
 DRIFT = RESULTS / "zoo" / "drift_repair_h200"
+SOUP = RESULTS / "zoo" / "seed_soup_h200"
+RENAME = RESULTS / "zoo" / "rename_tuning_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -584,10 +587,35 @@ def drift_repair() -> None:
     num("zooDriftInstEvalLong", installed["long"], "{:d}")
 
 
+def draws() -> None:
+    """seed_soup_h200/ and rename_tuning_h200/: more draws of the installed recipe's stages 6-8 from the base target
+    (seeds 1-3) and the soup of all four draws; stage 6 with a share of its edits' files renamed. Each product's gates
+    paired with the installed target's, the stage-6 steps, and the soup's weights (``zooSoup...``,
+    ``zooRename...``)."""
+    installed = {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"}
+    steps = []
+    for tag, variant in (("One", "seed1"), ("Two", "seed2"), ("Three", "seed3"), ("", "soup")):
+        product_gates(f"zooSoup{tag}", SOUP / variant, "h200", installed)
+        if variant != "soup":
+            sft = json.loads((SOUP / variant / "stage6_training_config.json").read_text())["sft"]
+            steps.append(100 * sft["steps"] / sft["planned_steps"])
+    num("zooSoupStepShare", f"{min(steps):.0f}--{max(steps):.0f}", "{}")
+    soup = json.loads((SOUP / "soup" / "average_config.json").read_text())
+    num("zooSoupProv", provenance(soup["run_info"]), "{}")
+    num("zooSoupWeights", ", ".join(f"{w:g}" for w in soup["weights"]), "{}")
+    num("zooRenameNames", RENAMED_NAMES_SHARE, "{:g}")
+    for tag, variant in (("Half", "rename0.5"), ("All", "rename1.0")):
+        product_gates(f"zooRename{tag}", RENAME / variant, "h200", installed)
+        cfg = json.loads((RENAME / variant / "stage6_training_config.json").read_text())
+        num(f"zooRename{tag}Share", cfg["config"]["rename_share"], "{:g}")
+        num(f"zooRename{tag}Prov", provenance(cfg["run_info"]), "{}")
+
+
 def make() -> None:
     model()
     weight_average()
     ambiguity_tuning()
     drift_repair()
+    draws()
     compile_speed()
     eagle3_gate()
