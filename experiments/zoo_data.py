@@ -279,26 +279,28 @@ def eval_examples_of(cfg, tokenizer, special: dict, eval_rows: list[dict]) -> li
                                     for r in rows], special["eot"])
 
 
-def renamed_synthetic_edit(args: tuple) -> dict | None:
-    """``synthetic_edit(job)`` (pool worker; ``args``: (job, rename share)), its file's own names renamed first
-    (:mod:`experiments.identifier_renaming`) with probability ``rename share``; the job's own result when 0."""
-    job, share = args
-    if share > 0:
-        rng = random.Random(job[0] * 7 + 1)
-        if rng.random() < share:
-            job = (job[0], renamed((job[1],), rng, RENAMED_NAMES_SHARE)[0], *job[2:])
-    return synthetic_edit(job)
-
-
-def renamed_real_row(args: tuple[dict, str, int, float, int]) -> tuple[str, str, str]:
-    """(before, change request, after) of a code_edits row (pool worker; ``args``: (row, request mode, max places,
-    rename share, seed)), its file's own names renamed in all three texts with probability ``rename share``."""
-    row, mode, max_places, share, seed = args
-    before, after, subject = row["before"], row["after"], row["instruction"]
+def renamed_by_chance(texts: tuple[str, ...], seed: int, share: float) -> tuple[str, ...]:
+    """``texts`` (a file first) with the file's own names renamed (:mod:`experiments.identifier_renaming`, each
+    with probability ``RENAMED_NAMES_SHARE``) with probability ``share``, drawn from ``seed``; unchanged at 0."""
     if share > 0:
         rng = random.Random(seed)
         if rng.random() < share:
-            before, after, subject = renamed((before, after, subject), rng, RENAMED_NAMES_SHARE)
+            return renamed(texts, rng, RENAMED_NAMES_SHARE)
+    return texts
+
+
+def renamed_synthetic_edit(args: tuple) -> dict | None:
+    """``synthetic_edit(job)`` of the job's file renamed by chance (pool worker; ``args``: (job, rename share);
+    :func:`renamed_by_chance`)."""
+    job, share = args
+    return synthetic_edit((job[0], *renamed_by_chance((job[1],), job[0] * 7 + 1, share), *job[2:]))
+
+
+def renamed_real_row(args: tuple[dict, str, int, float, int]) -> tuple[str, str, str]:
+    """(before, change request, after) of a code_edits row renamed by chance (pool worker; ``args``: (row, request
+    mode, max places, rename share, seed); :func:`renamed_by_chance` of before, after and subject)."""
+    row, mode, max_places, share, seed = args
+    before, after, subject = renamed_by_chance((row["before"], row["after"], row["instruction"]), seed, share)
     return before, change_request(before, after, subject, mode, max_places), after
 
 

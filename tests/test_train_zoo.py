@@ -1071,6 +1071,18 @@ def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
         assert getattr(cfg, name) == recorded[name], name
 
 
+def _as_recorded(make, argv: list[str], recorded: dict) -> dict:
+    """``make(parse_args(argv))`` as a JSON config, without the fields added after ``recorded`` was written, which
+    must be at their defaults."""
+    import json
+    from dataclasses import asdict
+
+    parsed = json.loads(json.dumps(asdict(make(tz.parse_args(argv)))))
+    default = asdict(tz.TargetConfig())
+    assert all(parsed[k] == default[k] for k in parsed.keys() - recorded.keys())
+    return {k: v for k, v in parsed.items() if k in recorded}
+
+
 def _script_commands(script: str, marker: str) -> list[list[str]]:
     """The argument lists after ``marker`` of a shell script's commands that contain it (continued lines joined,
     stopping at the first redirection)."""
@@ -1095,7 +1107,6 @@ def test_recorded_drift_repairs_are_the_recorded_command():
     averages are of the installed target's shards and the repaired ones, at the script's weights."""
     import hashlib
     import json
-    from dataclasses import asdict
 
     from experiments import zoo_gate
 
@@ -1109,20 +1120,13 @@ def test_recorded_drift_repairs_are_the_recorded_command():
     averages = {f"{rerun}_avg0.75": 0.75, f"{rerun}_avg0.5": 0.5}
     assert sorted(v for call in runs["calls"] for v in call["variants"]) == sorted([*options, rerun, *averages])
 
-    def config(argv, recorded):
-        """The parsed config without the fields added after the recording, which must be at their defaults."""
-        parsed = json.loads(json.dumps(asdict(tz.repair_config(tz.parse_args(argv)))))
-        default = asdict(tz.TargetConfig())
-        assert all(parsed[k] == default[k] for k in parsed.keys() - recorded.keys())
-        return {k: v for k, v in parsed.items() if k in recorded}
-
     for call in runs["calls"]:
         for variant in call["variants"]:
             if variant in options:
                 recorded = json.loads((folder / variant / "repair_config.json").read_text())
                 argv = ["repair", "--init", "hybridsd/models/tiny-coder", "--out", "o", "--repair-mode", "drift",
                         "--repair-batch", "96", "--repair-steps", "16", "--repair-time-s", "270", *options[variant]]
-                assert config(argv, recorded["config"]) == recorded["config"]
+                assert _as_recorded(tz.repair_config, argv, recorded["config"]) == recorded["config"]
                 assert recorded["run_info"]["commit"] == call["commit"]
             for prompts in ("eval96", "val160"):
                 q = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json")["quality_gate"]
@@ -1133,7 +1137,7 @@ def test_recorded_drift_repairs_are_the_recorded_command():
     assert drift[drift.index("--repair-steps") + 1] == "9" and drift[drift.index("--resync-weight") + 1] == "0.3"
     for argv, name in ((drift, "repair_config.json"), (loops, "loop_repair_config.json")):
         recorded = json.loads((folder / rerun / name).read_text())
-        assert config(argv, recorded["config"]) == recorded["config"]
+        assert _as_recorded(tz.repair_config, argv, recorded["config"]) == recorded["config"]
         assert recorded["run_info"]["commit"] == runs["calls"][-1]["commit"]
     assert runs["repair"][rerun]["loop_repair"]["chosen_step"] == 0  # the loop repair kept the drift product
     installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
@@ -1160,7 +1164,6 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
     installed target and the draws' averages, at the script's weights; the runs' gates are the gate records'."""
     import hashlib
     import json
-    from dataclasses import asdict
 
     from experiments import zoo_gate
 
@@ -1172,12 +1175,6 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
     base = json.loads((tz.MODEL_DIR / "average_config.json").read_text())["a"]["shards"]
     assert sorted(base.values()) == sorted(runs["base_shards_sha256"])
 
-    def parsed(argv, recorded, make):
-        cfg = json.loads(json.dumps(asdict(make(tz.parse_args(argv)))))
-        default = asdict(tz.TargetConfig())
-        assert all(cfg[k] == default[k] for k in cfg.keys() - recorded.keys())  # fields added since: defaults
-        return {k: v for k, v in cfg.items() if k in recorded}
-
     draws = []
     for variant, value in variants.items():
         commands = _script_commands(script.replace("$" + variable, value), "-m experiments.train_zoo")
@@ -1185,7 +1182,7 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
         for argv, name, make in ((target, "stage6_training_config.json", tz.target_config),
                                  (repair, "stage7_repair_config.json", tz.repair_config)):
             recorded = json.loads((root / variant / name).read_text())
-            assert parsed(argv, recorded["config"], make) == recorded["config"], (variant, name)
+            assert _as_recorded(make, argv, recorded["config"]) == recorded["config"], (variant, name)
             assert recorded["run_info"]["commit"] in commit
         assert runs["stage7"][variant]["chosen_step"] == recorded["selection"]["chosen_step"]
         avg = json.loads((root / variant / "average_config.json").read_text())
