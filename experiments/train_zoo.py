@@ -218,6 +218,12 @@ class TargetConfig:
         if self.pretrain_epochs < 1 or self.sft_epochs < 1:
             raise ValueError(f"pretrain_epochs and sft_epochs must be >= 1, got {self.pretrain_epochs}, "
                              f"{self.sft_epochs}")
+        shape = (self.hidden_size, self.num_layers, self.num_heads, self.num_kv_heads, self.intermediate_size)
+        if min(shape) < 1 or self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads or \
+                (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(f"the model shape (hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size) "
+                             f"needs positive sizes, num_heads dividing hidden_size into an even head size and "
+                             f"num_kv_heads dividing num_heads, got {shape}")
         if self.pretrain_steps < 0 or self.sft_steps < 0:
             raise ValueError(f"pretrain_steps and sft_steps must be >= 0, got {self.pretrain_steps}, "
                              f"{self.sft_steps}")
@@ -713,7 +719,8 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_e
                   "unlikelihood_weight", "repeat_share", "repeat_max", "repair_time_s", "repair_batch",
                   "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
                   "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed",
-                  "rename_share")
+                  "rename_share", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")
+SHAPE_OPTIONS = ("num_layers", "num_heads", "num_kv_heads", "intermediate_size")  # from scratch only
 
 
 def target_config(args) -> TargetConfig:
@@ -1126,6 +1133,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="share of the edit-tuning edits whose file's own names are renamed (default 0)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the data's sampling, the batch order and the initialisation (default 0)")
+    shape = TargetConfig()
+    for name, what in (("num_layers", "decoder layers"), ("num_heads", "attention heads (query)"),
+                       ("num_kv_heads", "key/value heads"), ("intermediate_size", "MLP width")):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                       help=f"{what} of a target trained from scratch (default {getattr(shape, name)})")
     p.add_argument("--no-gate", action="store_true",
                    help="no quality gate at the end (a stage of a lineage whose last stage is gated)")
     p.add_argument("--data-cache", type=Path, default=None,
@@ -1181,6 +1193,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"compare-gates {args.a} {args.b}: {type(e).__name__}: {e}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
         parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")
+    shaped = [n for n in SHAPE_OPTIONS if getattr(args, n, None) is not None]
+    if args.cmd == "target" and args.init is not None and shaped:
+        parser.error(f"--{shaped[0].replace('_', '-')}: the model shape is --init's ({args.init}); shape options "
+                     f"are for a target trained from scratch")
     configs = {"target": target_config, "repair": repair_config}
     if args.cmd in configs:  # the options' values checked before any work
         try:

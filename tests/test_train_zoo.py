@@ -501,6 +501,22 @@ def test_target_options_override_the_presets(capsys):
         assert e.value.code == 2 and name in err and "Traceback" not in err
 
 
+def test_shape_options_are_checked_and_from_scratch_only(capsys):
+    cfg = tz.target_config(tz.parse_args(["target", "--num-layers", "12", "--num-heads", "12", "--num-kv-heads", "4",
+                                          "--intermediate-size", "512"]))
+    assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, cfg.hidden_size) == \
+        (12, 12, 4, 512, tz.TargetConfig().hidden_size)
+    for bad, said in ((["--num-heads", "5"], "num_heads dividing hidden_size"),  # 384 / 5
+                      (["--num-heads", "128"], "even head size"),  # head size 3
+                      (["--num-kv-heads", "4"], "num_kv_heads dividing num_heads"),  # 6 / 4
+                      (["--num-layers", "0"], "positive sizes"),
+                      (["--init", "m", "--num-heads", "12"], "--num-heads: the model shape is --init's")):
+        with pytest.raises(SystemExit) as e:  # one line, exit 2, before any work
+            tz.parse_args(["target", *bad])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and said in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("epoch_steps, cap, planned", [(100, 0, 100), (100, 30, 30), (20, 30, 20), (1, 1, 1)])
 def test_step_budget_caps_the_epochs_steps(epoch_steps, cap, planned):
     assert tz.step_budget(epoch_steps, cap) == planned
@@ -897,16 +913,21 @@ def test_target_smoke_without_gate_writes_a_loadable_target(tmp_path):
     if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES):
         pytest.skip("code_edits_dev.jsonl not available")
     records = []
-    for run in ("first", "second"):  # the second run loads the first's prepared data
-        out = tmp_path / run
+    for run, shape in (("first", []), ("second", ["--num-heads", "4", "--num-kv-heads", "2"])):
+        out = tmp_path / run  # the second run, of another shape, loads the first's prepared data
         tz.main(["target", "--smoke", "--no-gate", "--pretrain-time-s", "4", "--sft-time-s", "4", "--out", str(out),
-                 "--data-cache", str(tmp_path / "cache")])
+                 "--data-cache", str(tmp_path / "cache"), *shape])
         records.append(json.loads((out / "training_config.json").read_text()))
     record = records[0]
     assert record["quality_gate"] == {"skipped": "--no-gate"} and record["smoke"]
     assert record["pretrain"]["steps"] >= 1 and record["sft"]["steps"] >= 1
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "first", local_files_only=True)
     assert sum(p.numel() for p in model.parameters()) == record["parameters"]
+    shaped = AutoModelForCausalLM.from_pretrained(tmp_path / "second", local_files_only=True).config
+    smoke = tz.SMOKE
+    assert (shaped.num_attention_heads, shaped.num_key_value_heads, shaped.head_dim) == \
+        (4, 2, smoke["hidden_size"] // 4) and (records[1]["config"]["num_heads"], model.config.num_attention_heads) \
+        == (4, smoke["num_heads"])
     (cached,) = (tmp_path / "cache").glob("edit_data_*.pkl")
     first, second = (dict(r["data"]) for r in records)
     assert first.pop("data_cache") == f"written {cached.name}"
