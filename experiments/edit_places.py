@@ -5,11 +5,13 @@ separates a target that cannot find the places asked for from one that edits too
 correlation mixes.
 
     python -m experiments.edit_places --model M [M ...] [--labels L ...] --rows eval --prompts 96 --out F.json
+    python -m experiments.edit_places --compare A.json:LABEL B.json:LABEL --out F.json   # B against A, paired
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import time
 from dataclasses import replace
@@ -71,6 +73,32 @@ def summarize(samples: list[dict]) -> dict:
             "first_found_share": float(np.mean([s["first_found"] for s in with_leave])) if with_leave else None}
 
 
+def compare_places(a: list[dict], b: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
+    """Two targets' samples (:func:`teacher_forced`'s) on the prompts both have (by id): ``n``, each one's
+    :func:`summarize` there, B's found share minus A's and B's spurious departures per copy token over A's, each
+    with its paired bootstrap 95% interval over the prompts (``n_boot`` resamples). Raises ValueError when they
+    share fewer than 3 prompts or differ in a shared prompt's places (not the same references)."""
+    sa, sb = ({s["id"]: s for s in samples} for samples in (a, b))
+    ids = sorted(set(sa) & set(sb))
+    if len(ids) < 3:
+        raise ValueError(f"the two records share {len(ids)} prompts; comparing them needs at least 3")
+    if any((sa[i]["leaves"], sa[i]["copies"]) != (sb[i]["leaves"], sb[i]["copies"]) for i in ids):
+        raise ValueError("a shared prompt has other places in the two records: they answer other references")
+    counts = {k: np.array([[side[i][k] for i in ids] for side in (sa, sb)], dtype=float)  # (2, n) each
+              for k in ("leaves", "found", "copies", "spurious")}
+    rng = np.random.default_rng(seed)
+    draws = np.vstack([np.arange(len(ids)), rng.integers(0, len(ids), (n_boot, len(ids)))])  # (1 + n_boot, n)
+    sums = {k: v[:, draws].sum(-1) for k, v in counts.items()}  # (2, 1 + n_boot) each: row 0 of draws is the data
+    found = sums["found"] / np.maximum(sums["leaves"], 1)
+    spurious = sums["spurious"] / np.maximum(sums["copies"], 1)
+    diff = found[1] - found[0]
+    ratio = spurious[1] / np.where(spurious[0] > 0, spurious[0], np.nan)
+    return {"n": len(ids), "a": summarize([sa[i] for i in ids]), "b": summarize([sb[i] for i in ids]),
+            "found_share_b_minus_a": float(diff[0]), "found_ci95": np.percentile(diff[1:], [2.5, 97.5]).tolist(),
+            "spurious_b_over_a": float(ratio[0]), "spurious_ci95": np.nanpercentile(ratio[1:], [2.5, 97.5]).tolist(),
+            "n_boot": n_boot}
+
+
 def teacher_forced(model_dir: Path, rows: list[dict], cfg) -> dict:
     """:func:`place_scores` of every row's reference answer under the target in ``model_dir`` (its weights as saved:
     bf16 on the GPU, fp32 on the CPU), with each sample's id and reference edit norm, and :func:`summarize`."""
@@ -102,9 +130,31 @@ def rows_of(which: str, prompts: int, cfg) -> list[dict]:
                      cfg.gate_max_before_chars)
 
 
+def read_side(spec: str) -> tuple[dict, list[dict]]:
+    """``RECORD:LABEL`` (a record this command wrote, gzipped or not, and one of its models' labels): the record
+    and that model's samples. Raises ValueError naming what is wrong."""
+    path, sep, label = spec.rpartition(":")
+    if not sep or not path or not label:
+        raise ValueError(f"{spec!r} is not RECORD:LABEL")
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            record = json.load(f)
+        models = {m["label"]: m for m in record["models"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not an edit_places record ({type(e).__name__}: {e})") from None
+    if label not in models:
+        raise ValueError(f"{path} has no model labelled {label!r} (it has {sorted(models)})")
+    return record, models[label]["samples"]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = Parser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=Path, nargs="+", required=True, help="target model folders")
+    p.add_argument("--model", type=Path, nargs="+", default=None, help="target model folders")
+    p.add_argument("--compare", nargs=2, metavar="RECORD:LABEL", default=None,
+                   help="instead of --model: two models of records this command wrote (A, then B), compared on the "
+                   "prompts both have (B's found share minus A's, B's spurious rate over A's, paired bootstrap "
+                   "intervals)")
     p.add_argument("--labels", nargs="+", default=None, help="a name for each model in the record (default: folders)")
     p.add_argument("--rows", choices=EDIT_SPLITS, default="eval",
                    help="eval: the held-out test split; validation: the repositories held out to choose checkpoints; "
@@ -112,6 +162,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=96, help="prompts, spread over 8 bins of reference edit norm")
     p.add_argument("--out", type=Path, required=True, help="the record (JSON, with every sample)")
     args = p.parse_args(argv)
+    if (args.model is None) == (args.compare is None):
+        p.error("give either --model or --compare")
+    if args.compare:
+        try:
+            sides = [read_side(spec) for spec in args.compare]
+            if sides[0][0]["rows"] != sides[1][0]["rows"]:
+                raise ValueError(f"the records are of other rows ({sides[0][0]['rows']}, {sides[1][0]['rows']})")
+            args.comparison = compare_places(sides[0][1], sides[1][1])
+        except ValueError as e:
+            p.error(f"--compare: {e}")
+        args.rows = sides[0][0]["rows"]
+        return args
     if args.prompts < 1:
         p.error(f"--prompts must be >= 1, got {args.prompts}")
     for m in args.model:
@@ -126,6 +188,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.compare:
+        c = args.comparison
+        print(f"{args.rows}, {c['n']} prompts: found {100 * c['a']['found_share']:.0f}% -> "
+              f"{100 * c['b']['found_share']:.0f}% ({100 * c['found_share_b_minus_a']:+.1f} points, 95% CI "
+              f"{100 * c['found_ci95'][0]:+.1f} to {100 * c['found_ci95'][1]:+.1f}); spurious per 1,000 "
+              f"{c['a']['spurious_per_1000']:.1f} -> {c['b']['spurious_per_1000']:.1f} (x{c['spurious_b_over_a']:.2f}, "
+              f"95% CI {c['spurious_ci95'][0]:.2f} to {c['spurious_ci95'][1]:.2f})", flush=True)
+        record = {"compare": args.compare, "rows": args.rows, "command": "python -m experiments.edit_places "
+                  f"--compare {' '.join(args.compare)} --out {args.out}", "run_info": run_info(), **c}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.out, json.dumps(record, indent=1) + "\n")
+        return
     cfg = replace(TargetConfig(), gate_prompts=args.prompts)
     rows = rows_of(args.rows, args.prompts, cfg)
     results = []

@@ -118,3 +118,110 @@ def test_record_is_written_with_its_command(tmp_path, monkeypatch):
     assert record["rows"] == "validation" and record["prompts"] == 1 and "--rows validation" in record["command"]
     assert record["models"][0]["label"] == "installed" and "--labels installed" in record["command"]
     assert record["models"][0]["summary"]["n"] == 1 and record["run_info"]["commit"]
+
+
+def _samples(rng, n, start=0):
+    """``n`` made-up samples of ids ``start``..: places and copies, some found, some spurious."""
+    out = []
+    for i in range(start, start + n):
+        leaves, copies = int(rng.integers(0, 6)), int(rng.integers(1, 400))
+        out.append({"id": f"p{i}", "leaves": leaves, "found": int(rng.integers(0, leaves + 1)), "copies": copies,
+                    "spurious": int(rng.integers(0, 12)), "exact": 0, "first_found": False})
+    return out
+
+
+def _slow_compare(a, b, n_boot, seed):
+    """The pooled shares of the shared prompts, one bootstrap resample at a time, in plain Python."""
+    import numpy as np
+
+    sa, sb = {s["id"]: s for s in a}, {s["id"]: s for s in b}
+    ids = sorted(set(sa) & set(sb))
+
+    def stats(pick):
+        tot = {(side, k): sum(s[i][k] for i in pick) for side, s in (("a", sa), ("b", sb))
+               for k in ("leaves", "found", "copies", "spurious")}
+        found = [tot[side, "found"] / max(tot[side, "leaves"], 1) for side in "ab"]
+        spur = [tot[side, "spurious"] / max(tot[side, "copies"], 1) for side in "ab"]
+        return found[1] - found[0], (spur[1] / spur[0] if spur[0] > 0 else float("nan"))
+
+    draws = np.random.default_rng(seed).integers(0, len(ids), (n_boot, len(ids)))
+    boot = [stats([ids[j] for j in row]) for row in draws]
+    d, r = stats(ids)
+    return len(ids), d, r, [x for x, _ in boot], [y for _, y in boot]
+
+
+@pytest.mark.parametrize("n_a, n_b, shift, n_boot, seed", [(7, 7, 0, 50, 0), (23, 17, 5, 333, 3), (3, 40, 0, 9, 1)])
+def test_compare_places_against_a_slow_bootstrap(n_a, n_b, shift, n_boot, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed + 10)
+    a = _samples(rng, n_a)
+    b = [{**s, "found": int(rng.integers(0, s["leaves"] + 1)), "spurious": int(rng.integers(0, 9))}
+         for s in _samples(np.random.default_rng(seed + 10), n_b, 0)][shift:]  # the same places, other counts
+    n, d, r, ds, rs = _slow_compare(a, b, n_boot, seed)
+    got = ep.compare_places(a, b, n_boot=n_boot, seed=seed)
+    assert got["n"] == n and got["found_share_b_minus_a"] == pytest.approx(d)
+    assert got["spurious_b_over_a"] == pytest.approx(r)
+    assert got["found_ci95"] == pytest.approx(np.percentile(ds, [2.5, 97.5]).tolist())
+    assert got["spurious_ci95"] == pytest.approx(np.nanpercentile(rs, [2.5, 97.5]).tolist())
+    assert got["a"]["n"] == got["b"]["n"] == n
+
+
+def test_compare_places_of_equal_and_of_scaled_samples():
+    import numpy as np
+
+    a = _samples(np.random.default_rng(0), 30)
+    same = ep.compare_places(a, a)
+    assert same["found_share_b_minus_a"] == 0 and same["found_ci95"] == [0, 0]
+    assert same["spurious_b_over_a"] == 1 and same["spurious_ci95"] == [1, 1]
+    double = ep.compare_places(a, [{**s, "spurious": 2 * s["spurious"]} for s in a])
+    assert double["spurious_b_over_a"] == pytest.approx(2) and double["spurious_ci95"] == pytest.approx([2, 2])
+    with pytest.raises(ValueError, match="share 2 prompts"):
+        ep.compare_places(a[:2], a)
+    with pytest.raises(ValueError, match="other places"):
+        ep.compare_places(a, [{**s, "copies": s["copies"] + 1} for s in a])
+
+
+def _record(path, rows, labels_samples):
+    path.write_text(json.dumps({"rows": rows, "prompts": 3, "models": [
+        {"label": label, "samples": samples, "summary": ep.summarize(samples)} for label, samples in labels_samples]}))
+    return path
+
+
+def test_compare_command_writes_its_record(tmp_path, capsys):
+    import gzip
+
+    import numpy as np
+
+    a = _samples(np.random.default_rng(1), 12)
+    b = [{**s, "spurious": s["spurious"] + 1} for s in a]
+    ra = _record(tmp_path / "a.json", "eval", [("installed", a), ("other", b)])
+    rb = tmp_path / "b.json.gz"
+    rb.write_bytes(gzip.compress(_record(tmp_path / "b.json", "eval", [("deep", b)]).read_bytes()))
+    out = tmp_path / "cmp.json"
+    ep.main(["--compare", f"{ra}:installed", f"{rb}:deep", "--out", str(out)])
+    record = json.loads(out.read_text())
+    assert {k: record[k] for k in ep.compare_places(a, b)} == json.loads(json.dumps(ep.compare_places(a, b)))
+    assert record["rows"] == "eval" and f"--compare {ra}:installed {rb}:deep" in record["command"]
+    assert "eval, 12 prompts" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make, named", [
+    (lambda t, a: ["--compare", f"{a}:installed", f"{t / 'none.json'}:x"], "none.json"),
+    (lambda t, a: ["--compare", f"{a}:installed", f"{a}:nobody"], "no model labelled 'nobody'"),
+    (lambda t, a: ["--compare", f"{a}:installed", str(a)], "is not RECORD:LABEL"),
+    (lambda t, a: ["--compare", f"{a}:installed", f"{_record(t / 'v.json', 'validation', [('x', [])])}:x"],
+     "other rows"),
+    (lambda t, a: ["--compare", f"{a}:installed", f"{_record(t / 'f.json', 'eval', [('x', [])])}:x"],
+     "share 0 prompts"),
+    (lambda t, a: ["--compare", f"{a}:installed", f"{a}:installed", "--model", str(MODEL_DIR)], "either --model"),
+    (lambda t, a: ["--labels", "x"], "either --model"),
+])
+def test_compare_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, named):
+    import numpy as np
+
+    a = _record(tmp_path / "a.json", "eval", [("installed", _samples(np.random.default_rng(2), 5))])
+    with pytest.raises(SystemExit) as e:
+        ep.parse_args([*make(tmp_path, a), "--out", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and named in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import itertools
 import random
+import re
 
 import numpy as np
 import pytest
@@ -1222,6 +1223,55 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
         installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
                      for f in tz.MODEL_DIR.glob("model*.safetensors")}
         assert [m["shards"] for m in soup["models"]] == [installed, base, *draws]
+
+
+def test_recorded_shapes_are_the_recorded_script():
+    """zoo/target_shapes_h200/: each shape's and seed's config is what the recorded script's command line parses to
+    with that seed and the shape's options, at its call's commit, and is of the recorded shape; the runs' place
+    counts are the edit_places records', and each comparison is :func:`edit_places.compare_places` of the records
+    it names, as the runs hold it."""
+    import gzip
+    import json
+    import shlex
+
+    from experiments import edit_places
+
+    root = tz.REPO / "experiments" / "results" / "zoo" / "target_shapes_h200"
+    runs = json.loads((root / "runs.json").read_text())
+    script = (root / "call.sh").read_text()
+    options = dict(re.findall(r'\[(\w+)\]="([^"]*)"', script))
+    assert set(options) == set(runs["shapes"]) and options["installed"] == ""
+    commits = {c["commit"] for c in runs["calls"]}
+    for run, t in runs["training"].items():
+        shape, seed = run.rsplit("_seed", 1)
+        (argv,) = _script_commands(script.replace("${OPTS[$label]}", options[shape]).replace("$SEED", seed)
+                                   .replace("$label", shape), "-m experiments.train_zoo")
+        recorded = json.loads((root / run / "training_config.json").read_text())
+        assert _as_recorded(tz.target_config, argv, recorded["config"]) == recorded["config"], run
+        assert recorded["run_info"]["commit"] == t["commit"] and t["commit"] in commits
+        assert {k: recorded["config"][k] for k in ("num_layers", "num_heads", "num_kv_heads", "intermediate_size")} \
+            == {k: v for k, v in runs["shapes"][shape].items() if k not in ("head_dim", "parameters")}
+        assert recorded["parameters"] == runs["shapes"][shape]["parameters"]
+        assert (t["pretrain_steps"], t["pretrain_stopped_by"]) == (2236, "steps") == \
+            (recorded["pretrain"]["steps"], recorded["pretrain"]["stopped_by"])
+    samples = {}
+    for rows, by_run in runs["places"].items():
+        for run, p in by_run.items():
+            label, seed = run.rsplit("_", 1)
+            with gzip.open(root / p["record"], "rt") as f:
+                (model,) = [m for m in json.load(f)["models"] if m["label"] == label]
+            assert {k: p[k] for k in ("found", "leaves", "spurious", "copies")} == \
+                {k: model["summary"][k] for k in ("found", "leaves", "spurious", "copies")}
+            samples[rows, p["record"].split("/")[-1], label] = model["samples"]
+    for name, c in runs["comparisons"].items():
+        record = json.loads((root / "comparisons" / f"{name}.json").read_text())
+        rows = name.split("_")[0]
+        (a, b) = (samples[(rows, *spec.rsplit(":", 1))] for spec in (c["a"], c["b"]))
+        got = edit_places.compare_places(a, b)
+        assert record["n"] == c["n"] == got["n"] and shlex.split(record["command"])[4:6] == record["compare"]
+        for key, digits in (("found_share_b_minus_a", 4), ("found_ci95", 4), ("spurious_b_over_a", 3),
+                            ("spurious_ci95", 3)):  # the record's figures, rounded in the runs
+            assert got[key] == pytest.approx(record[key]) and got[key] == pytest.approx(c[key], abs=10 ** -digits)
 
 
 def _wheel(folder, name: str, source: str):
