@@ -13,7 +13,8 @@ from experiments.zoo_data import RENAMED_NAMES_SHARE
 from paper.sections import edit_norm
 from paper.sections.sweep import cap_count
 from paper.sections.simulation import SIMULATION
-from paper.sections.tex import MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num, of_n, provenance, signed, table
+from paper.sections.tex import (MODEL_DIR, NUMBERS, RESULTS, commit_of, fmt, num, of_n, provenance, signed, table,
+                                 tex_escape)
 
 GPU_TESTS = RESULTS / "speed" / "gpu_tests.log"
 COMPILE_RUNS = RESULTS / "zoo" / "train_compile_h200"
@@ -28,6 +29,7 @@ AMBIGUITY = RESULTS / "zoo" / "ambiguity_tuning_h200"
 DRIFT = RESULTS / "zoo" / "drift_repair_h200"
 SOUP = RESULTS / "zoo" / "seed_soup_h200"
 RENAME = RESULTS / "zoo" / "rename_tuning_h200"
+SHAPES = RESULTS / "zoo" / "target_shapes_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -611,11 +613,44 @@ def draws() -> None:
         num(f"zooRename{tag}Prov", provenance(cfg["run_info"]), "{}")
 
 
+def shapes() -> None:
+    """target_shapes_h200/: other shapes of the target trained from scratch as the recipe's stage 1 at two seeds,
+    teacher-forced on the gate's prompts: each against the installed shape of the same seed, and the installed shape's
+    second seed against its first (``zooShape...``): spurious departures from the copy as a ratio, places found as a
+    difference in points, each with its paired bootstrap interval."""
+    runs = json.loads((SHAPES / "runs.json").read_text())
+
+    def ratio(c: dict) -> str:
+        return "%.2f [%.2f, %.2f]" % (c["spurious_b_over_a"], *c["spurious_ci95"])
+
+    def points(c: dict) -> str:
+        return "$%+.1f$ [$%+.1f$, $%+.1f$]" % tuple(100 * v for v in (c["found_share_b_minus_a"], *c["found_ci95"]))
+
+    for tag, rows in (("Eval", "eval96"), ("Val", "validation160")):
+        for shape, label in (("Heads", "heads12"), ("Deep", "deep12")):
+            pair = [json.loads((SHAPES / "comparisons" / f"{rows}_seed{seed}_{label}.json").read_text())
+                    for seed in (0, 1)]
+            num(f"zooShape{shape}{tag}Spur", " and ".join(map(ratio, pair)), "{}")
+            num(f"zooShape{shape}{tag}Found", " and ".join(map(points, pair)), "{}")
+        seeds = json.loads((SHAPES / "comparisons" / f"{rows}_installed_seed1_vs_seed0.json").read_text())
+        num(f"zooShapeSeed{tag}Spur", ratio(seeds), "{}")
+        num(f"zooShapeSeed{tag}Found", points(seeds), "{}")
+        inst = [runs["places"][rows][f"installed_seed{seed}"]["spurious_per_1000"] for seed in (0, 1)]
+        num(f"zooShapeInst{tag}Spur", " and ".join(f"{v:.1f}" for v in inst), "{}")
+    for shape, label in (("Heads", "heads12"), ("Deep", "deep12"), ("Inst", "installed")):
+        num(f"zooShape{shape}Params", runs["shapes"][label]["parameters"] / 1e6, "{:.1f}")
+    ri = json.loads((SHAPES / "installed_seed1" / "training_config.json").read_text())["run_info"]
+    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in runs["calls"]))
+    num("zooShapeProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
+                        f"{ri['date'][:10]}", "{}")
+
+
 def make() -> None:
     model()
     weight_average()
     ambiguity_tuning()
     drift_repair()
     draws()
+    shapes()
     compile_speed()
     eagle3_gate()
