@@ -56,7 +56,11 @@
 # SMOKE=1 runs the stages on a CPU with tiny budgets, data and repairs (train_zoo_gpu.sh --smoke: a smoke-sized model
 # from scratch; about 4 minutes for 1,2,3,4,5 on 2 cores). TARGET_OPTIONS (train_zoo.py target options) are added
 # after the options of every target stage of the call (1-4 and 6), e.g. TARGET_OPTIONS='--ambiguity-weight 4'
-# (zoo/ambiguity_tuning_h200/runs.json). Every run on one H200, its calls, times and product's gates:
+# (zoo/ambiguity_tuning_h200/runs.json). SHAPE_OPTIONS (train_zoo.py target's --num-layers, --num-heads,
+# --num-kv-heads, --intermediate-size) are added to stage 1 alone, whose shape the later stages keep, e.g.
+# SHAPE_OPTIONS='--num-layers 12 --intermediate-size 512' (zoo/target_shapes_h200/runs.json); stage 8's heads start
+# from the installed ones when the average has the installed target's shape, else from the average itself.
+# Every run on one H200, its calls, times and product's gates:
 # experiments/results/zoo/retrain_compiled_h200/stages.json.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
@@ -80,6 +84,15 @@ deadline() {  # a target stage's deadline: $1 s, or less for a later stage of th
   # (training ends the fine-tuning reserve, 55 s, before the deadline; about 25 s go to start-up, saving, archiving)
   local d=$((CALL_S - SECONDS + 30))
   if [ -z "$LISTED" ] || [ "$d" -ge "$1" ]; then echo "$1"; else echo "$d"; fi
+}
+
+same_shape() {  # whether the target in folder $1 has the installed target's shape, so that its heads fit
+  python3 - "$1" <<'PY'
+import json, sys
+keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+a, b = (json.load(open(f"{d}/config.json")) for d in (sys.argv[1], "hybridsd/models/tiny-coder"))
+sys.exit(0 if all(a[k] == b[k] for k in keys) else 1)
+PY
 }
 
 run_stage() {
@@ -126,6 +139,7 @@ run_stage() {
     return 2
   fi
   case $stage in 1|2|3|4|6) extra="$extra ${TARGET_OPTIONS:-}" ;; esac  # a variant's options (the later one wins)
+  [ "$stage" != 1 ] || extra="$extra ${SHAPE_OPTIONS:-}"  # another shape: from scratch only
   if [ -n "${SMOKE:-}" ]; then  # tiny budgets and data after the stage's own options (the later option wins)
     case $stage in
       1|2|3|4|6) extra="$extra --pretrain-time-s 3 --sft-time-s 3 --deadline-s 150 --synthetic-examples 40 \
@@ -150,7 +164,7 @@ run_stage() {
        cp "$WORK_ROOT/zoo_stage7/tiny-coder/repair_config.json" "$OUT/stage7_repair_config.json" ;;
     8) rm -rf "$WORK_ROOT/zoo_stage8_average"
        python3 -m experiments.weight_average "$base" "$init" $extra --out "$WORK_ROOT/zoo_stage8_average" || return 1
-       [ -z "${SMOKE:-}" ] || export HEADS_INIT=  # a smoke-sized target: heads from it, not the installed ones
+       same_shape "$WORK_ROOT/zoo_stage8_average" || export HEADS_INIT=  # another shape: heads from the average
        NO_TARGET=1 TARGET_DIR=$WORK_ROOT/zoo_stage8_average WORK=$WORK_ROOT/zoo_stage8 \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        for f in "$WORK_ROOT"/zoo_stage8/tiny-coder/{average_config,heads_training_eagle1_eagle3}.json; do

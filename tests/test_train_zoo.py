@@ -1067,6 +1067,40 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "give its folder as BASE" in run.stderr
 
 
+def test_retrain_shape_options_reach_stage_1_only_and_stage_8_heads_fit_the_shape(tmp_path):
+    """``SHAPE_OPTIONS`` follows stage 1's options alone (the later stages start from its target and keep its shape);
+    stage 8 starts the heads from the installed ones only for a target of the installed shape."""
+    import json
+    import shutil
+    import subprocess
+
+    script = tz.REPO / "experiments" / "retrain_zoo.sh"
+    env = {"PATH": "/usr/bin:/bin", "WORK_ROOT": str(tmp_path / "work"), "PRINT_ONLY": "1"}
+    lines = {}
+    for shape in ("", "--num-layers 12 --intermediate-size 512"):
+        out = subprocess.run(["bash", str(script), "1,2,3,4,5,6,7,8", str(tmp_path)], cwd=tz.REPO,
+                             env={**env, "SHAPE_OPTIONS": shape}, capture_output=True, text=True, check=True)
+        lines[shape] = {line.split(":")[0]: line.split(" OPTIONS=")[1].split() for line in out.stdout.splitlines()}
+    plain, deep = lines[""], lines["--num-layers 12 --intermediate-size 512"]
+    assert deep["stage 1"] == plain["stage 1"] + ["--num-layers", "12", "--intermediate-size", "512"]
+    assert all(deep[s] == plain[s] for s in plain if s != "stage 1") and len(plain) == 8
+    cfg = tz.target_config(tz.parse_args(["target", *deep["stage 1"]]))
+    assert (cfg.num_layers, cfg.intermediate_size) == (12, 512)
+
+    function = script.read_text().split("same_shape() {")[1].split("\n}\n")[0]
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((tz.MODEL_DIR / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "intermediate_size": 512}))
+    same = tmp_path / "same"
+    same.mkdir()
+    shutil.copy(tz.MODEL_DIR / "config.json", same / "config.json")
+    for folder, status in ((same, 0), (other, 1)):
+        run = subprocess.run(["bash", "-c", f"same_shape() {{{function}\n}}\nsame_shape {folder}"], cwd=tz.REPO,
+                             capture_output=True, text=True)
+        assert run.returncode == status, run.stderr
+
+
 def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
     """``TARGET_OPTIONS`` follows the options of stages 1-4 and 6 (so that it wins), and the recorded variant's stage
     6 (zoo/ambiguity_tuning_h200/) is the installed recipe's stage 6 with the ambiguity weight; stages 7 and 8 are
