@@ -156,15 +156,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "prompts both have (B's found share minus A's, B's spurious rate over A's, paired bootstrap "
                    "intervals)")
     p.add_argument("--labels", nargs="+", default=None, help="a name for each model in the record (default: folders)")
-    p.add_argument("--rows", choices=EDIT_SPLITS, default="eval",
-                   help="eval: the held-out test split; validation: the repositories held out to choose checkpoints; "
+    p.add_argument("--rows", choices=EDIT_SPLITS, default=None,
+                   help="eval (default): the held-out test split; validation: the repositories held out to choose "
+                   "checkpoints; "
                         "train: the training split's other rows")
-    p.add_argument("--prompts", type=int, default=96, help="prompts, spread over 8 bins of reference edit norm")
+    p.add_argument("--prompts", type=int, default=None,
+                   help="prompts, spread over 8 bins of reference edit norm (default 96)")
     p.add_argument("--out", type=Path, required=True, help="the record (JSON, with every sample)")
     args = p.parse_args(argv)
     if (args.model is None) == (args.compare is None):
         p.error("give either --model or --compare")
     if args.compare:
+        given = [o for o, v in (("--labels", args.labels), ("--rows", args.rows), ("--prompts", args.prompts)) if v]
+        if given:
+            p.error(f"{given[0]} is for --model; --compare takes the rows of its records")
         try:
             sides = [read_side(spec) for spec in args.compare]
             if sides[0][0]["rows"] != sides[1][0]["rows"]:
@@ -174,6 +179,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--compare: {e}")
         args.rows = sides[0][0]["rows"]
         return args
+    args.rows, args.prompts = args.rows or "eval", 96 if args.prompts is None else args.prompts
     if args.prompts < 1:
         p.error(f"--prompts must be >= 1, got {args.prompts}")
     for m in args.model:

@@ -713,14 +713,16 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 # ``target`` options that override a TargetConfig field of the same name when given
+# the model's shape, from scratch only: {option: what it sets}
+SHAPE_OPTIONS = {"num_layers": "decoder layers", "num_heads": "attention (query) heads",
+                 "num_kv_heads": "key/value heads", "intermediate_size": "MLP width"}
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_epochs", "sft_steps", "sft_time_s",
                   "deadline_s", "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs",
                   "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
                   "unlikelihood_weight", "repeat_share", "repeat_max", "repair_time_s", "repair_batch",
                   "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
                   "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed",
-                  "rename_share", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")
-SHAPE_OPTIONS = ("num_layers", "num_heads", "num_kv_heads", "intermediate_size")  # from scratch only
+                  "rename_share", *SHAPE_OPTIONS)
 
 
 def target_config(args) -> TargetConfig:
@@ -1134,8 +1136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the data's sampling, the batch order and the initialisation (default 0)")
     shape = TargetConfig()
-    for name, what in (("num_layers", "decoder layers"), ("num_heads", "attention heads (query)"),
-                       ("num_kv_heads", "key/value heads"), ("intermediate_size", "MLP width")):
+    for name, what in SHAPE_OPTIONS.items():
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                        help=f"{what} of a target trained from scratch (default {getattr(shape, name)})")
     p.add_argument("--no-gate", action="store_true",

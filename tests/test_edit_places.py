@@ -216,6 +216,8 @@ def test_compare_command_writes_its_record(tmp_path, capsys):
      "share 0 prompts"),
     (lambda t, a: ["--compare", f"{a}:installed", f"{a}:installed", "--model", str(MODEL_DIR)], "either --model"),
     (lambda t, a: ["--labels", "x"], "either --model"),
+    (lambda t, a: ["--compare", f"{a}:installed", f"{a}:installed", "--rows", "eval"], "--rows is for --model"),
+    (lambda t, a: ["--compare", f"{a}:installed", f"{a}:installed", "--labels", "x"], "--labels is for --model"),
 ])
 def test_compare_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, named):
     import numpy as np
