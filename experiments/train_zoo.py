@@ -712,10 +712,10 @@ def load_target(cfg: TargetConfig, init: Path | None, n_vocab: int, special: dic
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer_training.json")
 
 
-# ``target`` options that override a TargetConfig field of the same name when given
-# the model's shape, from scratch only: {option: what it sets}
+# ``target`` options that set the model's shape, from scratch only: {option: what it sets}
 SHAPE_OPTIONS = {"num_layers": "decoder layers", "num_heads": "attention (query) heads",
                  "num_kv_heads": "key/value heads", "intermediate_size": "MLP width"}
+# ``target`` options that override a TargetConfig field of the same name when given
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_epochs", "sft_steps", "sft_time_s",
                   "deadline_s", "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs",
                   "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
