@@ -20,7 +20,7 @@
 #               gates on an H200), else on the CPU (11 minutes on 2 cores; the installed target's was)
 #   8           the installed target: 0.25 x stage 5's weights + 0.75 x stage 7's (experiments/weight_average.py;
 #               BASE= names stage 5's folder when it is not $WORK_ROOT/zoo_stage5/tiny-coder), then its EAGLE-1
-#               and EAGLE-3 heads, started from hybridsd/models/tiny-coder's
+#               and EAGLE-3 heads, started from hybridsd/models/tiny-coder's where they fit (below)
 # Stages 6-8 repeat the calls that made the installed target from its base (the base target, which stages 1-5
 # retrain): zoo/decision_tuning_h200/runs.json (stage 6 and, on the CPU, stage 7) and zoo/weight_average_h200/runs.json
 # (stage 8).
@@ -59,7 +59,8 @@
 # (zoo/ambiguity_tuning_h200/runs.json). SHAPE_OPTIONS (train_zoo.py target's --num-layers, --num-heads,
 # --num-kv-heads, --intermediate-size) are added to stage 1 alone, whose shape the later stages keep, e.g.
 # SHAPE_OPTIONS='--num-layers 12 --intermediate-size 512' (zoo/target_shapes_h200/runs.json); stage 8's heads start
-# from the installed ones when the average has the installed target's shape, else from the average itself.
+# from hybridsd/models/tiny-coder's when that folder has heads and the average has its target's shape, else from the
+# average itself (heads_fit).
 # Every run on one H200, its calls, times and product's gates:
 # experiments/results/zoo/retrain_compiled_h200/stages.json.
 set -uo pipefail
@@ -86,11 +87,16 @@ deadline() {  # a target stage's deadline: $1 s, or less for a later stage of th
   if [ -z "$LISTED" ] || [ "$d" -ge "$1" ]; then echo "$1"; else echo "$d"; fi
 }
 
-same_shape() {  # whether the target in folder $1 has the installed target's shape, so that its heads fit
-  python3 - "$1" <<'PY'
-import json, sys
+heads_fit() {  # whether the installed folder ($2, default hybridsd/models/tiny-coder) has EAGLE-1 and EAGLE-3 heads
+  # and the target in folder $1 its target's shape, so that those heads can start the new ones (not so while the
+  # folder holds an unpacked stage archive given as INIT: a target alone)
+  python3 - "$1" "${2:-hybridsd/models/tiny-coder}" <<'PY'
+import json, os, sys
 keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
-a, b = (json.load(open(f"{d}/config.json")) for d in (sys.argv[1], "hybridsd/models/tiny-coder"))
+new, installed = sys.argv[1:]
+if not all(os.path.isfile(f"{installed}/{h}/config.json") for h in ("eagle1", "eagle3")):
+    sys.exit(1)
+a, b = (json.load(open(f"{d}/config.json")) for d in (new, installed))
 sys.exit(0 if all(a[k] == b[k] for k in keys) else 1)
 PY
 }
@@ -164,7 +170,7 @@ run_stage() {
        cp "$WORK_ROOT/zoo_stage7/tiny-coder/repair_config.json" "$OUT/stage7_repair_config.json" ;;
     8) rm -rf "$WORK_ROOT/zoo_stage8_average"
        python3 -m experiments.weight_average "$base" "$init" $extra --out "$WORK_ROOT/zoo_stage8_average" || return 1
-       same_shape "$WORK_ROOT/zoo_stage8_average" || export HEADS_INIT=  # another shape: heads from the average
+       heads_fit "$WORK_ROOT/zoo_stage8_average" || export HEADS_INIT=  # else the heads start from the average
        NO_TARGET=1 TARGET_DIR=$WORK_ROOT/zoo_stage8_average WORK=$WORK_ROOT/zoo_stage8 \
          bash experiments/train_zoo_gpu.sh "$OUT" ${SMOKE:+--smoke} || return 1
        for f in "$WORK_ROOT"/zoo_stage8/tiny-coder/{average_config,heads_training_eagle1_eagle3}.json; do

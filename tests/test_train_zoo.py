@@ -1069,7 +1069,8 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
 
 def test_retrain_shape_options_reach_stage_1_only_and_stage_8_heads_fit_the_shape(tmp_path):
     """``SHAPE_OPTIONS`` follows stage 1's options alone (the later stages start from its target and keep its shape);
-    stage 8 starts the heads from the installed ones only for a target of the installed shape."""
+    stage 8 starts the heads from the installed ones only for a target of the installed shape, and only where the
+    installed folder has heads (not while it holds a stage's unpacked archive given as INIT)."""
     import json
     import shutil
     import subprocess
@@ -1087,7 +1088,7 @@ def test_retrain_shape_options_reach_stage_1_only_and_stage_8_heads_fit_the_shap
     cfg = tz.target_config(tz.parse_args(["target", *deep["stage 1"]]))
     assert (cfg.num_layers, cfg.intermediate_size) == (12, 512)
 
-    function = script.read_text().split("same_shape() {")[1].split("\n}\n")[0]
+    function = script.read_text().split("heads_fit() {")[1].split("\n}\n")[0]
     other = tmp_path / "other"
     other.mkdir()
     config = json.loads((tz.MODEL_DIR / "config.json").read_text())
@@ -1095,10 +1096,14 @@ def test_retrain_shape_options_reach_stage_1_only_and_stage_8_heads_fit_the_shap
     same = tmp_path / "same"
     same.mkdir()
     shutil.copy(tz.MODEL_DIR / "config.json", same / "config.json")
-    for folder, status in ((same, 0), (other, 1)):
-        run = subprocess.run(["bash", "-c", f"same_shape() {{{function}\n}}\nsame_shape {folder}"], cwd=tz.REPO,
+    headless = tmp_path / "headless"  # an installed folder holding a stage's archive: a target without heads
+    headless.mkdir()
+    shutil.copy(tz.MODEL_DIR / "config.json", headless / "config.json")
+    for args, status in (((same,), 0), ((other,), 1), ((same, tz.MODEL_DIR), 0), ((same, headless), 1)):
+        call = " ".join(map(str, args))
+        run = subprocess.run(["bash", "-c", f"heads_fit() {{{function}\n}}\nheads_fit {call}"], cwd=tz.REPO,
                              capture_output=True, text=True)
-        assert run.returncode == status, run.stderr
+        assert run.returncode == status, (args, run.stderr)
 
 
 def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
