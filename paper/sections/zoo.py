@@ -205,6 +205,7 @@ def retrain() -> None:
     last_stages(record["stages_678_from_base"])
     numpy_batches(record["stages_12_numpy_batches"], record["lineage_step_budgets"])
     end_to_end(record["recipe_end_to_end"])
+    deep_recipe(record["recipe_deep12"], record["recipe_end_to_end"])
     train_steps()
     repair_selection()
     decision_tuning()
@@ -367,6 +368,28 @@ def end_to_end(run: dict) -> None:
     tok = [t["sft"]["tokens_per_s_after_first_step"] / 1e6 for t in targets]
     num("zooEndSftTok", f"{min(tok):.2f}--{max(tok):.2f}", "{}")
     product_gates("zooEnd", folder, "h200", {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+
+
+def deep_recipe(run: dict, end: dict) -> None:
+    """retrain_compiled_h200/recipe_deep12/: the whole recipe for the twelve-layer shape (its GPU-minutes, the stages'
+    commits, every phase stopping at its steps) and its product's GPU gates, each paired with the installed target's
+    and with the installed shape's end-to-end run's on the same prompts."""
+    folder = RETRAIN.parent / run["folder"]
+    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
+    assert sum(stage_s.values()) == run["recipe_gpu_s"] and sorted(stage_s) == list("12345678")
+    num("zooDeepRecipeMin", run["recipe_gpu_s"] / 60, "{:.1f}")
+    num("zooDeepRecipeShare", run["recipe_gpu_s"] / sum(c["call_wall_s"] for c in end["calls"]), "{:.2f}")
+    targets = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
+    by_steps = all(t[p]["stopped_by"] == "steps" for t in targets for p in ("pretrain", "sft")
+                   if t[p] and "stopped_by" in t[p])
+    assert by_steps == run["every_phase_stopped_by_steps"] and targets[0]["config"]["num_layers"] == 12
+    ri = targets[-1]["run_info"]
+    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in run["calls"]))
+    num("zooDeepRecipeProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
+                             f"{ri['date'][:10]}", "{}")
+    product_gates("zooDeepRecipe", folder, "h200", {
+        "Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json",
+        "End": lambda p: RETRAIN.parent / end["folder"] / f"gate_{p}_h200.json"})
 
 
 def train_steps() -> None:
