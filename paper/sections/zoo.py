@@ -304,8 +304,7 @@ def step_budgets(run: dict) -> None:
     num("zooEagerStepsProv", provenance(stages[0]["run_info"]), "{}")
     num("zooEagerStepsPreSteps", f"{stages[0]['pretrain']['steps']:,}", "{}")
     num("zooEagerStepsSftSteps", ", ".join(f"{s['sft']['steps']:,}" for s in stages), "{}")
-    by_steps = all(s[p]["stopped_by"] == "steps" for s in stages for p in ("pretrain", "sft") if "stopped_by" in s[p])
-    num("zooEagerStepsAllBySteps", "all" if by_steps else "not all", "{}")
+    num("zooEagerStepsAllBySteps", "all" if stopped_by_steps(stages) else "not all", "{}")
     selection_numbers("zooEagerStepsSel", json.loads((folder / "stage5_repair_config.json").read_text())["selection"])
     product_gates("zooEagerSteps", folder, "h200", {"": lambda p: SELECTION / f"installed_gate_{p}_h200.json"})
     cpu_repairs(folder, run["cpu_repairs"])
@@ -347,22 +346,34 @@ def numpy_batches(run: dict, first: dict) -> None:
         num(f"zoo{tag}SftS", " and ".join(f"{s['sft']['wall_s']:.0f}" for s in runs), "{}")
 
 
+def stopped_by_steps(targets: list[dict]) -> bool:
+    """Whether every pretraining and edit-tuning phase of these target-stage records stopped at its steps."""
+    return all(t[p]["stopped_by"] == "steps" for t in targets for p in ("pretrain", "sft")
+               if t[p] and "stopped_by" in t[p])
+
+
+def whole_recipe(run: dict) -> tuple:
+    """A whole-recipe run's folder, its stages' seconds (all eight) and its target stages' records, checked against
+    the run's record of whether every phase stopped at its steps."""
+    folder = RETRAIN.parent / run["folder"]
+    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
+    assert sorted(stage_s) == list("12345678")
+    targets = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
+    assert stopped_by_steps(targets) == run["every_phase_stopped_by_steps"]
+    return folder, stage_s, targets
+
+
 def end_to_end(run: dict) -> None:
     """retrain_compiled_h200/recipe_end_to_end/: stages 1-8 back to back on one machine (the calls' seconds, their sum
     and the lease through stage 8, each stage's seconds, the edit-tuning throughputs, stage 1's data, whether every
     phase stopped at its steps) and the product's GPU gates, paired with the installed target's on the same prompts."""
-    folder = RETRAIN.parent / run["folder"]
-    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
-    assert sum(c["call_wall_s"] for c in run["calls"]) == run["recipe_gpu_s"] and sorted(stage_s) == list("12345678")
+    folder, stage_s, targets = whole_recipe(run)
+    assert sum(c["call_wall_s"] for c in run["calls"]) == run["recipe_gpu_s"]
     num("zooEndMin", run["recipe_gpu_s"] / 60, "{:.1f}")
     num("zooEndLeaseMin", run["lease_s_through_stage8"] / 60, "{:.1f}")
     num("zooEndStageS", ", ".join(str(stage_s[k]) for k in sorted(stage_s)), "{}")
     num("zooEndCallsS", ", ".join(str(c["call_wall_s"]) for c in run["calls"]), "{}")
-    targets = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
-    by_steps = all(t[p]["stopped_by"] == "steps" for t in targets for p in ("pretrain", "sft")
-                   if t[p] and "stopped_by" in t[p])
-    assert by_steps == run["every_phase_stopped_by_steps"]
-    num("zooEndAllBySteps", "every" if by_steps else "not every", "{}")
+    num("zooEndAllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
     num("zooEndProv", provenance(targets[0]["run_info"]), "{}")
     num("zooEndDataS", targets[0]["data_prep_s"], "{:.0f}")
     tok = [t["sft"]["tokens_per_s_after_first_step"] / 1e6 for t in targets]
@@ -374,15 +385,11 @@ def deep_recipe(run: dict, end: dict) -> None:
     """retrain_compiled_h200/recipe_deep12/: the whole recipe for the twelve-layer shape (its GPU-minutes, the stages'
     commits, every phase stopping at its steps) and its product's GPU gates, each paired with the installed target's
     and with the installed shape's end-to-end run's on the same prompts."""
-    folder = RETRAIN.parent / run["folder"]
-    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
-    assert sum(stage_s.values()) == run["recipe_gpu_s"] and sorted(stage_s) == list("12345678")
+    folder, stage_s, targets = whole_recipe(run)
+    assert sum(stage_s.values()) == run["recipe_gpu_s"] and targets[0]["config"]["num_layers"] == 12
     num("zooDeepRecipeMin", run["recipe_gpu_s"] / 60, "{:.1f}")
+    num("zooDeepRecipeAllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
     num("zooDeepRecipeShare", run["recipe_gpu_s"] / sum(c["call_wall_s"] for c in end["calls"]), "{:.2f}")
-    targets = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
-    by_steps = all(t[p]["stopped_by"] == "steps" for t in targets for p in ("pretrain", "sft")
-                   if t[p] and "stopped_by" in t[p])
-    assert by_steps == run["every_phase_stopped_by_steps"] and targets[0]["config"]["num_layers"] == 12
     ri = targets[-1]["run_info"]
     commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in run["calls"]))
     num("zooDeepRecipeProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
