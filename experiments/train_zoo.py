@@ -128,6 +128,8 @@ class TargetConfig:
     ambiguity_weight: float = 0.0       # loss weight of copies whose context recurs in the prompt with another
     # continuation, that continuation avoided (zoo_data.ambiguous_copies; 0: neither)
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
+    copy_margin_weight: float = 0.0     # weight of the hinge on the logit margin of the copied token at the
+    copy_margin: float = 2.0            # answer's copy positions, relu(margin - (z_copy - max other z)) (0: none)
     repeat_share: float = 0.0           # share of examples with an answer line repeated in the input (loop exits)
     repeat_max: int = 2                 # ... repeated 1 to this many times
     repair_time_s: float = 0.0          # loop repair after edit tuning (seconds; 0: none), see loop_repair
@@ -194,6 +196,9 @@ class TargetConfig:
             raise ValueError(f"unlikelihood_weight must be >= 0, got {self.unlikelihood_weight}")
         if self.ambiguity_weight < 0:
             raise ValueError(f"ambiguity_weight must be >= 0, got {self.ambiguity_weight}")
+        if self.copy_margin_weight < 0 or not self.copy_margin > 0:
+            raise ValueError(f"need copy_margin_weight >= 0 and copy_margin > 0, got {self.copy_margin_weight}, "
+                             f"{self.copy_margin}")
         for name in ("change_weight", "decision_weight"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -308,12 +313,16 @@ def kept_positions(targets):
     return (targets != -100).flatten().nonzero().squeeze(1)
 
 
-def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihood_weight: float = 0.0, keep=None):
+def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihood_weight: float = 0.0, keep=None,
+                copy=None, copy_margin: float = 2.0, copy_margin_weight: float = 0.0):
     """Mean cross-entropy over positions whose target is not -100 (logits computed only there); with
     ``weights`` (same shape as ``targets``) the weighted mean. With ``avoid`` (same shape; a token id, or -100)
     and ``unlikelihood_weight`` > 0, plus that weight times the unlikelihood term ``-log(1 - p(avoid))`` summed
-    over the positions whose avoided token is not their target, over the same total weight. ``keep``: those
-    positions as :func:`kept_positions` gives them, already on the device (else found here: a host sync)."""
+    over the positions whose avoided token is not their target, over the same total weight. With ``copy`` (same
+    shape, bool: the positions where the answer copies its input) and ``copy_margin_weight`` > 0, plus that weight
+    times the hinge ``relu(copy_margin - (z_target - max_other z))`` on the logits, summed over the copy positions
+    over the same total weight: it acts only where greedy decoding would leave the copy or nearly so. ``keep``:
+    those positions as :func:`kept_positions` gives them, already on the device (else found here: a host sync)."""
     import torch
     import torch.nn.functional as F
 
@@ -326,6 +335,11 @@ def masked_loss(model, input_ids, targets, weights=None, avoid=None, unlikelihoo
         weights = torch.ones_like(targets, dtype=logits.dtype)
     w = weights.flatten().index_select(0, keep)  # [K]
     loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum()
+    if copy is not None and copy_margin_weight > 0:
+        top = logits.topk(2, dim=1)  # values, indices [K, 2]
+        other = torch.where(top.indices[:, 0] == y, top.values[:, 1], top.values[:, 0])  # [K] best other logit
+        hinge = torch.relu(copy_margin - (logits.gather(1, y[:, None]).squeeze(1) - other))  # [K]
+        loss = loss + copy_margin_weight * (hinge * copy.flatten().index_select(0, keep)).sum() / w.sum()
     if avoid is None or unlikelihood_weight == 0:
         return loss
     a = avoid.flatten().index_select(0, keep)  # [K]
@@ -381,7 +395,7 @@ def step_budget(epoch_steps: int, cap: int) -> int:
 
 
 def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, log: list, on_log=None) -> dict:
-    """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid]) CPU tensors)
+    """Run optimisation steps over ``batches`` (an iterable of (inputs, targets[, weights, avoid, copy]) CPU tensors)
     until done; returns the phase's record, with the first step's time (compilation, with ``compile_layers``) and
     the throughput after it. Token counts and the loss's positions (:func:`kept_positions`) come from the host's
     tensors and CUDA copies are pinned and non-blocking, so the host builds the next batch while the device runs a
@@ -398,16 +412,17 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
         keep = kept_positions(targets)  # host tensors: no device sync
         tokens += keep.numel()
         seen += inputs.numel()
-        inputs, targets, keep, weights, avoid = [
+        inputs, targets, keep, weights, avoid, copy = [
             None if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True)
-            for t in [inputs, targets, keep, *(extra + [None, None])[:2]]]
+            for t in [inputs, targets, keep, *(extra + [None, None, None])[:3]]]
         lr = phase.current_lr()
         if pin:  # a new step for compiled CUDA graphs (their outputs of the last step may be overwritten)
             torch.compiler.cudagraph_mark_step_begin()
         for group in opt.param_groups:
             group["lr"] = lr
         with bf16(device):
-            loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight, keep)
+            loss = masked_loss(model, inputs, targets, weights, avoid, cfg.unlikelihood_weight, keep, copy,
+                               cfg.copy_margin, cfg.copy_margin_weight)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -662,11 +677,12 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
             anchors = sft_batches(examples, cfg.sft_batch_tokens, special["pad"], cfg.seed + 51 + steps,
                                   cfg.change_weight, cfg.decision_weight, cfg.ambiguity_weight)
             batch = next(anchors)
-        x, y, w, a = (t.to(device) for t in batch)
+        x, y, w, a, c = (t.to(device) for t in batch)
         for group in opt.param_groups:
             group["lr"] = cfg.repair_lr
         with bf16(device, not cfg.repair_fp32):
-            loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight)
+            loss = masked_loss(model, x, y, w, a, cfg.unlikelihood_weight, copy=c, copy_margin=cfg.copy_margin,
+                               copy_margin_weight=cfg.copy_margin_weight)
             if synced is not None and synced[0] is not None:
                 loss = loss + cfg.resync_weight * masked_loss(model, synced[0].to(device), synced[1].to(device))
             if repeats is not None and bool((repeats[1] >= 0).any()):  # CPU tensors: no device sync
@@ -719,7 +735,8 @@ SHAPE_OPTIONS = {"num_layers": "decoder layers", "num_heads": "attention (query)
 CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_epochs", "sft_steps", "sft_time_s",
                   "deadline_s", "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs",
                   "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
-                  "unlikelihood_weight", "repeat_share", "repeat_max", "repair_time_s", "repair_batch",
+                  "unlikelihood_weight", "copy_margin_weight", "copy_margin", "repeat_share", "repeat_max",
+                  "repair_time_s", "repair_batch",
                   "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
                   "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed",
                   "rename_share", *SHAPE_OPTIONS)
@@ -816,7 +833,7 @@ def cmd_target(args) -> None:
                     x = torch.from_numpy(seq_rows[i:i + 8]).long().to(device)
                     losses.append(masked_loss(model, x[:, :-1], x[:, 1:]).item())
             else:  # weights 1 on answer tokens, 2 on decision positions: two unweighted means from one pass
-                for x, y, w, _ in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed, 1.0, 2.0):
+                for x, y, w, *_ in sft_batches(sft, cfg.sft_batch_tokens, special["pad"], cfg.seed, 1.0, 2.0):
                     x, y, w = x.to(device), y.to(device), w.to(device)
                     keep = y != -100
                     logits = model.lm_head(model.model(input_ids=x, use_cache=False).last_hidden_state[keep])
@@ -1101,6 +1118,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ambiguity-weight", type=float, default=None,
                    help="loss weight of the answer's copies whose context recurs in the prompt with another "
                    "continuation, that continuation avoided (default 0: neither)")
+    p.add_argument("--copy-margin-weight", type=float, default=None,
+                   help="weight of the hinge on the copied token's logit margin at the answer's copy positions "
+                   "(default 0: none)")
+    p.add_argument("--copy-margin", type=float, default=None,
+                   help="the logit margin that hinge asks of the copied token over every other (default 2)")
     p.add_argument("--sft-epochs", type=int, default=None, help="passes over the edit-tuning examples")
     p.add_argument("--sft-steps", type=int, default=None,
                    help="edit-tuning steps, at most (replay steps included; default: the epochs')")

@@ -201,13 +201,14 @@ def sft_batch_rows(examples: list[tuple], batch_tokens: int, seed: int) -> list[
 
 def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
                 seed: int, change_weight: float = 1.0, decision_weight: float = 1.0, ambiguity_weight: float = 0.0):
-    """Length-bucketed, right-padded batches (:func:`sft_batch_rows`) of (inputs, targets, weights, avoid) from
-    :func:`sft_examples`' rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight`` on
-    the changed positions and ``decision_weight`` on the decision positions (the larger of the two where both
+    """Length-bucketed, right-padded batches (:func:`sft_batch_rows`) of (inputs, targets, weights, avoid, copy)
+    from :func:`sft_examples`' rows; targets -100 outside the answers, weights 1 on answer tokens, ``change_weight``
+    on the changed positions and ``decision_weight`` on the decision positions (the larger of the two where both
     apply), none on ignored positions (a row's optional sixth element, see :func:`with_repeated_line`); avoid: the
-    avoided copy's token where there is one, else -100. With ``ambiguity_weight`` > 0, the ambiguous copies
-    (:func:`ambiguous_copies`) weigh at least that much and avoid their wrong continuation where nothing else is
-    avoided."""
+    avoided copy's token where there is one, else -100; copy: True at the answer positions that are neither changed
+    nor decisions nor ignored (where the answer copies its input). With ``ambiguity_weight`` > 0, the ambiguous
+    copies (:func:`ambiguous_copies`) weigh at least that much and avoid their wrong continuation where nothing else
+    is avoided."""
     import torch
 
 
@@ -217,6 +218,7 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
         targets = np.full((len(batch), width), -100, dtype=np.int64)
         weights = np.zeros((len(batch), width), dtype=np.float32)
         avoid = np.full((len(batch), width), -100, dtype=np.int64)
+        copy = np.zeros((len(batch), width), dtype=bool)
         for row, i in enumerate(batch):  # numpy per row: the host builds a batch in a few ms
             ids, n_prompt, changed, decisions, avoided = examples[i][:5]
             ids = np.asarray(ids, dtype=np.int64)
@@ -225,8 +227,11 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
             targets[row, start:end] = ids[n_prompt:]
             w = weights[row]  # (width,) a view
             w[start:end] = 1.0
-            w[np.asarray(changed, dtype=np.int64) + start] = change_weight
+            copy[row, start:end] = True
+            copy[row, np.asarray(changed, dtype=np.int64) + start] = False
             at = np.asarray(decisions, dtype=np.int64) + start
+            copy[row, at] = False
+            w[np.asarray(changed, dtype=np.int64) + start] = change_weight
             w[at] = np.maximum(w[at], np.float32(decision_weight))
             if ambiguity_weight > 0:
                 where, token = ambiguous_copies(ids, n_prompt)
@@ -237,14 +242,13 @@ def sft_batches(examples: list[tuple], batch_tokens: int, pad: int,
                 avoid[row, np.asarray(where, dtype=np.int64) + start] = token
             if len(examples[i]) > 5 and examples[i][5]:
                 at = np.asarray(examples[i][5], dtype=np.int64) + start
-                targets[row, at], w[at], avoid[row, at] = -100, 0.0, -100
-        yield tuple(torch.from_numpy(t) for t in (inputs, targets, weights, avoid))
+                targets[row, at], w[at], avoid[row, at], copy[row, at] = -100, 0.0, -100, False
+        yield tuple(torch.from_numpy(t) for t in (inputs, targets, weights, avoid, copy))
 
 
 def with_replay(batches, replay, every: int):
     """``batches`` with one batch of ``replay`` (an (inputs, targets) iterator; weights of 1 added, nothing
-    avoided) in every
-    ``every`` steps, at positions every-1, 2*every-1, ..."""
+    avoided, no copy positions) in every ``every`` steps, at positions every-1, 2*every-1, ..."""
     import torch
 
 
@@ -252,7 +256,7 @@ def with_replay(batches, replay, every: int):
         yield batch
         if i % (every - 1) == every - 2:
             x, y = next(replay)
-            yield x, y, torch.ones(y.shape), None
+            yield x, y, torch.ones(y.shape), None, None
 
 
 def pretraining_data(cfg, tokenizer, special: dict) -> tuple[dict, list[str]]:

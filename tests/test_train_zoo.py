@@ -206,13 +206,15 @@ def test_decision_positions(before, after):
                                      ([7, 8, 1, 2, 4], 2, [0, 2], [0, 3], [])])
 def test_sft_batches_weight_the_changed_tokens(example):
     ids, n_prompt, changed, decisions, avoided = example
-    (x, y, w, avoid), = zd.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0, decision_weight=3.0)
+    (x, y, w, avoid, copy), = zd.sft_batches([example], 4096, pad=0, seed=0, change_weight=5.0,
+                                             decision_weight=3.0)
     assert {(int(q) - n_prompt + 1, int(avoid[0, q])) for q in torch.nonzero(avoid[0] >= 0)[:, 0]} == set(avoided)
     assert x[0, : len(ids) - 1].tolist() == ids[:-1]
     for pos in range(len(ids) - n_prompt):  # answer token pos is predicted at n_prompt - 1 + pos
         assert int(y[0, n_prompt - 1 + pos]) == ids[n_prompt + pos]
         want = 5.0 if pos in changed else 3.0 if pos in decisions else 1.0
         assert float(w[0, n_prompt - 1 + pos]) == want
+        assert bool(copy[0, n_prompt - 1 + pos]) == (want == 1.0)
     assert int((y != -100).sum()) == len(ids) - n_prompt
 
 
@@ -285,9 +287,10 @@ def test_sft_batches_equal_a_per_position_reference(rows, change_weight, decisio
     """Every position of every batch, dtypes included, against a loop over the rows' positions."""
     batches = list(zd.sft_batches(rows, 512, pad=2, seed=seed, change_weight=change_weight,
                                   decision_weight=decision_weight, ambiguity_weight=ambiguity_weight))
-    for (x, y, w, avoid), batch in zip(batches, zd.sft_batch_rows(rows, 512, seed), strict=True):
-        assert (x.dtype, y.dtype, w.dtype, avoid.dtype) == (torch.long, torch.long, torch.float32, torch.long)
-        assert x.shape == y.shape == w.shape == avoid.shape and x.shape[1] % 64 == 0
+    for (x, y, w, avoid, copy), batch in zip(batches, zd.sft_batch_rows(rows, 512, seed), strict=True):
+        assert (x.dtype, y.dtype, w.dtype, avoid.dtype, copy.dtype) == (torch.long, torch.long, torch.float32,
+                                                                         torch.long, torch.bool)
+        assert x.shape == y.shape == w.shape == avoid.shape == copy.shape and x.shape[1] % 64 == 0
         for r, i in enumerate(batch):
             ids, n_prompt, changed, decisions, avoided = rows[i][:5]
             ignored = rows[i][5] if len(rows[i]) > 5 else []
@@ -301,6 +304,7 @@ def test_sft_batches_equal_a_per_position_reference(rows, change_weight, decisio
                 assert int(x[r, t]) == (ids[t] if t < len(ids) - 1 else 2)
                 assert int(y[r, t]) == (ids[n_prompt + q] if answer else -100)
                 assert float(w[r, t]) == want_w
+                assert bool(copy[r, t]) == (answer and q not in changed and q not in decisions)
                 want_avoid = dict(avoided).get(q, ambiguous.get(q, -100))
                 assert int(avoid[r, t]) == (want_avoid if answer else -100)
 
@@ -338,6 +342,27 @@ def test_train_phase_counts_tokens_on_the_host():
     assert info["loss_tokens"] == sum(int((y != -100).sum()) for _, y, _, _ in batches) == 3 * (5 + 7 + 6)
     assert info["tokens_seen"] == 3 * (9 + 14 + 11)
     assert [e["step"] for e in log] == [1, 2] and log[-1]["loss_tokens"] == 3 * (5 + 7)
+
+
+@pytest.mark.parametrize("weight", [0.0, 4.0])
+def test_train_phase_adds_the_copy_margin_hinge_of_its_config(weight):
+    """A step's logged loss is masked_loss with the batch's copy positions and the config's hinge weight."""
+    special = {"bos": 0, "eos": 1, "pad": 2, "eot": 3}
+    cfg = tz.TargetConfig(**{**tz.SMOKE, "log_every": 1, "copy_margin_weight": weight, "copy_margin": 5.0})
+    torch.manual_seed(0)
+    model = tz.build_model(cfg, 40, special)
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randint(4, 40, (3, 12), generator=g), torch.randint(4, 40, (3, 12), generator=g)
+    y[:, :4] = -100
+    copy = torch.rand(3, 12, generator=g) < 0.6
+    want = tz.masked_loss(model, x, y, torch.ones(y.shape), None, 0.0, None, copy, 5.0, weight).item()
+    plain = tz.masked_loss(model, x, y).item()
+    assert (want > plain + 0.1) == (weight > 0)  # an untrained model is inside a margin of 5 at copy positions
+    log: list = []
+    tz.train_phase(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
+                   iter([(x, y, torch.ones(y.shape), torch.full(y.shape, -100), copy)]),
+                   tz.Phase("sft", 1, 600.0, 1e-3, 1, 0.1), cfg, torch.device("cpu"), log)
+    assert log[0]["loss"] == pytest.approx(want, abs=1e-4)
 
 
 def _slow_copy_candidates(ids, q, n):
@@ -401,6 +426,39 @@ def test_unlikelihood_term_is_added_where_asked():
     assert torch.allclose(tz.masked_loss(model, x, y, None, avoid, 0.5), want, atol=1e-6)
 
 
+@pytest.mark.parametrize("margin", [0.5, 2.0, 30.0])
+def test_copy_margin_hinge_is_added_at_the_copy_positions(margin):
+    """The hinge term against a loop over the copy positions: relu(margin - (z_target - best other z)), over the
+    total weight; zero weight or no mask leaves the plain loss; a huge margin makes every copy position count."""
+    torch.manual_seed(1)
+    model = tz.build_model(tz.TargetConfig(**tz.SMOKE), 32, {"bos": 0, "eos": 1, "pad": 2, "eot": 3})
+    x, y = torch.randint(4, 32, (2, 13)), torch.randint(4, 32, (2, 13))
+    y[0, :5], y[1, 11:] = -100, -100
+    w = torch.rand(2, 13) + 0.5
+    copy = torch.rand(2, 13) < 0.5
+    copy[0, 2] = True  # a copy flag where the target is ignored counts nothing
+    plain = tz.masked_loss(model, x, y, w)
+    assert torch.allclose(tz.masked_loss(model, x, y, w, copy=copy, copy_margin=margin), plain)
+    assert torch.allclose(tz.masked_loss(model, x, y, w, copy=None, copy_margin_weight=3.0), plain)
+    logits = model(x).logits.float()
+    hinge = 0.0
+    for b in range(2):
+        for t in range(13):
+            if copy[b, t] and y[b, t] != -100:
+                z = logits[b, t]
+                other = max(float(z[v]) for v in range(z.numel()) if v != int(y[b, t]))
+                hinge += max(0.0, margin - (float(z[y[b, t]]) - other))
+    want = plain + 3.0 * hinge / float(w[y != -100].sum())
+    got = tz.masked_loss(model, x, y, w, copy=copy, copy_margin=margin, copy_margin_weight=3.0)
+    assert torch.allclose(got, want, atol=1e-5)
+    if margin == 30.0:  # every kept copy position is inside the margin of an untrained model
+        assert hinge > 0 and sum(1 for b in range(2) for t in range(13) if copy[b, t] and y[b, t] != -100) > 3
+    with pytest.raises(ValueError, match="copy_margin"):
+        tz.TargetConfig(copy_margin=0.0)
+    with pytest.raises(ValueError, match="copy_margin"):
+        tz.TargetConfig(copy_margin_weight=-1.0)
+
+
 @pytest.mark.parametrize("mode", ["layers", "model"])
 def test_compiled_layers_train_as_eager_ones_and_evaluate_uncompiled(mode, tmp_path):
     """``compile_layers`` (backend ``aot_eager`` here; ``inductor`` on the GPU, where the ``-graphs`` modes also
@@ -461,7 +519,7 @@ def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
     assert ids[n_prompt + 7: n_prompt + 7 + d] == [7, 8, 9, 0] * (d // 4)
     assert ids[:n_prompt + 7] + ids[n_prompt + 7 + d:] == example[0]  # the original, with the repeats cut out
     assert changed == [3, 4, 5, 6] and decisions == [3, 7 + d] and avoided == [(4, 9), (7 + d, 7)]
-    (x, y, w, avoid), = zd.sft_batches([(ids, n_prompt, changed, decisions, avoided, ignored)], 4096, pad=0,
+    (x, y, w, avoid, _), = zd.sft_batches([(ids, n_prompt, changed, decisions, avoided, ignored)], 4096, pad=0,
                                        seed=0, decision_weight=2.0)
     for q in range(len(ids) - n_prompt):
         at = n_prompt - 1 + q
@@ -525,15 +583,15 @@ def test_step_budget_caps_the_epochs_steps(epoch_steps, cap, planned):
 
 @pytest.mark.parametrize("every, n", [(2, 5), (3, 7), (7, 20), (7, 6)])
 def test_replay_takes_every_nth_step(every, n):
-    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2), torch.full((1, 2), -100))
-             for i in range(n)]
+    edits = [(torch.full((1, 2), i), torch.full((1, 2), i), torch.zeros(1, 2), torch.full((1, 2), -100),
+              torch.ones(1, 2, dtype=torch.bool)) for i in range(n)]
     replay = ((torch.full((1, 2), -1 - j), torch.full((1, 2), -1 - j)) for j in itertools.count())
     out = list(zd.with_replay(iter(edits), replay, every))
     is_replay = [int(x[0, 0]) < 0 for x, *_ in out]
     assert [int(x[0, 0]) for x, *_ in out if int(x[0, 0]) >= 0] == list(range(n))  # every edit batch, in order
     assert [i for i, r in enumerate(is_replay) if r] == [i for i in range(len(out)) if i % every == every - 1]
-    # replay batches weigh every token and avoid nothing
-    assert all(bool((w == 1).all()) and a is None for x, _, w, a in out if int(x[0, 0]) < 0)
+    # replay batches weigh every token, avoid nothing and have no copy positions
+    assert all(bool((w == 1).all()) and a is None and c is None for x, _, w, a, c in out if int(x[0, 0]) < 0)
 
 
 def _slow_repeat_positions(tokens, n, reference, exempt):
