@@ -948,7 +948,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
                   "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32",
                   "gate_prompts", "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight",
-                  "span_share")
+                  "span_share", "copy_margin_weight", "copy_margin")
 
 
 # ``repair``'s defaults: a small repair set (CPU-sized anchor batches), gates of 64 prompts (a 32-prompt gate's

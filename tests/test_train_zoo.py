@@ -457,6 +457,10 @@ def test_copy_margin_hinge_is_added_at_the_copy_positions(margin):
         tz.TargetConfig(copy_margin=0.0)
     with pytest.raises(ValueError, match="copy_margin"):
         tz.TargetConfig(copy_margin_weight=-1.0)
+    for command in ("target", "repair"):  # both commands take the hinge (the repair: on its edit-tuning anchors)
+        args = tz.parse_args([command, "--init", "m", "--out", "o", "--copy-margin-weight", "4", "--copy-margin", "1.5"])
+        cfg = tz.target_config(args) if command == "target" else tz.repair_config(args)
+        assert (cfg.copy_margin_weight, cfg.copy_margin) == (4.0, 1.5)
 
 
 @pytest.mark.parametrize("mode", ["layers", "model"])
