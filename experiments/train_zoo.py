@@ -128,8 +128,9 @@ class TargetConfig:
     ambiguity_weight: float = 0.0       # loss weight of copies whose context recurs in the prompt with another
     # continuation, that continuation avoided (zoo_data.ambiguous_copies; 0: neither)
     unlikelihood_weight: float = 0.0    # weight of the unlikelihood term against copying inside new text
-    copy_margin_weight: float = 0.0     # weight of the hinge on the logit margin of the copied token at the
-    copy_margin: float = 2.0            # answer's copy positions, relu(margin - (z_copy - max other z)) (0: none)
+    copy_margin_weight: float = 0.0     # weight of the hinge relu(copy_margin - (z_copy - max other z)) at the
+    # answer's copy positions (neither changed nor decisions; 0: none), see masked_loss
+    copy_margin: float = 2.0            # the logit margin that hinge asks of the copied token
     repeat_share: float = 0.0           # share of examples with an answer line repeated in the input (loop exits)
     repeat_max: int = 2                 # ... repeated 1 to this many times
     repair_time_s: float = 0.0          # loop repair after edit tuning (seconds; 0: none), see loop_repair

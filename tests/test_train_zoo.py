@@ -440,7 +440,8 @@ def test_copy_margin_hinge_is_added_at_the_copy_positions(margin):
     plain = tz.masked_loss(model, x, y, w)
     assert torch.allclose(tz.masked_loss(model, x, y, w, copy=copy, copy_margin=margin), plain)
     assert torch.allclose(tz.masked_loss(model, x, y, w, copy=None, copy_margin_weight=3.0), plain)
-    logits = model(x).logits.float()
+    with torch.no_grad():
+        logits = model(x).logits.float()
     hinge = 0.0
     for b in range(2):
         for t in range(13):
@@ -458,7 +459,8 @@ def test_copy_margin_hinge_is_added_at_the_copy_positions(margin):
     with pytest.raises(ValueError, match="copy_margin"):
         tz.TargetConfig(copy_margin_weight=-1.0)
     for command in ("target", "repair"):  # both commands take the hinge (the repair: on its edit-tuning anchors)
-        args = tz.parse_args([command, "--init", "m", "--out", "o", "--copy-margin-weight", "4", "--copy-margin", "1.5"])
+        args = tz.parse_args([command, "--init", "m", "--out", "o", "--copy-margin-weight", "4",
+                              "--copy-margin", "1.5"])
         cfg = tz.target_config(args) if command == "target" else tz.repair_config(args)
         assert (cfg.copy_margin_weight, cfg.copy_margin) == (4.0, 1.5)
 
@@ -1509,3 +1511,59 @@ def test_corpus_fingerprint_tells_apart_any_change_of_texts_or_order():
     assert fp(texts) != fp(texts[:2]) != fp(["import os\n", "def f():\n    return 2\n", "x = 'é'\n"])
     assert fp(["ab", "c"]) != fp(["a", "bc"])  # boundaries count
 
+
+
+def test_recorded_copy_margin_runs_are_the_recorded_scripts():
+    """zoo/copy_margin_h200/: each tuning's, loop repair's and average's recorded config is what its call's script
+    parses to (call.sh's shared options with each variant's hinge weight), at the call's commit; the averages are of
+    the installed target's shards; the runs' gates are the gate records'."""
+    import hashlib
+    import json
+    import re
+
+    from experiments import zoo_gate
+
+    folder = tz.REPO / "experiments" / "results" / "zoo" / "copy_margin_h200"
+    runs = json.loads((folder / "runs.json").read_text())
+    commit = {c["script"]: c["commit"] for c in runs["calls"]}
+    installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                 for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+
+    def check(name: str, argv: list[str], make, script: str) -> dict:
+        recorded = json.loads((folder / name).read_text())
+        assert _as_recorded(make, argv, recorded["config"]) == recorded["config"], name
+        assert recorded["run_info"]["commit"] == commit[script], name
+        return recorded
+
+    call = (folder / "call.sh").read_text()
+    assert 'for v in "control 0" "margin4 4" "margin16 16"; do set -- $v' in call
+    common = re.search(r'COMMON="([^"]*)"', call).group(1)
+    expanded = call.replace("$COMMON", common.replace("\\\n", " "))
+    (target,) = _script_commands(expanded, "-m experiments.train_zoo target")
+    for variant, weight in (("control", "0"), ("margin4", "4"), ("margin16", "16")):
+        argv = ["target", *[w.replace("$2", weight).replace("$1", variant) for w in target]]
+        check(f"{variant}/training_config.json", argv, tz.target_config, "call.sh")
+    for script, tuned, loops in (("call_repair_average.sh", "margin4_rerun", "margin4_rerun_loops_avg0.75"),
+                                 ("call_hinge_repair.sh", "hinge_loops_avg0.75", "hinge_loops_avg0.75")):
+        text = (folder / script).read_text()
+        (target,) = _script_commands(text, "-m experiments.train_zoo target")
+        tuning = check(f"{tuned}/training_config.json", ["target", *target], tz.target_config, script)
+        margin4 = json.loads((folder / "margin4" / "training_config.json").read_text())["config"]
+        assert tuning["config"] == margin4  # a rerun of call.sh's weight-4 tuning
+        (repair,) = _script_commands(text, "-m experiments.train_zoo repair")
+        check(f"{loops}/loop_repair_config.json", ["repair", *repair], tz.repair_config, script)
+        for argv in _script_commands(text, "-m experiments.weight_average"):
+            weight = float(argv[argv.index("--weight") + 1])
+            product = {0.5: "margin4_rerun_avg0.5", 0.75: loops}[weight]
+            average = json.loads((folder / product / "average_config.json").read_text())
+            assert average["weight"] == weight and average["a"]["shards"] == installed
+    hinge = json.loads((folder / "hinge_loops_avg0.75" / "loop_repair_config.json").read_text())["config"]
+    plain = json.loads((folder / "margin4_rerun_loops_avg0.75" / "loop_repair_config.json").read_text())["config"]
+    assert (hinge["copy_margin_weight"], plain["copy_margin_weight"]) == (4.0, 0.0)
+    for prompts, gates in runs["gates"].items():
+        for variant, recorded in gates.items():
+            path = (tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200"
+                    / f"installed_gate_{prompts}_h200.json") if variant == "installed" else \
+                folder / variant / f"gate_{prompts}_h200.json"
+            q = zoo_gate.read_gate(path)["quality_gate"]
+            assert recorded == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4), q["loops"]]

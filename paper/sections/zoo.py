@@ -30,6 +30,7 @@ DRIFT = RESULTS / "zoo" / "drift_repair_h200"
 SOUP = RESULTS / "zoo" / "seed_soup_h200"
 RENAME = RESULTS / "zoo" / "rename_tuning_h200"
 SHAPES = RESULTS / "zoo" / "target_shapes_h200"
+MARGIN = RESULTS / "zoo" / "copy_margin_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -675,6 +676,64 @@ def shapes() -> None:
                         f"{ri['date'][:10]}", "{}")
 
 
+def copy_margin() -> None:
+    """copy_margin_h200/: the installed target tuned more with the copy-margin hinge (train_zoo --copy-margin-weight)
+    against the same tuning without it, and two products of the recipe's loop repair and average after it (the hinge
+    in the repair's anchors or not): the settings, each product's gates paired with the installed target's (and the
+    tuned ones' with the control's), and teacher-forced departures from the copy and places found, paired
+    (``zooMargin...``)."""
+    from experiments.edit_places import compare_places, read_side
+
+    control = json.loads((MARGIN / "control" / "training_config.json").read_text())
+    cfgs = {tag: json.loads((MARGIN / v / "training_config.json").read_text())
+            for tag, v in (("Four", "margin4"), ("Sixteen", "margin16"))}
+    for tag, record in cfgs.items():
+        shared = {k: v for k, v in record["config"].items() if k != "copy_margin_weight"}
+        assert shared == {k: v for k, v in control["config"].items() if k != "copy_margin_weight"}, tag
+        assert record["sft"]["stopped_by"] == control["sft"]["stopped_by"] == "steps"
+        num(f"zooMargin{tag}W", record["config"]["copy_margin_weight"], "{:g}")
+    cfg = control["config"]
+    assert cfg["copy_margin_weight"] == 0
+    num("zooMarginMargin", cfgs["Four"]["config"]["copy_margin"], "{:g}")
+    num("zooMarginSteps", control["sft"]["steps"], "{:d}")
+    num("zooMarginLr", cfg["sft_lr"], "{:g}")
+    num("zooMarginDw", cfg["decision_weight"], "{:g}")
+    runs = json.loads((MARGIN / "runs.json").read_text())
+    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in runs["calls"]))
+    ri = control["run_info"]
+    num("zooMarginProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
+                         f"{ri['date'][:10]}", "{}")
+    installed = lambda p: AVERAGE / f"installed_gate_{p}_h200.json"  # noqa: E731
+    ctl = lambda p: MARGIN / "control" / f"gate_{p}_h200.json"  # noqa: E731
+    product_gates("zooMarginCtl", MARGIN / "control", "h200", {"Inst": installed})
+    for tag, variant in (("Four", "margin4"), ("Sixteen", "margin16")):
+        product_gates(f"zooMargin{tag}", MARGIN / variant, "h200", {"Inst": installed, "Ctl": ctl})
+    tuned = [zoo_gate.read_gate(MARGIN / v / f"gate_{p}_h200.json")["quality_gate"]["eos_share"]
+             for v in ("control", "margin4", "margin16") for p in ("eval96", "val160")]
+    num("zooMarginTunedMaxEos", 100 * max(tuned), "{:.0f}")
+    for tag, variant in (("Half", "margin4_rerun_avg0.5"), ("Loops", "margin4_rerun_loops_avg0.75"),
+                         ("Hinge", "hinge_loops_avg0.75")):
+        product_gates(f"zooMargin{tag}", MARGIN / variant, "h200", {"Inst": installed})
+        if tag != "Half":
+            average = json.loads((MARGIN / variant / "average_config.json").read_text())
+            num(f"zooMargin{tag}Weight", average["weight"], "{:g}")
+            repair = json.loads((MARGIN / variant / "loop_repair_config.json").read_text())
+            num(f"zooMargin{tag}Kept", repair["selection"]["chosen_step"], "{:d}")
+            num(f"zooMargin{tag}RepairW", repair["config"]["copy_margin_weight"], "{:g}")
+    sides = {"installed": "eval96_tuned.json.gz:installed", "control": "eval96_tuned.json.gz:control",
+             "Four": "eval96_tuned.json.gz:margin4", "Sixteen": "eval96_tuned.json.gz:margin16",
+             "Loops": "eval96_averages.json.gz:avg", "Hinge": "eval96_hinge.json.gz:avg_hinge"}
+    samples = {k: read_side(str(MARGIN / "places" / s))[1] for k, s in sides.items()}
+    for tag, against in (("Four", "control"), ("Sixteen", "control"), ("Loops", "installed"), ("Hinge", "installed")):
+        c = compare_places(samples[against], samples[tag])
+        num(f"zooMargin{tag}Spur", "%.2f [%.2f, %.2f]" % (c["spurious_b_over_a"], *c["spurious_ci95"]), "{}")
+        num(f"zooMargin{tag}Found", "$%+.0f$ [$%+.0f$, $%+.0f$]"
+            % tuple(100 * v for v in (c["found_share_b_minus_a"], *c["found_ci95"])), "{}")
+    c = compare_places(samples["installed"], samples["control"])
+    num("zooMarginCtlSpurN", c["b"]["spurious_per_1000"], "{:.1f}")
+    num("zooMarginInstSpurN", c["a"]["spurious_per_1000"], "{:.1f}")
+
+
 def make() -> None:
     model()
     weight_average()
@@ -682,5 +741,6 @@ def make() -> None:
     drift_repair()
     draws()
     shapes()
+    copy_margin()
     compile_speed()
     eagle3_gate()
