@@ -49,28 +49,41 @@ def copy_places(before: list[int], answer: list[int], end: int) -> tuple[list[tu
 
 
 def place_scores(greedy: list[int], answer: list[int], leaves: list[tuple[int, int]], copies: list[int],
-                 end: int) -> dict:
+                 end: int, text=None) -> dict:
     """One answer's counts: ``greedy[j]`` is the target's token at answer position ``j`` (teacher-forced; one more
     than ``answer``, for the end-of-turn position). ``found``: leaves where the greedy token is not the copy
     (``first_found``: the first leave's); ``exact``: leaves where it is the reference's token; ``spurious``: copy
-    positions where it is not the reference's (the copy's) token."""
+    positions where it is not the reference's (the copy's) token. With ``text`` (token ids -> their text, e.g. a
+    tokenizer's ``decode``), also ``spurious_same_text``: those of them whose greedy token's text begins the
+    reference's text from there (the same text split into other tokens, not a departure a reader would see)."""
     target = answer + [end]
     left = [greedy[j] != c for j, c in leaves]
-    return {"leaves": len(leaves), "found": sum(left), "first_found": bool(left) and left[0],
-            "exact": sum(greedy[j] == target[j] for j, _ in leaves),
-            "copies": len(copies), "spurious": sum(greedy[j] != target[j] for j in copies)}
+    spurious = [j for j in copies if greedy[j] != target[j]]
+    out = {"leaves": len(leaves), "found": sum(left), "first_found": bool(left) and left[0],
+           "exact": sum(greedy[j] == target[j] for j, _ in leaves), "copies": len(copies), "spurious": len(spurious)}
+    if text is not None:
+        out["spurious_same_text"] = sum(bool(t) and text(target[j:j + SAME_TEXT_TOKENS]).startswith(t)
+                                        for j in spurious for t in [text([greedy[j]])])
+    return out
+
+
+SAME_TEXT_TOKENS = 8  # reference tokens whose text a greedy token's text is matched against (longer than a token)
 
 
 def summarize(samples: list[dict]) -> dict:
     """Pooled over answers: the share of leaves found and matched exactly, spurious departures per 1,000 copy
-    tokens, and the share of answers whose first leave is found."""
+    tokens, and the share of answers whose first leave is found; where every answer has it, the share of the
+    spurious departures that are the same text split into other tokens."""
     total = {k: sum(s[k] for s in samples) for k in ("leaves", "found", "exact", "copies", "spurious")}
     with_leave = [s for s in samples if s["leaves"]]
+    same = ({"spurious_same_text_share": sum(s["spurious_same_text"] for s in samples) / max(total["spurious"], 1)}
+            if samples and all("spurious_same_text" in s for s in samples) else {})
     return {"n": len(samples), **total,
             "found_share": total["found"] / max(total["leaves"], 1),
             "exact_share": total["exact"] / max(total["leaves"], 1),
             "spurious_per_1000": 1000 * total["spurious"] / max(total["copies"], 1),
-            "first_found_share": float(np.mean([s["first_found"] for s in with_leave])) if with_leave else None}
+            "first_found_share": float(np.mean([s["first_found"] for s in with_leave])) if with_leave else None,
+            **same}
 
 
 def compare_places(a: list[dict], b: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
@@ -118,7 +131,7 @@ def teacher_forced(model_dir: Path, rows: list[dict], cfg) -> dict:
             logits = model(ids[:, :-1]).logits[0, len(prompt) - 1:]  # (A + 1, V): the answer's positions
         greedy = logits.argmax(-1).tolist()  # host sync: the scores are counted in Python
         samples.append({"id": r["id"], "ref_norm": r["char_edit_norm"],
-                        **place_scores(greedy, answer, *copy_places(before, answer, end), end)})
+                        **place_scores(greedy, answer, *copy_places(before, answer, end), end, tokenizer.decode)})
     return {"model": str(model_dir), "device": str(device), "seconds": round(time.time() - start, 1),
             "summary": summarize(samples), "samples": samples}
 
@@ -214,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
         s = res["summary"]
         first = "none" if s["first_found_share"] is None else f"{100 * s['first_found_share']:.0f}%"
         print(f"{label}: {s['found']}/{s['leaves']} places found ({100 * s['found_share']:.0f}%; first place "
-              f"{first}), {s['spurious_per_1000']:.1f} spurious departures per 1,000 copy tokens, {res['seconds']} s",
+              f"{first}), {s['spurious_per_1000']:.1f} spurious departures per 1,000 copy tokens "
+              f"({100 * s['spurious_same_text_share']:.0f}% of them the same text in other tokens), {res['seconds']} s",
               flush=True)
         results.append(res)
     record = {"rows": args.rows, "prompts": len(rows), "command": "python -m experiments.edit_places --model "

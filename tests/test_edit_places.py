@@ -62,6 +62,24 @@ def test_place_scores_by_hand():
     assert unchanged["leaves"] == 0 and unchanged["first_found_share"] is None
 
 
+def test_same_text_departures_by_hand():
+    """A departure whose token's text begins the reference's text from there (the same text in other tokens) is
+    counted apart; one that writes other text is not; the summary's share pools them."""
+    vocab = {1: "de", 2: "f", 3: "def", 4: " x", 5: "class", 6: "d", END: ""}
+    text = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731
+    before = answer = [1, 2, 4, 1, 2]  # "de" "f" " x" "de" "f": nothing changes
+    leaves, copies = ep.copy_places(before, answer, END)
+    assert leaves == [] and copies == [0, 1, 2, 3, 4]
+    greedy = [3, 2, 4, 5, 2, END]  # "def" at 0: the same text; "class" at 3: another
+    scores = ep.place_scores(greedy, answer, leaves, copies, END, text)
+    assert scores["spurious"] == 2 and scores["spurious_same_text"] == 1
+    shorter = ep.place_scores([6, 2, 4, 1, 2, END], answer, leaves, copies, END, text)  # "d" begins "de": same text
+    assert shorter["spurious"] == shorter["spurious_same_text"] == 1
+    assert "spurious_same_text" not in ep.place_scores(greedy, answer, leaves, copies, END)
+    assert ep.summarize([scores, shorter])["spurious_same_text_share"] == pytest.approx(2 / 3)
+    assert "spurious_same_text_share" not in ep.summarize([ep.place_scores(greedy, answer, leaves, copies, END)])
+
+
 def test_teacher_forced_agrees_with_greedy_one_token_at_a_time():
     """Two small edits on the installed zoo target (fp32 on the CPU): every count equals the one recomputed from
     greedy predictions made one prefix at a time."""
@@ -92,6 +110,11 @@ def test_teacher_forced_agrees_with_greedy_one_token_at_a_time():
                 "spurious": sum(greedy[j] != a[j] for j in copies)}
         assert {k: s[k] for k in want} == want
         assert s["first_found"] == (greedy[leaves[0][0]] != leaves[0][1])
+        target = tok.decode(a + [end])
+        offsets = [len(tok.decode(a[:j])) for j in range(len(a))]  # each answer token's first character
+        assert s["spurious_same_text"] == sum(
+            bool(tok.decode([greedy[j]])) and target[offsets[j]:].startswith(tok.decode([greedy[j]]))
+            for j in copies if greedy[j] != a[j])
     assert res["summary"]["leaves"] == sum(s["leaves"] for s in res["samples"])
 
 
