@@ -504,7 +504,8 @@ def edit_places() -> None:
     """edit_places_cpu_fp32/: teacher-forced on the gate prompts' references (evaluation, validation and training
     rows), the share of the places where the reference leaves the copy that each target leaves it at too, and its
     departures from the copy per 1,000 tokens where the reference copies; for the base target, the decision-tuned one
-    before and after each of its two loop repairs, and the installed target (installed_average_*.json)."""
+    before and after each of its two loop repairs, and the installed target (installed_average_*.json; with the
+    share of its departures that are the same text in other tokens)."""
     labels = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep", "repaired_weak": "Weak",
               "installed_average": "Avg"}  # "installed" in the first files: the base target, installed when they ran
     for tag, name in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):
@@ -515,6 +516,8 @@ def edit_places() -> None:
             s = model["summary"]
             num(f"zooPlaces{tag}{labels[model['label']]}Found", 100 * s["found_share"], "{:.0f}")
             num(f"zooPlaces{tag}{labels[model['label']]}Spur", s["spurious_per_1000"], "{:.0f}")
+            if "spurious_same_text_share" in s:
+                num(f"zooPlaces{tag}{labels[model['label']]}Same", 100 * s["spurious_same_text_share"], "{:.0f}")
     num("zooPlacesProv", provenance(record["run_info"]), "{}")
     num("zooPlacesAvgProv", provenance(average["run_info"]), "{}")
 
