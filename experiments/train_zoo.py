@@ -737,10 +737,9 @@ CONFIG_OPTIONS = ("change_weight", "decision_weight", "ambiguity_weight", "sft_e
                   "deadline_s", "sft_max_len", "sft_lr", "sft_replay", "pretrain_time_s", "pretrain_epochs",
                   "pretrain_steps", "pretrain_chars", "span_share", "real_epochs", "synthetic_examples",
                   "unlikelihood_weight", "copy_margin_weight", "copy_margin", "repeat_share", "repeat_max",
-                  "repair_time_s", "repair_batch",
-                  "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps", "repair_mode", "repair_copy_share",
-                  "resync_weight", "repair_early_stop", "repair_fp32", "compile_layers", "seed",
-                  "rename_share", *SHAPE_OPTIONS)
+                  "repair_time_s", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight", "repair_steps",
+                  "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32",
+                  "compile_layers", "seed", "rename_share", *SHAPE_OPTIONS)
 
 
 def target_config(args) -> TargetConfig:
