@@ -413,9 +413,11 @@ def train_phase(model, opt, batches, phase: Phase, cfg: TargetConfig, device, lo
         keep = kept_positions(targets)  # host tensors: no device sync
         tokens += keep.numel()
         seen += inputs.numel()
+        weights, avoid, copy = (extra + [None, None, None])[:3]
+        copy = copy if cfg.copy_margin_weight > 0 else None  # the hinge's mask crosses only when it is used
         inputs, targets, keep, weights, avoid, copy = [
             None if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True)
-            for t in [inputs, targets, keep, *(extra + [None, None, None])[:3]]]
+            for t in [inputs, targets, keep, weights, avoid, copy]]
         lr = phase.current_lr()
         if pin:  # a new step for compiled CUDA graphs (their outputs of the last step may be overwritten)
             torch.compiler.cudagraph_mark_step_begin()

@@ -278,6 +278,30 @@ def product_gates(prefix: str, folder, device: str, against: dict) -> None:
             paired_difference(f"{prefix}Diff{tag}{name}", zoo_gate.read_gate(path(prompts)), gate)
 
 
+def installed_gate(prompts: str):
+    """The installed target's GPU gate record on ``prompts`` (eval96 or val160), the usual pairing partner."""
+    return AVERAGE / f"installed_gate_{prompts}_h200.json"
+
+
+def calls_provenance(calls: list[dict], run_info: dict) -> str:
+    """``commits abc1234 and def5678, NVIDIA H200, torch 2.x, 2026-11-29``: the calls' commits, in order, with one
+    record's machine."""
+    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in calls))
+    return (f"commits {commits}, {tex_escape(run_info['device'])}, torch {tex_escape(run_info['torch'])}, "
+            f"{run_info['date'][:10]}")
+
+
+def spurious_ratio(c: dict) -> str:
+    """An edit_places comparison's B-over-A departures from the copy with its interval."""
+    return "%.2f [%.2f, %.2f]" % (c["spurious_b_over_a"], *c["spurious_ci95"])
+
+
+def found_points(c: dict, digits: int = 1) -> str:
+    """An edit_places comparison's B-minus-A share of the places found, in points, with its interval."""
+    d, lo, hi = (100 * v for v in (c["found_share_b_minus_a"], *c["found_ci95"]))
+    return f"${d:+.{digits}f}$ [${lo:+.{digits}f}$, ${hi:+.{digits}f}$]"
+
+
 def rerun(run: dict, first: dict) -> None:
     """retrain_compiled_h200/lineage_data_first/: the same lineage rerun back to back with the edit data made before
     pretraining (its GPU-minutes, stage 1's data preparation and pretraining) and its product's CPU gates, each
@@ -324,7 +348,7 @@ def last_stages(run: dict) -> None:
     num("zooLastProv", provenance(stage6["run_info"]), "{}")
     selection_numbers("zooLastSel", json.loads((folder / "stage7_repair_config.json").read_text())["selection"])
     product_gates("zooLast", folder, "h200", {"Base": lambda p: SELECTION / f"installed_gate_{p}_h200.json",
-                                              "Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+                                              "Inst": installed_gate})
 
 
 def numpy_batches(run: dict, first: dict) -> None:
@@ -379,7 +403,7 @@ def end_to_end(run: dict) -> None:
     num("zooEndDataS", targets[0]["data_prep_s"], "{:.0f}")
     tok = [t["sft"]["tokens_per_s_after_first_step"] / 1e6 for t in targets]
     num("zooEndSftTok", f"{min(tok):.2f}--{max(tok):.2f}", "{}")
-    product_gates("zooEnd", folder, "h200", {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+    product_gates("zooEnd", folder, "h200", {"Inst": installed_gate})
 
 
 def deep_recipe(run: dict, end: dict) -> None:
@@ -391,12 +415,9 @@ def deep_recipe(run: dict, end: dict) -> None:
     num("zooDeepRecipeMin", run["recipe_gpu_s"] / 60, "{:.1f}")
     num("zooDeepRecipeAllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
     num("zooDeepRecipeShare", run["recipe_gpu_s"] / sum(c["call_wall_s"] for c in end["calls"]), "{:.2f}")
-    ri = targets[-1]["run_info"]
-    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in run["calls"]))
-    num("zooDeepRecipeProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
-                             f"{ri['date'][:10]}", "{}")
+    num("zooDeepRecipeProv", calls_provenance(run["calls"], targets[-1]["run_info"]), "{}")
     product_gates("zooDeepRecipe", folder, "h200", {
-        "Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json",
+        "Inst": installed_gate,
         "End": lambda p: RETRAIN.parent / end["folder"] / f"gate_{p}_h200.json"})
 
 
@@ -585,7 +606,7 @@ def ambiguity_tuning() -> None:
     num("zooAmbProv", provenance(stage6["run_info"]), "{}")
     runs = json.loads((AMBIGUITY / "runs.json").read_text())
     num("zooAmbMin", sum(s for c in runs["calls"] for s in c.get("stage_s", {}).values()) / 60, "{:.1f}")
-    product_gates("zooAmb", AMBIGUITY, "h200", {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+    product_gates("zooAmb", AMBIGUITY, "h200", {"Inst": installed_gate})
 
 
 def drift_repair() -> None:
@@ -610,7 +631,7 @@ def drift_repair() -> None:
             average = json.loads((DRIFT / variant / "average_config.json").read_text())
             num(f"zooDrift{tag}Weight", average["weight"], "{:g}")
         product_gates(f"zooDrift{tag}", DRIFT / variant, "h200",
-                      {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"})
+                      {"Inst": installed_gate})
         miss = zoo_gate.misses(zoo_gate.read_gate(DRIFT / variant / "gate_eval96_h200.json"))
         num(f"zooDrift{tag}EvalShort", miss["short"], "{:d}")
         num(f"zooDrift{tag}EvalLong", miss["long"], "{:d}")
@@ -628,7 +649,7 @@ def draws() -> None:
     (seeds 1-3) and the soup of all four draws; stage 6 with a share of its edits' files renamed. Each product's gates
     paired with the installed target's, the stage-6 steps, and the soup's weights (``zooSoup...``,
     ``zooRename...``)."""
-    installed = {"Inst": lambda p: AVERAGE / f"installed_gate_{p}_h200.json"}
+    installed = {"Inst": installed_gate}
     steps = []
     for tag, variant in (("One", "seed1"), ("Two", "seed2"), ("Three", "seed3"), ("", "soup")):
         product_gates(f"zooSoup{tag}", SOUP / variant, "h200", installed)
@@ -654,29 +675,21 @@ def shapes() -> None:
     difference in points, each with its paired bootstrap interval."""
     runs = json.loads((SHAPES / "runs.json").read_text())
 
-    def ratio(c: dict) -> str:
-        return "%.2f [%.2f, %.2f]" % (c["spurious_b_over_a"], *c["spurious_ci95"])
-
-    def points(c: dict) -> str:
-        return "$%+.1f$ [$%+.1f$, $%+.1f$]" % tuple(100 * v for v in (c["found_share_b_minus_a"], *c["found_ci95"]))
-
     for tag, rows in (("Eval", "eval96"), ("Val", "validation160")):
         for shape, label in (("Heads", "heads12"), ("Deep", "deep12")):
             pair = [json.loads((SHAPES / "comparisons" / f"{rows}_seed{seed}_{label}.json").read_text())
                     for seed in (0, 1)]
-            num(f"zooShape{shape}{tag}Spur", " and ".join(map(ratio, pair)), "{}")
-            num(f"zooShape{shape}{tag}Found", " and ".join(map(points, pair)), "{}")
+            num(f"zooShape{shape}{tag}Spur", " and ".join(map(spurious_ratio, pair)), "{}")
+            num(f"zooShape{shape}{tag}Found", " and ".join(map(found_points, pair)), "{}")
         seeds = json.loads((SHAPES / "comparisons" / f"{rows}_installed_seed1_vs_seed0.json").read_text())
-        num(f"zooShapeSeed{tag}Spur", ratio(seeds), "{}")
-        num(f"zooShapeSeed{tag}Found", points(seeds), "{}")
+        num(f"zooShapeSeed{tag}Spur", spurious_ratio(seeds), "{}")
+        num(f"zooShapeSeed{tag}Found", found_points(seeds), "{}")
         inst = [runs["places"][rows][f"installed_seed{seed}"]["spurious_per_1000"] for seed in (0, 1)]
         num(f"zooShapeInst{tag}Spur", " and ".join(f"{v:.1f}" for v in inst), "{}")
     for shape, label in (("Heads", "heads12"), ("Deep", "deep12"), ("Inst", "installed")):
         num(f"zooShape{shape}Params", runs["shapes"][label]["parameters"] / 1e6, "{:.1f}")
     ri = json.loads((SHAPES / "installed_seed1" / "training_config.json").read_text())["run_info"]
-    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in runs["calls"]))
-    num("zooShapeProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
-                        f"{ri['date'][:10]}", "{}")
+    num("zooShapeProv", calls_provenance(runs["calls"], ri), "{}")
 
 
 def copy_margin() -> None:
@@ -702,39 +715,30 @@ def copy_margin() -> None:
     num("zooMarginLr", cfg["sft_lr"], "{:g}")
     num("zooMarginDw", cfg["decision_weight"], "{:g}")
     runs = json.loads((MARGIN / "runs.json").read_text())
-    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in runs["calls"]))
-    ri = control["run_info"]
-    num("zooMarginProv", f"commits {commits}, {tex_escape(ri['device'])}, torch {tex_escape(ri['torch'])}, "
-                         f"{ri['date'][:10]}", "{}")
-    installed = lambda p: AVERAGE / f"installed_gate_{p}_h200.json"  # noqa: E731
+    num("zooMarginProv", calls_provenance(runs["calls"], control["run_info"]), "{}")
     ctl = lambda p: MARGIN / "control" / f"gate_{p}_h200.json"  # noqa: E731
-    product_gates("zooMarginCtl", MARGIN / "control", "h200", {"Inst": installed})
     for tag, variant in (("Four", "margin4"), ("Sixteen", "margin16")):
-        product_gates(f"zooMargin{tag}", MARGIN / variant, "h200", {"Inst": installed, "Ctl": ctl})
+        product_gates(f"zooMargin{tag}", MARGIN / variant, "h200", {"Ctl": ctl})
     tuned = [zoo_gate.read_gate(MARGIN / v / f"gate_{p}_h200.json")["quality_gate"]["eos_share"]
              for v in ("control", "margin4", "margin16") for p in ("eval96", "val160")]
     num("zooMarginTunedMaxEos", 100 * max(tuned), "{:.0f}")
-    for tag, variant in (("Half", "margin4_rerun_avg0.5"), ("Loops", "margin4_rerun_loops_avg0.75"),
-                         ("Hinge", "hinge_loops_avg0.75")):
-        product_gates(f"zooMargin{tag}", MARGIN / variant, "h200", {"Inst": installed})
-        if tag != "Half":
-            average = json.loads((MARGIN / variant / "average_config.json").read_text())
-            num(f"zooMargin{tag}Weight", average["weight"], "{:g}")
-            repair = json.loads((MARGIN / variant / "loop_repair_config.json").read_text())
-            num(f"zooMargin{tag}Kept", repair["selection"]["chosen_step"], "{:d}")
-            num(f"zooMargin{tag}RepairW", repair["config"]["copy_margin_weight"], "{:g}")
+    for tag, variant in (("Loops", "margin4_rerun_loops_avg0.75"), ("Hinge", "hinge_loops_avg0.75")):
+        product_gates(f"zooMargin{tag}", MARGIN / variant, "h200", {"Inst": installed_gate})
+        average = json.loads((MARGIN / variant / "average_config.json").read_text())
+        num(f"zooMargin{tag}Weight", average["weight"], "{:g}")
+        repair = json.loads((MARGIN / variant / "loop_repair_config.json").read_text())
+        num(f"zooMargin{tag}Kept", repair["selection"]["chosen_step"], "{:d}")
+        num(f"zooMargin{tag}RepairW", repair["config"]["copy_margin_weight"], "{:g}")
     sides = {"installed": "eval96_tuned.json.gz:installed", "control": "eval96_tuned.json.gz:control",
              "Four": "eval96_tuned.json.gz:margin4", "Sixteen": "eval96_tuned.json.gz:margin16",
              "Loops": "eval96_averages.json.gz:avg", "Hinge": "eval96_hinge.json.gz:avg_hinge"}
     samples = {k: read_side(str(MARGIN / "places" / s))[1] for k, s in sides.items()}
     for tag, against in (("Four", "control"), ("Sixteen", "control"), ("Loops", "installed"), ("Hinge", "installed")):
         c = compare_places(samples[against], samples[tag])
-        num(f"zooMargin{tag}Spur", "%.2f [%.2f, %.2f]" % (c["spurious_b_over_a"], *c["spurious_ci95"]), "{}")
-        num(f"zooMargin{tag}Found", "$%+.0f$ [$%+.0f$, $%+.0f$]"
-            % tuple(100 * v for v in (c["found_share_b_minus_a"], *c["found_ci95"])), "{}")
-    c = compare_places(samples["installed"], samples["control"])
-    num("zooMarginCtlSpurN", c["b"]["spurious_per_1000"], "{:.1f}")
-    num("zooMarginInstSpurN", c["a"]["spurious_per_1000"], "{:.1f}")
+        num(f"zooMargin{tag}Spur", spurious_ratio(c), "{}")
+        num(f"zooMargin{tag}Found", found_points(c, 0), "{}")
+    num("zooMarginCtlSpurN", compare_places(samples["installed"], samples["control"])["b"]["spurious_per_1000"],
+        "{:.1f}")
 
 
 def make() -> None:
