@@ -32,7 +32,9 @@ The re-sync model assumes:
 - the rest of a run, ``R`` tokens, takes ``floor(R / (k+1)) + 1`` passes: n-gram drafts of ``k`` tokens are
   accepted until the run ends, and the last, partial pass also emits the token after the run (new text, or
   the next run's first token after a deletion), which therefore costs nothing more;
-- ``resync`` may be fractional (an average; passes are interpolated linearly in it); the prefill is one pass.
+- ``resync`` may be fractional (an average): :func:`resync_passes` interpolates passes linearly in it,
+  :func:`resync_al`'s closed form extends ``p^d`` to real ``d`` (the two agree at whole ``d``); the prefill
+  is one pass.
 """
 
 from __future__ import annotations
@@ -273,8 +275,8 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
 
 
 def _check_resync(k, resync, novel_rate, copy_accept) -> None:
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    if k < 1 or int(k) != k:
+        raise ValueError(f"k must be an integer >= 1, got {k}")
     if resync < 0 or novel_rate < 1 or not 0 <= copy_accept <= 1:
         raise ValueError(f"need resync >= 0, novel_rate >= 1 and copy_accept in [0, 1], "
                          f"got {resync}, {novel_rate} and {copy_accept}")

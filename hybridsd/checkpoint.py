@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridsd import zoo
+from hybridsd.checkpoint_files import weight_files
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 # what a target needs from a Hub repository (not the original/ consolidated weights, not .bin copies)
@@ -109,12 +110,14 @@ def eos_ids(model, tokenizer) -> list[int]:
 
 def load_target(name_or_path: str | Path, *, device="cpu", dtype: str = "auto") -> LoadedTarget:
     """Load a target (zoo name, folder or Hub id) in ``dtype`` (see :func:`torch_dtype`) straight onto
-    ``device``, with its tokenizer (and the tokenizer's own chat template) and :func:`eos_ids`."""
+    ``device``, with its tokenizer (and the tokenizer's own chat template) and :func:`eos_ids`. A weight file
+    outside the folder (:func:`hybridsd.checkpoint_files.weight_files`) is refused before any is read."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
     folder = resolve(name_or_path, weights=True)
+    weight_files(folder)  # every weight file inside the folder (transformers follows an index's names as written)
     dt = torch_dtype(dtype, folder, device)
     with torch.device(device):  # weights are materialized on the device, not copied there from the host
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True)

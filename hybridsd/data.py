@@ -67,12 +67,15 @@ def _rows(path: str | Path | None, name: str, fields: Sequence[str]) -> list[tup
     if not p.is_file():
         raise FileNotFoundError(f"data file {p} not found")
     out = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, 1):
             try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 row = json.loads(line)
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p} line {n} is not UTF-8 ({e.reason} at byte {e.start})") from None
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p} line {n} is not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
@@ -89,16 +92,36 @@ def _need(row: dict, where: str, fields: Sequence[str]) -> dict:
     return row
 
 
+def _edit_norm_field(row: dict, name: str, where: str) -> float:
+    """``row[name]`` as an edit norm in [0, 1] (float rounding past either end clamped); ``ValueError`` naming
+    ``where`` and the field when it is not a number in that range."""
+    try:
+        e = float(row[name])
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {name!r} must be a number in [0, 1], got {row[name]!r}") from None
+    if not -1e-9 <= e <= 1 + 1e-9:  # NaN fails too
+        raise ValueError(f"{where}: {name!r} must be in [0, 1], got {e}")
+    return min(max(e, 0.0), 1.0)
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and not (isinstance(limit, int) and limit >= 0):
+        raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+
+
 def _keep(examples: Iterable[Example], min_distance, max_distance, limit) -> list[Example]:
+    """The examples whose edit norm lies in ``[min_distance, max_distance]`` (either end ``None``: open), the
+    first ``limit`` of them (``None``: all)."""
+    _check_limit(limit)
     out = []
     for ex in examples:
+        if limit is not None and len(out) >= limit:
+            break
         if min_distance is not None and not ex.edit_norm >= min_distance:
             continue
         if max_distance is not None and not ex.edit_norm <= max_distance:
             continue
         out.append(ex)
-        if limit is not None and len(out) >= limit:
-            break
     return out
 
 
@@ -137,11 +160,11 @@ def load_code_edits(path: str | Path | None = None, *, min_distance: float | Non
 
     meta_keys = ("repo", "commit", "path", "license", "instruction")
     examples = (
-        Example(id=r["id"], source="code_edits", prompt=blazedit_prompt(r["before"], request(r)),
-                reference=r["after"], edit_norm=float(r["char_edit_norm"]), input_text=r["before"],
+        Example(id=str(r["id"]), source="code_edits", prompt=blazedit_prompt(r["before"], request(r)),
+                reference=r["after"], edit_norm=_edit_norm_field(r, "char_edit_norm", w), input_text=r["before"],
                 meta={k: r[k] for k in meta_keys if k in r})
-        for _, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"))
-        if ids is None or r["id"] in ids
+        for w, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"))
+        if ids is None or str(r["id"]) in ids
     )
     return _keep(examples, min_distance, max_distance, limit)
 
@@ -151,10 +174,10 @@ def load_editeval(path: str | Path | None = None, *, min_distance: float | None 
     """``editeval.jsonl`` as InstructCoder prompts (reference ``output``), filtered as :func:`load_code_edits`."""
     meta_keys = ("instruction", "context", "test", "author", "license")
     examples = (
-        Example(id=r["task_id"], source="editeval", prompt=instructcoder_prompt(r["input"], r["instruction"]),
-                reference=r["output"], edit_norm=float(r["char_edit_norm"]), input_text=r["input"],
+        Example(id=str(r["task_id"]), source="editeval", prompt=instructcoder_prompt(r["input"], r["instruction"]),
+                reference=r["output"], edit_norm=_edit_norm_field(r, "char_edit_norm", w), input_text=r["input"],
                 meta={k: r[k] for k in meta_keys if k in r})
-        for _, r in _rows(path, "editeval.jsonl", ("task_id", "input", "instruction", "output", "char_edit_norm"))
+        for w, r in _rows(path, "editeval.jsonl", ("task_id", "input", "instruction", "output", "char_edit_norm"))
     )
     return _keep(examples, min_distance, max_distance, limit)
 
@@ -173,6 +196,7 @@ def mt_bench_example(row: dict, where: str, id: str) -> Example:
 
 def load_mt_bench(path: str | Path | None = None, *, limit: int | None = None) -> list[Example]:
     """``mt_bench.jsonl``, first turn only (see :func:`mt_bench_example`)."""
+    _check_limit(limit)
     examples = [mt_bench_example(r, w, str(r["question_id"]))
                 for w, r in _rows(path, "mt_bench.jsonl", ("question_id", "turns"))]
     return examples if limit is None else examples[:limit]
@@ -267,15 +291,15 @@ def _data_files(p: Path) -> tuple[str, list[str]]:
 
 
 def _bad_json_line(files: Sequence[str]) -> str | None:
-    """"FILE line N" of the first line of the JSONL ``files`` that is not a JSON object, if any."""
+    """"FILE line N" of the first line of the JSONL ``files`` that is not a UTF-8 JSON object, if any."""
     for f in files:
-        with open(f, encoding="utf-8") as fh:
+        with open(f, "rb") as fh:
             for n, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
                 try:
-                    ok = isinstance(json.loads(line), dict)
-                except json.JSONDecodeError:
+                    ok = isinstance(json.loads(line.decode("utf-8")), dict)
+                except (UnicodeDecodeError, json.JSONDecodeError):
                     ok = False
                 if not ok:
                     return f"{f} line {n}"
@@ -298,7 +322,8 @@ def load_hf_table(path: str, split: str = "train"):
             except Exception as e:  # the JSON builder's errors name neither file nor line: find them
                 bad = _bad_json_line(files) if builder == "json" else None
                 if bad:
-                    raise ValueError(f"--dataset-path: {bad} is not a JSON object") from None
+                    raise ValueError(f"--dataset-path: {bad} is not a JSON object (one UTF-8 JSON object a line)"
+                                     ) from None
                 raise ValueError(f"--dataset-path {p}: cannot read it ({type(e).__name__}: {e})") from e
     elif str(path).count("/") == 1 and not str(path).startswith((".", "/", "~")):
         try:
@@ -337,15 +362,20 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
     ds = load_hf_table(path, split)
     kind = hf_kind(path, ds.column_names)
     out = []
-    for i, row in enumerate(ds):
+    rows = iter(ds)
+    for i in range(len(ds)):
         where = f"{path} row {i}"
-        rid = str(row.get("id") if row.get("id") is not None else row.get("question_id", i))
+        try:
+            row = next(rows)
+        except UnicodeDecodeError as e:  # pyarrow reads such bytes into a string column and fails here
+            raise ValueError(f"{where}: a text field is not UTF-8 ({e.reason})") from None
+        rid = next((str(row[k]) for k in ("id", "question_id") if row.get(k) is not None), str(i))
         if kind == "mt-bench":
             out.append(mt_bench_example(row, where, rid))
             continue
         _need(row, where, HF_KINDS[kind])
         if kind == "blazedit":
-            e = min(max(float(row["norm_distance"]), 0.0), 1.0)
+            e = _edit_norm_field(row, "norm_distance", where)
             out.append(Example(id=rid, source="blazedit", prompt=blazedit_prompt(row["code"], row["change_request"]),
                                reference=row.get("new_code") or "", edit_norm=e, input_text=row["code"],
                                meta={"change_request": row["change_request"]}))

@@ -71,6 +71,9 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
     unknown = set(fixed) - set(names)
     if unknown:
         raise ValueError(f"unknown parameters {sorted(unknown)}; expected some of {list(names)}")
+    for p, v in fixed.items():
+        if p in bounds and not bounds[p][0] <= v <= bounds[p][1]:
+            raise ValueError(f"{p}={v} lies outside its range [{bounds[p][0]}, {bounds[p][1]}]")
     free = tuple(p for p in names if p not in fixed)
     if len(free) > n:
         raise ValueError(f"{len(free)} parameters cannot be fitted to {n} points")
@@ -199,6 +202,11 @@ _MODELS: dict[str, tuple[Callable, tuple[str, ...], dict, dict]] = {
 }
 
 
+def _check_k(k) -> None:
+    if k < 1 or int(k) != k:
+        raise ValueError(f"k must be an integer >= 1, got {k}")
+
+
 def _points(edit_norm, al, length):
     e, y = np.asarray(edit_norm, dtype=float).ravel(), np.asarray(al, dtype=float).ravel()
     if e.shape != y.shape or e.size == 0:
@@ -211,9 +219,6 @@ def _fit_e_model(model, edit_norm, al, length, fixed, settings, weights, boot, n
                  bounds=None) -> ModelFit:
     fn, names, default_bounds, start = _MODELS[model]
     bounds = {**default_bounds, **(bounds or {})}
-    for p, v in fixed.items():
-        if p in bounds and not bounds[p][0] <= v <= bounds[p][1]:
-            raise ValueError(f"{p}={v} lies outside its range [{bounds[p][0]}, {bounds[p][1]}]")
     start = {p: min(max(v, bounds[p][0]), bounds[p][1]) for p, v in start.items()}
     e, y, ln = _points(edit_norm, al, length)
     predict = lambda params, idx: fn(e[idx], None if ln is None else ln[idx], params, settings)  # noqa: E731
@@ -252,6 +257,7 @@ def fit_resync(edit_norm, al, length=None, *, k, segment_len=None, resync=None, 
     measured from the reference diffs with :func:`fit_edit_structure`. ``edit_norm`` is the new-token share,
     or with ``share`` (the constants of :func:`fit_new_share`) a character edit norm, converted by
     :func:`new_share` here and in ``predict``. Bootstrap as in :func:`fit_harmonic`."""
+    _check_k(k)
     given = {"segment_len": segment_len, "resync": resync, "novel_rate": novel_rate, "copy_accept": copy_accept,
              "base_edits": base_edits}
     fixed = {n: v for n, v in given.items() if v is not None}
@@ -273,6 +279,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     Parameters given are held fixed (``copy_accept`` at 1 by default; ``None`` fits it). Bootstrap as in
     :func:`fit_harmonic`, over groups. Diagnostic: it needs each output's copied runs.
     """
+    _check_k(k)
     y = np.asarray(al, dtype=float).ravel()
     groups = np.asarray(groups).ravel()
     length = np.asarray(length, dtype=float).ravel()

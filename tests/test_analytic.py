@@ -163,6 +163,11 @@ def test_resync_values():
         resync_al(0.3, 100, k=5, segment_len=10, resync=-1, novel_rate=1)
     with pytest.raises(ValueError):
         resync_al(0.3, 100, k=5, segment_len=0, resync=1, novel_rate=1)
+    for k in (0, 5.5):  # one pass emits at most k + 1 tokens, k a whole draft length
+        with pytest.raises(ValueError, match="k must be an integer >= 1"):
+            resync_al(0.0, None, k=k, segment_len=10, resync=2, novel_rate=2.5)
+        with pytest.raises(ValueError, match="k must be an integer >= 1"):
+            resync_passes([[10]], [20], k=k, resync=2, novel_rate=1)
 
 
 def test_resync_passes_hand_computed():

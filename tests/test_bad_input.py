@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -259,6 +260,70 @@ def test_loader_never_reads_outside_the_folder(ckpt, model, monkeypatch):
     with pytest.raises(ValueError, match="outside"):
         EagleHead.from_pretrained(ckpt, target=model)
     assert read == []
+
+
+def _link_out(folder, name):
+    """``folder / name`` made a link to a copy of the file in a folder beside ``folder``."""
+    outside = folder.parent / "elsewhere"
+    outside.mkdir(exist_ok=True)
+    (folder / name).rename(outside / name)
+    (folder / name).symlink_to(outside / name)
+
+
+def _index_through_linked_folder(folder):
+    """The weights in ``elsewhere/``, beside ``folder``, named by an index entry through ``folder/sub``, a link."""
+    _shard(folder, ["sub/model.safetensors"])
+    (folder / "sub").rename(folder.parent / "elsewhere")
+    (folder / "sub").symlink_to(folder.parent / "elsewhere")
+
+
+@pytest.mark.parametrize("case,damage", [
+    ("weights file a link out", lambda f: _link_out(f, "model.safetensors")),
+    ("config.json a link out", lambda f: _link_out(f, "config.json")),
+    ("index entry through a linked folder", _index_through_linked_folder),
+], ids=lambda c: c if isinstance(c, str) else "")
+def test_loader_refuses_links_out_of_the_folder(ckpt, model, monkeypatch, case, damage):
+    damage(ckpt)
+    read = []
+    loader = sys.modules["hybridsd.eagle.loader"]
+    real = loader._read_file
+    monkeypatch.setattr(loader, "_read_file", lambda f: read.append(f) or real(f))
+    with pytest.raises(ValueError, match="outside the checkpoint folder"):
+        EagleHead.from_pretrained(ckpt, target=model)
+    assert read == []
+
+
+def test_loader_refuses_a_shard_out_of_the_current_folder(ckpt, model, monkeypatch):
+    """An index's ``../`` is outside the folder also when the folder is given as ``.``."""
+    _shard(ckpt, ["model-1.safetensors", "../other/model.safetensors"])
+    monkeypatch.chdir(ckpt)
+    with pytest.raises(ValueError, match="outside"):
+        EagleHead.from_pretrained(".", target=model)
+
+
+def test_loader_reads_a_hub_snapshots_links_into_its_blob_store(tmp_path, ckpt, model):
+    """A Hub cache's snapshot holds links into the repository's ``blobs/``: they are read."""
+    repo = tmp_path / "models--owner--head"
+    snap, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for f in ckpt.iterdir():
+        f.rename(blobs / f.name)
+        (snap / f.name).symlink_to(Path("../../blobs") / f.name)
+    head = EagleHead.from_pretrained(snap, target=model)
+    want = load_file(str(blobs / "model.safetensors"))
+    assert torch.equal(head.state_dict()["fc.weight"], want["fc.weight"])
+
+
+def test_load_target_refuses_a_shard_outside_the_folder(tmp_path):
+    """The target loader checks its index before transformers reads it."""
+    from hybridsd import checkpoint
+
+    folder = tmp_path / "target"
+    tiny_target("llama").save_pretrained(folder)
+    _shard(folder, ["model-1.safetensors", "../other/model.safetensors"])
+    with pytest.raises(ValueError, match="outside the checkpoint folder"):
+        checkpoint.load_target(folder)
 
 
 def test_loader_accepts_the_targets_embedding_and_an_explicit_own_one(ckpt, model):

@@ -205,6 +205,31 @@ def test_bad_rows_name_file_line_and_field(tmp_path):
         load_code_edits(edits)
 
 
+def test_bad_values_and_bytes_name_file_line_and_field(tmp_path):
+    edits = tmp_path / "e.jsonl"
+    good = json.dumps(_edit_row(0, "a", "b"))
+    for value, words in (('"abc"', "must be a number in [0, 1], got 'abc'"), ("1.5", "must be in [0, 1], got 1.5"),
+                         ("NaN", "must be in [0, 1], got nan")):
+        edits.write_text(good + "\n" + good.replace('"char_edit_norm": 1.0', f'"char_edit_norm": {value}') + "\n")
+        with pytest.raises(ValueError) as e:
+            load_code_edits(edits)
+        assert "e.jsonl line 2: 'char_edit_norm' " + words in str(e.value)
+    edits.write_bytes(good.encode() + b"\n\xff\xfe{\n")
+    with pytest.raises(ValueError, match=r"e.jsonl line 2 is not UTF-8"):
+        load_code_edits(edits)
+
+
+def test_limits(tmp_path):
+    edits = _write(tmp_path / "e.jsonl", [_edit_row(i, "a", "b") for i in range(3)])
+    assert [e.id for e in load_code_edits(edits, limit=0)] == []
+    assert [e.id for e in load_code_edits(edits, limit=2)] == ["r0", "r1"]
+    mt = _write(tmp_path / "mt.jsonl", [{"question_id": i, "turns": ["q"]} for i in range(3)])
+    assert len(load_mt_bench(mt, limit=0)) == 0
+    for loader, path in ((load_code_edits, edits), (load_mt_bench, mt)):
+        with pytest.raises(ValueError, match="limit must be None or an int >= 0, got -1"):
+            loader(path, limit=-1)
+
+
 def _hub_forms(tmp_path, columns: dict, name: str) -> list[Path]:
     """The same table as a save_to_disk folder, a DatasetDict folder, parquet, JSONL and a folder of JSONL."""
     datasets = pytest.importorskip("datasets")
@@ -259,6 +284,21 @@ def test_hub_dataset_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"turns": ["a"]}\n{"turns": \n')
     with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not a JSON object"):
         load_hf(str(tmp_path / "bad.jsonl"))
+    (tmp_path / "bytes.jsonl").write_bytes(b'{"turns": ["a"]}\n{"turns": ["\xff"]}\n')
+    with pytest.raises(ValueError, match=r"bytes.jsonl row 1: a text field is not UTF-8"):
+        load_hf(str(tmp_path / "bytes.jsonl"))
+    (tmp_path / "far.jsonl").write_text('{"code": "a", "change_request": "x", "norm_distance": 0.2}\n'
+                                        '{"code": "b", "change_request": "y", "norm_distance": 3.7}\n')
+    with pytest.raises(ValueError, match=r"far.jsonl row 1: 'norm_distance' must be in \[0, 1\], got 3.7"):
+        load_hf(str(tmp_path / "far.jsonl"))
+
+
+def test_hub_ids_fall_back_to_the_row_index(tmp_path):
+    """A question id that is missing in some rows (``datasets`` fills null) gives way to the row's index."""
+    from hybridsd.data import load_hf
+
+    (tmp_path / "mt-bench.jsonl").write_text('{"question_id": 81, "turns": ["a"]}\n{"turns": ["b"]}\n')
+    assert [e.id for e in load_hf(str(tmp_path / "mt-bench.jsonl"))] == ["81", "1"]
 
 
 def test_code_edit_change_requests(tmp_path):

@@ -497,6 +497,18 @@ def test_bad_checkpoints_raise_naming_the_key(tmp_path, target):
     sd = public_state_dict("eagle3")
     sd["d2t"] = sd["d2t"] + V
     assert "d2t" in _load_error(tmp_path / "h", target, "eagle3", sd, public_config("eagle3"))
+    # t2d marking other ids than d2t maps to, and d2t not increasing
+    sd = public_state_dict("eagle3")
+    sd["t2d"] = torch.zeros_like(sd["t2d"])
+    assert "t2d" in _load_error(tmp_path / "h2", target, "eagle3", sd, public_config("eagle3"))
+    sd = public_state_dict("eagle3")
+    sd["d2t"] = sd["d2t"].flip(0) + torch.arange(VD).flip(0) - torch.arange(VD)  # the same ids, decreasing
+    assert "increasing" in _load_error(tmp_path / "h3", target, "eagle3", sd, public_config("eagle3"))
+    # EAGLE-3 layer ids beyond the target's hidden states
+    L = target.config.num_hidden_layers
+    cfg = public_config("eagle3", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, L + 1]})
+    msg = _load_error(tmp_path / "h4", target, "eagle3", public_state_dict("eagle3"), cfg)
+    assert "eagle_aux_hidden_state_layer_ids" in msg and str(L + 1) in msg
     # not an EAGLE checkpoint at all
     assert "EAGLE" in _load_error(tmp_path / "i", target, "eagle1", {"w": torch.zeros(2)}, public_config("eagle1"))
 

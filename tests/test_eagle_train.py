@@ -58,6 +58,17 @@ def test_hidden_states_semantics(target):
         torch.testing.assert_close(out.logits, target.lm_head(hs[-1]), atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("bad,word", [(dict(steps=-1), "steps"), (dict(batch_size=0), "batch_size"),
+                                      (dict(seq_len=1), "seq_len"), (dict(log_every=0), "log_every"),
+                                      (dict(ttt_steps=0), "ttt_steps"), (dict(warmup_steps=-1), "warmup_steps"),
+                                      (dict(lr=0.0), "lr > 0")])
+def test_train_head_refuses_bad_arguments_before_any_work(target, bad, word, monkeypatch):
+    head = EagleHead.from_target(target, "eagle1")
+    monkeypatch.setattr(tr, "_target_pass", lambda *a, **k: pytest.fail("a target pass ran"))
+    with pytest.raises(ValueError, match=word):
+        tr.train_head(head, target, [torch.arange(80)], **bad)
+
+
 def test_count_tokens_and_build_draft_vocab():
     seqs = [torch.tensor([5, 5, 5, 2, 9]), torch.tensor([9, 2, 7])]
     counts = tr.count_tokens(seqs, 10)

@@ -94,6 +94,12 @@ def test_fit_resync_runs_recovers_parameters():
     assert np.isnan(fit.predict(runs, length, skip)[0])
     with pytest.raises(ValueError):
         fit_resync_runs(runs, length, groups, y[:3], k=5)
+    with pytest.raises(ValueError, match="novel_rate=100.0 lies outside its range"):
+        fit_resync_runs(runs, length, groups, y, k=5, novel_rate=100.0)
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 5.5"):
+        fit_resync_runs(runs, length, groups, y, k=5.5)
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 5.5"):
+        fit_resync([0.1, 0.2], [3.0, 2.5], k=5.5)
 
 
 def test_model_error():

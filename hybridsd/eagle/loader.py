@@ -23,13 +23,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from hybridsd.checkpoint_files import inside, weight_files
 from hybridsd.eagle.config import EagleConfig
 
 OPTIONAL_KEYS = ("embed_tokens.weight",)
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some old checkpoints carry
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
 REQUIRED_KEYS = ("num_attention_heads", "intermediate_size")  # config.json keys with no default
 EMBEDDING_TOLERANCE = 0.05  # relative difference above which a shipped embedding is another model's
 
@@ -53,21 +52,12 @@ def resolve(path_or_hub_id: str | Path, revision: str | None = None) -> Path:
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint folder (safetensors first, then ``pytorch_model.bin``; sharded or not)."""
-    folder = Path(folder)
-    for name in WEIGHT_FILES:
-        f = folder / name
-        if not f.exists():
-            continue
-        if name.endswith(".index.json"):
-            files = [_inside(folder, s, f) for s in sorted(set(_read_json(f, "weight_map")["weight_map"].values()))]
-        else:
-            files = [f]
-        sd: dict[str, torch.Tensor] = {}
-        for file in files:
-            sd.update(_read_file(file))
-        return sd
-    raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(WEIGHT_FILES)})")
+    """All tensors of a checkpoint folder (safetensors first, then ``pytorch_model.bin``; sharded or not; every
+    file inside the folder: :func:`hybridsd.checkpoint_files.weight_files`)."""
+    sd: dict[str, torch.Tensor] = {}
+    for file in weight_files(folder):
+        sd.update(_read_file(file))
+    return sd
 
 
 def _read_json(path: Path, *required: str) -> dict:
@@ -82,21 +72,6 @@ def _read_json(path: Path, *required: str) -> dict:
         if key not in raw:
             raise ValueError(f"{path} has no {key!r}")
     return raw
-
-
-def _inside(folder: Path, name: str, index: Path) -> Path:
-    """``folder / name`` for a shard named in ``index``, refused if the name leads outside ``folder``.
-
-    Checked on the path as written (normalised, not resolved): a Hub snapshot's files are links into its blob
-    store, which is fine; a name like ``../other/model.safetensors`` or an absolute path is not.
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{index}: a shard name must be a non-empty string, got {name!r}")
-    path = Path(os.path.normpath(folder / name))
-    if Path(name).is_absolute() or not path.is_relative_to(os.path.normpath(folder)):
-        raise ValueError(f"{index} names the shard {name!r}, outside the checkpoint folder {folder}; refusing to "
-                         "read it")
-    return path
 
 
 def _read_file(file: Path) -> dict[str, torch.Tensor]:
@@ -150,6 +125,9 @@ def config_from_json(raw: dict, kind: str, target: nn.Module, state_dict: dict |
         L = target.config.num_hidden_layers
         ids = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         layers = tuple(ids) if ids else (2, L // 2, L - 3)
+        if not all(isinstance(i, int) and -(L + 1) <= i <= L for i in layers):  # hidden_states has L + 1
+            raise ValueError(f"eagle_aux_hidden_state_layer_ids: the checkpoint config says {list(layers)}, the "
+                             f"target's hidden states are indexed 0..{L} (it has {L} layers)")
         vd = raw.get("draft_vocab_size") or (sd["d2t"].shape[0] if "d2t" in sd else V)
     else:
         layers, vd = (-1,), None
@@ -190,13 +168,13 @@ def read_checkpoint(path_or_hub_id: str | Path, target: nn.Module, revision: str
                     ) -> tuple[Path, EagleConfig, dict[str, torch.Tensor]]:
     """The folder, head config and tensors of the checkpoint at ``path_or_hub_id`` (a folder or Hub id) for the
     HF causal LM ``target``; the kind is detected from the keys. Every error names the file or key: a non-JSON
-    ``config.json`` or one without a required key, a shard index entry outside the folder, a truncated weights
-    file, an ``fc.weight`` for another hidden size."""
+    ``config.json`` or one without a required key, a weight file or shard index entry outside the folder, a
+    truncated weights file, an ``fc.weight`` for another hidden size."""
     folder = resolve(path_or_hub_id, revision)
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"no config.json in {folder}")
-    raw = _read_json(cfg_file, *REQUIRED_KEYS)
+    raw = _read_json(inside(folder, "config.json"), *REQUIRED_KEYS)
     sd = {k: v for k, v in read_state_dict(folder).items() if not k.endswith(IGNORED_SUFFIXES)}
     kind = detect_kind(sd)
     h = target.get_input_embeddings().weight.shape[1]
@@ -221,6 +199,11 @@ def check_weights(folder: Path, sd: dict[str, torch.Tensor], expected: dict[str,
         ids = torch.arange(sd["d2t"].shape[0]) + sd["d2t"]
         if ids.min() < 0 or ids.max() >= V:  # host check at load time only
             raise ValueError(f"'d2t' maps draft ids outside the target vocabulary [0, {V})")
+        if (ids[1:] <= ids[:-1]).any():  # the public layout: the draft vocabulary's target ids, sorted
+            raise ValueError("'d2t' must map the draft ids to increasing target ids (draft id + d2t)")
+        if "t2d" in sd and not torch.equal(sd["t2d"].bool().nonzero().flatten(), ids):
+            raise ValueError(f"'t2d' marks {int(sd['t2d'].bool().sum())} target ids, not the {len(ids)} that 'd2t' "
+                             "maps the draft ids to")
     own = sd.pop("embed_tokens.weight", None)
     if own is not None and not use_checkpoint_embeddings and not embedding.is_meta:
         diff = embedding_difference(own, embedding)

@@ -12,6 +12,7 @@ unrolled steps.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -257,8 +258,17 @@ def train_head(head: EagleHead, target, sequences: Sequence[torch.Tensor] | Iter
     (see :func:`build_draft_vocab`). Each row holds ``step``, ``lr``, ``loss``, ``acc``
     (top-1 agreement with the target at step 0) and per-kind terms averaged since the
     previous row, plus ``elapsed_s``. ``seed`` fixes the window sampling and (through
-    torch's global RNG) the feature noise.
+    torch's global RNG) the feature noise. Arguments out of range raise ``ValueError`` naming them, before any
+    work.
     """
+    for name, value, least in (("steps", steps, 0), ("batch_size", batch_size, 1), ("seq_len", seq_len, 2),
+                               ("log_every", log_every, 1), ("ttt_steps", ttt_steps, 1),
+                               ("warmup_steps", 0 if warmup_steps is None else warmup_steps, 0)):
+        if not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if not (lr > 0 and grad_clip > 0 and noise >= 0 and ttt_decay > 0 and 0 <= min_lr_ratio <= 1):
+        raise ValueError(f"need lr > 0, grad_clip > 0, noise >= 0, ttt_decay > 0 and min_lr_ratio in [0, 1], got "
+                         f"{lr}, {grad_clip}, {noise}, {ttt_decay} and {min_lr_ratio}")
     device = torch.device(device) if device is not None else head.fc.weight.device
     dtype = _default_dtype(device, dtype)
     head.to(device).train()
