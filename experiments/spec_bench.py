@@ -141,6 +141,9 @@ class BenchConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.exact < 0:
             raise ValueError(f"--exact must be a number of rows >= 1, got {self.exact}")
+        if self.exact and self.tree == "dynamic":
+            raise ValueError("--exact verifies at most 2 draft branches a step; --tree dynamic proposes up to "
+                             "--tree-nodes (use a chain method, --hybrid-policy tree, or a static tree of 2 leaves)")
 
     def key(self) -> str:
         """A short hash naming this config in results rows (fields left at their defaults since they were

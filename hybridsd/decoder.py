@@ -100,22 +100,21 @@ def _norm_weight(module) -> torch.Tensor | None:
 _FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def weights_signature(module: torch.nn.Module) -> tuple:
+    """Where every parameter of ``module`` is stored (data pointer, dtype, device): it changes when a parameter
+    is replaced (``load_state_dict(..., assign=True)``, ``model.to(...)``), not when one is written in place."""
+    return tuple((p.data_ptr(), p.dtype, p.device) for p in module.parameters())
+
+
 def fused_layers(base: torch.nn.Module) -> list[LayerWeights]:
     """The fused weights of every layer of ``base`` (``model.model``), made once per model and made again when
-    its modules no longer hold views of them (after ``model.to(...)``, or weights loaded anew)."""
-    if base not in _FUSED or not _still_views(base, _FUSED[base]):
+    any of its layers' parameters has been replaced since (:func:`weights_signature`)."""
+    entry = _FUSED.get(base)
+    if entry is None or entry[0] != weights_signature(base.layers):
         with torch.inference_mode(False), torch.no_grad():  # plain tensors: the HF modules may train later
-            _FUSED[base] = [_fuse_layer(layer) for layer in base.layers]
-    return _FUSED[base]
-
-
-def _still_views(base: torch.nn.Module, fused: list[LayerWeights]) -> bool:
-    """Whether every layer's q and gate projections still start the fused tensors (same storage, dtype, device)."""
-    return len(fused) == len(base.layers) and all(
-        layer.self_attn.q_proj.weight.data_ptr() == w.wqkv.data_ptr()
-        and layer.mlp.gate_proj.weight.data_ptr() == w.w13.data_ptr()
-        and layer.self_attn.q_proj.weight.dtype == w.wqkv.dtype
-        for layer, w in zip(base.layers, fused))
+            layers = [_fuse_layer(layer) for layer in base.layers]
+        entry = _FUSED[base] = (weights_signature(base.layers), layers)  # the q/k/v, gate/up are views now
+    return entry[1]
 
 
 def _fuse_layer(layer: torch.nn.Module) -> LayerWeights:

@@ -15,7 +15,7 @@ from hybridsd.drafters.base import Drafter, ProposeRequest
 from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
 from hybridsd.sampling import sampling_params
-from hybridsd.target import Target, context_length, exact_rows, target_for
+from hybridsd.target import Target, check_options, context_length, exact_rows, sliding_window, target_for
 from hybridsd.verify import sample_token, verify_chain, verify_tree
 
 
@@ -77,7 +77,7 @@ def _check_bos(model: torch.nn.Module, ids: torch.Tensor, on_double_bos: str) ->
            "added another; tokenize templated text with add_special_tokens=False")
     if on_double_bos == "raise":
         raise ValueError(msg)
-    warnings.warn(msg, stacklevel=3)
+    warnings.warn(msg, stacklevel=4)  # generate's caller (generate is wrapped by inference_mode)
 
 
 def _eos_set(model: torch.nn.Module, eos_token_id, vocab: int) -> frozenset[int]:
@@ -87,6 +87,12 @@ def _eos_set(model: torch.nn.Module, eos_token_id, vocab: int) -> frozenset[int]
     if eos_token_id is None:
         return frozenset()
     ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else eos_token_id
+    if isinstance(ids, torch.Tensor | np.ndarray):  # any shape, integer dtype
+        integer = not ids.dtype.is_floating_point and not ids.dtype.is_complex and ids.dtype != torch.bool \
+            if isinstance(ids, torch.Tensor) else np.issubdtype(ids.dtype, np.integer)
+        if not integer:
+            raise TypeError(f"eos_token_id must be a token id or a sequence of them, got a {ids.dtype} array")
+        ids = [int(e) for e in ids.reshape(-1).tolist()]
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | torch.Tensor | np.ndarray) or any(
             isinstance(e, bool) or not isinstance(e, numbers.Integral | torch.Tensor | np.integer) for e in ids):
         raise TypeError(f"eos_token_id must be a token id or a sequence of them, got {eos_token_id!r}")
@@ -136,9 +142,10 @@ def generate(
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with speculative decoding.
 
     Greedy output equals plain greedy decoding token for token; sampled output is distributed as plain
-    sampling with the same settings, and ``seed`` makes a run reproducible. Sampling is chosen as in HF's
-    ``generate``: ``do_sample=True`` (``temperature`` defaults to 1; 0 is an error), or ``do_sample`` left
-    None and ``temperature > 0``; ``do_sample=False`` is greedy whatever the temperature. ``top_k`` (0: off)
+    sampling with the same settings, and ``seed`` makes a run reproducible. Sampling is on with
+    ``do_sample=True`` (``temperature`` defaults to 1; 0 is an error), or with ``do_sample`` left None and
+    ``temperature > 0`` (vLLM's rule; HF's ``generate`` samples only with ``do_sample=True``);
+    ``do_sample=False`` is greedy whatever the temperature. ``top_k`` (0: off)
     and ``top_p`` (1: off) restrict each sampled token as HF's logits warpers do (temperature, then top-k,
     then top-p), and drafts are verified against that warped distribution. ``eos_token_id`` (default: the model's
     generation config) stops the sequence after that token. ``drafter=None`` decodes
@@ -168,7 +175,9 @@ def generate(
     _check_number("max_new_tokens", max_new_tokens, integer=True, low=1)
     temperature, top_k, top_p = sampling_params(do_sample, temperature, top_k, top_p)  # temperature 0: greedy
     if seed is not None:
-        _check_number("seed", seed, integer=True, low=-math.inf)
+        _check_number("seed", seed, integer=True, low=-(2**63))
+        if seed >= 2**64:
+            raise ValueError(f"seed must lie in [-2**63, 2**64), got {seed}")
     if drafter is not None:
         if not isinstance(drafter, Drafter):
             raise TypeError(f"drafter must be a hybridsd Drafter or None, got {type(drafter).__name__}")
@@ -179,14 +188,22 @@ def generate(
             f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
             f"context length ({limit})"
         )
+    window = sliding_window(model)
+    if window is not None and ids.numel() + max_new_tokens - 1 > window:  # the last token is never fed
+        raise ValueError(
+            f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) would feed the model positions past "
+            f"its sliding attention window ({window}), which hybridsd does not implement"
+        )
     _check_bos(model, ids, on_double_bos)
     eos = _eos_set(model, eos_token_id, vocab)
+    device = next(model.parameters()).device
+    check_options(device, cuda_graphs, compile, attention)
     layers = drafter.hidden_layers if drafter is not None else ()
     draft_rows = drafter.max_tokens if drafter is not None else 0
     headroom = draft_rows + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded
-    device = next(model.parameters()).device
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
-    rows = exact_rows(exact, draft_rows)  # exact mode: the span may not depend on the drafter
+    branches = drafter.max_branches if drafter is not None else 1
+    rows = exact_rows(exact, draft_rows, branches)  # exact mode: the span may not depend on the drafter
     target = target_for(model, ids.numel() + max_new_tokens + (rows or headroom + 1), cuda_graphs=graphs,
                         compile=compile, attention=attention, exact=rows)
     generator = None

@@ -21,10 +21,11 @@ def sampling_params(do_sample, temperature, top_k, top_p) -> tuple[float, int | 
     then None); top_k / top_p are None where they keep every token.
 
     Sampling is on when ``do_sample`` is True, or when it is None and ``temperature > 0`` (``temperature``
-    None: 1.0 when sampling). ``do_sample=False`` decodes greedily whatever the temperature. Errors name the
-    argument: ``do_sample=True`` with ``temperature=0`` (ValueError), a ``top_k`` below 0 or a ``top_p``
-    outside (0, 1] (ValueError), a value of the wrong type (TypeError). A ``top_k`` or ``top_p`` given for
-    greedy decoding is ignored with a warning, as HF does.
+    None: 1.0 when sampling; HF's ``generate`` would decode that greedily unless its generation config samples).
+    ``do_sample=False`` decodes greedily whatever the temperature. Errors name the argument: ``do_sample=True``
+    with ``temperature=0`` (ValueError), a ``top_k`` below 0 or a ``top_p`` outside (0, 1] (ValueError), a value
+    of the wrong type (TypeError). A ``top_k`` or ``top_p`` given for greedy decoding is ignored with a warning,
+    as HF does.
     """
     if do_sample is not None and not isinstance(do_sample, bool):
         raise TypeError(f"do_sample must be True, False or None, got {do_sample!r}")

@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache
 
 from hybridsd.attention import KERNELS
 from hybridsd.cuda_graph import capture
-from hybridsd.decoder import Decoder, compile_by_block, compile_modes
+from hybridsd.decoder import Decoder, compile_by_block, weights_signature
 from hybridsd.kv_cache import StaticKVCache, bucket
 
 EXACT_ROWS = 16  # exact=True: the rows of every step after the prefill
@@ -98,9 +98,30 @@ def context_length(model: torch.nn.Module) -> int | None:
     return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
 
 
-def exact_rows(exact: bool | int, draft_rows: int = 0) -> int:
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "auto")  # the compile modes besides True and False
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that capture CUDA graphs themselves
+
+
+def check_options(device: torch.device, cuda_graphs, compile, attention) -> None:
+    """``TypeError`` / ``ValueError`` naming the first of a target's options that is not one: ``cuda_graphs``
+    (None or a bool), ``compile`` (a bool or one of :data:`COMPILE_MODES`), ``attention`` (None or one of
+    :data:`~hybridsd.attention.KERNELS`; ``"split"`` on CUDA only)."""
+    if cuda_graphs is not None and not isinstance(cuda_graphs, bool):
+        raise TypeError(f"cuda_graphs must be None, True or False, got {cuda_graphs!r}")
+    if compile in GRAPH_MODES:
+        raise ValueError(f"compile mode {compile!r} captures its own CUDA graphs; use a no-cudagraphs mode")
+    if not isinstance(compile, bool) and compile not in COMPILE_MODES:
+        raise ValueError(f"compile must be True, False or one of {COMPILE_MODES}, got {compile!r}")
+    if attention is not None and attention not in KERNELS:
+        raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
+    if attention == "split" and torch.device(device).type != "cuda":
+        raise ValueError("attention='split' is a CUDA kernel; use 'sdpa' on other devices")
+
+
+def exact_rows(exact: bool | int, draft_rows: int = 0, branches: int = 1) -> int:
     """The rows of every exact-mode step for ``exact`` (True: :data:`EXACT_ROWS`; an int: that many; False: 0,
-    exact mode off), checked against ``draft_rows``, the most draft tokens a step verifies (plus the newest)."""
+    exact mode off), checked against ``draft_rows``, the most draft tokens a step verifies (plus the newest), and
+    ``branches``, the most root-to-leaf paths of a draft (at most :data:`EXACT_BRANCHES`)."""
     if isinstance(exact, bool):
         rows = EXACT_ROWS if exact else 0
     elif isinstance(exact, (int, np.integer)):
@@ -112,6 +133,10 @@ def exact_rows(exact: bool | int, draft_rows: int = 0) -> int:
     if rows and 1 + draft_rows > rows:
         raise ValueError(f"exact={exact!r} runs every step as a block of {rows} rows, but the drafter verifies up "
                          f"to {draft_rows} draft tokens plus the newest one; pass exact={1 + draft_rows} or more")
+    if rows and branches > EXACT_BRANCHES:
+        raise ValueError(f"exact mode verifies at most {EXACT_BRANCHES} draft branches per step, but the drafter "
+                         f"proposes up to {branches}: use a chain drafter, a hybrid tree of two chains, or a static "
+                         f"tree of at most {EXACT_BRANCHES} leaves")
     return rows
 
 
@@ -182,11 +207,9 @@ class Target:
                  compile: bool | str = False, decoder: bool | None = None, attention: str | None = None,
                  exact: int = 0) -> None:
         cfg = model.config
-        window = sliding_window(model)
-        if window is not None and capacity > window:
-            raise ValueError(f"the model uses sliding-window attention (window {window}); a cache of {capacity} "
-                             f"tokens would need it, which the target adapter does not implement")
+        self.window = sliding_window(model)  # positions must stay below it: sliding attention is not implemented
         p = next(model.parameters())
+        check_options(p.device, cuda_graphs, compile, attention)
         self.model = model
         self.device, self.dtype = p.device, p.dtype
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -198,10 +221,6 @@ class Target:
         if decoder and not _has_decoder_layout(model):
             raise ValueError(f"decoder=True needs a model of type {DECODER_TYPES} with model.model."
                              f"{{embed_tokens, rotary_emb, layers, norm}} and lm_head")
-        modes = compile_modes(compile)
-        for mode in modes:
-            if mode in ("reduce-overhead", "max-autotune"):  # the modes that capture CUDA graphs themselves
-                raise ValueError(f"compile mode {mode!r} captures its own CUDA graphs; use a no-cudagraphs mode")
         if compile:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
         self._slot_ids = torch.arange(self.kv.capacity, device=self.device)  # [S]
@@ -209,8 +228,6 @@ class Target:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.compiled = compile
         use_decoder = decoder if decoder is not None else _has_decoder_layout(model)
-        if attention is not None and attention not in KERNELS:
-            raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
         self.attention = attention or default_attention(self.device)
         if exact and not use_decoder:
             raise ValueError(f"exact mode needs the fused decoder: a model of type {DECODER_TYPES}")
@@ -219,6 +236,7 @@ class Target:
             self._cache, self._cache_kwarg = _SlotCache(self.kv), _cache_kwarg(model)
             self._hf_steps = {one: f for one, (f,) in compile_by_block((self._hf_forward,), compile).items()}
         self._graphs: dict[tuple, _GraphedStep] = {}
+        self.signature = weights_signature(model)  # the weights its graphs and fused layers read
 
     @property
     def capacity(self) -> int:
@@ -246,6 +264,10 @@ class Target:
         q = int(tokens.shape[0])
         if start + q > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {q} tokens > capacity {self.capacity}")
+        if self.window is not None and (start + q if positions is None else int(np.max(positions)) + 1) > self.window:
+            raise ValueError(f"the model uses sliding-window attention (window {self.window}), which the target "
+                             f"adapter does not implement; a token at position {self.window} or later would need it")
+        self.kv.length = start  # the committed sequence this block follows (what the HF view reports)
         if self.exact and not last_logits_only:
             return self._exact_forward(tokens, start, positions, visible, hidden_layers)
         # keys the step attends over: a bucket for graphs and compiled code (static shapes), else exact
@@ -403,14 +425,17 @@ _TARGETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = False,
                compile: bool | str = False, attention: str | None = None, exact: int = 0) -> Target:
-    """The model's :class:`Target`, reused across calls while its cache is large enough. In exact mode
-    (``exact`` rows) its key span becomes ``capacity`` rounded up to an attention bucket, whatever the cache."""
+    """The model's :class:`Target`, reused across calls while its cache is large enough, its options are the same
+    and none of the model's parameters has been replaced (:func:`~hybridsd.decoder.weights_signature`: its graphs
+    and fused layers read them). In exact mode (``exact`` rows) its key span becomes ``capacity`` rounded up to an
+    attention bucket, whatever the cache."""
     p = next(model.parameters())
     t = _TARGETS.get(model)
     need = bucket(capacity) if exact else capacity
     if (t is None or t.capacity < need or t.device != p.device or t.dtype != p.dtype
             or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda") or t.compiled != compile
-            or t.attention != (attention or default_attention(p.device)) or t.exact != exact):
+            or t.attention != (attention or default_attention(p.device)) or t.exact != exact
+            or t.signature != weights_signature(model)):
         t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile, attention=attention, exact=exact)
         _TARGETS[model] = t
     t.exact_span = need

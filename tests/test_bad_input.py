@@ -92,6 +92,14 @@ GENERATE_CASES = [
     ("3-D ids", dict(input_ids=IDS[None, None]), ValueError, ["input_ids", "shape"]),
     ("dict without input_ids", dict(input_ids={"ids": IDS}), ValueError, ["input_ids", "'ids'"]),
     ("on_double_bos", dict(on_double_bos="maybe"), ValueError, ["on_double_bos"]),
+    ("seed past 64 bits", dict(seed=2**70, temperature=1.0), ValueError, ["seed", str(2**70)]),
+    ("attention unknown", dict(attention="flash"), ValueError, ["attention", "flash"]),
+    ("attention split on the CPU", dict(attention="split"), ValueError, ["attention='split'", "CUDA"]),
+    ("compile mode unknown", dict(compile="bogus"), ValueError, ["compile", "bogus"]),
+    ("compile a number", dict(compile=1.5), ValueError, ["compile", "1.5"]),
+    ("compile with graphs", dict(compile="reduce-overhead"), ValueError, ["reduce-overhead", "no-cudagraphs"]),
+    ("cuda_graphs a string", dict(cuda_graphs="no"), TypeError, ["cuda_graphs", "'no'"]),
+    ("eos float tensor", dict(eos_token_id=torch.tensor([2.0])), TypeError, ["eos_token_id", "float"]),
 ]
 
 
@@ -260,6 +268,34 @@ def test_loader_never_reads_outside_the_folder(ckpt, model, monkeypatch):
     with pytest.raises(ValueError, match="outside"):
         EagleHead.from_pretrained(ckpt, target=model)
     assert read == []
+
+
+def test_exact_mode_with_a_many_branch_tree_is_rejected_before_any_work(model, no_work):
+    from hybridsd.drafters.eagle_tree import EagleTreeDrafter
+
+    tree = EagleTreeDrafter(EagleHead.from_target(model, "eagle3"), depth=2, top_k=2, nodes=4)
+    with pytest.raises(ValueError, match="exact mode verifies at most 2 draft branches per step"):
+        generate(model, IDS, drafter=tree, max_new_tokens=8, exact=16)
+    assert no_work == []
+
+
+def test_drafter_constructors_check_their_counts_and_children(model):
+    head = EagleHead.from_target(model, "eagle1")
+    with pytest.raises(TypeError, match="k must be an int, got 2.0"):
+        EagleDrafter(head, k=2.0)
+    with pytest.raises(TypeError, match="HybridDrafter's eagle must be a hybridsd Drafter, got str"):
+        HybridDrafter(NgramDrafter(), "x")
+    from hybridsd.drafters.replay import ReplayDrafter
+
+    with pytest.raises(TypeError, match="k must be an int"):
+        ReplayDrafter([1, 2, 3], k=1.5)
+
+
+def test_eos_ids_as_tensors_and_arrays():
+    model = tiny_target("llama")
+    want = generate(model, IDS, max_new_tokens=12, eos_token_id=[7]).tokens
+    for eos in (torch.tensor(7), torch.tensor([7]), np.int64(7), np.array([7])):
+        assert generate(model, IDS, max_new_tokens=12, eos_token_id=eos).tokens == want
 
 
 def _link_out(folder, name):

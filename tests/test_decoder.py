@@ -94,6 +94,38 @@ def test_fused_weights_follow_the_model_to_a_new_dtype():
     torch.testing.assert_close(logits, ref.float(), atol=1e-6, rtol=1e-6)
 
 
+def _replace_out_projections(model):
+    for layer in model.model.layers:  # new o_proj / down_proj parameters, q/k/v and gate/up untouched
+        layer.self_attn.o_proj.weight = torch.nn.Parameter(torch.randn_like(layer.self_attn.o_proj.weight) * 0.2)
+        layer.mlp.down_proj.weight = torch.nn.Parameter(torch.randn_like(layer.mlp.down_proj.weight) * 0.2)
+
+
+@pytest.mark.parametrize("change", ["assign another model's weights", "replace output projections",
+                                    "load in place"])
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_generate_follows_weights_replaced_between_calls(change, drafter):
+    """The model's target (cache, fused layers, graphs) is reused across calls, but not over replaced weights:
+    after each change, output equals HF's greedy output of the model as it now is."""
+    from conftest import hf_greedy
+    from hybridsd.drafters.ngram import NgramDrafter
+    from hybridsd.generate import generate
+
+    model, other = tiny_target("llama", seed=0), tiny_target("llama", seed=3)
+    ids = prompts(1)[0]
+    make = (lambda: NgramDrafter(k=3, min_n=1, max_n=3)) if drafter else (lambda: None)
+    assert generate(model, ids, make(), max_new_tokens=24, eos_token_id=[]).tokens == hf_greedy(model, ids, 24)
+    torch.manual_seed(5)
+    if change == "assign another model's weights":
+        model.load_state_dict(other.state_dict(), assign=True)
+    elif change == "replace output projections":
+        _replace_out_projections(model)
+    else:
+        model.load_state_dict(other.state_dict())
+    want = hf_greedy(model, ids, 24)
+    assert want != hf_greedy(tiny_target("llama", seed=0), ids, 24)
+    assert generate(model, ids, make(), max_new_tokens=24, eos_token_id=[]).tokens == want
+
+
 def _reference_attention(q, k, v, allowed, scale):
     """Attention per query head with its KV head repeated: ``q`` ``[T, Hq, D]``, ``k, v`` ``[S, Hkv, D]``."""
     g = q.shape[1] // k.shape[1]

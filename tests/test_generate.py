@@ -206,8 +206,9 @@ def test_vocab_sized_tokens_only(target):
 def test_doubled_bos_warns_or_raises(target):
     bos = target.config.bos_token_id
     ids = torch.tensor([bos, bos, 5, 6, 7])
-    with pytest.warns(UserWarning, match="two BOS"):
+    with pytest.warns(UserWarning, match="two BOS") as caught:
         generate(target, ids, max_new_tokens=2)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
     with pytest.raises(ValueError, match="two BOS"):
         generate(target, ids, max_new_tokens=2, on_double_bos="raise")
     generate(target, ids[1:], max_new_tokens=2, on_double_bos="raise")  # one BOS is fine

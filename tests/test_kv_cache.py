@@ -93,15 +93,38 @@ def test_decoder_needs_a_known_family(target):
         target.config.model_type = old
 
 
-def test_sliding_window_beyond_the_cache_is_refused():
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_sliding_window_models_run_up_to_their_window(drafter):
+    """Sliding attention is not implemented: a sequence whose fed positions stay inside the window decodes as HF
+    does (whatever the cache's headroom for drafts), a longer one is refused before any work, and the target
+    refuses a block past the window."""
     from transformers import MistralConfig, MistralForCausalLM
 
+    from conftest import hf_greedy
+    from hybridsd.drafters.ngram import NgramDrafter
+    from hybridsd.generate import generate
+
+    torch.manual_seed(0)
     cfg = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                         num_attention_heads=4, num_key_value_heads=2, sliding_window=16)
     model = MistralForCausalLM(cfg).eval()
-    Target(model, 16)
+    ids = torch.tensor([3, 9, 3, 9, 3, 9])
+    make = (lambda: NgramDrafter(k=5, min_n=1, max_n=2)) if drafter else (lambda: None)
+    got = generate(model, ids, make(), max_new_tokens=11, eos_token_id=[]).tokens  # positions 0..15 fed
+    assert got == hf_greedy(model, ids, 11)
+    with pytest.raises(ValueError, match="sliding attention window"):
+        generate(model, ids, make(), max_new_tokens=12, eos_token_id=[])
+    t = Target(model, 32)
+    t.forward(torch.arange(16), 0)
     with pytest.raises(ValueError, match="sliding-window"):
-        Target(model, 17)
+        t.forward(torch.tensor([1]), 16)
+
+
+def test_the_hf_view_reports_the_committed_length(target):
+    t = Target(target, 32, decoder=False)
+    t.forward(torch.arange(5), 0)
+    t.forward(torch.tensor([7, 8]), 5)
+    assert t._cache.get_seq_length() == 5 and t.kv.length == 5
 
 
 def test_unknown_attention_kernel_is_refused(target):

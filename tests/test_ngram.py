@@ -85,6 +85,15 @@ def test_bad_arguments(args, name):
         NgramDrafter(k=k, min_n=min_n, max_n=max_n)
 
 
+@pytest.mark.parametrize("args, name", [((2.5, 2, 5), "k"), ((3, 2, 2.5), "max_n"), ((3, True, 5), "min_n")])
+def test_non_integer_arguments_are_refused(args, name):
+    k, min_n, max_n = args
+    with pytest.raises(TypeError, match=f"{name} must be an int"):
+        NgramDrafter(k=k, min_n=min_n, max_n=max_n)
+    with pytest.raises(TypeError, match=f"{name} must be an int"):
+        ngram_propose([1, 2, 1, 2], min_n, max_n, k)
+
+
 def test_rejects_2d_context():
     with pytest.raises(ValueError, match="1-D"):
         ngram_propose(np.zeros((2, 3), dtype=np.int64), 1, 2, 2)

@@ -105,6 +105,8 @@ CASES = {
                        want="--bin-width must divide 0.6 into whole bins, got 0.07"),
     "per bin negative": _case(*GOOD, "--method", "ngram", "--per-bin", "-1",
                               want="--per-bin must be >= 0 (0: every prompt inside the bins), got -1"),
+    "exact with a dynamic tree": _case(*GOOD, "--method", "eagle3", "--tree", "dynamic", "--exact",
+                                       want="--exact verifies at most 2 draft branches a step"),
     "no prompts left": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
                              "{data-blazedit}", "--blazedit-min-distance", "0.9", want="no prompts left"),
 }

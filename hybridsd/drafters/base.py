@@ -17,6 +17,7 @@ them (``hidden_layers == ()`` means it needs none and receives ``None``).
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,6 +27,15 @@ import torch
 
 if TYPE_CHECKING:
     from hybridsd.drafters.tree import DraftTree
+
+
+def check_count(name: str, value, least: int = 1) -> None:
+    """``TypeError`` unless ``value`` is an int (numpy's too, not a bool), ``ValueError`` unless it is >= ``least``;
+    each naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be >= {least}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,11 @@ class Drafter(ABC):
     @abstractmethod
     def max_tokens(self) -> int:
         """Most nodes of one proposal, all branches together (sizes the KV cache headroom)."""
+
+    @property
+    def max_branches(self) -> int:
+        """Most root-to-leaf paths of one proposal (1: a chain drafter); exact mode verifies a bounded number."""
+        return 1
 
     def check_target(self, model: torch.nn.Module) -> None:
         """Raise ``ValueError`` if this drafter cannot draft for ``model`` (e.g. a head made for another

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from hybridsd.cuda_graph import capture
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
 from hybridsd.eagle.model import EagleHead
 from hybridsd.kv_cache import StaticKVCache
 from hybridsd.sampling import warp
@@ -30,8 +30,7 @@ class EagleDrafter(Drafter):
     MAX_GRAPHED_PAIRS = 64
 
     def __init__(self, head: EagleHead, k: int = 3, *, cuda_graphs: bool = True) -> None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_count("k", k)
         self.head = head
         self.k = k
         self.cuda_graphs = cuda_graphs

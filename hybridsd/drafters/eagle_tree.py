@@ -71,6 +71,12 @@ class EagleTreeDrafter(EagleDrafter):
     def max_tokens(self) -> int:
         return self.nodes
 
+    @property
+    def max_branches(self) -> int:
+        if self.paths is not None:  # the static tree's leaves
+            return len(set(range(len(self._parents))) - set(self._parents))
+        return self.nodes  # a dynamic tree's shape varies: each kept node may be a leaf
+
     def _slots(self, depth: int) -> int:
         """Speculative head-cache slots a tree of ``depth`` levels writes."""
         if self.paths is not None:

@@ -26,6 +26,9 @@ class HybridDrafter(Drafter):
                  skip_eagle_on_hit: bool = True) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown hybrid policy {policy!r}; choose one of {POLICIES}")
+        for role, child in (("ngram", ngram), ("eagle", eagle)):
+            if not isinstance(child, Drafter):
+                raise TypeError(f"HybridDrafter's {role} must be a hybridsd Drafter, got {type(child).__name__}")
         self.ngram, self.eagle = ngram, eagle
         self.policy = policy
         self.skip_eagle_on_hit = skip_eagle_on_hit
@@ -41,6 +44,12 @@ class HybridDrafter(Drafter):
         if self.policy == "tree":
             return self.ngram.max_tokens + self.eagle.max_tokens
         return max(self.ngram.max_tokens, self.eagle.max_tokens)
+
+    @property
+    def max_branches(self) -> int:
+        if self.policy == "tree":
+            return self.ngram.max_branches + self.eagle.max_branches
+        return max(self.ngram.max_branches, self.eagle.max_branches)
 
     def check_target(self, model: torch.nn.Module) -> None:
         self.ngram.check_target(model)

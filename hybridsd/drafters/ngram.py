@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
 
 
 @njit(cache=True, nogil=True)
@@ -45,10 +45,9 @@ def _match(tokens: np.ndarray, max_n: int) -> tuple[int, int]:
 
 
 def _check(k: int, min_n: int, max_n: int) -> None:
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if min_n < 1:
-        raise ValueError(f"min_n must be >= 1, got {min_n}")
+    check_count("k", k)
+    check_count("min_n", min_n)
+    check_count("max_n", max_n)
     if min_n > max_n:
         raise ValueError(f"min_n ({min_n}) must be <= max_n ({max_n})")
 

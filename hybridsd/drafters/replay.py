@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
 
 
 class ReplayDrafter(Drafter):
@@ -18,8 +18,7 @@ class ReplayDrafter(Drafter):
     name = "replay"
 
     def __init__(self, continuation: list[int], k: int) -> None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_count("k", k)
         self.continuation, self.k = list(continuation), k
         self.prompt_len = 0
 
