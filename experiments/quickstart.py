@@ -1,18 +1,22 @@
 """Quickstart: every drafter on the project's own small model, on the CPU, with exact stats.
 
-    python -m experiments.quickstart
+    python -m experiments.quickstart [--out FILE.json]
 
 Loads ``tiny-coder`` (a 16.5M-parameter Llama trained for code edits) and its EAGLE heads from the
 repository, asks it for one code edit in the zoo's located format (the places and sizes of an intended change,
 named by ``hybridsd.edit_requests.located_request``; the model sees only the request and the file), and decodes
 the answer plainly and with each drafter. Every speculative output must equal the plain greedy output token for
-token. Prints the request, the table and the diff between the input file and the answer.
+token. Prints the request, the table and the diff between the input file and the answer; with ``--out``, also
+writes them as JSON with the command and ``run_info`` (device, versions, commit).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -20,6 +24,9 @@ import hybridsd as hsd
 from hybridsd.prompts import build_prompt_ids
 from hybridsd.data import blazedit_prompt
 from hybridsd.edit_requests import located_request
+from experiments.cli import Parser
+from experiments.distributed import write_atomic
+from experiments.provenance import run_info
 
 CODE = '''"""Small helpers for reading configuration files."""
 import json
@@ -46,7 +53,12 @@ INTENDED = CODE.replace("import os\n", "import os\nimport pathlib\n").replace(
 REQUEST = located_request(CODE, INTENDED, "Use pathlib in config_path")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    p = Parser(prog="quickstart", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="also write the request, the table and the answer to this JSON file")
+    args = p.parse_args(argv)
+    if args.out is not None and not args.out.parent.is_dir():
+        p.error(f"--out {args.out}: no folder {args.out.parent}")
     torch.manual_seed(0)
     model, tok, heads = hsd.zoo.load()  # fp32 on the CPU, from files in the repository
     ids = build_prompt_ids(tok, blazedit_prompt(CODE, REQUEST))  # chat template once: exactly one BOS
@@ -70,7 +82,7 @@ def main() -> None:
           f"parameters, CPU fp32\n")
     print(f"{'method':18s} {'tokens':>6s} {'passes':>6s} {'seq AL':>7s} {'prec AL':>7s} {'same':>5s} {'s':>6s}  "
           "steps by drafter")
-    plain = None
+    plain, rows = None, []
     for name, drafter in drafters.items():
         t = time.perf_counter()
         res = hsd.generate(model, ids, drafter=drafter, max_new_tokens=max_new, eos_token_id=eos)
@@ -81,11 +93,21 @@ def main() -> None:
         same = res.tokens == plain
         print(f"{name:18s} {st.num_tokens:6d} {st.num_target_steps:6d} {st.seq_normalized_al:7.2f} "
               f"{st.precision_al:7.2f} {str(same):>5s} {wall:6.2f}  {dict(st.steps_by_drafter)}")
+        rows.append({"method": name, "tokens": st.num_tokens, "passes": st.num_target_steps,
+                     "seq_normalized_al": st.seq_normalized_al, "precision_al": st.precision_al, "same": same,
+                     "seconds": round(wall, 3), "steps_by_drafter": dict(st.steps_by_drafter)})
         if not same:
             raise SystemExit(f"{name}: output differs from plain greedy decoding")
     out = tok.decode(plain, skip_special_tokens=True)
+    diff = "".join(difflib.unified_diff(CODE.splitlines(True), out.splitlines(True), "input", "answer"))
     print("\nthe answer (plain greedy) against the input file:\n")
-    print("".join(difflib.unified_diff(CODE.splitlines(True), out.splitlines(True), "input", "answer")) or "no change")
+    print(diff or "no change")
+    if args.out is not None:
+        record = {"what": "the quickstart: one located code edit decoded plainly and with every drafter (CPU fp32)",
+                  "command": " ".join(["python -m experiments.quickstart", *(sys.argv[1:] if argv is None else argv)]),
+                  "run_info": run_info(), "request": REQUEST, "prompt_tokens": len(ids), "max_new_tokens": max_new,
+                  "rows": rows, "answer": out, "diff": diff}
+        write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -144,6 +144,22 @@ def test_readmes_use_block_runs_as_written():
     assert len(runs) == calls >= 3 and all(got == plain for got, plain in runs)
 
 
+@needs_weights
+def test_quickstart_writes_its_table(tmp_path, capsys):
+    from experiments import quickstart
+
+    with pytest.raises(SystemExit) as e:
+        quickstart.main(["--out", str(tmp_path / "missing" / "q.json")])
+    assert e.value.code == 2 and "no folder" in capsys.readouterr().err
+    quickstart.main(["--out", str(tmp_path / "q.json")])
+    rec = json.loads((tmp_path / "q.json").read_text())
+    printed = capsys.readouterr().out
+    assert [r["method"] for r in rec["rows"]][0] == "plain" and len(rec["rows"]) == 7
+    assert all(r["same"] and r["tokens"] == rec["rows"][0]["tokens"] for r in rec["rows"])
+    assert rec["diff"] in printed and rec["run_info"]["commit"] and rec["command"].endswith("q.json")
+    assert any(line.startswith("+") and "import" in line for line in rec["diff"].splitlines())  # an edit, as asked
+
+
 def test_eval_split_is_held_out():
     split = json.loads((FOLDER / "eval_split.json").read_text())
     assert set(split["repos"]) == EVAL_REPOS and split["n"] == len(split["ids"]) == len(set(split["ids"]))

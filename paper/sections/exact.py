@@ -79,7 +79,7 @@ def cost() -> None:
             ratios.append(exact / d["floor_ms"])
     num("exactXLow", min(ratios))
     num("exactXHigh", max(ratios))
-    # the same bench of the same library code in other runs (speed_exact_repeats/, named by commit)
+    # the same bench of the same library code in other runs (speed_exact_repeats/repeat*.json, each naming its commit)
     runs = [d] + [json.loads(f.read_text()) for f in sorted((EXACT / "speed_exact_repeats").glob("*.json"))]
     num("exactRuns", len(runs), "{:d}")
     for key, tag in (("graph_auto_exact_chain_q1", "Exact"), ("graph_auto_chain_q1", "Auto")):
