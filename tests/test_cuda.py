@@ -112,6 +112,25 @@ def test_compiled_graphs_are_lossless(gpu_target, compile):
     assert not [str(w.message)[:120] for w in caught if "lru_cache" in str(w.message)]
 
 
+@pytest.mark.parametrize("change", ["assign", "in place"])
+def test_graphed_generate_follows_replaced_weights(change):
+    """CUDA graphs read the weights they were captured with: after a state dict is assigned (new tensors) or
+    loaded in place, graphed (and compiled) decoding equals HF's greedy output of the model as it now is."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, other = tiny_target("llama", seed=0).cuda(), tiny_target("llama", seed=3).cuda()
+    ids = PROMPTS[2].cuda()
+    for compile in (False, "auto"):
+        drafter = NgramDrafter(k=3, min_n=1, max_n=3)
+        got = generate(model, ids, drafter, max_new_tokens=24, eos_token_id=[], cuda_graphs=True, compile=compile)
+        assert got.tokens == hf_greedy(model, ids, 24), compile
+    model.load_state_dict(other.state_dict(), assign=change == "assign")
+    want = hf_greedy(model, ids, 24)
+    for compile in (False, "auto"):
+        got = generate(model, ids, NgramDrafter(k=3, min_n=1, max_n=3), max_new_tokens=24, eos_token_id=[],
+                       cuda_graphs=True, compile=compile)
+        assert got.tokens == want, compile
+
+
 def test_observed_hidden_states_survive_graph_replays(gpu_target):
     """Hidden states handed to a drafter stay valid after later graph replays (no aliasing of graph outputs)."""
     from test_generate import Recorder
