@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 
 class Parser(argparse.ArgumentParser):
@@ -14,3 +16,24 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D401 - argparse's hook
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+    def check_output(self, path: str | Path | None, flag: str = "--out", folder: bool = False) -> None:
+        """Before any work: ``path`` (a file to write, or with ``folder`` a folder to write into; None: none)
+        must be writable. Its parent folders are made; one line and exit 2 when they cannot be, when a file is
+        to be written where a folder is (or the reverse), or when the folder is not writable."""
+        if path is None:
+            return
+        p = Path(path)
+        where = p if folder else p.parent
+        if not folder and p.is_dir():
+            self.error(f"{flag} {p}: is a folder, not a file")
+        if folder and p.exists() and not p.is_dir():
+            self.error(f"{flag} {p}: is a file, not a folder")
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self.error(f"{flag} {p}: cannot make the folder {where} ({e.strerror or type(e).__name__})")
+        try:  # a real write: permission bits do not tell root, or a read-only file system, apart
+            tempfile.TemporaryFile(dir=where).close()
+        except OSError as e:
+            self.error(f"{flag} {p}: cannot write in {where} ({e.strerror or type(e).__name__})")

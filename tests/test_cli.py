@@ -99,3 +99,37 @@ def test_bench_train_steps_records_every_pass_of_a_mode(tmp_path):
     assert mode["profiled"]["steps"] == 10 and mode["peak_memory_gib"] is None
     assert rec["model"]["hidden_size"] == 64 and rec["batch_shapes"] >= 1 and "commit" in rec["run_info"]
     assert rec["command"].endswith(str(out))
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path, capsys):
+    from experiments.cli import Parser
+
+    p = Parser(prog="tool")
+    p.check_output(tmp_path / "new" / "deeper" / "out.json")  # parents are made
+    assert (tmp_path / "new" / "deeper").is_dir()
+    p.check_output(tmp_path / "runs", flag="--out-dir", folder=True)
+    (tmp_path / "file").write_text("x")
+    for path, kw, words in ((tmp_path, {}, "is a folder, not a file"),
+                            (tmp_path / "file", {"folder": True}, "is a file, not a folder"),
+                            (tmp_path / "file" / "out.json", {}, "cannot make the folder")):
+        with pytest.raises(SystemExit) as e:
+            p.check_output(path, **kw)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and words in err[0], err
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        import tempfile
+
+        try:
+            tempfile.TemporaryFile(dir=ro).close()
+            writable = True  # root writes anyway: nothing to refuse
+        except OSError:
+            writable = False
+        if not writable:
+            with pytest.raises(SystemExit):
+                p.check_output(ro / "out.json")
+            assert "cannot write in" in capsys.readouterr().err
+    finally:
+        ro.chmod(0o700)
