@@ -172,6 +172,22 @@ def saved_fit(fit: dict) -> ModelFit:
                     ci={k: tuple(v) for k, v in fit["ci"].items()}, settings=fit["settings"])
 
 
+FIT_KEYS = ("model", "params", "fitted", "ci", "settings")
+
+
+def theory_fits(doc) -> dict:
+    """The ``fits`` of a simulate_al.json (policy -> model name -> fit record); KeyError or TypeError when it holds
+    no such table."""
+    fits = doc["fits"]
+    if not isinstance(fits, dict) or not all(isinstance(f, dict) for f in fits.values()):
+        raise TypeError("'fits' is not a table of fits per policy")
+    for policy, named in fits.items():
+        for name, fit in named.items():
+            if not isinstance(fit, dict) or any(key not in fit for key in FIT_KEYS):
+                raise TypeError(f"fits[{policy!r}][{name!r}] is not a fit record ({', '.join(FIT_KEYS)})")
+    return fits
+
+
 def model_predictions(table: list[dict], theories: dict | None, al_eagle: float | None, k: dict) -> dict:
     """Per (binning, variant): model -> per-bin predictions, from the measured table's bins: the PR's harmonic
     model from the parts, and each of ``theories``' fits (prefix -> a simulate_al.json's ``fits``) named
@@ -414,8 +430,13 @@ def main(argv=None) -> int:
                     "the runs hold are left out of the fit)")
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "zoo" / "al_by_edit_norm.json")
     a = ap.parse_args(argv)
+    ap.check_output(a.out)
     if a.bins < 8:
         ap.error("--bins must be >= 8")
+    if not 0 < a.max_e < float("inf"):
+        ap.error(f"--max-e must be > 0, got {a.max_e}")
+    if a.k_ngram < 1 or a.k_eagle < 1:
+        ap.error(f"--k-ngram and --k-eagle must be >= 1, got {a.k_ngram} and {a.k_eagle}")
     if a.splits < 0:
         ap.error("--splits must be >= 0")
     theories, sim_docs = {}, {}  # prefix -> the simulate_al.json's fits, and the whole file (read once)
@@ -424,7 +445,7 @@ def main(argv=None) -> int:
             continue
         try:
             sim_docs[prefix] = json.loads(path.read_text())
-            theories[prefix] = sim_docs[prefix]["fits"]
+            theories[prefix] = theory_fits(sim_docs[prefix])
         except (OSError, ValueError, KeyError, TypeError) as e:
             ap.error(f"{flag} {path}: not a simulate_al.json with fits ({type(e).__name__}: {e})")
     sim_doc = sim_docs.get("sim_")
@@ -482,7 +503,6 @@ def main(argv=None) -> int:
                        simulated_by_state=[t for c in BINNINGS for t in bin_table(state_df, edges, c, a.n_boot)])
     if a.splits:
         doc["held_out"] = held_out_fits(df, edges, k, sim_doc, a.splits)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(json_safe(doc), indent=1) + "\n")
     for t in measured:
         print(f"{t['binning']:16s} {t['variant']:18s} {t['bin']:14s} n={t['n']:3d} seq AL {t['seq_al']:.2f} "

@@ -80,12 +80,17 @@ def bench(stream: np.ndarray, length: int, calls: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=REPO / "experiments/results/speed/bench_ngram.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    ap.check_output(args.out)
+    if args.calls < 1:
+        ap.error(f"--calls must be >= 1, got {args.calls}")
+    if args.seed < 0:
+        ap.error(f"--seed must be >= 0, got {args.seed}")
 
     ngram_propose(np.zeros(16, dtype=np.int64), MIN_N, MAX_N, K)  # compile / load the kernel
     rng = np.random.default_rng(args.seed)
@@ -106,8 +111,7 @@ def main() -> None:
             print(f"{name:12s} T={length:6d}  median {r['median_us']:7.2f} us  p90 {r['p90_us']:7.2f} us"
                   f"  hit {r['hit_rate']:.2f}  draft {r['mean_draft_len']:.2f}")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"run_info": run_info(), "min_n": MIN_N, "max_n": MAX_N, "k": K, "results": results}
+    payload = {"run_info": run_info("cpu"), "min_n": MIN_N, "max_n": MAX_N, "k": K, "results": results}
     write_atomic(args.out, json.dumps(payload, indent=2) + "\n")
     print(f"wrote {args.out}")
 

@@ -81,7 +81,7 @@ def summary_table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_speed.json"))
     p.add_argument("--layers", type=int, default=32)
@@ -108,7 +108,10 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="also profile the (compiled, un-graphed) steps' kernels "
                    "(exact-mode configurations: their padded block too) and "
                    "generate()'s drafting steps")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    p.check_output(a.out)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA GPU (it times GPU steps against the memory-bandwidth floor); none here")
     a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
     # configuration name: (chain sizes, tree sizes); each q is one compilation for a compiled configuration
     steps_of = {c.partition("=")[0]: config_steps(c, list(range(1, 10)) if c == "graph" else a.chains, a.trees)

@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--ranks: counts >= 1, the first 1 (the reference run), got {a.ranks}")
     if a.mps and shutil.which("nvidia-cuda-mps-control") is None:
         p.error("--mps: nvidia-cuda-mps-control is not on PATH")
+    p.check_output(a.out)  # last: they make their folders
+    p.check_output(a.work_dir, "--work-dir", folder=True)
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench_sweep_ranks_"))
     for n in a.ranks:
         out_dir = work / f"ranks{n}"
@@ -103,7 +105,6 @@ def main(argv: list[str] | None = None) -> None:
             stop_mps(mps)
     doc = {"command": "python -m experiments.bench_sweep_ranks " + " ".join(sys.argv[1:] if argv is None else argv),
            "run_info": run_info(), "preset": a.preset, "methods": a.methods, "mps": a.mps, "runs": runs}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(doc, indent=1) + "\n")
 
 

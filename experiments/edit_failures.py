@@ -205,6 +205,7 @@ def parser() -> Parser:
 def main(argv: list[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
+    p.check_output(args.out)
     if not args.sweep.is_dir():
         p.error(f"sweep folder not found: {args.sweep}")
     if args.data_dir is not None and not (args.data_dir / "code_edits_dev.jsonl").is_file():

@@ -26,6 +26,7 @@ from experiments.provenance import run_info
 from experiments.sequence_match import matching_blocks
 from experiments.train_zoo import TargetConfig, special_ids
 from experiments.zoo_gate import as_saved, gate_prompt, gate_rows
+from hybridsd.checkpoint_files import weight_files
 
 
 def copy_places(before: list[int], answer: list[int], end: int) -> tuple[list[tuple[int, int]], list[int]]:
@@ -177,6 +178,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="prompts, spread over 8 bins of reference edit norm (default 96)")
     p.add_argument("--out", type=Path, required=True, help="the record (JSON, with every sample)")
     args = p.parse_args(argv)
+    p.check_output(args.out)
     if (args.model is None) == (args.compare is None):
         p.error("give either --model or --compare")
     if args.compare:
@@ -198,6 +200,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for m in args.model:
         if not (m / "config.json").is_file():
             p.error(f"--model {m}: no config.json there")
+        try:
+            weight_files(m)
+        except (FileNotFoundError, ValueError) as e:  # no weights, or a weight file outside the folder
+            p.error(f"--model {m}: {e}")
     if args.labels is None:
         args.labels = [str(m) for m in args.model]
     elif len(args.labels) != len(args.model) or len(set(args.labels)) != len(args.labels):
@@ -215,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{c['a']['spurious_per_1000']:.1f} -> {c['b']['spurious_per_1000']:.1f} (x{c['spurious_b_over_a']:.2f}, "
               f"95% CI {c['spurious_ci95'][0]:.2f} to {c['spurious_ci95'][1]:.2f})", flush=True)
         record = {"compare": args.compare, "rows": args.rows, "command": "python -m experiments.edit_places "
-                  f"--compare {' '.join(args.compare)} --out {args.out}", "run_info": run_info(), **c}
+                  f"--compare {' '.join(args.compare)} --out {args.out}", "run_info": run_info("cpu"), **c}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.out, json.dumps(record, indent=1) + "\n")
         return
@@ -234,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     record = {"rows": args.rows, "prompts": len(rows), "command": "python -m experiments.edit_places --model "
               + " ".join(map(str, args.model)) + " --labels " + " ".join(args.labels)
               + f" --rows {args.rows} --prompts {args.prompts} --out {args.out}",
-              "run_info": run_info(), "models": results}
+              "run_info": run_info(results[0]["device"]), "models": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 

@@ -51,10 +51,19 @@ def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
     """The grid lines of ``path``: JSON objects with every configuration field and one or both modes' counts (of
     which only ``modes`` are kept)."""
     lines = []
-    for i, text in enumerate(path.read_text().splitlines(), 1):
+    try:
+        texts = path.read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    for i, text in enumerate(texts, 1):
         if not text.strip():
             continue
-        row = json.loads(text)
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} line {i}: not JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path} line {i}: not a JSON object")
         missing = [c for c in (*CONFIG, "device", "torch") if c not in row]
         if missing or not any(m in row for m in MODES):
             raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
@@ -72,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date recorded in run_info")
     a = p.parse_args(argv)
+    p.check_output(a.out)
     runs = []
     try:
         for path, commit, command in a.run:

@@ -71,12 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args(argv)
-    if a.layers < 4:
-        p.error(f"--layers must be >= 4 (EAGLE-3 reads layers 2, L/2 and L-3), got {a.layers}")
+    p.check_output(a.out, folder=True)
     if a.out.exists() and any(a.out.iterdir()):
         p.error(f"--out {a.out} exists and is not empty")
+    if a.layers < 4:
+        p.error(f"--layers must be >= 4 (EAGLE-3 reads layers 2, L/2 and L-3), got {a.layers}")
+    p.check_device(a.device)
     info = build(a.out, a.layers, a.device)
-    info["run_info"] = provenance.run_info()
+    info["run_info"] = provenance.run_info(a.device)
     write_atomic(a.out / "make_checkpoint.json", json.dumps(info, indent=1))
     print(json.dumps({k: v for k, v in info.items() if k != "run_info"}), file=sys.stderr)
 

@@ -24,16 +24,21 @@ def git_commit(repo: str | Path | None = None) -> str:
     return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def run_info() -> dict:
-    """Provenance fields every results file carries."""
+def run_info(device: str | None = None) -> dict:
+    """Provenance fields every results file carries. ``device``: the run's torch device (``"cpu"``, ``"cuda"``,
+    ``"cuda:1"``, a ``torch.device``), described as the CPU or as that GPU's name; None: GPU 0's name where CUDA
+    is present, else the CPU."""
     import numpy
     import torch
     import transformers
 
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name(0)
-    else:
+    where = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    if where.type == "cuda":
+        device = torch.cuda.get_device_name(0 if device is None else where)  # no index: the current GPU
+    elif where.type == "cpu":
         device = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    else:
+        device = str(where)
     return {
         "commit": git_commit(),
         "device": device,

@@ -124,14 +124,18 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     and provenance (``run_device``, ``commit``, ``torch``, ``transformers``, ``file``). ``trace=True`` adds
     the per-step trace. A torn last line (an interrupted run) is skipped. Any other line that is not a results
     row raises ``ValueError`` naming the file and line, or, with ``on_bad_line`` (a function taking that
-    message), is reported to it and skipped.
+    message), is reported to it and skipped. A file that cannot be read as (gzip-compressed) UTF-8 text raises
+    ``ValueError`` naming it.
     """
     import pandas as pd
 
     rows = []
     for p in _paths(paths_or_globs):
-        with gzip.open(p, "rt") if p.suffix == ".gz" else p.open() as f:
-            lines = f.read().splitlines()
+        try:  # a file that is not (gzip-compressed) UTF-8 text: ValueError naming it
+            with gzip.open(p, "rt") if p.suffix == ".gz" else p.open() as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+            raise ValueError(f"{p}: not a readable results file ({type(e).__name__}: {e})") from None
         for i, line in enumerate(lines):
             if not line.strip():
                 continue

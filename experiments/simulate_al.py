@@ -137,8 +137,24 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS / "simulation" / "simulate_al")
     args = ap.parse_args(argv)
+    for suffix in (".json", ".csv"):  # --out is the stem of both files
+        ap.check_output(args.out.with_suffix(suffix))
     if args.bins < 10:
         ap.error("--bins must be >= 10")
+    if not 0 < args.max_e < float("inf"):
+        ap.error(f"--max-e must be > 0, got {args.max_e}")
+    if args.limit is not None and args.limit < 4:
+        ap.error(f"--limit must be >= 4 (half of them to fit, at least two, half to score), got {args.limit}")
+    if args.k_ngram < 1 or args.k_eagle < 1:
+        ap.error(f"--k-ngram and --k-eagle must be >= 1, got {args.k_ngram} and {args.k_eagle}")
+    if not 1 <= args.min_n <= args.max_n:
+        ap.error(f"need 1 <= --min-n <= --max-n, got {args.min_n} and {args.max_n}")
+    if args.eagle_rates_by_state is None:
+        if len(args.eagle_rates) < args.k_eagle:
+            ap.error(f"--eagle-rates: one rate per draft position, {args.k_eagle} for --k-eagle {args.k_eagle}, "
+                     f"got {len(args.eagle_rates)}")
+        if not all(0 <= r <= 1 for r in args.eagle_rates):
+            ap.error(f"--eagle-rates must lie in [0, 1], got {args.eagle_rates}")
     novel_rates = None
     if args.eagle_rates_by_state is not None:
         try:
@@ -149,10 +165,19 @@ def main(argv=None) -> int:
             ap.error(f"--eagle-rates-by-state {args.eagle_rates_by_state}: no eagle_by_ngram_state table with "
                      f"'first right' and 'novel' rates ({type(e).__name__}: {e})")
     args.eagle_rates_novel = novel_rates
+    try:  # SimConfig checks the rest: rates that increase (given, or read from --eagle-rates-by-state)
+        configs = {p: SimConfig(policy=p, k_ngram=args.k_ngram, k_eagle=args.k_eagle, min_n=args.min_n,
+                                max_n=args.max_n, eagle_rates=tuple(args.eagle_rates), eagle_rates_novel=novel_rates,
+                                seed=args.seed) for p in POLICIES}
+    except ValueError as e:
+        flag = "--eagle-rates" if novel_rates is None else f"--eagle-rates-by-state {args.eagle_rates_by_state}"
+        ap.error(f"{flag}: {e}")
     t0 = time.time()
 
-    path = args.data or default_data_dir() / "code_edits_dev.jsonl"
-    examples = load_code_edits(path)
+    try:  # a missing or unreadable data file is one line, before any work
+        examples = load_code_edits(args.data or default_data_dir() / "code_edits_dev.jsonl")
+    except (OSError, ValueError) as e:
+        ap.error(f"{'--data: ' if args.data else ''}{e}")
     tok, tok_desc = load_tokenizer([t for ex in examples for t in (ex.input_text, ex.reference)], args.vocab)
     rng = np.random.default_rng(args.seed)
     if args.limit is not None and args.limit < len(examples):
@@ -164,22 +189,22 @@ def main(argv=None) -> int:
     e_tok = np.array([token_edit_norm(b, r) for b, r in zip(befores, refs)])
     e = e_char if args.level == "char" else e_tok
     length = np.array([r.size for r in refs], dtype=float)
+    edges = np.linspace(0.0, args.max_e, args.bins + 1)
+    idx = bin_index(e, edges)
+    everyone = np.flatnonzero(idx >= 0)
+    if everyone.size < 4:
+        ap.error(f"{everyone.size} of the {len(examples)} examples have an edit norm in [0, --max-e {args.max_e}]; "
+                 "the fits need at least 4")
     print(f"{len(examples)} examples, tokenizer: {tok_desc} ({time.time() - t0:.0f}s)", file=sys.stderr)
 
     pairs = list(zip(prompts, refs))
-    configs = {p: SimConfig(policy=p, k_ngram=args.k_ngram, k_eagle=args.k_eagle, min_n=args.min_n,
-                            max_n=args.max_n, eagle_rates=tuple(args.eagle_rates), eagle_rates_novel=novel_rates,
-                            seed=args.seed) for p in POLICIES}
     res = {}
     for p, cfg in configs.items():
         t = time.time()
         res[p] = run_policy(pairs, cfg)
         print(f"simulated {p}: {time.time() - t:.1f}s", file=sys.stderr)
 
-    edges = np.linspace(0.0, args.max_e, args.bins + 1)
-    idx = bin_index(e, edges)
     n_bins = args.bins
-    everyone = np.flatnonzero(idx >= 0)
     perm = rng.permutation(everyone)
     fit_half, test_half = np.sort(perm[: perm.size // 2]), np.sort(perm[perm.size // 2 :])
     table_all = per_bin(idx, n_bins, everyone, e, length, res)
@@ -272,7 +297,6 @@ def json_safe(x):
 
 def _write(c: dict) -> None:
     args, edges, idx = c["args"], c["edges"], c["idx"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     by_bin = lambda v: [float(v[idx == b].mean()) if np.any(idx == b) else None  # noqa: E731
                         for b in range(len(edges) - 1)]
     doc = {

@@ -44,7 +44,10 @@ from tqdm import tqdm
 import hybridsd as hsd
 from hybridsd import checkpoint, data, prompts
 from experiments import provenance
+from hybridsd.checkpoint_files import weight_files
+from hybridsd.drafters.tree import paths_to_parents
 from hybridsd.edit_distance import edit_norm
+from hybridsd.target import EXACT_BRANCHES
 
 from experiments import distributed as dp
 from experiments import results
@@ -136,6 +139,13 @@ class BenchConfig:
             raise ValueError(f"--tree {self.tree} needs an EAGLE method, got --method {self.method}")
         if self.tree == "static" and not self.tree_paths:
             raise ValueError("--tree static needs --tree-paths (vLLM's speculative_token_tree, e.g. '[[0],[1],[0,0]]')")
+        if self.tree_paths is not None and self.tree != "static":
+            raise ValueError(f"--tree-paths shapes only --tree static, got --tree {self.tree}")
+        if self.tree_paths:
+            try:
+                paths_to_parents(self.tree_paths)
+            except ValueError as e:
+                raise ValueError(f"--tree-paths: {e}") from None
         for name in ("tree_depth", "tree_top_k", "tree_nodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -144,6 +154,36 @@ class BenchConfig:
         if self.exact and self.tree == "dynamic":
             raise ValueError("--exact verifies at most 2 draft branches a step; --tree dynamic proposes up to "
                              "--tree-nodes (use a chain method, --hybrid-policy tree, or a static tree of 2 leaves)")
+        if self.exact:
+            rows, branches = self.draft_shape()
+            if branches > EXACT_BRANCHES:
+                raise ValueError(f"--exact verifies at most {EXACT_BRANCHES} draft branches a step; this draft has "
+                                 f"{branches} (--tree-paths' leaves, plus the n-gram chain with --hybrid-policy tree)")
+            if self.exact < 1 + rows:
+                raise ValueError(f"--exact {self.exact}: every step is a block of {self.exact} rows, but --method "
+                                 f"{self.method} verifies up to {rows} draft tokens plus the newest one; pass "
+                                 f"--exact {1 + rows} or more")
+
+    def draft_shape(self) -> tuple[int, int]:
+        """The most draft tokens one step verifies and the most branches of a draft, as the method's drafter
+        reports them (``max_tokens``, ``max_branches``); exact mode checks its rows against them."""
+        if self.method == "none":
+            return 0, 1
+        if self.method in ("ngram", "replay"):
+            return self.k.get(self.method, DEFAULT_K["eagle"]), 1
+        if self.tree == "static":
+            _, parents, _ = paths_to_parents(self.tree_paths)
+            eagle = len(parents), len(set(range(len(parents))) - set(parents))  # nodes, leaves
+        elif self.tree == "dynamic":
+            eagle = self.tree_nodes, self.tree_nodes
+        else:
+            eagle = self.k[self.method.split("-")[-1]], 1
+        if not self.method.startswith("ngram-"):
+            return eagle
+        ngram = self.k["ngram"], 1
+        if self.hybrid_policy == "tree":
+            return ngram[0] + eagle[0], ngram[1] + eagle[1]
+        return max(ngram[0], eagle[0]), max(ngram[1], eagle[1])
 
     def key(self) -> str:
         """A short hash naming this config in results rows (fields left at their defaults since they were
@@ -226,17 +266,23 @@ def preflight(cfg: BenchConfig) -> None:
     config files only); ``ValueError`` with one line naming what is wrong."""
     from hybridsd.eagle import loader
 
-    target_cfg = checkpoint.read_config(checkpoint.resolve(cfg.model))
+    folder = checkpoint.resolve(cfg.model)
+    target_cfg = checkpoint.read_config(folder)
+    if cfg.model in hsd.zoo.names() or Path(cfg.model).expanduser().exists():  # a Hub id's weights: not fetched yet
+        try:
+            weight_files(folder)
+        except (FileNotFoundError, ValueError) as e:
+            raise ValueError(f"--model-dir {cfg.model!r}: {e}") from None
     src = head_source(cfg)
     if src is None:
         return
     try:
-        folder = loader.resolve(src)
+        head_folder = loader.resolve(src)
     except (OSError, FileNotFoundError) as e:
         raise ValueError(f"--eagle-dir: {e}") from None
-    if not (folder / "config.json").is_file():
+    if not (head_folder / "config.json").is_file():
         raise ValueError(f"--eagle-dir {str(src)!r} is not an EAGLE head folder (no config.json)")
-    head = checkpoint.read_config(folder)
+    head = checkpoint.read_config(head_folder)
     kind = "eagle3" if "draft_vocab_size" in head or any("Eagle3" in a for a in head.get("architectures") or []) \
         else "eagle1"
     if kind != eagle_kind(cfg.method):
@@ -390,8 +436,9 @@ def prefill_ms(model, ids: list[int], cfg: BenchConfig, repeats: int = 5) -> flo
 
 
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True,
-        print_output: bool = False) -> int:
-    """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written.
+        print_output: bool = False, failed: list[str] | None = None) -> int:
+    """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written; the ids of
+    prompts whose generation raised (no row: a rerun retries them) are appended to ``failed``.
 
     Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.part``
     (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
@@ -445,6 +492,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 res, wall = timed_generate(model, ids, drafter, kw, cuda)
             except Exception:  # noqa: BLE001 - one failing prompt must not end a sweep; no row, so a rerun retries
                 print(f"FAILED {cfg.method} {ex.id}:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+                if failed is not None:
+                    failed.append(ex.id)
                 continue
             res.stats.check()
             text = tok.decode(res.tokens, skip_special_tokens=True)
@@ -492,6 +541,19 @@ def per_method(text: str) -> dict:
         raise argparse.ArgumentTypeError(f'want a JSON object over ngram/eagle/eagle3, e.g. \'{{"ngram": 5, '
                                          f'"eagle": 3}}\', got {text!r}')
     return d
+
+
+def tree_paths(text: str) -> tuple:
+    """``--tree-paths`` JSON, vLLM's speculative_token_tree (e.g. '[[0],[1],[0,0]]'), as a tuple of tuples (its
+    shape as a tree: :class:`BenchConfig`)."""
+    try:
+        paths = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text!r}") from None
+    if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
+        raise argparse.ArgumentTypeError(f"want a JSON list of paths (lists of child ranks), e.g. '[[0],[1],[0,0]]', "
+                                         f"got {text!r}")
+    return tuple(tuple(p) for p in paths)
 
 
 def speculative_tokens(method: str, k: int | None, per: dict | None) -> dict:
@@ -561,7 +623,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tree-depth", type=int, default=6)
     p.add_argument("--tree-top-k", type=int, default=10)
     p.add_argument("--tree-nodes", type=int, default=60)
-    p.add_argument("--tree-paths", type=json.loads, default=None,
+    p.add_argument("--tree-paths", type=tree_paths, default=None,
                    help="static tree as vLLM's speculative_token_tree, e.g. '[[0],[1],[0,0]]'")
     p.add_argument("--exact", type=int, nargs="?", const=16, default=0, metavar="ROWS",
                    help="exact mode: every step a block of ROWS (16) rows, bf16 output identical to plain decoding")
@@ -573,7 +635,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = parser().parse_args(argv)
+    p = parser()
+    a = p.parse_args(argv)
     if a.tp != 1:
         fail(f"--tp {a.tp}: only 1 is supported (one GPU per process; torchrun runs data parallel)")
     if a.max_num_seqs != 1:
@@ -582,6 +645,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--num-prompts must be >= 1, got {a.num_prompts}")
     if a.hf_output_len is not None and a.hf_output_len < 1:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
+    p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
     try:
         cfg = BenchConfig(method=method, model=a.model,
@@ -596,18 +660,23 @@ def main(argv: list[str] | None = None) -> None:
                           check_lossless=a.check_lossless, eagle_dir=a.eagle_dir,
                           dataset_path=a.dataset_path if a.dataset_name == "hf" else None, hf_split=a.hf_split,
                           compile=a.compile, tree=a.tree, tree_depth=a.tree_depth, tree_top_k=a.tree_top_k,
-                          tree_nodes=a.tree_nodes,
-                          tree_paths=tuple(tuple(p) for p in a.tree_paths) if a.tree_paths else None,
-                          exact=a.exact)
+                          tree_nodes=a.tree_nodes, tree_paths=a.tree_paths, exact=a.exact)
     except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:
         print(json.dumps(vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")))
         return
+    stem = cfg.dataset_name if cfg.dataset_name != "hf" else Path(str(cfg.dataset_path)).name
+    out = a.output or Path("experiments/results/runs") / f"{stem}-{cfg.method}-{cfg.key()}.jsonl"
+    p.check_output(out, flag="--output")
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()  # no "Retrying in Ns" lines before an unreachable Hub id's one-line error
     if a.dataset_name == "hf":
         import datasets
 
         datasets.disable_progress_bars()  # small local reads; a user mistake stays one line
+        datasets.logging.set_verbosity_error()
     try:  # mistakes in the model, head or data: one line, before the target's weights are read
         preflight(cfg)
         examples = load_examples(cfg, None if a.dataset_name == "hf" else a.dataset_path, a.num_prompts,
@@ -617,15 +686,18 @@ def main(argv: list[str] | None = None) -> None:
     if a.num_prompts and len(examples) < a.num_prompts and os.environ.get("RANK", "0") == "0":  # before dp.init
         print(f"spec_bench: --num-prompts {a.num_prompts} but the dataset has {len(examples)} prompts after the "
               f"filters; running {len(examples)} (--no-oversample)", file=sys.stderr)
-    stem = cfg.dataset_name if cfg.dataset_name != "hf" else Path(str(cfg.dataset_path)).name
-    out = a.output or Path("experiments/results/runs") / f"{stem}-{cfg.method}-{cfg.key()}.jsonl"
+    failed = []
     try:
-        n = run(cfg, examples, out, print_output=a.print_output)
+        n = run(cfg, examples, out, print_output=a.print_output, failed=failed)
     except HeadMismatch as e:  # the head's weights, checked once the target is loaded
         fail(str(e))
     if dp.rank() == 0:
         print(f"wrote {n} rows to {out}", file=sys.stderr)
     dp.finish()
+    if failed:  # their tracebacks are above (FAILED ...); the rows that succeeded are written
+        print(f"spec_bench: {len(failed)} prompt(s) failed, no rows for them (a rerun retries them): "
+              f"{', '.join(failed[:5])}{' ...' if len(failed) > 5 else ''}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     pd.set_option("display.width", 200)
     try:
         df = results.load_runs(a.paths, on_bad_line=lambda msg: print(f"summarize_runs: {msg}", file=sys.stderr))
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # ValueError: a file that is not readable text
         print(f"summarize_runs: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     if df.empty:

@@ -164,22 +164,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
     a = p.parse_args(argv)
-    rank, world = dp.init(a.device)
-    lead = rank == 0  # prints, and writes sweep.json
+    out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
+    if not a.dry_run:  # a dry run writes nothing
+        p.check_output(out_dir, "--out-dir", folder=True)
     preset = PRESETS[a.preset]
     if a.per_bin is not None:
         try:  # Preset checks the count
             preset = replace(preset, per_bin=a.per_bin)
         except ValueError as e:
             p.error(f"--per-bin: {e}")
-    data_dir = str(a.dataset_path or default_data_dir())
-    out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
     runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype, split=a.split)
             if (a.datasets is None or c.dataset_name in a.datasets) and (a.methods is None or c.method in a.methods)]
     examples = {}
-    for _, cfg in runs:
-        if cfg.dataset_name not in examples:
-            examples[cfg.dataset_name] = select_examples(cfg, preset, data_dir)
+    try:  # a missing data folder or file is one line, before any process group or model
+        data_dir = str(a.dataset_path or default_data_dir())
+        for _, cfg in runs:
+            if cfg.dataset_name not in examples:
+                examples[cfg.dataset_name] = select_examples(cfg, preset, data_dir)
+    except (OSError, ValueError) as e:
+        p.error(f"{'--dataset-path: ' if a.dataset_path else ''}{e}")
+    rank, world = dp.init(a.device)
+    lead = rank == 0  # prints, and writes sweep.json
     if lead:
         print(f"{len(runs)} configs; prompts per config: " + ", ".join(f"{d} {len(e)}" for d, e in examples.items()),
               file=sys.stderr)

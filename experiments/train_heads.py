@@ -28,6 +28,7 @@ from experiments import provenance
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from hybridsd import data, prompts
+from hybridsd.checkpoint_files import weight_files
 from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
                                   init_eagle3_output, init_from_head, train_head)
@@ -118,6 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kinds", nargs="+", default=["eagle1", "eagle3"], choices=["eagle1", "eagle3"])
     p.add_argument("--limit", type=int, default=None, help="use only this many training rows (smoke tests)")
     a = p.parse_args(argv)
+    p.check_output(a.out, folder=True)
     positive = ("gen_batch", "max_new", "max_before_chars", "batch_size", "seq_len", "draft_vocab", "ttt_steps",
                 "steps", "limit", "seconds_per_head", "lr")
     for name in positive:
@@ -125,12 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(a, name)}")
     if a.gen_seconds < 0:
         p.error(f"--gen-seconds must be >= 0, got {a.gen_seconds}")
-    try:
-        device = torch.device(a.device)
-    except RuntimeError:
-        p.error(f"--device: not a torch device: {a.device!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {a.device}: no CUDA device here (--device cpu trains on the CPU)")
+    p.check_device(a.device)
     if a.target is None:
         try:
             a.target = hsd.zoo.path(a.model)
@@ -139,6 +136,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("config.json", "eval_split.json"):
         if not (a.target / name).is_file():
             p.error(f"--target: no {name} in {a.target}")
+    try:
+        weight_files(a.target)
+        config = json.loads((a.target / "config.json").read_text())
+    except (FileNotFoundError, ValueError) as e:  # no weights, a weight file outside it, config.json not JSON
+        p.error(f"--target: {e}")
+    vocab = config.get("text_config", config).get("vocab_size")
+    if "eagle3" in a.kinds and isinstance(vocab, int) and a.draft_vocab > vocab:
+        p.error(f"--draft-vocab {a.draft_vocab} is larger than the target's vocabulary ({vocab}, {a.target})")
     if a.data is not None and not (a.data / "code_edits_dev.jsonl").is_file():
         p.error(f"--data: no code_edits_dev.jsonl in {a.data}")
     for kind in a.kinds if a.init_heads is not None else ():
@@ -162,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     holdout = [s for s in generated[-64:]] or forced[-64:]
     report = {"data": info,
               "config": vars(a) | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
-              "run_info": provenance.run_info(), "heads": {}}
+              "run_info": provenance.run_info(a.device), "heads": {}}
     kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
     for kind in a.kinds:
         head = hsd.EagleHead.from_target(model, kind=kind, device=a.device, dtype=torch.float32,

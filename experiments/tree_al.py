@@ -27,9 +27,10 @@ import numpy as np
 from experiments import provenance, spec_bench
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from hybridsd import analytic, checkpoint, prompts
+from hybridsd import analytic, checkpoint, prompts, zoo
+from hybridsd.checkpoint_files import weight_files
 from hybridsd.drafters.base import Drafter
-from hybridsd.drafters.tree import DraftTree, structure
+from hybridsd.drafters.tree import DraftTree, paths_to_parents, structure
 
 Step = tuple[tuple[int, ...], list[int]]  # (parents, accepted path: node indices from the root's child down)
 
@@ -162,15 +163,19 @@ def steps_of(result, trees: Sequence[tuple[list[int], tuple[int, ...]]]) -> list
     return out
 
 
-def record(cfg: spec_bench.BenchConfig, data_dir: str | None = None, num_prompts: int | None = None) -> list[Step]:
-    """Run spec_bench's model, drafter and prompts for ``cfg``: every tree step's ``(parents, accepted path)``."""
+def record(cfg: spec_bench.BenchConfig, data_dir: str | None = None, num_prompts: int | None = None,
+           examples: list | None = None) -> list[Step]:
+    """Run spec_bench's model, drafter and prompts for ``cfg`` (``examples``: those prompts, already loaded):
+    every tree step's ``(parents, accepted path)``."""
     import hybridsd as hsd
 
+    if examples is None:
+        examples = spec_bench.load_examples(cfg, data_dir, num_prompts)
     loaded = checkpoint.load_target(cfg.model, device=cfg.device, dtype=cfg.dtype)
     model = loaded.model
     drafter = Recorder(spec_bench.make_drafter(cfg, spec_bench.load_heads(cfg, model)))
     steps: list[Step] = []
-    for ex in spec_bench.load_examples(cfg, data_dir, num_prompts):
+    for ex in examples:
         ids = prompts.build_prompt_ids(loaded.tokenizer, ex.prompt, chat=cfg.chat_template, bos_mode=cfg.bos_mode)
         n_out = min(cfg.output_len, model.config.max_position_embeddings - len(ids))
         if n_out < 1:
@@ -201,20 +206,41 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=spec_bench.BenchConfig.device)
     p.add_argument("--out", type=Path, default=Path("experiments/results/trees/tree_al.json"))
     a = p.parse_args(argv)
+    p.check_output(a.out)
+    if a.num_prompts < 1:
+        p.error(f"--num-prompts must be >= 1, got {a.num_prompts}")
+    if a.folds < 2:
+        p.error(f"--folds must be >= 2, got {a.folds}")
+    p.check_device(a.device)
+    try:
+        if a.tree_paths is not None:
+            paths_to_parents(a.tree_paths)
+        paths = tuple(map(tuple, a.tree_paths)) if a.tree_paths else None
+    except TypeError as e:  # not a list of lists
+        p.error(f"--tree-paths: want a JSON list of paths of ranks, e.g. '[[0],[1],[0,0]]' ({e})")
+    except ValueError as e:  # not a tree
+        p.error(f"--tree-paths: {e}")
     try:
         cfg = spec_bench.BenchConfig(method=a.method, model=a.model, dataset_name=a.dataset_name,
                                      output_len=a.output_len, device=a.device, tree=a.tree, tree_depth=a.tree_depth,
                                      tree_top_k=a.tree_top_k, tree_nodes=a.tree_nodes, hybrid_policy=a.hybrid_policy,
-                                     tree_paths=tuple(map(tuple, a.tree_paths)) if a.tree_paths else None)
-        if a.folds < 2:
-            raise ValueError(f"--folds must be >= 2, got {a.folds}")
+                                     tree_paths=paths)
     except ValueError as e:
         p.error(str(e))
-    steps = record(cfg, a.data_dir, a.num_prompts)
-    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}} | compare(steps, a.folds)
+    try:
+        if a.model in zoo.names() or Path(a.model).expanduser().is_dir():  # a Hub id's weights come with the load
+            weight_files(checkpoint.resolve(a.model))
+        spec_bench.preflight(cfg)  # the model and head's config files
+    except (ValueError, FileNotFoundError) as e:  # spec_bench's messages name its flag --model-dir
+        p.error(f"--model: {e}".replace("--model: --model-dir", "--model").replace("--model-dir", "--model"))
+    try:
+        examples = spec_bench.load_examples(cfg, a.data_dir, a.num_prompts)
+    except (ValueError, FileNotFoundError) as e:
+        p.error(f"--data-dir {a.data_dir}: {e}" if a.data_dir else str(e))
+    steps = record(cfg, examples=examples)
+    res = {"run_info": provenance.run_info(cfg.device), "args": vars(a) | {"out": str(a.out)}} | compare(steps, a.folds)
     print(f"tree_al: {res['steps']} steps, measured AL {res['measured_al']:.3f}, predicted {res['predicted_al']:.3f} "
           f"(in-sample {res['in_sample_predicted_al']:.3f})", file=sys.stderr)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(res, indent=1))
 
 

@@ -11,13 +11,22 @@ shard layout and ``average_config.json`` (every parent with its shards' SHA-256,
 run_info; for two models also ``a``, ``b`` and B's ``weight``); OUT_DIR may be the first folder itself, which then
 keeps everything but its weights. All folders must hold safetensors weights of the same architecture
 (``config.json`` equal but for bookkeeping keys) and the same tensor names, shapes and dtypes; a mismatch is one
-line and exit code 2 before anything is written; a failure to read or write files is one line and exit code 1.
+line and exit code 2 before anything is written (a shard that is not a readable safetensors file too, named); a
+failure to read or write files is one line and exit code 1.
+
+OUT_DIR is replaced whole (an existing one must be a model folder, or empty, and hold none of the models): the new
+folder is written beside it (``.OUT_DIR.averaging``), then OUT_DIR is renamed
+to ``.OUT_DIR.replaced``, the new folder to OUT_DIR, and the old one deleted. A run killed at any point leaves the
+old OUT_DIR or the new one (between the two renames, the old one under its ``.replaced`` name); the next run first
+puts that back, or finishes the deletion, and removes an unfinished new folder, so it never reads a half-written
+model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -64,16 +73,31 @@ def check_models(folders: list[Path]) -> None:
 
 
 def tensor_specs(folder: Path) -> dict[str, tuple[str, list[int]]]:
-    """(dtype, shape) of every tensor of a model folder's safetensors shards, read from their headers."""
-    from safetensors import safe_open
+    """(dtype, shape) of every tensor of a model folder's safetensors shards, read from their headers; ValueError
+    naming a shard that is not a safetensors file (truncated, corrupt)."""
+    from safetensors import SafetensorError, safe_open
 
     specs = {}
     for p in shards(folder):
-        with safe_open(p, "pt") as f:
-            for k in f.keys():
-                s = f.get_slice(k)
-                specs[k] = (s.get_dtype(), list(s.get_shape()))
+        try:
+            with safe_open(p, "pt") as f:
+                for k in f.keys():
+                    s = f.get_slice(k)
+                    specs[k] = (s.get_dtype(), list(s.get_shape()))
+        except SafetensorError as e:
+            raise ValueError(f"{p}: not a readable safetensors file ({e})") from None
     return specs
+
+
+def load_shard(path: Path) -> dict:
+    """A safetensors file's tensors; ValueError naming it when it cannot be read as one."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except SafetensorError as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def average(first: dict, others: list[dict], weights: list[float]) -> dict:
@@ -92,30 +116,80 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def siblings(out: Path) -> tuple[Path, Path]:
+    """Where a run writes the new ``out`` and where the old one waits while they are swapped: hidden folders beside
+    ``out``, named after it (fixed names, so that a rerun finds what a killed run left)."""
+    return out.with_name(f".{out.name}.averaging"), out.with_name(f".{out.name}.replaced")
+
+
+def recover(out: Path) -> None:
+    """Undo what a run killed while writing ``out`` left: the old folder goes back to ``out`` when the swap was cut
+    between its renames, is deleted when the swap was done; an unfinished new folder is deleted."""
+    new, old = siblings(out)
+    if old.exists():
+        if out.exists():  # the new folder is in place: finish the clean-up
+            shutil.rmtree(old)
+        else:  # killed between the renames: the old folder comes back
+            os.rename(old, out)
+    if new.exists():
+        shutil.rmtree(new)
+
+
+def check_out(out: Path, folders: list[Path]) -> None:
+    """ValueError when ``out`` is a folder this command must not replace: one holding a model to average, or an
+    existing folder that is neither empty nor a model folder (``config.json``)."""
+    target = out.resolve()
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    for name, f in zip(model_names(len(folders)), folders):
+        if f.resolve().is_relative_to(target) and f.resolve() != target:
+            raise ValueError(f"--out {out} holds {name} ({f}); it is replaced whole: give a folder of its own")
+    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
+        raise ValueError(f"--out {out} exists and is not a model folder (no config.json); it would be replaced "
+                         "whole: give a new folder or a model folder")
+
+
+def swap_in(new: Path, out: Path) -> None:
+    """Put the complete folder ``new`` at ``out`` (see the module docstring): at any kill, ``out`` is old or new, or
+    missing with the old one at its :func:`siblings` name, which :func:`recover` puts back."""
+    old = siblings(out)[1]
+    if out.exists():
+        os.rename(out, old)
+    os.rename(new, out)
+    if old.exists():
+        shutil.rmtree(old)
+
+
 def weight_average(folders: list[Path], weights: list[float], out: Path, command: str = "") -> dict:
     """Writes OUT, ``sum(w * M for w, M in zip(weights, folders))`` (see the module docstring), and returns its
     ``average_config.json`` record."""
-    from safetensors.torch import load_file, save
+    from safetensors.torch import save
 
     if len(folders) < 2 or len(weights) != len(folders):
         raise ValueError(f"{len(folders)} models and {len(weights)} weights: give two or more models, one weight each")
+    for folder in dict.fromkeys(f.resolve() for f in [*folders, out]):  # what a killed run left
+        recover(folder)
+    check_out(out, folders)
     check_models(folders)
     parents = [{"path": str(f), "shards": {p.name: sha256(p) for p in shards(f)}} for f in folders]
-    others = [{k: t for p in shards(f) for k, t in load_file(p).items()} for f in folders[1:]]  # any sharding
+    others = [{k: t for p in shards(f) for k, t in load_shard(p).items()} for f in folders[1:]]  # any sharding
     first = folders[0]
-    mixed = {p.name: average(load_file(p), others, weights) for p in shards(first)}  # read before any write
-    if out.resolve() != first.resolve():
-        shutil.copytree(first, out, dirs_exist_ok=True)
+    mixed = {p.name: average(load_shard(p), others, weights) for p in shards(first)}  # read before any write
+    target = out.resolve()  # a link to a folder: the folder is replaced
+    new = siblings(target)[0]
+    replaced = {p.name for p in shards(first)}  # A's own weights are not copied, only its other files
+    shutil.copytree(first, new, ignore=lambda d, names: replaced & set(names) if d == str(first) else set())
     for name, tensors in mixed.items():
-        write_atomic(out / name, save(tensors, metadata={"format": "pt"}))
+        write_atomic(new / name, save(tensors, metadata={"format": "pt"}))
     pair = ({"what": "weights (1 - weight) * a + weight * b, per tensor in fp32, stored in a's dtype; every other "
                      "file is a's", "weight": weights[1], "a": parents[0], "b": parents[1]}
             if len(folders) == 2 else
             {"what": "weights sum(weights[i] * models[i]), per tensor in fp32, stored in the first model's dtype; "
                      "every other file is the first model's"})
-    record = {**pair, "weights": weights, "models": parents, "shards": {p.name: sha256(p) for p in shards(out)},
-              "command": command, "run_info": run_info()}
-    write_atomic(out / "average_config.json", json.dumps(record, indent=1) + "\n")
+    record = {**pair, "weights": weights, "models": parents, "shards": {p.name: sha256(p) for p in shards(new)},
+              "command": command, "run_info": run_info("cpu")}
+    write_atomic(new / "average_config.json", json.dumps(record, indent=1) + "\n")
+    swap_in(new, target)
     return record
 
 

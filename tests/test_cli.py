@@ -133,3 +133,140 @@ def test_output_paths_are_checked_before_any_work(tmp_path, capsys):
             assert "cannot write in" in capsys.readouterr().err
     finally:
         ro.chmod(0o700)
+
+
+def _one_error_line(capsys, e) -> str:
+    """The one stderr line of a refused command (exit code 2, no traceback)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("al_by_edit_norm", ["runs.jsonl", "--out", "{folder}"]),
+    ("bench_sweep_ranks", ["--out", "{folder}"]),
+    ("bench_sweep_ranks", ["--out", "{new}", "--work-dir", "{file}"]),
+    ("edit_failures", ["sweep", "--out", "{folder}"]),
+    ("exact_rows", ["--run", "grid.jsonl", "c", "cmd", "--out", "{folder}"]),
+    ("simulate_al", ["--out", "{folder_stem}"]),
+    ("sweep", ["--preset", "cpu-small", "--out-dir", "{file}"])])
+def test_output_paths_are_refused_before_any_work(module, argv, tmp_path, capsys):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "stem.json").mkdir()  # simulate_al writes --out with .json and .csv
+    (tmp_path / "file").write_text("x")
+    names = {"{folder}": tmp_path / "folder", "{folder_stem}": tmp_path / "stem", "{file}": tmp_path / "file",
+             "{new}": tmp_path / "new.json"}
+    main = importlib.import_module(f"experiments.{module}").main
+    with pytest.raises(SystemExit) as e:
+        main([str(names.get(x, x)) for x in argv])
+    line = _one_error_line(capsys, e)
+    assert ("is a file, not a folder" if "{file}" in argv else "is a folder, not a file") in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder", "stem.json"]  # nothing written
+    assert not any((tmp_path / "folder").iterdir())
+
+
+def test_exact_rows_makes_the_output_folder_and_names_a_bad_line(tmp_path, capsys):
+    from experiments import exact_rows
+
+    line = {"model": "a", "compile": "auto", "drafter": "ngram", "k": 1, "torch": "2.11", "device": "H200",
+            "exact_same": "6/6"}
+    grid = tmp_path / "grid.jsonl"
+    grid.write_text(json.dumps(line) + "\n")
+    out = tmp_path / "new" / "exact_match.jsonl"  # its folder is made
+    exact_rows.main(["--run", str(grid), "c", "cmd", "--out", str(out)])
+    assert json.loads(out.read_text())["exact_same"] == "6/6"
+    capsys.readouterr()
+    for text, words in (('{"model": "a" "k": 1}\n', "bad.jsonl line 1: not JSON"),
+                        ("[1, 2]\n", "bad.jsonl line 1: not a JSON object"),
+                        (b"\xff\xfe garbage\n", "bad.jsonl: not UTF-8 text")):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(SystemExit) as e:
+            exact_rows.main(["--run", str(bad), "c", "cmd", "--out", str(tmp_path / "other.jsonl")])
+        assert words in _one_error_line(capsys, e)
+        assert not (tmp_path / "other.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, env", [(["--dataset-path", "/nonexistent/data"], None),
+                                       ([], "/nonexistent/data")])
+def test_sweep_names_a_missing_data_folder(argv, env, tmp_path, monkeypatch, capsys):
+    from experiments import sweep
+
+    if env:
+        monkeypatch.setenv("HYBRIDSD_DATA", env)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--preset", "cpu-small", "--dry-run", "--out-dir", str(tmp_path / "runs"), *argv])
+    assert "/nonexistent/data" in _one_error_line(capsys, e)
+    assert not (tmp_path / "runs").exists()  # a dry run makes no folder
+
+
+@pytest.fixture()
+def one_edit(tmp_path):
+    """A code_edits_dev.jsonl of one small edit."""
+    row = {"id": "e0", "instruction": "Rename", "before": "def f(x):\n    return x\n",
+           "after": "def g(x):\n    return x\n", "char_edit_norm": 0.05}
+    path = tmp_path / "code_edits_dev.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--data", "/nonexistent.jsonl"], "--data: data file /nonexistent.jsonl not found"),
+    (["--k-ngram", "0"], "--k-ngram"), (["--k-eagle", "0"], "--k-eagle"),
+    (["--min-n", "5", "--max-n", "2"], "--min-n <= --max-n"),
+    (["--eagle-rates", "1.5", "0.5", "0.2"], "--eagle-rates must lie in [0, 1]"),
+    (["--eagle-rates", "0.5", "0.6", "0.2"], "--eagle-rates: eagle_rates must lie in [0, 1] and not increase"),
+    (["--eagle-rates", "0.6", "0.5", "0.2", "--k-eagle", "5"], "--eagle-rates: one rate per draft position"),
+    (["--limit", "0"], "--limit must be >= 4"), (["--limit", "-3"], "--limit must be >= 4"),
+    (["--max-e", "0"], "--max-e must be > 0"), (["--max-e", "-1"], "--max-e must be > 0"),
+    ([], "0 of the 1 examples have an edit norm in [0, --max-e 0.01]")])
+def test_simulate_al_names_bad_input(argv, words, one_edit, tmp_path, capsys):
+    from experiments import simulate_al
+
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(one_edit), "--max-e", "0.01", "--out", str(tmp_path / "sim"), *argv])
+    assert words in _one_error_line(capsys, e)
+    assert not list(tmp_path.glob("sim*"))
+
+
+def test_simulate_al_names_a_missing_data_folder(tmp_path, monkeypatch, capsys):
+    from experiments import simulate_al
+
+    monkeypatch.setenv("HYBRIDSD_DATA", "/nonexistent/data")
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--out", str(tmp_path / "sim")])
+    assert "data directory /nonexistent/data not found" in _one_error_line(capsys, e)
+
+
+@pytest.mark.parametrize("argv, theory, words", [
+    (["--k-ngram", "0"], None, "--k-ngram"), (["--k-eagle", "0"], None, "--k-eagle"),
+    (["--max-e", "0"], None, "--max-e"),
+    (["--theory"], {"fits": 3}, "theory.json: not a simulate_al.json"),
+    (["--theory"], {"fits": {"ngram": {"harmonic_fit": 1}}}, "fits['ngram']['harmonic_fit'] is not a fit record")])
+def test_al_by_edit_norm_names_bad_input(argv, theory, words, tmp_path, capsys):
+    from experiments import al_by_edit_norm
+
+    if theory is not None:
+        (tmp_path / "theory.json").write_text(json.dumps(theory))
+        argv = [*argv, str(tmp_path / "theory.json")]
+    out = tmp_path / "al.json"
+    with pytest.raises(SystemExit) as e:
+        al_by_edit_norm.main([str(tmp_path / "runs.jsonl"), "--out", str(out), *argv])
+    assert words in _one_error_line(capsys, e)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("module", ["summarize_runs", "al_by_edit_norm"])
+@pytest.mark.parametrize("name, content, words", [
+    ("random.jsonl", bytes(range(128, 256)) * 4, "UnicodeDecodeError"),
+    ("plain.jsonl.gz", b'{"method": "none"}\n', "BadGzipFile")], ids=["random bytes", "not gzip"])
+def test_an_unreadable_results_file_is_named(module, name, content, words, tmp_path, capsys):
+    main = importlib.import_module(f"experiments.{module}").main
+    path = tmp_path / name
+    path.write_bytes(content)
+    out = tmp_path / "al.json"
+    with pytest.raises(SystemExit) as e:
+        main([str(path)] + (["--out", str(out)] if module == "al_by_edit_norm" else []))
+    line = _one_error_line(capsys, e)
+    assert f"{path}: not a readable results file" in line and words in line
+    assert not out.exists()

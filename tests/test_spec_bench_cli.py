@@ -35,6 +35,8 @@ def inputs(tmp_path_factory):
     cfg = json.loads((root / "head-lying" / "config.json").read_text())
     (root / "head-lying" / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64, "head_dim": 16}))
     (root / "not-a-model").mkdir()
+    (root / "no-weights").mkdir()
+    (root / "no-weights" / "config.json").write_text((root / "llama" / "config.json").read_text())
     import datasets
 
     datasets.Dataset.from_dict({"question": ["a"], "answer": ["b"]}).to_parquet(str(root / "wrong.parquet"))
@@ -107,6 +109,37 @@ CASES = {
                               want="--per-bin must be >= 0 (0: every prompt inside the bins), got -1"),
     "exact with a dynamic tree": _case(*GOOD, "--method", "eagle3", "--tree", "dynamic", "--exact",
                                        want="--exact verifies at most 2 draft branches a step"),
+    "output is a folder": _case(*GOOD, "--method", "ngram", "--output", "{root}", want="is a folder, not a file"),
+    "output parent is a file": _case(*GOOD, "--method", "ngram", "--output", "{root}/wrong.parquet/out.jsonl",
+                                     want="cannot make the folder"),
+    "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
+                                   "--dataset-path", D, want="no-weights': no weights in"),
+    "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",
+                               want="--exact 5: every step is a block of 5 rows, but --method ngram verifies up to 5 "
+                               "draft tokens plus the newest one; pass --exact 6 or more"),
+    "exact below a hybrid tree": _case(*GOOD, "--method", "ngram-eagle", "--eagle-dir", E1, "--hybrid-policy", "tree",
+                                       "--exact", "8", want="verifies up to 8 draft tokens"),
+    "exact below the larger hybrid k": _case(*GOOD, "--method", "ngram-eagle", "--eagle-dir", E1, "--exact", "5",
+                                             want="verifies up to 5 draft tokens"),
+    "exact below a static tree": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--tree", "static",
+                                       "--tree-paths", "[[0],[0,0],[0,0,0]]", "--exact", "3",
+                                       want="verifies up to 3 draft tokens"),
+    "exact static tree of 3 leaves": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--tree", "static",
+                                           "--tree-paths", "[[0],[1],[2]]", "--exact",
+                                           want="--exact verifies at most 2 draft branches a step; this draft has 3"),
+    "tree paths not a tree": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--tree", "static",
+                                   "--tree-paths", "[[0],[5,5]]", want="--tree-paths: tree path (5, 5) has no parent"),
+    "tree paths a string": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--tree", "static",
+                                 "--tree-paths", '"abc"', want="argument --tree-paths: want a JSON list of paths"),
+    "tree paths not JSON": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--tree", "static",
+                                 "--tree-paths", "[[0]", want="argument --tree-paths: not JSON"),
+    "tree paths without a static tree": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--tree-paths", "[[0]]",
+                                              want="--tree-paths shapes only --tree static, got --tree none"),
+    "device unknown": _case(*GOOD, "--method", "ngram", "--device", "foo", want="--device: not a torch device: 'foo'"),
+    "device cuda absent": _case(*GOOD, "--method", "ngram", "--device", "cuda:99",
+                                want="--device cuda:99: no such CUDA device here"),
+    "head hub id offline": _case(*GOOD, "--method", "eagle", "--eagle-dir", "nobody/no-such-head",
+                                 want="could not fetch the EAGLE head 'nobody/no-such-head'"),
     "no prompts left": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
                              "{data-blazedit}", "--blazedit-min-distance", "0.9", want="no prompts left"),
 }
@@ -127,7 +160,8 @@ def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     for k, v in inputs.items():
         argv = [a.replace("{" + k + "}", str(v)) for a in argv]
-    argv = [*argv, "--output", str(out)]
+    if "--output" not in argv:
+        argv = [*argv, "--output", str(out)]
     with pytest.raises(SystemExit) as exc:
         spec_bench.main(argv)
     assert exc.value.code == 2
@@ -145,3 +179,55 @@ def test_subprocess_prints_one_line_and_no_traceback(inputs, tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "nobody/no-such-model" in r.stderr
+
+
+def test_hub_retries_are_not_logged(inputs, offline, tmp_path, capsys):
+    """An unreachable Hub id is one line, without huggingface_hub's / datasets' "Retrying in Ns" warnings first."""
+    import logging
+
+    with pytest.raises(SystemExit):
+        spec_bench.main(["--model-dir", "nobody/no-such-model", "--method", "ngram", "--dataset-name", "hf",
+                         "--dataset-path", "nobody/no-such-data", "--output", str(tmp_path / "o.jsonl")])
+    for name in ("huggingface_hub.utils._http", "datasets.load"):
+        assert not logging.getLogger(name).isEnabledFor(logging.WARNING), name
+
+
+def test_failed_prompts_exit_1_after_writing_the_rest(monkeypatch, tmp_path, capsys):
+    """A prompt whose generation raises gets no row; the others are written, then one line and exit code 1."""
+    real = spec_bench.timed_generate
+    calls = []
+
+    def flaky(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(spec_bench, "timed_generate", flaky)
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        spec_bench.main(["--method", "ngram", "--dataset-name", "mt-bench", "--num-prompts", "2", "--output-len", "4",
+                         "--device", "cpu", "--output", str(out)])
+    assert exc.value.code == 1
+    assert len(out.read_text().splitlines()) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "FAILED ngram" in "\n".join(err) and "RuntimeError: boom" in "\n".join(err)
+    assert err[-1].startswith("spec_bench: 1 prompt(s) failed, no rows for them"), err[-1]
+
+
+def test_head_hub_failure_is_one_line(inputs, monkeypatch, tmp_path, capsys):
+    """A Hub error of several lines (as huggingface_hub's connection errors are) becomes one line: its first."""
+    import huggingface_hub
+
+    def unreachable(*args, **kw):
+        raise OSError("An error happened while trying to locate the files on the Hub.\nGot: ConnectError")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        spec_bench.main(["--model-dir", str(inputs["model"]), "--method", "eagle", "--eagle-dir", "nobody/no-head",
+                         "--device", "cpu", "--output", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(OSError: An error happened while trying to locate the files on the Hub.)" in err[0], err
+    assert not out.exists()

@@ -161,3 +161,94 @@ def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 1 and len(err) == 1 and "error:" in err[0] and "file" in err[0], err
     assert "usage" not in err[0]
+
+
+class Killed(BaseException):
+    """A kill: not an Exception, so nothing on the way catches it."""
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kill", ["first_shard", "config", "between_renames", "cleanup"])
+def test_a_killed_in_place_run_leaves_a_whole_and_a_rerun_averages_once(tmp_path, monkeypatch, capsys, kill):
+    """A run with --out A killed at any point leaves the old A (put back by the next run when killed between the
+    swap's renames) or the new average; the next run gives exactly 0.5 A + 0.5 B of the old A, never a mix."""
+    import os
+    import shutil
+
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    (a / "eagle1").mkdir()
+    (a / "eagle1" / "model.safetensors").write_bytes(b"a head's weights, kept as they are")
+    old, wb = _files(a), _weights(b)
+    exact = {k: (0.5 * t.float() + 0.5 * wb[k].float()).to(t.dtype) for k, t in _weights(a).items()}
+    real_write, real_rename, real_rmtree = wa.write_atomic, os.rename, shutil.rmtree
+
+    def write(path, data):
+        real_write(path, data)
+        if kill == "first_shard" or (kill == "config" and path.name == "average_config.json"):
+            raise Killed
+
+    def rename(src, dst):
+        real_rename(src, dst)
+        if kill == "between_renames" and str(dst).endswith(".replaced"):
+            raise Killed
+
+    def rmtree(path, *args, **kw):
+        if kill == "cleanup" and str(path).endswith(".replaced"):
+            raise Killed
+        real_rmtree(path, *args, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(wa, "write_atomic", write)
+        m.setattr(os, "rename", rename)
+        m.setattr(shutil, "rmtree", rmtree)
+        with pytest.raises(Killed):
+            wa.main([str(a), str(b), "--weight", "0.5", "--out", str(a)])
+    if kill == "cleanup":  # the swap was done: A is the new average
+        assert all(torch.equal(t, exact[k]) for k, t in _weights(a).items())
+        wa.recover(a)
+    else:
+        if kill == "between_renames":
+            assert not a.exists()
+            wa.recover(a)  # what the next run does first
+        assert _files(a) == old  # the old A, byte for byte
+        wa.main([str(a), str(b), "--weight", "0.5", "--out", str(a)])
+        after = _weights(a)
+        assert after.keys() == exact.keys() and all(torch.equal(after[k], exact[k]) for k in exact)
+        assert (a / "eagle1" / "model.safetensors").read_bytes() == old[(a / "eagle1" / "model.safetensors")
+                                                                          .relative_to(a)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # nothing left beside them
+
+
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_a_truncated_shard_is_one_line_naming_it(tmp_path, capsys, which):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    shard = wa.shards(a if which == "a" else b)[-1]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    before = _files(a)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        wa.main([str(a), str(b), "--weight", "0.5", "--out", str(a)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and str(shard) in err[0] and "Traceback" not in err[0], err
+    assert _files(a) == before
+
+
+@pytest.mark.parametrize("case", ["not_a_model", "holds_a", "a_file"])
+def test_an_out_it_must_not_replace_is_refused(tmp_path, capsys, case):
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    out = {"not_a_model": tmp_path / "notes", "holds_a": tmp_path, "a_file": tmp_path / "f"}[case]
+    if case == "not_a_model":
+        out.mkdir()
+        (out / "keep.txt").write_text("mine")
+    if case == "a_file":
+        out.write_text("mine")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        wa.main([str(a), str(b), "--weight", "0.5", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--out" in err[0], err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

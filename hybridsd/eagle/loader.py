@@ -47,8 +47,9 @@ def resolve(path_or_hub_id: str | Path, revision: str | None = None) -> Path:
         return Path(snapshot_download(s, revision=revision,
                                       allow_patterns=["*.json", "*.safetensors", "*.bin"]))
     except Exception as e:  # network, auth, offline mode, missing repo: all end here
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""  # one line, as checkpoint.resolve's
         raise OSError(f"could not fetch the EAGLE head {s!r} from the Hugging Face Hub "
-                      f"({type(e).__name__}: {e}); download it elsewhere and pass the local folder") from e
+                      f"({type(e).__name__}: {first[:160]}); download it elsewhere and pass the local folder") from e
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
