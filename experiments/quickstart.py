@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name:18s} {st.num_tokens:6d} {st.num_target_steps:6d} {st.seq_normalized_al:7.2f} "
               f"{st.precision_al:7.2f} {str(same):>5s} {wall:6.2f}  {dict(st.steps_by_drafter)}")
         rows.append({"method": name, "tokens": st.num_tokens, "passes": st.num_target_steps,
-                     "seq_normalized_al": st.seq_normalized_al, "precision_al": st.precision_al, "same": same,
+                     "seq_normalized_al": st.seq_normalized_al,
+                     "precision_al": None if math.isnan(st.precision_al) else st.precision_al, "same": same,
                      "seconds": round(wall, 3), "steps_by_drafter": dict(st.steps_by_drafter)})
         if not same:
             raise SystemExit(f"{name}: output differs from plain greedy decoding")
