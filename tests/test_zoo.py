@@ -158,6 +158,17 @@ def test_quickstart_writes_its_table(tmp_path, capsys):
     assert all(r["same"] and r["tokens"] == rec["rows"][0]["tokens"] for r in rec["rows"])
     assert rec["diff"] in printed and rec["run_info"]["commit"] and rec["command"].endswith("q.json")
     assert any(line.startswith("+") and "import" in line for line in rec["diff"].splitlines())  # an edit, as asked
+    # the committed record, and the README's table quoted from it, are what the quickstart gives now
+    repo = Path(__file__).resolve().parents[1]
+    saved = json.loads((repo / "experiments" / "results" / "quickstart_cpu_fp32.json").read_text())
+    same = ("method", "tokens", "passes", "seq_normalized_al", "precision_al", "steps_by_drafter")
+    assert [{k: r[k] for k in same} for r in saved["rows"]] == [{k: r[k] for k in same} for r in rec["rows"]]
+    readme = (repo / "README.md").read_text()
+    for r in saved["rows"]:
+        prec = "nan" if r["precision_al"] is None else f"{r['precision_al']:.2f}"
+        assert (f"{r['method']:18s} {r['tokens']:6d} {r['passes']:6d} {r['seq_normalized_al']:7.2f} {prec:>7s} "
+                f"{str(r['same']):>5s} {r['seconds']:6.2f}  {r['steps_by_drafter']}") in readme, r["method"]
+    assert saved["run_info"]["commit"][:7] in readme
 
 
 def test_eval_split_is_held_out():
