@@ -1278,6 +1278,38 @@ def test_recorded_drift_repairs_are_the_recorded_command():
 
 
 
+def test_recorded_resync_repairs_are_the_recorded_script():
+    """zoo/resync_repair_h200/: each variant's repair config is what call.sh's command line parses to with its kept-
+    line share, at the call's commit; the runs' gates are the gate records', and its paired comparisons are
+    compare-gates' against the installed target's records."""
+    import json
+
+    from experiments import zoo_gate
+
+    folder = tz.REPO / "experiments" / "results" / "zoo" / "resync_repair_h200"
+    runs = json.loads((folder / "runs.json").read_text())
+    script = (folder / "call.sh").read_text()
+    assert 'for v in "copy0 0" "copy0.5 0.5"; do set -- $v' in script
+    (repair,) = _script_commands(script, "-m experiments.train_zoo repair")
+    installed = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200"
+    for variant, share in (("copy0", "0"), ("copy0.5", "0.5")):
+        argv = ["repair", *[w.replace("$2", share).replace("$1", variant) for w in repair]]
+        recorded = json.loads((folder / variant / "repair_config.json").read_text())
+        assert _as_recorded(tz.repair_config, argv, recorded["config"]) == recorded["config"]
+        assert recorded["config"]["repair_mode"] == "resync" and recorded["repair"]["steps"] == 16
+        assert recorded["run_info"]["commit"] == runs["calls"][0]["commit"]
+        for prompts in ("eval96", "val160"):
+            gate = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json.gz")
+            q = gate["quality_gate"]
+            assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4),
+                                                       q["loops"]]
+            paired = zoo_gate.compare_gates(zoo_gate.read_gate(installed / f"installed_gate_{prompts}_h200.json.gz"),
+                                            gate)
+            want = runs["compare"][f"{variant} vs installed, {prompts}"]
+            assert want == {"spearman_b_minus_a": round(paired["spearman_b_minus_a"], 4),
+                            "ci95": [round(x, 4) for x in paired["ci95"]]}
+
+
 @pytest.mark.parametrize("folder, variable, variants", [
     ("seed_soup_h200", "s", {"seed1": "1", "seed2": "2", "seed3": "3"}),
     ("rename_tuning_h200", "r", {"rename0.5": "0.5", "rename1.0": "1.0"}),

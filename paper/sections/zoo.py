@@ -31,6 +31,7 @@ SOUP = RESULTS / "zoo" / "seed_soup_h200"
 RENAME = RESULTS / "zoo" / "rename_tuning_h200"
 SHAPES = RESULTS / "zoo" / "target_shapes_h200"
 MARGIN = RESULTS / "zoo" / "copy_margin_h200"
+RESYNC = RESULTS / "zoo" / "resync_repair_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -741,6 +742,31 @@ def copy_margin() -> None:
         "{:.1f}")
 
 
+def resync_repair() -> None:
+    """resync_repair_h200/: the installed target repaired in the resync mode (the way back to the copy after the
+    model's own new lines at a changed place), with changed places only and with half of them kept lines: the
+    settings, each product's gates paired with the installed target's, and the installed target's loops
+    (``zooResync...``)."""
+    cfgs = {tag: json.loads((RESYNC / v / "repair_config.json").read_text())
+            for tag, v in (("Changed", "copy0"), ("Kept", "copy0.5"))}
+    changed, kept = cfgs["Changed"], cfgs["Kept"]
+    assert {k: v for k, v in changed["config"].items() if k != "repair_copy_share"} == \
+        {k: v for k, v in kept["config"].items() if k != "repair_copy_share"}
+    assert changed["config"]["repair_mode"] == "resync" and changed["repair"]["steps"] == kept["repair"]["steps"]
+    cfg = changed["config"]
+    num("zooResyncBatch", cfg["repair_batch"], "{:d}")
+    num("zooResyncSteps", changed["repair"]["steps"], "{:d}")
+    num("zooResyncLr", cfg["repair_lr"], "{:g}")
+    num("zooResyncDw", cfg["decision_weight"], "{:g}")
+    num("zooResyncKeptShare", kept["config"]["repair_copy_share"], "{:g}")
+    runs = json.loads((RESYNC / "runs.json").read_text())
+    num("zooResyncProv", calls_provenance(runs["calls"], changed["run_info"]), "{}")
+    for tag, variant in (("Changed", "copy0"), ("Kept", "copy0.5")):
+        product_gates(f"zooResync{tag}", RESYNC / variant, "h200", {"Inst": installed_gate})
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        num(f"zooResyncInstLoops{tag}", zoo_gate.read_gate(installed_gate(prompts))["quality_gate"]["loops"], "{:d}")
+
+
 def make() -> None:
     model()
     weight_average()
@@ -749,5 +775,6 @@ def make() -> None:
     draws()
     shapes()
     copy_margin()
+    resync_repair()
     compile_speed()
     eagle3_gate()
