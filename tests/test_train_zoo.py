@@ -1281,7 +1281,9 @@ def test_recorded_drift_repairs_are_the_recorded_command():
 def test_recorded_resync_repairs_are_the_recorded_script():
     """zoo/resync_repair_h200/: each variant's repair config is what call.sh's command line parses to with its kept-
     line share, at the call's commit; the runs' gates are the gate records', and its paired comparisons are
-    compare-gates' against the installed target's records."""
+    compare-gates' against the installed target's records; call_loops_average.sh's resync, loop repair and average
+    records are what its command lines parse to (the resync repair a rerun of copy0.5's), the average of the
+    installed target's shards."""
     import json
 
     from experiments import zoo_gate
@@ -1308,6 +1310,27 @@ def test_recorded_resync_repairs_are_the_recorded_script():
             want = runs["compare"][f"{variant} vs installed, {prompts}"]
             assert want == {"spearman_b_minus_a": round(paired["spearman_b_minus_a"], 4),
                             "ci95": [round(x, 4) for x in paired["ci95"]]}
+    text = (folder / "call_loops_average.sh").read_text()
+    resync, loops = _script_commands(text, "-m experiments.train_zoo repair")
+    rerun = json.loads((folder / "copy0.5_loops" / "repair_config.json").read_text())
+    assert _as_recorded(tz.repair_config, ["repair", *resync], rerun["config"]) == rerun["config"]
+    assert rerun["config"] == json.loads((folder / "copy0.5" / "repair_config.json").read_text())["config"]
+    repaired = json.loads((folder / "copy0.5_loops" / "loop_repair_config.json").read_text())
+    assert _as_recorded(tz.repair_config, ["repair", *loops], repaired["config"]) == repaired["config"]
+    assert {rerun["run_info"]["commit"], repaired["run_info"]["commit"]} == {runs["calls"][1]["commit"]}
+    average = json.loads((folder / "copy0.5_loops_avg0.75" / "average_config.json").read_text())
+    (argv,) = _script_commands(text, "-m experiments.weight_average")
+    assert average["weight"] == float(argv[argv.index("--weight") + 1]) == 0.75
+    import hashlib
+
+    installed_shards = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                        for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+    assert average["a"]["shards"] == installed_shards
+    for variant in ("copy0.5_loops", "copy0.5_loops_avg0.75"):
+        for prompts in ("eval96", "val160"):
+            q = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json.gz")["quality_gate"]
+            assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4),
+                                                       q["loops"]]
 
 
 @pytest.mark.parametrize("folder, variable, variants", [

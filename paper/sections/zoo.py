@@ -744,9 +744,9 @@ def copy_margin() -> None:
 
 def resync_repair() -> None:
     """resync_repair_h200/: the installed target repaired in the resync mode (the way back to the copy after the
-    model's own new lines at a changed place), with changed places only and with half of them kept lines: the
-    settings, each product's gates paired with the installed target's, and the installed target's loops
-    (``zooResync...``)."""
+    model's own new lines at a changed place), with changed places only and with half of them kept lines, and the
+    latter rerun with the recipe's loop repair and average after it: the settings, each product's gates paired with
+    the installed target's, and the installed target's loops (``zooResync...``)."""
     cfgs = {tag: json.loads((RESYNC / v / "repair_config.json").read_text())
             for tag, v in (("Changed", "copy0"), ("Kept", "copy0.5"))}
     changed, kept = cfgs["Changed"], cfgs["Kept"]
@@ -763,6 +763,13 @@ def resync_repair() -> None:
     num("zooResyncProv", calls_provenance(runs["calls"], changed["run_info"]), "{}")
     for tag, variant in (("Changed", "copy0"), ("Kept", "copy0.5")):
         product_gates(f"zooResync{tag}", RESYNC / variant, "h200", {"Inst": installed_gate})
+    product_gates("zooResyncAvg", RESYNC / "copy0.5_loops_avg0.75", "h200", {"Inst": installed_gate})
+    loops = json.loads((RESYNC / "copy0.5_loops" / "loop_repair_config.json").read_text())
+    rerun = json.loads((RESYNC / "copy0.5_loops" / "repair_config.json").read_text())
+    assert rerun["config"] == kept["config"]  # a rerun of the kept-line repair
+    num("zooResyncAvgKept", loops["selection"]["chosen_step"], "{:d}")
+    num("zooResyncAvgWeight", json.loads((RESYNC / "copy0.5_loops_avg0.75" / "average_config.json").read_text())
+        ["weight"], "{:g}")
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         num(f"zooResyncInstLoops{tag}", zoo_gate.read_gate(installed_gate(prompts))["quality_gate"]["loops"], "{:d}")
 
