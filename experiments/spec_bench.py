@@ -45,7 +45,7 @@ import hybridsd as hsd
 from hybridsd import checkpoint, data, prompts
 from experiments import provenance
 from hybridsd.checkpoint_files import weight_files
-from hybridsd.drafters.tree import paths_to_parents
+from hybridsd.drafters.tree import leaf_count, paths_to_parents
 from hybridsd.edit_distance import edit_norm
 from hybridsd.target import EXACT_BRANCHES
 
@@ -173,7 +173,7 @@ class BenchConfig:
             return self.k.get(self.method, DEFAULT_K["eagle"]), 1
         if self.tree == "static":
             _, parents, _ = paths_to_parents(self.tree_paths)
-            eagle = len(parents), len(set(range(len(parents))) - set(parents))  # nodes, leaves
+            eagle = len(parents), leaf_count(parents)  # nodes, leaves
         elif self.tree == "dynamic":
             eagle = self.tree_nodes, self.tree_nodes
         else:

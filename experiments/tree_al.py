@@ -27,10 +27,9 @@ import numpy as np
 from experiments import provenance, spec_bench
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from hybridsd import analytic, checkpoint, prompts, zoo
-from hybridsd.checkpoint_files import weight_files
+from hybridsd import analytic, checkpoint, prompts
 from hybridsd.drafters.base import Drafter
-from hybridsd.drafters.tree import DraftTree, paths_to_parents, structure
+from hybridsd.drafters.tree import DraftTree, structure
 
 Step = tuple[tuple[int, ...], list[int]]  # (parents, accepted path: node indices from the root's child down)
 
@@ -193,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default="tiny-coder")
     p.add_argument("--method", default="eagle3", choices=("eagle", "eagle3", "ngram-eagle", "ngram-eagle3"))
     p.add_argument("--tree", default="dynamic", choices=("dynamic", "static"))
-    p.add_argument("--tree-paths", type=json.loads, default=None, help="static tree: vLLM's speculative_token_tree")
+    p.add_argument("--tree-paths", type=spec_bench.tree_paths, default=None,
+                   help="static tree: vLLM's speculative_token_tree")
     p.add_argument("--tree-depth", type=int, default=6)
     p.add_argument("--tree-top-k", type=int, default=10)
     p.add_argument("--tree-nodes", type=int, default=60)
@@ -213,26 +213,16 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--folds must be >= 2, got {a.folds}")
     p.check_device(a.device)
     try:
-        if a.tree_paths is not None:
-            paths_to_parents(a.tree_paths)
-        paths = tuple(map(tuple, a.tree_paths)) if a.tree_paths else None
-    except TypeError as e:  # not a list of lists
-        p.error(f"--tree-paths: want a JSON list of paths of ranks, e.g. '[[0],[1],[0,0]]' ({e})")
-    except ValueError as e:  # not a tree
-        p.error(f"--tree-paths: {e}")
-    try:
         cfg = spec_bench.BenchConfig(method=a.method, model=a.model, dataset_name=a.dataset_name,
                                      output_len=a.output_len, device=a.device, tree=a.tree, tree_depth=a.tree_depth,
                                      tree_top_k=a.tree_top_k, tree_nodes=a.tree_nodes, hybrid_policy=a.hybrid_policy,
-                                     tree_paths=paths)
+                                     tree_paths=a.tree_paths)
     except ValueError as e:
         p.error(str(e))
     try:
-        if a.model in zoo.names() or Path(a.model).expanduser().is_dir():  # a Hub id's weights come with the load
-            weight_files(checkpoint.resolve(a.model))
-        spec_bench.preflight(cfg)  # the model and head's config files
+        spec_bench.preflight(cfg)  # the model's weight files and config, the head's config
     except (ValueError, FileNotFoundError) as e:  # spec_bench's messages name its flag --model-dir
-        p.error(f"--model: {e}".replace("--model: --model-dir", "--model").replace("--model-dir", "--model"))
+        p.error(str(e).replace("--model-dir", "--model"))
     try:
         examples = spec_bench.load_examples(cfg, a.data_dir, a.num_prompts)
     except (ValueError, FileNotFoundError) as e:

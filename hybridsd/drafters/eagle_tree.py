@@ -23,7 +23,7 @@ import torch
 
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle import EagleDrafter, _GraphedDraft
-from hybridsd.drafters.tree import DraftTree, paths_to_parents
+from hybridsd.drafters.tree import DraftTree, leaf_count, paths_to_parents
 from hybridsd.eagle.model import EagleHead
 
 
@@ -74,7 +74,7 @@ class EagleTreeDrafter(EagleDrafter):
     @property
     def max_branches(self) -> int:
         if self.paths is not None:  # the static tree's leaves
-            return len(set(range(len(self._parents))) - set(self._parents))
+            return leaf_count(self._parents)
         return self.nodes  # a dynamic tree's shape varies: each kept node may be a leaf
 
     def _slots(self, depth: int) -> int:

@@ -191,6 +191,11 @@ def layout(parents: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray]:
     return _layout(*structure(parents), start)
 
 
+def leaf_count(parents: Sequence[int]) -> int:
+    """Leaves of a tree given each node's parent index (-1: a child of the root): its root-to-leaf paths."""
+    return len(set(range(len(parents))) - set(parents))
+
+
 def paths_to_parents(paths: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int], list[int]]:
     """A static tree in vLLM's ``speculative_token_tree`` format (each node a tuple of child ranks from the
     root, e.g. ``[(0,), (1,), (0, 0)]``): the paths in breadth-first order, each node's parent and rank.
