@@ -11,11 +11,12 @@ input and answer) is one of
 - ``rewrite``: it replaces input lines by about as many others;
 
 at a requested place (where it leaves the input, within ``near`` lines of a line the reference changes) or
-elsewhere. The
-correlation of reference and answer edit norms is given as it is and with each kind's answer norms set to their
-references' (what the correlation would be without that kind), over all answers and per reference-norm bin; and
-the share of over-edits, of those that leave the input away from a requested place, and of under-edits, and the
-correlation, per quarter of the answers by their input's length in lines.
+elsewhere, and there whether it leaves the input just below a twin of a line the request quotes above a place (a
+line quoted alike: :func:`anchor_twins`). The correlation of reference and answer edit norms is given as it is and
+with each kind's answer norms set to their references' (what the correlation would be without that kind), over all
+answers and per reference-norm bin; and the share of over-edits, of those that leave the input away from a requested
+place, and of under-edits, the over-edits' share among the answers whose request has an anchor with a twin and among
+the others, and the correlation, per quarter of the answers by their input's length in lines.
 
     python -m experiments.edit_failures SWEEP_DIR --out F.json [--near 2]
 """
@@ -73,17 +74,39 @@ def requested_lines(before: list[str], after: list[str]) -> set[int]:
     return lines
 
 
+def anchor_twins(before: str, after: str) -> tuple[list[int], list[int]]:
+    """Lines of ``before`` (0-based) quoted like, but other than, an anchor of the located request for
+    ``before`` -> ``after`` (:func:`hybridsd.edit_requests.located_request`): ``(above, below)``, twins of the
+    quoted lines above the places and of the lines they continue from. A reader of the request cannot tell a
+    twin from its anchor but by the line number."""
+    from hybridsd.edit_requests import anchor_lines, change_places, quote_line
+
+    lines = before.splitlines(keepends=True)
+    quotes = [quote_line(line) for line in lines]
+    twins: tuple[set[int], set[int]] = (set(), set())
+    for place in change_places(before, after):
+        for side, anchor in zip(twins, anchor_lines(place, lines)):
+            if 0 <= anchor < len(lines):
+                side.update(i for i, q in enumerate(quotes) if q == quotes[anchor] and i != anchor)
+    return sorted(twins[0]), sorted(twins[1])
+
+
 def classify(before: str, after: str, answer: str, near: int = 2) -> dict:
     """An over-edited answer's largest departure from its input: its ``kind``, whether it leaves the input
-    ``at_request`` (within ``near`` lines of a line the reference changes), and its lines removed and added (kind
-    and place None when the answer's lines are the input's, its edit norm coming from line ends alone)."""
+    ``at_request`` (within ``near`` lines of a line the reference changes) or, elsewhere, ``at_twin``: within
+    ``near`` + 1 lines below a twin of a quoted line above a place (:func:`anchor_twins`), where a reader that
+    takes the twin for the anchor would leave it; and its lines removed and added (kind and places None when the
+    answer's lines are the input's, its edit norm coming from line ends alone)."""
     b = before.splitlines()
     dep = departure(b, answer.splitlines())
     if dep is None:
-        return {"kind": None, "at_request": None, "removed": 0, "added": 0}
+        return {"kind": None, "at_request": None, "at_twin": None, "removed": 0, "added": 0}
     kind, i1, i2, j1, j2 = dep
     asked = requested_lines(b, after.splitlines())
-    return {"kind": kind, "at_request": any(i in asked for i in range(i1 - near, i1 + near + 1)),
+    at_request = any(i in asked for i in range(i1 - near, i1 + near + 1))
+    twins = anchor_twins(before, after)[0]
+    return {"kind": kind, "at_request": at_request,
+            "at_twin": not at_request and any(t < i1 <= t + near + 1 for t in twins),
             "removed": i2 - i1, "added": j2 - j1}
 
 
@@ -95,7 +118,8 @@ def miss_labels(ref: np.ndarray, out: np.ndarray) -> list[str | None]:
 
 def summarize(samples: list[dict]) -> dict:
     """Counts of misses by kind and place, and the correlation as it is and without each kind (its answers'
-    norms set to their references')."""
+    norms set to their references'); the over-edits at a twin of an anchor (and the correlation without them),
+    and the answers whose request has an anchor with a twin (``twinned``) and how many of them are over-edits."""
     ref = np.array([s["ref_norm"] for s in samples], dtype=float)
     out = np.array([s["out_norm"] for s in samples], dtype=float)
     over = np.array([s["miss"] == "over" for s in samples])
@@ -106,9 +130,13 @@ def summarize(samples: list[dict]) -> dict:
         mask = np.array([s.get("kind") == kind for s in samples])
         kinds[kind] = {"n": int(mask.sum()), "at_request": int((mask & at).sum()),
                        "elsewhere": int((mask & ~at).sum()), "rho_without": rho_without(ref, out, mask)}
+    twin = np.array([bool(s.get("at_twin")) for s in samples])
+    twinned = np.array([bool(s.get("twinned")) for s in samples])
     return {"n": len(samples), "rho": spearman(ref, out), "over": int(over.sum()), "under": int(under.sum()),
             "rho_without_over": rho_without(ref, out, over), "rho_without_under": rho_without(ref, out, under),
-            "rho_without_both": rho_without(ref, out, over | under), "over_kinds": kinds}
+            "rho_without_both": rho_without(ref, out, over | under), "over_kinds": kinds,
+            "over_at_twin": int((over & twin).sum()), "rho_without_at_twin": rho_without(ref, out, over & twin),
+            "twinned": int(twinned.sum()), "over_twinned": int((over & twinned).sum())}
 
 
 def plain_rows(sweep: Path):
@@ -154,7 +182,8 @@ def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> 
     for r, miss in zip(df.itertuples(), miss_labels(ref, out)):
         e = examples[r.example_id]
         sample = {"id": r.example_id, "input_lines": len(e.input_text.splitlines()), "ref_norm": float(r.ref_edit_norm),
-                  "out_norm": float(r.output_edit_norm), "miss": miss}
+                  "out_norm": float(r.output_edit_norm), "miss": miss,
+                  "twinned": any(anchor_twins(e.input_text, e.reference))}
         if miss == "over":
             sample.update(classify(e.input_text, e.reference, tok.decode(r.output_tokens, skip_special_tokens=True),
                                    near))
@@ -169,10 +198,17 @@ def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> 
             "by_input_quarter": by_length(samples), "samples": samples}
 
 
+def share_over(samples: list[dict]) -> float | None:
+    """The share of over-edits among ``samples`` (None for none)."""
+    return sum(s["miss"] == "over" for s in samples) / len(samples) if samples else None
+
+
 def by_length(samples: list[dict], parts: int = 4) -> list[dict]:
     """The answers in ``parts`` groups of (nearly) equal size by their input's lines (ties kept in order of id):
     each group's line range, median reference norm, shares of over-edits, of over-edits that leave the input away
-    from a requested place, and of under-edits, and the Spearman correlation of reference and answer norms."""
+    from a requested place, and of under-edits, the share of over-edits among the answers whose request has an
+    anchor with a twin and among the others (None for none), and the Spearman correlation of reference and answer
+    norms."""
     order = sorted(samples, key=lambda s: (s["input_lines"], s["id"]))
     out = []
     for part in np.array_split(np.arange(len(order)), parts):
@@ -186,6 +222,8 @@ def by_length(samples: list[dict], parts: int = 4) -> list[dict]:
                     "over_elsewhere_share": sum(s["miss"] == "over" and s.get("at_request") is False
                                                 for s in group) / n,
                     "under_share": sum(s["miss"] == "under" for s in group) / n,
+                    **{f"over_share_{name}": share_over([s for s in group if bool(s.get("twinned")) == flag])
+                       for name, flag in (("twinned", True), ("untwinned", False))},
                     "rho": spearman([s["ref_norm"] for s in group], [s["out_norm"] for s in group])})
     return out
 
@@ -223,7 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     a = result["all"]
     print(f"{a['n']} answers: Spearman {a['rho']:.3f}; {a['over']} over-edited (without them "
           f"{a['rho_without_over']:.3f}), {a['under']} under-edited; over-edits by kind: " + ", ".join(
-              f"{k} {v['n']} ({v['at_request']} at a requested place)" for k, v in a["over_kinds"].items()))
+              f"{k} {v['n']} ({v['at_request']} at a requested place)" for k, v in a["over_kinds"].items())
+          + f"; {a['over_at_twin']} elsewhere below a twin of an anchor; {a['over_twinned']} of the "
+          f"{a['twinned']} answers whose request has an anchor with a twin over-edited")
 
 
 if __name__ == "__main__":

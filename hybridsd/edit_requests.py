@@ -109,7 +109,9 @@ def change_places(before: str, after: str, max_places: int = 6) -> list[Place]:
     return places
 
 
-def _quote(line: str) -> str:
+def quote_line(line: str) -> str:
+    """How a request quotes ``line``: its stripped text in backquotes, cut after :data:`QUOTE_CHARS` characters
+    ("..." added); two lines with the same quote are the same anchor to a reader of the request."""
     text = line.strip()
     if len(text) > QUOTE_CHARS:
         text = text[:QUOTE_CHARS].rstrip() + "..."
@@ -124,20 +126,28 @@ def _blank(line: str) -> bool:
     return not line.strip()
 
 
-def describe_place(place: Place, before_lines: list[str]) -> str:
-    """One line of a request naming ``place`` in ``before`` (given as its lines) by its anchors: the nearest
-    non-blank kept line above it (quoted, with its line number) and the kept line it continues from below."""
+def anchor_lines(place: Place, before_lines: list[str]) -> tuple[int, int]:
+    """The lines of ``before`` (given as its lines, 0-based) that :func:`describe_place` quotes for ``place``:
+    the nearest non-blank kept line above it (-1: none) and the first non-blank kept line below it
+    (``len(before_lines)``: the place runs to the end of the file)."""
     above = place.start - 1
     while above >= 0 and _blank(before_lines[above]):
         above -= 1
-    gap_above = place.start - 1 - above  # blank kept lines between the anchor and the place
     below = place.end
     while below < len(before_lines) and _blank(before_lines[below]):
         below += 1
+    return above, below
+
+
+def describe_place(place: Place, before_lines: list[str]) -> str:
+    """One line of a request naming ``place`` in ``before`` (given as its lines) by its anchors: the nearest
+    non-blank kept line above it (quoted, with its line number) and the kept line it continues from below."""
+    above, below = anchor_lines(place, before_lines)
+    gap_above = place.start - 1 - above  # blank kept lines between the anchor and the place
     gap_below = below - place.end
 
     if above >= 0:
-        where = f"after {_quote(before_lines[above])} (line {above + 1})"
+        where = f"after {quote_line(before_lines[above])} (line {above + 1})"
         where += f" and {_lines(gap_above, 'blank ')}" if gap_above else ""
     else:
         where = (f"after the {_lines(gap_above, 'blank ')} at the top of the file" if gap_above
@@ -157,9 +167,9 @@ def describe_place(place: Place, before_lines: list[str]) -> str:
     if below == len(before_lines):
         then = "then end the file"
     elif gap_below:
-        then = f"then continue with {_lines(gap_below, 'blank ')} and {_quote(before_lines[below])}"
+        then = f"then continue with {_lines(gap_below, 'blank ')} and {quote_line(before_lines[below])}"
     else:
-        then = f"then continue from {_quote(before_lines[below])}"
+        then = f"then continue from {quote_line(before_lines[below])}"
     return f"- {where}: {action}, {then}."
 
 

@@ -69,11 +69,35 @@ def test_summarize_counts_kinds_and_sets_their_norms_to_the_references():
                for a, r, o, m in zip(answers, ref, out, labels)]
     assert [(s.get("kind"), s.get("at_request")) for s in samples] == [
         ("end early", False), ("new text", True), (None, None)]
-    assert ef.classify(before, after, before) == {"kind": None, "at_request": None, "removed": 0, "added": 0}
+    assert ef.classify(before, after, before) == {"kind": None, "at_request": None, "at_twin": None, "removed": 0,
+                                                  "added": 0}
     s = ef.summarize(samples)
     assert s["over_kinds"]["end early"] == {"n": 1, "at_request": 0, "elsewhere": 1,
                                             "rho_without": spearman([0.05, 0.05, 0.3], [0.05, 0.4, 0.3])}
     assert s["over_kinds"]["new text"]["at_request"] == 1 and s["over_kinds"]["rewrite"]["n"] == 0
+
+
+def test_anchor_twins_are_the_other_lines_quoted_like_an_anchor():
+    before = "".join(f"{line}\n" for line in ["def a():", "    x = 1", "    return x", "", "def b():", "    y = 2",
+                                                "    return x", "z = 3"])
+    after = before.replace("    y = 2\n", "    y = 20\n")  # place: line 5, below `def b():`, above `return x`
+    assert ef.anchor_twins(before, after) == ([], [2])  # `return x` (line 6) has a twin at line 2
+    after_z = before.replace("z = 3\n", "z = 30\n")  # place: line 7, below the twin `return x`
+    assert ef.anchor_twins(before, after_z) == ([2], [])
+
+
+@pytest.mark.parametrize("answer_at,at_request,at_twin", [
+    (3, False, True),      # new lines after the first `return x`, the anchor's twin
+    (1, False, False),     # new lines far from both
+    (8, True, False),      # new lines at the requested place, after the anchor itself
+])
+def test_classify_places_a_departure_below_a_twin_of_the_anchor(answer_at, at_request, at_twin):
+    lines = ["def a():", "    x = 1", "    return x", "", "", "", "def b():", "    return x", "z = 3"]
+    before = "".join(f"{line}\n" for line in lines)
+    after = before.replace("z = 3\n", "z = 30\n")  # asks after the second `return x` (line 7)
+    answer = lines[:answer_at] + ["new a", "new b", "new c", "new d"] + lines[answer_at:]
+    c = ef.classify(before, after, "\n".join(answer), near=1)
+    assert (c["kind"], c["at_request"], c["at_twin"]) == ("new text", at_request, at_twin)
 
 
 @pytest.fixture
@@ -109,6 +133,7 @@ def test_cli_writes_the_analysis(sweep, tmp_path):
     assert [(s["id"], s["miss"], s.get("kind")) for s in doc["samples"]] == [
         ("e0", "over", "end early"), ("e1", "under", None), ("e2", None, None)]  # e1: the input copied
     assert sum(g["n"] for g in doc["by_input_quarter"]) == 3
+    assert [s["twinned"] for s in doc["samples"]] == [False] * 3 and doc["all"]["over_at_twin"] == 0
     assert (doc["all"]["over"], doc["all"]["under"]) == (1, 1) and [b["n"] for b in doc["by_ref_bin"]] == [2, 1]
     assert "1 over-edited" in proc.stdout
 

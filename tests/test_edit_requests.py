@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsd.edit_requests import Place, change_places, describe_place, located_request
+from hybridsd.edit_requests import Place, anchor_lines, change_places, describe_place, located_request, quote_line
 
 FILE = '''import os
 
@@ -102,6 +102,7 @@ def test_request_names_each_place_by_its_true_anchors(a, b, subject):
         else:
             assert f" with about {new} new line" in item
         kept_below = [j for j in range(p.end, len(lines)) if lines[j].strip()]
+        assert anchor_lines(p, lines) == ((kept_above or [-1])[-1], (kept_below or [len(lines)])[0])
         if kept_below:
             j = kept_below[0]
             assert item.endswith(f"`{lines[j].strip()}`.")
@@ -163,6 +164,14 @@ def test_quotes_are_cut_and_blank_lines_skipped():
                          "2 blank lines and `b`.")
     assert describe_place(Place("remove", 1, 2, 1, 1), ["\n", "a\n"]).startswith(
         "- after the 1 blank line at the top of the file: remove the next line")
+
+
+def test_lines_that_differ_past_the_cut_or_in_indent_are_quoted_alike():
+    head = "    result = compute(" + "a" * 60
+    assert quote_line(head + "1)\n") == quote_line("  " + head + "2)")  # cut before the difference
+    assert quote_line("x" * 60) == f"`{'x' * 60}`" and quote_line("x" * 61) == f"`{'x' * 60}...`"
+    assert quote_line("return x\n") == quote_line("        return x") == "`return x`"
+    assert quote_line("return x") != quote_line("return y") and quote_line("a `b`") == "`a 'b'`"
 
 
 @pytest.mark.parametrize("args, err", [
