@@ -214,8 +214,9 @@ def all_held_out() -> None:
 def failures(rho: float, n: int) -> None:
     """The plain outputs' misses over every held-out edit (FAILURES, made from ALL_HELD_OUT's rows, whose prompt
     count ``n`` and Spearman ``rho`` it must repeat): over- and under-edits, the correlation without them, and the
-    over-edits by the kind of their largest departure from the input and whether it starts at a requested place
-    (macros ``enFail...``)."""
+    over-edits by the kind of their largest departure from the input and whether it starts at a requested place or
+    just below a twin of a quoted anchor, and the over-edits among requests with and without such a twin by
+    quarter of the input's length (macros ``enFail...``)."""
     doc = json.loads((FAILURES / "all_heldout_bf16.json").read_text())
     record = doc["all"]
     if record["n"] != n or abs(record["rho"] - rho) > 1e-9:
@@ -245,6 +246,15 @@ def failures(rho: float, n: int) -> None:
         num(f"enFail{tag}Over", 100 * q["over_share"], "{:.0f}")
         num(f"enFail{tag}Else", 100 * q["over_elsewhere_share"], "{:.0f}")
     num("enFailQuarterRho", "--".join(f"{f(q['rho'] for q in quarters):.2f}" for f in (min, max)), "{}")
+    num("enFailTwin", record["over_at_twin"], "{:d}")
+    num("enFailRhoNoTwin", record["rho_without_at_twin"])
+    num("enFailTwinned", record["twinned"], "{:d}")
+    shares = {k: [100 * q[f"over_share_{k}"] for q in quarters] for k in ("twinned", "untwinned")}
+    if not all(a > b for a, b in zip(shares["twinned"], shares["untwinned"])):  # the text says "in every quarter"
+        raise ValueError(f"{FAILURES}: requests with an anchor's twin are not over-edited more often in every "
+                         f"quarter of the input's length ({shares})")
+    for k, tag in (("twinned", "Twinned"), ("untwinned", "Untwinned")):
+        num(f"enFail{tag}OverRange", "--".join(f"{f(shares[k]):.0f}" for f in (min, max)), "{}")
     num("enFailRhoNoKind", "--".join(f"{f(k['rho_without'] for k in kinds.values()):.2f}" for f in (min, max)), "{}")
 
 
