@@ -64,13 +64,16 @@ HEAD_KIND = {"eagle": "eagle1", "eagle3": "eagle3"}
 VLLM_HEADS = {"meta-llama/Llama-3.1-8B-Instruct": {"eagle1": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
                                                    "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
 HF_SOURCES = {"blazedit": "blazedit", "mt_bench": "mt-bench", "instructcoder": "instructcoder"}
+DATA_FILES = {"code-edits": "code_edits_dev.jsonl", "editeval": "editeval.jsonl", "mt-bench": "mt_bench.jsonl"}
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """Everything that defines one run's rows. ``model``: a zoo name, model folder or Hub id; ``eagle_dir``:
     the EAGLE head (folder or Hub id; default: the zoo's heads beside the model); ``dataset_path``: the Hub
-    dataset or local copy for ``dataset_name="hf"``; ``compile``: ``generate(compile=...)`` as
+    dataset or local copy for ``dataset_name="hf"``; ``dataset_digest``: :func:`hybridsd.data.local_digest` of
+    the local data read (a local ``dataset_path``, or the set's file in a data folder given on the command line;
+    ``None`` for a Hub id and the default data folder); ``compile``: ``generate(compile=...)`` as
     ``none``/``true``/``auto``. ``method="replay"`` drafts the plain greedy output (full acceptance)."""
 
     method: str = "ngram-eagle"
@@ -103,6 +106,7 @@ class BenchConfig:
     tree_nodes: int = 60
     tree_paths: tuple | None = None
     exact: int = 0
+    dataset_digest: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -197,7 +201,7 @@ class BenchConfig:
 
 SPLITS = ("eval", "validation", "all")  # code edits: the zoo's held-out split, the validation repositories', all
 ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
-                "tree_paths", "exact", "change_request")
+                "tree_paths", "exact", "change_request", "dataset_digest")
 TREES = ("none", "dynamic", "static")
 
 
@@ -325,26 +329,32 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
     """The run's prompts in a deterministic order (code edits: ``cfg.split``, the zoo's held-out split by default;
     ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6], 0: every prompt inside
     the bins). ``num_prompts`` beyond the
-    dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does."""
+    dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does.
+    ``ValueError`` when two prompts of the dataset have one id (results rows are keyed by it)."""
+    file = Path(data_dir) / DATA_FILES[cfg.dataset_name] if data_dir and cfg.dataset_name != "hf" else None
     if cfg.dataset_name == "hf":
         exs = data.load_hf(cfg.dataset_path, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
                            split=cfg.hf_split)
     elif cfg.dataset_name == "mt-bench":
-        exs = data.load_mt_bench(Path(data_dir) / "mt_bench.jsonl" if data_dir else None)
+        exs = data.load_mt_bench(file)
     elif cfg.dataset_name == "editeval":
-        exs = data.load_editeval(Path(data_dir) / "editeval.jsonl" if data_dir else None,
-                                 min_distance=cfg.min_distance, max_distance=cfg.max_distance)
+        exs = data.load_editeval(file, min_distance=cfg.min_distance, max_distance=cfg.max_distance)
     else:
         keep = None
         if cfg.split == "eval" and cfg.model in hsd.zoo.names():
             keep = set(json.loads((hsd.zoo.path(cfg.model) / "eval_split.json").read_text())["ids"])
-        exs = data.load_code_edits(Path(data_dir) / "code_edits_dev.jsonl" if data_dir else None,
-                                   min_distance=cfg.min_distance, max_distance=cfg.max_distance,
+        exs = data.load_code_edits(file, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
                                    change_request=cfg.change_request, ids=keep)
         if cfg.split == "validation":
             from experiments.edit_corpus import VALIDATION_REPOS
 
             exs = [e for e in exs if e.meta.get("repo") in VALIDATION_REPOS]
+    seen = set()
+    for e in exs:
+        if e.id in seen:
+            raise ValueError(f"{cfg.dataset_path or file or DATA_FILES[cfg.dataset_name]}: two prompts have the id "
+                             f"{e.id!r} (results rows are keyed by their prompt's id: give each its own)")
+        seen.add(e.id)
     if per_bin is not None:
         if per_bin < 0:
             raise ValueError(f"--per-bin must be >= 0 (0: every prompt inside the bins), got {per_bin}")
@@ -513,7 +523,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
             if cfg.check_lossless and drafter is not None:
                 plain = hsd.generate(model, ids, **kw)
                 row["lossless"] = plain.tokens == res.tokens
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(finite(row), allow_nan=False) + "\n")
             f.flush()  # row by row: a crash loses at most the row being made
             written += 1
     if rank == 0:
@@ -523,6 +533,18 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     dp.barrier()  # every shard is complete
     merged = dp.merge(out, [e.id for e in examples]) if rank == 0 else None
     return dp.broadcast(merged)  # the merge is done before any rank moves on
+
+
+def finite(obj):
+    """``obj`` (JSON-like) with every NaN or infinite float replaced by ``None``, so that results rows are standard
+    JSON (MT-Bench's edit norm and plain decoding's precision AL are null)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def fail(message: str) -> None:
@@ -647,6 +669,9 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
     p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
+    local = a.dataset_path  # the data read: hf's file, folder or Hub id; the set's file in a data folder
+    if local and a.dataset_name != "hf":
+        local = Path(local) / DATA_FILES[a.dataset_name]
     try:
         cfg = BenchConfig(method=method, model=a.model,
                           k=speculative_tokens(method, a.k, a.num_speculative_tokens_per_method),
@@ -660,7 +685,8 @@ def main(argv: list[str] | None = None) -> None:
                           check_lossless=a.check_lossless, eagle_dir=a.eagle_dir,
                           dataset_path=a.dataset_path if a.dataset_name == "hf" else None, hf_split=a.hf_split,
                           compile=a.compile, tree=a.tree, tree_depth=a.tree_depth, tree_top_k=a.tree_top_k,
-                          tree_nodes=a.tree_nodes, tree_paths=a.tree_paths, exact=a.exact)
+                          tree_nodes=a.tree_nodes, tree_paths=a.tree_paths, exact=a.exact,
+                          dataset_digest=data.local_digest(local) if local else None)
     except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:

@@ -19,7 +19,8 @@ file, so MT-Bench covers its categories):
 
 Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos-doubled].jsonl``; spec_bench
 skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
-records each call (command, run_info, seconds and rows per config), replaced atomically after each config. Under
+records each call (command, run_info, seconds and rows per config, and the prompts that have no row yet), from its
+start, replaced atomically after each config; a sweep that leaves prompts without a row exits with code 1. Under
 torchrun every config's prompts are split over the ranks (see spec_bench) and only rank 0 prints and writes
 ``sweep.json``; ranks beyond the GPUs share them, which pays for the zoo's small models under NVIDIA's MPS (timed
 by ``bench_sweep_ranks``).
@@ -41,7 +42,7 @@ from experiments import distributed as dp
 from experiments import spec_bench as sb
 from experiments.cli import Parser
 from experiments.provenance import run_info
-from hybridsd.data import default_data_dir
+from hybridsd.data import default_data_dir, local_digest
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
     p.add_argument("--dry-run", action="store_true", help="list the configs and prompt counts, run nothing")
     a = p.parse_args(argv)
+    p.check_device(a.device)
     out_dir = a.out_dir or REPO / "experiments" / "results" / "sweeps" / a.preset
     if not a.dry_run:  # a dry run writes nothing
         p.check_output(out_dir, "--out-dir", folder=True)
@@ -181,8 +183,17 @@ def main(argv: list[str] | None = None) -> None:
         for _, cfg in runs:
             if cfg.dataset_name not in examples:
                 examples[cfg.dataset_name] = select_examples(cfg, preset, data_dir)
+        if a.dataset_path:  # the data read enters every config's key, as spec_bench's --dataset-path does
+            folder = Path(a.dataset_path)
+            runs = [(stem, replace(c, dataset_digest=local_digest(folder / sb.DATA_FILES[c.dataset_name])))
+                    for stem, c in runs]
     except (OSError, ValueError) as e:
         p.error(f"{'--dataset-path: ' if a.dataset_path else ''}{e}")
+    try:  # the model and every EAGLE head the grid drafts with (their config files and shapes), before any config
+        for cfg in {(c.model, sb.eagle_kind(c.method), c.eagle_dir): c for _, c in runs}.values():
+            sb.preflight(cfg)
+    except (OSError, ValueError) as e:
+        p.error(str(e))
     rank, world = dp.init(a.device)
     lead = rank == 0  # prints, and writes sweep.json
     if lead:
@@ -198,24 +209,35 @@ def main(argv: list[str] | None = None) -> None:
     launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
     call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(sys.argv[1:] if argv is None
                                                                                            else argv),
-            "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(),
+            "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(a.device),
             **({"world_size": world} if world > 1 else {}), **({"ranks_per_gpu": shared} if shared > 1 else {}),
             "configs": []}
+    if lead:  # a call killed in its first config is on record too
+        record_call(out_dir / "sweep.json", call)
     t_all = time.perf_counter()
+    missing = 0
     for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0, disable=not lead):
         t = time.perf_counter()
         path = out_dir / f"{stem}.jsonl"
         n = sb.run(cfg, examples[cfg.dataset_name], path)  # all ranks: sharded, merged by rank 0
         if not lead:
             continue
+        done = sb.done_keys(path)
+        left = [e.id for e in examples[cfg.dataset_name] if (cfg.key(), e.id) not in done]
+        missing += len(left)
         call["configs"].append({"file": path.name, "config_key": cfg.key(), "prompts": len(examples[cfg.dataset_name]),
-                                "rows_written": n, "seconds": round(time.perf_counter() - t, 2)})
+                                "rows_written": n, "seconds": round(time.perf_counter() - t, 2),
+                                **({"prompts_without_row": left} if left else {})})
         call["seconds"] = round(time.perf_counter() - t_all, 1)
         record_call(out_dir / "sweep.json", call)
     if lead:
         size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
         print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)
     dp.finish()
+    if missing:  # their prompts failed (tracebacks above) or did not fit the model's context; a rerun retries them
+        print(f"sweep: {missing} prompt(s) have no row (prompts_without_row in {out_dir / 'sweep.json'}); "
+              "a rerun retries them", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

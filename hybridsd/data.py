@@ -8,6 +8,7 @@ for a missing path) naming the file, line or row and field.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -279,9 +280,20 @@ HF_ID_HINTS = {"edit_5k_char": "blazedit", "blazedit": "blazedit", "mt-bench": "
 DATA_FILE_TYPES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 
 
+def _saved_folder(p: Path) -> bool:
+    """Whether ``p`` is a ``save_to_disk`` folder (of a dataset or a dataset dict)."""
+    return p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file())
+
+
+def _hidden(f: Path, folder: Path) -> bool:
+    """Whether ``f`` or a folder it is in below ``folder`` is hidden (its name starts with a dot)."""
+    return any(part.startswith(".") for part in f.relative_to(folder).parts)
+
+
 def _data_files(p: Path) -> tuple[str, list[str]]:
-    """The ``datasets`` builder and files of a local parquet/JSONL file or a folder of them."""
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in DATA_FILE_TYPES)
+    """The ``datasets`` builder and files of a local parquet/JSONL file or a folder of them (hidden ones left out,
+    as ``datasets`` leaves them)."""
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in DATA_FILE_TYPES and not _hidden(f, p))
     types = {DATA_FILE_TYPES.get(f.suffix) for f in files}
     if not files or None in types:
         raise ValueError(f"--dataset-path {p}: not a save_to_disk folder nor parquet/JSONL file(s)")
@@ -306,17 +318,50 @@ def _bad_json_line(files: Sequence[str]) -> str | None:
     return None
 
 
+def _split_files(p: Path, files: list[str]) -> dict[str, list[str]]:
+    """The local data ``files`` of ``p`` by split, as ``datasets`` splits a Hub repository's files: by the split
+    named in their paths (``data/test-00000.parquet``: ``test``), all ``train`` when none names one (and a lone
+    file); ``ValueError`` naming a file that falls in no split while others do."""
+    if p.is_file():
+        return {"train": files}
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    found = DataFilesDict.from_patterns(get_data_patterns(str(p)), base_path=str(p))
+    of = {str(Path(f).resolve()): f for f in files}
+    splits = {str(s): [of[r] for r in sorted(map(str, found[s])) if r in of] for s in found}
+    splits = {s: fs for s, fs in splits.items() if fs}
+    placed = {f for fs in splits.values() for f in fs}
+    stray = [f for f in files if f not in placed]
+    if stray:
+        raise ValueError(f"--dataset-path {p}: {stray[0]} is in no split (the other files' names make the splits "
+                         f"{sorted(splits)})")
+    return splits
+
+
+def _check_split(splits: Collection[str], split: str, path) -> None:
+    """``ValueError`` naming ``splits`` unless ``split`` is one of them."""
+    if split not in splits:
+        raise ValueError(f"--dataset-path {path} has splits {sorted(splits)}, not {split!r}")
+
+
 def load_hf_table(path: str, split: str = "train"):
-    """A ``datasets.Dataset``: ``load_from_disk`` for a ``save_to_disk`` folder, the parquet/JSON builder for
-    local files or folders of them (by extension), ``load_dataset`` for a Hub id; ``split`` of a dataset dict."""
+    """The ``split`` of a dataset as a ``datasets.Dataset``: ``load_from_disk`` for a ``save_to_disk`` folder (a
+    single dataset is the split it was saved from, ``train`` when unnamed), the parquet/JSON builder for local files
+    or folders of them (by extension; splits as :func:`_split_files`), ``load_dataset`` for a Hub id. A split the
+    dataset does not have raises ``ValueError`` naming those it has."""
     import datasets
 
     p = Path(path).expanduser()
     if p.exists():
-        if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file()):
+        if _saved_folder(p):
             ds = datasets.load_from_disk(str(p))
+            if isinstance(ds, datasets.Dataset):
+                _check_split([str(ds.split or "train")], split, path)
         else:
             builder, files = _data_files(p)
+            splits = _split_files(p, files)
+            _check_split(splits, split, path)
+            files = splits[split]
             try:
                 ds = datasets.load_dataset(builder, data_files=files, split="train")
             except Exception as e:  # the JSON builder's errors name neither file nor line: find them
@@ -335,10 +380,28 @@ def load_hf_table(path: str, split: str = "train"):
     else:
         raise FileNotFoundError(f"--dataset-path {path}: no such file or folder (nor a Hub id owner/name)")
     if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise ValueError(f"--dataset-path {path} has splits {sorted(ds)}, not {split!r}")
+        _check_split(ds, split, path)
         ds = ds[split]
     return ds
+
+
+def local_digest(path: str | Path) -> str | None:
+    """A short SHA-1 of a local dataset's files, their names (relative to ``path``) and bytes: the same for a copy
+    of them elsewhere, another after any change; ``None`` when ``path`` is no local file or folder (a Hub id)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        return None
+    if _saved_folder(p):
+        files = sorted(f for f in p.rglob("*") if f.is_file() and not _hidden(f, p))
+    else:
+        files = [Path(f) for f in _data_files(p)[1]]
+    h = hashlib.sha1()
+    for f in files:
+        h.update(f"{f.relative_to(p).as_posix() if p.is_dir() else ''}\0{f.stat().st_size}\0".encode())
+        with f.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()[:12]
 
 
 def hf_kind(path: str, columns: Sequence[str]) -> str:

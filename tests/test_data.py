@@ -335,3 +335,64 @@ def test_code_edits_keep_the_given_ids_in_file_order(tmp_path, monkeypatch):
     assert [e.prompt for e in kept] == [every[1].prompt, every[3].prompt]
     assert built == [every[1].input_text, every[3].input_text]  # the others' requests are never built
     assert data.load_code_edits(path, ids=set()) == []
+
+
+def test_local_copies_give_the_split_asked_for(tmp_path):
+    """A folder of split-named files (a Hub repository's layout) gives the asked split alone; a lone file, files
+    that name no split and a saved dataset are one split (``train``, or the saved one's); any other is an error
+    naming the splits there are."""
+    datasets = pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    def questions(path: Path, ids) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _write(path, [{"question_id": i, "turns": [f"q{i}"]} for i in ids])
+
+    snap = tmp_path / "snapshot"
+    questions(snap / "data" / "train-00000.jsonl", [1, 2])
+    questions(snap / "data" / "test-00000.jsonl", [10, 11])
+    assert [e.id for e in load_hf(str(snap))] == ["1", "2"]
+    assert [e.id for e in load_hf(str(snap), split="test")] == ["10", "11"]
+    with pytest.raises(ValueError, match=r"snapshot has splits \['test', 'train'\], not 'validation'"):
+        load_hf(str(snap), split="validation")
+    questions(snap / "data" / "extra.jsonl", [20])
+    with pytest.raises(ValueError, match=r"extra.jsonl is in no split \(the other files' names make the splits "
+                                         r"\['test', 'train'\]\)"):
+        load_hf(str(snap))
+
+    lone = questions(tmp_path / "test.jsonl", [1])
+    assert [e.id for e in load_hf(str(lone))] == ["1"]
+    with pytest.raises(ValueError, match=r"test.jsonl has splits \['train'\], not 'test'"):
+        load_hf(str(lone), split="test")
+    unnamed = tmp_path / "parts"
+    questions(unnamed / "part-0.jsonl", [1])
+    questions(unnamed / ".cache" / "notes.json", [9])  # hidden: not data
+    assert [e.id for e in load_hf(str(unnamed))] == ["1"]
+    with pytest.raises(ValueError, match=r"parts has splits \['train'\], not 'test'"):
+        load_hf(str(unnamed), split="test")
+
+    saved = datasets.load_dataset("json", data_files={"test": str(snap / "data" / "test-00000.jsonl")}, split="test")
+    saved.save_to_disk(str(tmp_path / "saved_test"))
+    assert [e.id for e in load_hf(str(tmp_path / "saved_test"), split="test")] == ["10", "11"]
+    with pytest.raises(ValueError, match=r"saved_test has splits \['test'\], not 'train'"):
+        load_hf(str(tmp_path / "saved_test"))
+
+
+def test_local_digest_follows_the_files_not_their_place(tmp_path):
+    import shutil
+
+    from hybridsd.data import local_digest
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    _write(folder / "train.jsonl", [{"question_id": 1, "turns": ["q"]}])
+    first = local_digest(folder)
+    assert len(first) == 12 and local_digest(folder) == first
+    shutil.copytree(folder, tmp_path / "b")
+    assert local_digest(tmp_path / "b") == first  # a copy elsewhere
+    (tmp_path / "b" / "train.jsonl").rename(tmp_path / "b" / "test.jsonl")
+    assert local_digest(tmp_path / "b") != first  # the same bytes in another split
+    _write(folder / "train.jsonl", [{"question_id": 1, "turns": ["another"]}])
+    assert local_digest(folder) != first
+    assert local_digest(folder / "train.jsonl") not in (None, local_digest(folder))
+    assert local_digest("nobody/no-such-data") is None  # a Hub id

@@ -44,6 +44,8 @@ def inputs(tmp_path_factory):
     (root / "no-turns.jsonl").write_text('{"turns": ["hi"]}\n{"category": "math"}\n')
     (root / "own").mkdir()
     (root / "own" / "mt_bench.jsonl").write_text('{"question_id": 1, "turns": ["hi"]}\n{"question_id": 2}\n')
+    (root / "twice.jsonl").write_text('{"question_id": 7, "turns": ["a"]}\n{"question_id": 7, "turns": ["b"]}\n')
+    (root / "index.jsonl").write_text('{"question_id": 1, "turns": ["a"]}\n{"turns": ["b"]}\n')  # row 1's id: "1"
     return {"root": root, "model": root / "llama", "eagle1": root / "llama-eagle1", "eagle3": root / "llama-eagle3",
             **{f"data-{k}": v for k, v in data.items()}}
 
@@ -140,6 +142,13 @@ CASES = {
                                 want="--device cuda:99: no such CUDA device here"),
     "head hub id offline": _case(*GOOD, "--method", "eagle", "--eagle-dir", "nobody/no-such-head",
                                  want="could not fetch the EAGLE head 'nobody/no-such-head'"),
+    "hf split of a file": _case(*GOOD, "--method", "ngram", "--hf-split", "test",
+                                want="questions.parquet has splits ['train'], not 'test'"),
+    "two prompts of one id": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
+                                   "{root}/twice.jsonl", want="twice.jsonl: two prompts have the id '7'"),
+    "a row index that is another row's id": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf",
+                                                  "--dataset-path", "{root}/index.jsonl",
+                                                  want="index.jsonl: two prompts have the id '1'"),
     "no prompts left": _case("--model-dir", M, "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
                              "{data-blazedit}", "--blazedit-min-distance", "0.9", want="no prompts left"),
 }

@@ -4,6 +4,7 @@ and the PR grid holds exactly the PR's configurations."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,90 @@ def test_per_bin_zero_takes_every_prompt_in_the_bins(capsys):
     assert e.value.code == 2 and "--per-bin" in capsys.readouterr().err
     sweep.main(["--preset", "edit-norm", "--per-bin", "0", "--methods", "ngram", "--dry-run", "--device", "cpu"])
     assert f"code-edits {len(inside)}" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def fake_sweep(monkeypatch, tmp_path):
+    """A sweep of mt-bench's plain and n-gram configs over three made-up prompts, whose spec_bench run writes a row
+    for every prompt but ``p2`` (its generation failed) and records the configs it was called for."""
+    from types import SimpleNamespace
+
+    calls = []
+
+    def run(cfg, examples, path):
+        calls.append(cfg)
+        rows = [{"config_key": cfg.key(), "example_id": e.id} for e in examples if e.id != "p2"]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return len(rows)
+
+    monkeypatch.setattr(sweep, "select_examples", lambda cfg, preset, data_dir: [SimpleNamespace(id=f"p{i}")
+                                                                                  for i in range(3)])
+    monkeypatch.setattr(sweep.sb, "run", run)
+    argv = ["--preset", "cpu-small", "--datasets", "mt-bench", "--methods", "none", "ngram", "--dataset-path",
+            str(tmp_path), "--out-dir", str(tmp_path / "runs")]
+    return argv, calls, tmp_path / "runs" / "sweep.json"
+
+
+def test_prompts_left_without_a_row_are_recorded_and_fail_the_sweep(fake_sweep, monkeypatch, capsys):
+    """A prompt whose generation failed has no row: sweep.json names it per config, and the sweep ends with one line
+    and exit code 1 (after every config, so the rest are done); its run_info names the device it ran on."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "FakeGPU")
+    argv, calls, manifest = fake_sweep
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*argv, "--device", "cpu"])
+    assert e.value.code == 1 and len(calls) == 4
+    assert "4 prompt(s) have no row" in capsys.readouterr().err.strip().splitlines()[-1]
+    call = json.loads(manifest.read_text())["calls"][-1]
+    assert [c["prompts_without_row"] for c in call["configs"]] == [["p2"]] * 4
+    assert [c["rows_written"] for c in call["configs"]] == [2] * 4
+    assert call["run_info"]["device"].startswith("cpu (")
+
+
+def test_a_call_is_on_record_from_its_start(fake_sweep, monkeypatch):
+    """A sweep killed in its first config leaves its call (command, run_info) in sweep.json."""
+    argv, _, manifest = fake_sweep
+
+    def killed(cfg, examples, path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep.sb, "run", killed)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.main([*argv, "--device", "cpu"])
+    call = json.loads(manifest.read_text())["calls"][-1]
+    assert call["configs"] == [] and "--preset cpu-small" in call["command"] and call["run_info"]["commit"]
+
+
+@pytest.mark.parametrize("argv, words", [(["--device", "nonsense"], "--device: not a torch device"),
+                                         (["--device", "cuda:99"], "--device cuda:99: no such CUDA device"),
+                                         (["--device", "cpu", "--methods", "eagle3"], "needs an eagle3 head")])
+def test_a_device_or_head_mistake_is_one_line_before_any_config(argv, words, fake_sweep, monkeypatch, capsys):
+    argv0, calls, manifest = fake_sweep
+    real = sweep.sb.checkpoint.zoo_heads
+    monkeypatch.setattr(sweep.sb.checkpoint, "zoo_heads",
+                        lambda folder: {k: v for k, v in real(folder).items() if k != "eagle3"})
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*argv0, *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and words in err[0], err
+    assert not calls and not manifest.exists()
+
+
+def test_a_data_folder_given_enters_every_config_key(fake_sweep):
+    """With --dataset-path the data read is part of each config (spec_bench's dataset_digest): other bytes under the
+    same path are other configs, so a resumed sweep does not take their prompts as done."""
+    from hybridsd.data import local_digest
+
+    argv, calls, _ = fake_sweep
+    data = Path(argv[argv.index("--dataset-path") + 1]) / "mt_bench.jsonl"
+    keys = []
+    for text in ('{"question_id": 1}\n', '{"question_id": 2}\n'):
+        data.write_text(text)
+        calls.clear()
+        with pytest.raises(SystemExit):  # the fake run leaves a prompt without a row
+            sweep.main([*argv, "--device", "cpu"])
+        assert {c.dataset_digest for c in calls} == {local_digest(data)} != {None}
+        keys.append({c.key() for c in calls})
+    assert not keys[0] & keys[1]

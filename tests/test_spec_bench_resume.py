@@ -1,0 +1,99 @@
+"""spec_bench's results files across reruns: the local data a run reads is part of its rows' config key (other data
+at the same path is not taken as done), and rows are standard JSON that experiments.results reads as before."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiments import results, spec_bench
+
+REPO = Path(__file__).resolve().parents[1]
+ARGS = ["--method", "none", "--device", "cpu", "--dtype", "fp32", "--output-len", "2"]
+
+
+def _questions(path: Path, turns: dict[int, str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"question_id": i, "turns": [t]}) + "\n" for i, t in turns.items()))
+    return path
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_other_local_data_at_the_same_path_is_not_taken_as_done(tmp_path, monkeypatch):
+    """One relative --dataset-path in two folders, then a data folder's file changed in place: each run writes its
+    own prompts' rows under its own key, none skipped as done nor filed under the other data's key."""
+    out = tmp_path / "hf.jsonl"
+    for name, turns in (("a", {1: "Write a haiku about rain.", 2: "What is 2 + 2?"}),
+                        ("b", {1: "Explain TCP slow start."})):
+        _questions(tmp_path / name / "q.jsonl", turns)
+        monkeypatch.chdir(tmp_path / name)
+        spec_bench.main([*ARGS, "--dataset-name", "hf", "--dataset-path", "q.jsonl", "--output", str(out)])
+    rows = _rows(out)
+    assert [r["example_id"] for r in rows] == ["1", "2", "1"]
+    assert rows[0]["config_key"] == rows[1]["config_key"] != rows[2]["config_key"]
+
+    out, folder = tmp_path / "mt.jsonl", tmp_path / "own"
+    argv = [*ARGS, "--dataset-name", "mt-bench", "--dataset-path", str(folder), "--output", str(out)]
+    _questions(folder / "mt_bench.jsonl", {1: "Write a haiku about rain."})
+    spec_bench.main(argv)
+    _questions(folder / "mt_bench.jsonl", {1: "Explain TCP slow start.", 9: "Say hi."})
+    spec_bench.main(argv)
+    rows = _rows(out)
+    assert [r["example_id"] for r in rows] == ["1", "1", "9"]
+    assert rows[0]["config_key"] != rows[1]["config_key"] == rows[2]["config_key"]
+    assert rows[0]["config"]["dataset_digest"] != rows[1]["config"]["dataset_digest"]
+
+
+def test_the_key_follows_the_data_not_its_place(tmp_path, monkeypatch):
+    """A copy of the data elsewhere keeps the key (a rerun from it resumes); the default data folder and a Hub id
+    add nothing to it, so the recorded results keep theirs."""
+    made = []
+    monkeypatch.setattr(spec_bench, "run", lambda cfg, *a, **kw: made.append(cfg) or 0)
+    _questions(tmp_path / "a" / "mt_bench.jsonl", {1: "Write a haiku about rain."})
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for folder in ("a", "b"):
+        spec_bench.main([*ARGS, "--dataset-name", "mt-bench", "--dataset-path", str(tmp_path / folder),
+                         "--output", str(tmp_path / "o.jsonl")])
+    assert made[0].key() == made[1].key() and made[0].dataset_digest is not None
+
+    spec_bench.main([*ARGS, "--dataset-name", "mt-bench", "--num-prompts", "1", "--output", str(tmp_path / "o.jsonl")])
+    assert made[2].dataset_digest is None
+    recorded = _rows(REPO / "experiments/results/trees/zoo_cpu_fp32/mt-bench__ngram.jsonl")[0]
+    assert spec_bench.BenchConfig(**recorded["config"]).key() == recorded["config_key"]
+    assert spec_bench.BenchConfig(dataset_name="hf", dataset_path="nobody/data").dataset_digest is None
+
+
+def test_rows_are_standard_json_and_read_back_as_nan(tmp_path):
+    """MT-Bench has no edit norm and plain decoding no precision AL: null in the row, not a bare NaN (not JSON);
+    experiments.results reads them as NaN, and still reads the NaN of files written before."""
+    import pandas as pd
+
+    out = tmp_path / "mt.jsonl"
+    spec_bench.main([*ARGS, "--dataset-name", "mt-bench", "--num-prompts", "2", "--output", str(out)])
+
+    def strict(line: str) -> dict:
+        return json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    rows = [strict(line) for line in out.read_text().splitlines()]
+    assert [(r["ref_edit_norm"], r["output_edit_norm"], r["stats"]["precision_al"]) for r in rows] == [(None,) * 3] * 2
+    old = tmp_path / "old.jsonl"
+    old.write_text(out.read_text().replace('"ref_edit_norm": null', '"ref_edit_norm": NaN'))
+    assert "NaN" in old.read_text()
+    for path in (out, old):
+        df = results.load_runs(str(path))
+        assert len(df) == 2 and pd.to_numeric(df.ref_edit_norm).isna().all()
+        (al,) = results.corpus_al(df).itertuples()
+        assert al.n == 2 and math.isnan(al.mean_ref_edit_norm) and math.isnan(al.precision_al)
+        assert results.bin_edit_norm(df).bin.isna().all()
+
+
+def test_finite_replaces_nan_and_infinity_at_any_depth():
+    row = {"a": math.nan, "b": [1.5, math.inf, {"c": -math.inf}], "d": (math.nan, 2), "e": "NaN", "f": 3}
+    assert spec_bench.finite(row) == {"a": None, "b": [1.5, None, {"c": None}], "d": [None, 2], "e": "NaN", "f": 3}
