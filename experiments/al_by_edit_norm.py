@@ -25,6 +25,7 @@ the same configurations on other prompts (e.g. another repository's edits), ``ot
 against a measurement of this size, and ``in_sample`` the error of each predictive model fitted to the scored bins
 themselves (the closest its shape comes to them). ``--exclude-prompts`` leaves out the prompts of other runs (to
 measure EAGLE's rates on prompts that the runs being predicted do not hold).
+Each variant's rows must be one config, one row per prompt, drafting ``--k-ngram`` and ``--k-eagle`` tokens.
 """
 
 from __future__ import annotations
@@ -261,6 +262,25 @@ def variant_fits(table, variant: str, eagle, k: dict, sim_doc: dict | None):
     return part, fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
 
 
+def mixed_configs(df, k: dict) -> str | None:
+    """What keeps ``df``'s rows from one table per variant, in words: a variant whose rows hold more than one
+    config or a prompt twice, or draft lengths other than ``k``'s; None when there is nothing."""
+    for variant, part in df.groupby("variant", sort=True):
+        keys = sorted(part["config_key"].unique())
+        if len(keys) > 1:
+            return (f"variant {variant!r} holds rows of {len(keys)} configs (config keys {', '.join(keys)}; "
+                    f"files {', '.join(sorted(set(part['file'])))}); give one config per method")
+        twice = part["example_id"][part["example_id"].duplicated()]
+        if len(twice):
+            return (f"variant {variant!r} holds prompt {twice.iloc[0]!r} more than once (files "
+                    f"{', '.join(sorted(set(part['file'])))})")
+    for drafter in ("ngram", "eagle"):
+        drafted = sorted({int(v) for v in df[f"k_{drafter}"].dropna()})
+        if drafted and drafted != [k[drafter]]:
+            return f"the rows' {drafter} k is {drafted}, not --k-{drafter} {k[drafter]}"
+    return None
+
+
 def pooled_al(part) -> float:
     """Sequence-normalized AL of a set of rows: all their tokens over all their target passes."""
     return float(part["tokens"].sum() / part["passes"].sum())
@@ -439,6 +459,8 @@ def main(argv=None) -> int:
         ap.error(f"--k-ngram and --k-eagle must be >= 1, got {a.k_ngram} and {a.k_eagle}")
     if a.splits < 0:
         ap.error("--splits must be >= 0")
+    if a.n_boot < 0:
+        ap.error(f"--n-boot must be >= 0, got {a.n_boot}")
     theories, sim_docs = {}, {}  # prefix -> the simulate_al.json's fits, and the whole file (read once)
     for prefix, flag, path in (("sim_", "--theory", a.theory), ("state_", "--theory-by-state", a.theory_by_state)):
         if path is None:
@@ -459,13 +481,22 @@ def main(argv=None) -> int:
     df = df[~df["example_id"].isin(excluded)]
     if df.empty:
         ap.error("no rows in the given files" + (" outside --exclude-prompts" if left_out else ""))
+    k = {"ngram": a.k_ngram, "eagle": a.k_eagle}
+    if (problem := mixed_configs(df, k)) is not None:
+        ap.error(problem)
     if fit_df is not None:  # the fits use only prompts that the runs do not hold
         shared = set(fit_df["example_id"]) & set(df["example_id"])
         fit_df = fit_df[~fit_df["example_id"].isin(shared)]
         if fit_df.empty:
             ap.error("--fit-runs: no rows on prompts other than the runs'")
+        if (problem := mixed_configs(fit_df, k)) is not None:
+            ap.error(f"--fit-runs: {problem}")
+    if not a.no_sim:
+        try:  # the simulation's prompts need the code edits and the runs' tokenizer: read before any work
+            prompt_ids, skipped = rebuilt_prompts(df, a.change_request)
+        except (OSError, ValueError) as e:
+            ap.error(f"the simulation (--no-sim leaves it out): {e}")
     edges = np.linspace(0.0, a.max_e, a.bins + 1)
-    k = {"ngram": a.k_ngram, "eagle": a.k_eagle}
     measured = [t for c in BINNINGS for t in bin_table(df, edges, c, a.n_boot)]
     rates = eagle_rates(df)
     eagle_rows = df[df["variant"] == "eagle"]
@@ -482,7 +513,7 @@ def main(argv=None) -> int:
                  "params": {f"{b}|{v}": p["params"] for (b, v), p in fitted.items()},
                  "measured": [t for c in BINNINGS for t in bin_table(fit_df, edges, c, a.n_boot)]}
     command = "python -m experiments.al_by_edit_norm " + shlex.join(sys.argv[1:] if argv is None else argv)
-    doc = {"command": command, "run_info": run_info(), "runs": a.runs, "excluded_prompts": len(excluded),
+    doc = {"command": command, "run_info": run_info("cpu"), "runs": a.runs, "excluded_prompts": len(excluded),
            "bins": edges.tolist(), "k": k, "eagle_rates": rates,
            "al_eagle": al_eagle, "measured": measured, "predictions": {f"{b}|{v}": p for (b, v), p in preds.items()},
            "errors_vs_measured": errors(preds, measured), "sampling_floor": sampling_floor(df, edges, a.n_boot),
@@ -490,7 +521,6 @@ def main(argv=None) -> int:
     if other:
         doc["other_prompts"] = other
     if not a.no_sim:
-        prompt_ids, skipped = rebuilt_prompts(df, a.change_request)
         sim_df = simulate_outputs(df, prompt_ids, k, rates)
         simulated = [t for c in BINNINGS for t in bin_table(sim_df, edges, c, a.n_boot)] if len(sim_df) else []
         doc.update(simulated=simulated, sim_skipped_prompts=skipped, errors_vs_simulated=errors(preds, simulated))

@@ -8,6 +8,9 @@ corpus ALs, bootstrap CIs from resampling examples within bins) and scored per b
 
     python -m experiments.simulate_al            # all 3,724 examples
     python -m experiments.simulate_al --limit 400
+
+``--out`` is the stem of two files: ``.json`` (the tables, fits, predictions and errors, with the config and
+run_info) and ``.csv`` (one row per split, bin and policy: the ALs and held-out predictions, the config and run_info).
 """
 
 from __future__ import annotations
@@ -145,6 +148,10 @@ def main(argv=None) -> int:
         ap.error(f"--max-e must be > 0, got {args.max_e}")
     if args.limit is not None and args.limit < 4:
         ap.error(f"--limit must be >= 4 (half of them to fit, at least two, half to score), got {args.limit}")
+    if args.n_boot < 0:
+        ap.error(f"--n-boot must be >= 0, got {args.n_boot}")
+    if args.seed < 0:
+        ap.error(f"--seed must be >= 0, got {args.seed}")
     if args.k_ngram < 1 or args.k_eagle < 1:
         ap.error(f"--k-ngram and --k-eagle must be >= 1, got {args.k_ngram} and {args.k_eagle}")
     if not 1 <= args.min_n <= args.max_n:
@@ -299,9 +306,11 @@ def _write(c: dict) -> None:
     args, edges, idx = c["args"], c["edges"], c["idx"]
     by_bin = lambda v: [float(v[idx == b].mean()) if np.any(idx == b) else None  # noqa: E731
                         for b in range(len(edges) - 1)]
+    info = run_info("cpu")  # the simulation and the fits run on the CPU
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     doc = {
-        "run_info": run_info(),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "run_info": info,
+        "config": config,
         "eagle_rates_source": _rates_source(args),
         "tokenizer": c["tok_desc"],
         "prompt": "Blazedit prompt (hybridsd.data.blazedit_prompt) as raw text, no chat template; reference = after",
@@ -353,8 +362,11 @@ def _write(c: dict) -> None:
     write_atomic(args.out.with_suffix(".json"), json.dumps(json_safe(doc), indent=1) + "\n")
     table = io.StringIO(newline="")
     w = csv.writer(table)
+    # every row carries the run's config and run_info, after the table's own columns
+    setting = {**{k: json.dumps(v) if isinstance(v, list) else v for k, v in config.items() if k != "out"},
+               "tokenizer": c["tok_desc"], **info}
     w.writerow(["split", "bin_lo", "bin_hi", "n", "mean_edit_norm", "mean_tokens", "policy", "al_corpus",
-                "al_mean", "precision_al", *(f"pred_{m}" for m in MODELS)])
+                "al_mean", "precision_al", *(f"pred_{m}" for m in MODELS), *setting])
     for split, t in c["tables"].items():
         for b in range(len(edges) - 1):
             for p in POLICIES:
@@ -362,7 +374,8 @@ def _write(c: dict) -> None:
                 row = [split, edges[b], edges[b + 1], t["n"][b], t["mean_e"][b], t["mean_tokens"][b], p,
                        t[f"{p}_al"][b], t[f"{p}_al_mean"][b], t[f"{p}_precision_al"][b], *pr]
                 w.writerow(["" if isinstance(v, float) and not np.isfinite(v) else
-                            (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v) for v in row])
+                            (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v) for v in row]
+                           + ["" if v is None else v for v in setting.values()])
     write_atomic(args.out.with_suffix(".csv"), table.getvalue())
 
 

@@ -9,7 +9,8 @@ edit-norm bin, and output match rates.
 The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,
 ``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR
 #24344 reports them. A line of a results file that is not a spec_bench row is reported (file and line) and
-skipped.
+skipped. Rows of different configs are not pooled: every table also splits its cells by each setting of
+``SETTINGS`` that differs among the rows (BOS mode, dtype, model, split, output length, ...).
 
 Corpus AL = sum of tokens / sum of target passes over the rows in a cell (seq-normalized); precision AL =
 1 + sum accepted / sum drafts. ``--by output`` bins by the edit norm of the model's own output against the
@@ -31,14 +32,22 @@ from experiments.cli import Parser
 
 CONFIG = ["dataset", "variant", "k", "bos_mode", "dtype"]
 PR = ["dataset", "variant", "k"]
+# config columns of the rows besides the tables' own
+SETTINGS = ("bos_mode", "dtype", "model", "split", "output_len", "temperature", "seed", "chat_template", "device")
+
+
+def varying(df) -> list[str]:
+    """The columns of ``SETTINGS`` whose value differs among ``df``'s rows."""
+    return [c for c in SETTINGS if c in df and df[c].astype(str).nunique() > 1]
 
 
 def pr_table(df) -> str:
-    """The PR-style table: per dataset, method and k, ``n``, ``seq_al``, ``precision_al``, median
-    ``tpot_ms`` and per-position acceptance ``r1, r2, ...``."""
-    al = results.corpus_al(df, PR)
+    """The PR-style table: per dataset, method and k (and each setting that differs among the rows), ``n``,
+    ``seq_al``, ``precision_al``, median ``tpot_ms`` and per-position acceptance ``r1, r2, ...``."""
+    by = PR + varying(df)
+    al = results.corpus_al(df, by)
     rates = [c for c in al.columns if c[0] == "r" and c[1:].isdigit()]
-    return al[PR + ["n", "seq_al", "precision_al", "tpot_ms"] + rates].round(3).to_string(index=False)
+    return al[by + ["n", "seq_al", "precision_al", "tpot_ms"] + rates].round(3).to_string(index=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,24 +67,28 @@ def main(argv: list[str] | None = None) -> None:
     if df.empty:
         print("summarize_runs: error: no spec_bench rows in " + " ".join(a.paths), file=sys.stderr)
         raise SystemExit(2)
+    df = df.assign(**{c: df[c].astype(str) for c in varying(df)})  # a missing value is a setting of its own
     pr = f"PR-style table (seq-normalized AL, precision AL, median TPOT, per-position acceptance):\n{pr_table(df)}"
     if a.table == "pr":
         print(pr)
         return
-    al = results.corpus_al(df, CONFIG)
+    config = CONFIG + [c for c in varying(df) if c not in CONFIG]
+    al = results.corpus_al(df, config)
     rates = [c for c in al.columns if c[0] == "r" and c[1:].isdigit()]
-    cols = CONFIG + ["n", "seq_al", "precision_al", "tpot_ms"] + rates
+    cols = config + ["n", "seq_al", "precision_al", "tpot_ms"] + rates
     print("corpus AL per config (tpot_ms: median):")
     print(al[cols].round(3).to_string(index=False))
     binned = results.bin_edit_norm(df, results.COARSE_BINS if a.bins == "coarse" else results.EDIT_BINS,
                                    "output_edit_norm" if a.by == "output" else "ref_edit_norm")
     binned = binned[binned.bin.notna()]
     if len(binned):
-        cells = results.corpus_al(binned, ["dataset", "bin", "variant", "k"])
-        table = cells.pivot_table(index=["dataset", "bin"], columns=["variant", "k"], values="seq_al", observed=True)
-        table[("prompts", "")] = binned.groupby(["dataset", "bin"], observed=True).example_id.nunique()
+        columns = ["variant", "k"] + varying(df)
+        cells = results.corpus_al(binned, ["dataset", "bin"] + columns)
+        table = cells.pivot_table(index=["dataset", "bin"], columns=columns, values="seq_al", observed=True)
+        prompts = binned.groupby(["dataset", "bin"], observed=True).example_id.nunique()
+        table[("prompts",) + ("",) * (len(columns) - 1)] = prompts
         print(f"\nseq-normalized AL by {a.by} edit-norm bin:\n{table.round(2).to_string()}")
-    mr = results.match_rate(df, by=CONFIG)
+    mr = results.match_rate(df, by=config)
     if len(mr):
         print("\nshare of prompts whose output equals plain decoding's (match rate):")
         print(mr.round(3).to_string(index=False))

@@ -353,3 +353,62 @@ def test_eagle_acceptance_by_ngram_state_on_a_hand_traced_run():
     assert got["novel"]["mean_accepted"] == pytest.approx(4 / 3)
     assert ab.k_rates(got["novel"]["rates"], 3) == pytest.approx([1.0, 1 / 3, 0.0])  # as the simulation takes them
     assert ab.k_rates(None, 2) == [0.0, 0.0]
+
+
+def _refused(capsys, exit_) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def _changed(path, out, **config):
+    """``path``'s rows with ``config`` in their config (and config key), prompts renamed with ``-other`` when
+    ``other`` is given, written to ``out``."""
+    rows = [json.loads(line) for line in open(path)]
+    other = config.pop("other", False)
+    for r in rows:
+        r["config"].update(config)
+        r["config_key"] += "".join(f"-{v}" for v in config.values())
+        r["example_id"] += "-other" if other else ""
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(out)
+
+
+@pytest.mark.parametrize("case, words", [
+    ("two configs", "variant 'eagle' holds rows of 2 configs"),
+    ("a prompt twice", "variant 'eagle' holds prompt 'ex0' more than once"),
+    ("another k", "the rows' ngram k is [4], not --k-ngram 5"),
+    ("two configs to fit", "--fit-runs: variant 'eagle' holds rows of 2 configs"),
+    ("negative n-boot", "--n-boot must be >= 0"),
+    ("no data to simulate", "data directory /nonexistent not found")])
+def test_runs_that_are_not_one_table_per_variant_are_refused_before_any_work(case, words, runs, tmp_path, capsys,
+                                                                            monkeypatch):
+    """Runs whose variant holds two configs (single and doubled BOS) or a prompt twice, a draft length other than
+    --k-ngram, a negative --n-boot, and the simulation's data missing: one line, exit code 2, before any table."""
+    monkeypatch.setattr(ab, "bin_table", lambda *a, **k: pytest.fail("made a table"))
+    monkeypatch.setenv("HYBRIDSD_DATA", "/nonexistent")
+    argv = {
+        "two configs": [*runs, _changed(runs[1], tmp_path / "doubled.jsonl", bos_mode="doubled")],
+        "a prompt twice": [*runs, str(tmp_path / "again.jsonl")],
+        "another k": [_changed(runs[0], tmp_path / "k4.jsonl", k={"ngram": 4}), runs[1]],
+        "two configs to fit": [*runs, "--fit-runs", _changed(runs[1], tmp_path / "o1.jsonl", other=True),
+                               _changed(runs[1], tmp_path / "o2.jsonl", bos_mode="doubled", other=True)],
+        "negative n-boot": [*runs, "--n-boot", "-1"],
+        "no data to simulate": runs}[case]
+    (tmp_path / "again.jsonl").write_text(open(runs[1]).readline())
+    out = tmp_path / "al.json"
+    with pytest.raises(SystemExit) as exit_:
+        ab.main([*argv, *([] if case == "no data to simulate" else ["--no-sim"]), "--out", str(out)])
+    assert words in _refused(capsys, exit_)
+    assert not out.exists()
+
+
+def test_the_cpu_analysis_records_the_cpu(runs, tmp_path, monkeypatch):
+    """On a machine with a GPU, the analysis (numpy, on the CPU) records the CPU as its device."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "FakeGPU")
+    out = tmp_path / "al.json"
+    assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--bins", "8", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["run_info"]["device"].startswith("cpu (")

@@ -66,3 +66,40 @@ def test_a_file_without_the_table_is_named(edits, tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.json" in err[0] and "eagle_by_ngram_state" in err[0]
+
+
+def test_the_csv_rows_carry_the_config_and_run_info(edits, tmp_path, monkeypatch):
+    """Each row of the CSV beside the JSON holds the run's config and run_info (the CPU it ran on, also on a machine
+    with a GPU), and reads back with csv and pandas."""
+    import csv
+
+    import pandas as pd
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "FakeGPU")
+    out = tmp_path / "sim"
+    assert simulate_al.main(["--data", str(edits), "--n-boot", "0", "--k-ngram", "4", "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["run_info"]["device"].startswith("cpu (")
+    rows = list(csv.DictReader(out.with_suffix(".csv").open()))
+    assert rows and {r["split"] for r in rows} == {"all", "fit", "test"}
+    for key in ("commit", "device", "torch", "numpy", "date"):
+        assert {r[key] for r in rows} == {str(doc["run_info"][key])}
+    assert {r["k_ngram"] for r in rows} == {"4"} and {r["data"] for r in rows} == {str(edits)}
+    assert {r["tokenizer"] for r in rows} == {doc["tokenizer"]}
+    assert json.loads(rows[0]["eagle_rates"]) == doc["config"]["eagle_rates"]
+    table = pd.read_csv(out.with_suffix(".csv"))
+    assert len(table) == len(rows) and table["al_corpus"].notna().any() and (table["k_eagle"] == 3).all()
+
+
+@pytest.mark.parametrize("argv, words", [(["--n-boot", "-1"], "--n-boot must be >= 0"),
+                                         (["--seed", "-1"], "--seed must be >= 0")])
+def test_negative_counts_are_named_before_any_work(argv, words, edits, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(simulate_al, "load_code_edits", lambda path: pytest.fail("read the data"))
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(edits), "--out", str(tmp_path / "sim"), *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+    assert not list(tmp_path.glob("sim*"))

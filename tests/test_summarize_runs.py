@@ -1,0 +1,55 @@
+"""experiments.summarize_runs on hand-made spec_bench rows: rows of different configs are never pooled into one
+cell of its tables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pandas")
+from experiments import summarize_runs  # noqa: E402
+
+
+def _row(method, example_id, tokens, passes, bos="single", output_len=64):
+    return {"config_key": f"{method}-{bos}-{output_len}", "example_id": example_id, "dataset": "code-edits",
+            "ref_edit_norm": 0.1, "prompt_tokens": 50, "output_edit_norm": 0.2, "tokens": list(range(tokens)),
+            "stats": {"num_tokens": tokens, "num_target_steps": passes, "num_drafts": passes - 1,
+                      "num_draft_tokens": 3 * (passes - 1), "num_accepted": tokens - passes,
+                      "accepted_per_position": [tokens - passes], "steps_by_drafter": {}},
+            "tpot_ms": 1.0, "config": {"method": method, "model": "tiny-coder", "k": {"eagle": 3},
+                                       "bos_mode": bos, "output_len": output_len, "device": "cpu", "dtype": "fp32"},
+            "run_info": {}}
+
+
+def _lines(capsys, table: str, variant: str) -> list[list[str]]:
+    """The words of ``table``'s lines (the text after its title) for ``variant``."""
+    out = capsys.readouterr().out
+    text = out[out.index(table):].split("\n\n")[0]
+    return [line.split() for line in text.splitlines()[2:] if line.split()[1] == variant]
+
+
+@pytest.mark.parametrize("setting, column", [({"bos": "doubled"}, "bos_mode"), ({"output_len": 128}, "output_len")])
+def test_runs_of_two_configs_are_two_rows_of_each_table(setting, column, tmp_path, capsys):
+    """EAGLE run twice over the same two prompts, with single and doubled BOS (or two output lengths): the PR-style
+    and the per-config tables hold one line per config, each of its own two prompts, with the setting beside it."""
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(_row("eagle", p, 10, 5)) + "\n" for p in ("p1", "p2")))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(_row("eagle", p, 10, 2, **setting)) + "\n"
+                                              for p in ("p1", "p2")))
+    summarize_runs.main([str(tmp_path), "--table", "pr"])
+    lines = _lines(capsys, "PR-style table", "eagle")
+    assert len(lines) == 2 and [line[4] for line in lines] == ["2", "2"]  # n
+    assert sorted(float(line[5]) for line in lines) == [2.0, 5.0]  # seq AL of each config
+    summarize_runs.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    per_config = out[out.index("corpus AL per config"):].split("\n\n")[0].splitlines()
+    assert column in per_config[1] and len([line for line in per_config if " eagle " in line]) == 2
+    binned = out[out.index("edit-norm bin"):].split("\n\n")[0]
+    assert "5.0" in binned and "2.0" in binned and column in binned
+
+
+def test_one_config_keeps_the_tables_columns(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(_row("eagle", p, 10, 5)) + "\n" for p in ("p1", "p2")))
+    summarize_runs.main([str(tmp_path), "--table", "pr"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split()[:5] == ["dataset", "variant", "k", "n", "seq_al"]
