@@ -89,8 +89,8 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
         "device": cfg.get("device"), "dtype": dtype,
         "setting": f"{'GPU' if str(cfg.get('device', 'cpu')).startswith('cuda') else 'CPU'} {dtype}, "
                    f"<= {cfg.get('output_len')} tokens",
-        "example_id": r["example_id"], "ref_edit_norm": r.get("ref_edit_norm"),
-        "output_edit_norm": r.get("output_edit_norm"), "prompt_tokens": r.get("prompt_tokens"),
+        "example_id": r["example_id"], "ref_edit_norm": _num(r.get("ref_edit_norm")),
+        "output_edit_norm": _num(r.get("output_edit_norm")), "prompt_tokens": r.get("prompt_tokens"),
         "tokens": st["num_tokens"], "passes": st["num_target_steps"], "drafts": st["num_drafts"],
         "draft_tokens": st["num_draft_tokens"], "accepted": st["num_accepted"],
         "accepted_per_position": list(st.get("accepted_per_position", [])),

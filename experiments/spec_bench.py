@@ -470,7 +470,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     drafter = make_drafter(cfg, heads)
     eos = loaded.eos_ids
     shared = dp.gpu_sharing(device)
-    info = {**provenance.run_info(), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
+    info = {**provenance.run_info(device), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
             "model_dtype": loaded.dtype, **({"ranks_per_gpu": shared} if shared > 1 else {})}  # timings shared
     seen = done_keys(out).union(*(done_keys(p) for p in shards))
     key = cfg.key()
@@ -489,8 +489,12 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
         for ex in tqdm(todo, desc=f"{cfg.method}", disable=not progress or rank != 0):
             ids = prompts.build_prompt_ids(tok, ex.prompt, chat=cfg.chat_template, bos_mode=cfg.bos_mode)
             limit = model.config.max_position_embeddings - len(ids)
-            if limit < 1:
-                continue  # the prompt alone fills the context
+            if limit < 1:  # no row, as for a failed generation: named, and the run exits 1
+                print(f"FAILED {cfg.method} {ex.id}: its prompt's {len(ids)} tokens fill the model's context "
+                      f"({model.config.max_position_embeddings})", file=sys.stderr, flush=True)
+                if failed is not None:
+                    failed.append(ex.id)
+                continue
             n_out = min(cfg.output_len, limit)
             kw = dict(max_new_tokens=n_out, temperature=cfg.temperature, eos_token_id=eos, seed=cfg.seed,
                       cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile], on_double_bos="ignore",

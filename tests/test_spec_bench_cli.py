@@ -240,3 +240,30 @@ def test_head_hub_failure_is_one_line(inputs, monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "(OSError: An error happened while trying to locate the files on the Hub.)" in err[0], err
     assert not out.exists()
+
+
+def test_a_prompt_that_fills_the_context_is_named_and_exits_1(monkeypatch, tmp_path, capsys):
+    """A prompt with no room left for output gets no row, like a failed one: named, the rest written, exit code 1;
+    the rows' run_info names the device they ran on (the CPU, on a machine with a GPU too)."""
+    import torch
+
+    real = spec_bench.prompts.build_prompt_ids
+    calls = []
+
+    def long_first(*args, **kw):
+        ids = real(*args, **kw)
+        calls.append(1)
+        return ids * 5000 if len(calls) == 1 else ids
+
+    monkeypatch.setattr(spec_bench.prompts, "build_prompt_ids", long_first)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "FakeGPU")
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        spec_bench.main(["--method", "ngram", "--dataset-name", "mt-bench", "--num-prompts", "2", "--output-len", "4",
+                         "--device", "cpu", "--output", str(out)])
+    assert exc.value.code == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["run_info"]["device"].startswith("cpu (")
+    err = capsys.readouterr().err
+    assert "fill the model's context (4096)" in err and "1 prompt(s) failed" in err.strip().splitlines()[-1]
