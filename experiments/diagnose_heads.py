@@ -28,6 +28,9 @@ from hybridsd.eagle.train import _target_pass, unroll
 
 @torch.no_grad()
 def diagnose(model, tok, head, examples, max_new: int, positions: int) -> dict:
+    """The head's agreement with the target on the answer region (training path) and the share of up to
+    ``positions`` answer positions per example where the drafter proposes what the training path predicts (None
+    where no position was checked)."""
     agree, same, n_agree, n_same = 0, 0, 0, 0
     for e in examples:
         ids = prompts.build_prompt_ids(tok, e.prompt)
@@ -46,24 +49,33 @@ def diagnose(model, tok, head, examples, max_new: int, positions: int) -> dict:
             draft = d.propose(ProposeRequest(seq[0, : r + 2].numpy(), 1))[0].tokens
             same += int(draft[0]) == int(pred[r])
             n_same += 1
-    return {"answer_agreement": agree / n_agree, "answer_rows": n_agree,
-            "drafter_equals_training_path": same / n_same, "positions_checked": n_same}
+    return {"answer_agreement": agree / n_agree if n_agree else None, "answer_rows": n_agree,
+            "drafter_equals_training_path": same / n_same if n_same else None, "positions_checked": n_same}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", type=int, default=3)
     p.add_argument("--max-new", type=int, default=64)
     p.add_argument("--positions", type=int, default=30)
     p.add_argument("--out", type=Path, default=Path("experiments/results/zoo/head_diagnosis.json"))
-    a = p.parse_args()
-    model, tok, heads = hsd.zoo.load()
-    keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
-    exs = [e for e in data.load_code_edits(change_request="located", ids=keep)  # the zoo format, held out
-           if len(e.input_text) < 1500][: a.prompts]
-    res = {"run_info": provenance.run_info(), "config": vars(a) | {"out": str(a.out)},
+    a = p.parse_args(argv)
+    for name in ("prompts", "max_new", "positions"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    p.check_output(a.out)
+    try:
+        keep = set(json.loads((hsd.zoo.path() / "eval_split.json").read_text())["ids"])
+        exs = [e for e in data.load_code_edits(change_request="located", ids=keep)  # the zoo format, held out
+               if len(e.input_text) < 1500][: a.prompts]
+    except (FileNotFoundError, ValueError) as e:  # no data folder or file, a bad row
+        p.error(f"the held-out code edits: {e}")
+    if not exs:
+        p.error("no held-out code edit with an input under 1500 characters")
+    device = "cpu"
+    model, tok, heads = hsd.zoo.load(device=device)
+    res = {"run_info": provenance.run_info(device), "config": vars(a) | {"out": str(a.out)},
            "heads": {kind: diagnose(model, tok, head, exs, a.max_new, a.positions) for kind, head in heads.items()}}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.out, json.dumps(res, indent=1))
     print(json.dumps(res["heads"], indent=1))
 

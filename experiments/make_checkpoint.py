@@ -9,12 +9,17 @@ Gives ``OUT/target`` (``config.json`` as Llama-3.1-8B-Instruct's: hidden 4096, 3
 directly in bf16 on ``--device`` (a step's time does not depend on their values). The tokenizer is the zoo's
 (Llama-3-style chat template, 10240 tokens; ids above it decode to nothing), so the BOS/EOS ids in the configs
 are the zoo tokenizer's (``<|begin_of_text|>`` 0; ``<|eot_id|>`` 4 and ``<|end_of_text|>`` 1), not Llama-3.1's.
+
+OUT is written whole: everything goes to ``.OUT.partial`` beside it, renamed to OUT when complete (with
+``make_checkpoint.json``). A killed run leaves OUT empty and the partial folder, which the next run deletes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -77,9 +82,14 @@ def main(argv: list[str] | None = None) -> None:
     if a.layers < 4:
         p.error(f"--layers must be >= 4 (EAGLE-3 reads layers 2, L/2 and L-3), got {a.layers}")
     p.check_device(a.device)
-    info = build(a.out, a.layers, a.device)
+    out = a.out.resolve()  # a link to a folder: the folder is written
+    partial = out.with_name(f".{out.name}.partial")
+    if partial.exists():  # what a killed run left
+        shutil.rmtree(partial)
+    info = build(partial, a.layers, a.device)
     info["run_info"] = provenance.run_info(a.device)
-    write_atomic(a.out / "make_checkpoint.json", json.dumps(info, indent=1))
+    write_atomic(partial / "make_checkpoint.json", json.dumps(info, indent=1))
+    os.replace(partial, out)  # over the empty folder check_output made
     print(json.dumps({k: v for k, v in info.items() if k != "run_info"}), file=sys.stderr)
 
 

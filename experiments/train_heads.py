@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +29,7 @@ from experiments import provenance
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from hybridsd import data, prompts
-from hybridsd.checkpoint_files import weight_files
+from hybridsd.checkpoint_files import json_object, weight_files
 from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
                                   init_eagle3_output, init_from_head, train_head)
@@ -123,9 +124,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     positive = ("gen_batch", "max_new", "max_before_chars", "batch_size", "seq_len", "draft_vocab", "ttt_steps",
                 "steps", "limit", "seconds_per_head", "lr")
     for name in positive:
-        if getattr(a, name) is not None and not getattr(a, name) > 0:
-            p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(a, name)}")
-    if a.gen_seconds < 0:
+        if getattr(a, name) is not None and not 0 < getattr(a, name) < math.inf:
+            p.error(f"--{name.replace('_', '-')} must be a finite number > 0, got {getattr(a, name)}")
+    if not a.gen_seconds >= 0:  # inf: no time limit
         p.error(f"--gen-seconds must be >= 0, got {a.gen_seconds}")
     p.check_device(a.device)
     if a.target is None:
@@ -133,23 +134,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             a.target = hsd.zoo.path(a.model)
         except ValueError as e:
             p.error(f"--model: {e}")
-    for name in ("config.json", "eval_split.json"):
-        if not (a.target / name).is_file():
-            p.error(f"--target: no {name} in {a.target}")
     try:
+        config = json_object(a.target / "config.json")
+        config = config.get("text_config", config)
+        held_out = held_out_ids(a.target / "eval_split.json")
         weight_files(a.target)
-        config = json.loads((a.target / "config.json").read_text())
-    except (FileNotFoundError, ValueError) as e:  # no weights, a weight file outside it, config.json not JSON
+    except (FileNotFoundError, ValueError) as e:  # no weights, a weight file outside it, a file not as expected
         p.error(f"--target: {e}")
-    vocab = config.get("text_config", config).get("vocab_size")
+    vocab = config.get("vocab_size")
     if "eagle3" in a.kinds and isinstance(vocab, int) and a.draft_vocab > vocab:
         p.error(f"--draft-vocab {a.draft_vocab} is larger than the target's vocabulary ({vocab}, {a.target})")
     if a.data is not None and not (a.data / "code_edits_dev.jsonl").is_file():
         p.error(f"--data: no code_edits_dev.jsonl in {a.data}")
+    try:  # the row filter only: the change request does not decide which rows are kept
+        rows = edit_examples(a.data / "code_edits_dev.jsonl" if a.data else None, held_out, a.max_before_chars,
+                             "subject")
+    except (FileNotFoundError, ValueError) as e:
+        p.error(f"--data: {e}")
+    if not rows:
+        p.error(f"--max-before-chars {a.max_before_chars}: no training row (outside {a.target}'s held-out split) "
+                "has an input that short")
     for kind in a.kinds if a.init_heads is not None else ():
-        if not (a.init_heads / kind / "config.json").is_file():
-            p.error(f"--init-heads: no {kind}/config.json in {a.init_heads}")
+        head = a.init_heads / kind
+        try:
+            weight_files(head)
+            size = json_object(head / "config.json").get("hidden_size")
+        except (FileNotFoundError, ValueError) as e:
+            p.error(f"--init-heads: {e}")
+        if size is not None and size != config.get("hidden_size", size):
+            p.error(f"--init-heads: {head} is a head for hidden size {size}, the target's is "
+                    f"{config.get('hidden_size')} ({a.target}); none of its tensors would fit")
     return a
+
+
+def held_out_ids(path: Path) -> set[str]:
+    """The ids of an ``eval_split.json`` (its ``ids``: a list of strings); ``ValueError`` naming the file."""
+    ids = json_object(path).get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"{path}: 'ids' must be a list of row ids (strings)")
+    return set(ids)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -159,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     log = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)  # noqa: E731
     folder = a.target  # the zoo's --model when not given
     model, tok = load_target(folder, a.device)
-    held_out = set(json.loads((folder / "eval_split.json").read_text())["ids"])
+    held_out = held_out_ids(folder / "eval_split.json")
     path = a.data / "code_edits_dev.jsonl" if a.data else None
     train = edit_examples(path, held_out, a.max_before_chars, a.change_request)[: a.limit]
     generated, forced, info = training_sequences(model, tok, train, a.gen_seconds, a.max_new, a.gen_batch, log)
@@ -169,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
               "config": vars(a) | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
               "run_info": provenance.run_info(a.device), "heads": {}}
     kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
+    trained = {}
     for kind in a.kinds:
         head = hsd.EagleHead.from_target(model, kind=kind, device=a.device, dtype=torch.float32,
                                          **({"draft_vocab_size": a.draft_vocab} if kind == "eagle3" else {}))
@@ -190,9 +214,11 @@ def main(argv: list[str] | None = None) -> None:
                                                 f"acc {r.get('acc', 0):.3f}"))
         acc = evaluate_head(head, model, holdout, steps=4, batch_size=8, seq_len=a.seq_len, device=a.device)["acc"]
         log(f"{kind}: held-out top-1 agreement by draft position {acc}")
-        head.to(torch.bfloat16).save_pretrained(a.out / kind)
+        trained[kind] = head
         report["heads"][kind] = {"steps": steps, "train_s": time.perf_counter() - t, "curve": curve,
                                  "holdout_agreement": acc}
+    for kind, head in trained.items():  # once all are trained: a kill before leaves the old heads and record
+        head.to(torch.bfloat16).save_pretrained(a.out / kind)
     report["wall_s"] = time.perf_counter() - t_start
     dest = a.out / f"heads_training_{'_'.join(a.kinds)}.json"
     write_atomic(dest, json.dumps(report, indent=1))

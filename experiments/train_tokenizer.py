@@ -11,13 +11,18 @@ chat template, adds BOS when ``add_special_tokens=True`` (so the doubled-BOS mis
 normalizer and round-trips any text exactly (``decode(encode(code)) == code``).
 
     python -m experiments.train_tokenizer            # full run (about 1-2 minutes on 2 cores)
-    python -m experiments.train_tokenizer --smoke    # tiny corpus, written to /tmp, for testing the script
+    python -m experiments.train_tokenizer --smoke    # tiny corpus, written to /tmp (or --out), for testing
+
+The files are written to ``OUT/.tokenizer.partial`` and then moved into OUT one by one (each replaces its
+namesake at once), ``tokenizer_training.json`` last; a rerun deletes what a killed run left there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import sys
 import sysconfig
 import time
@@ -26,9 +31,11 @@ from pathlib import Path
 
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
+from experiments.provenance import run_info
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
+SMOKE_DIR = Path("/tmp/tiny-coder-tokenizer-smoke")
 MT_BENCH = Path("/work/shared/data/mt_bench.jsonl")
 
 # Top-level packages of the repositories that code_edits_dev.jsonl was mined from: never trained on
@@ -190,35 +197,53 @@ def check_tokenizer(tokenizer, samples: list[str]) -> dict:
     return {"chars_per_token": round(n_chars / max(n_tokens, 1), 3), "checked_texts": len(samples)}
 
 
+def install(staged: Path, out: Path, last: str) -> None:
+    """Move every file of the folder ``staged`` into ``out``, each synced and then renamed over its namesake,
+    ``last`` after the others; then remove ``staged``."""
+    for path in sorted(staged.iterdir(), key=lambda p: (p.name == last, p.name)):
+        with path.open("rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(path, out / path.name)
+    staged.rmdir()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=MODEL_DIR)
-    parser.add_argument("--smoke", action="store_true", help="tiny corpus and vocabulary, output to /tmp")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"folder to write into (default: {MODEL_DIR}; with --smoke {SMOKE_DIR})")
+    parser.add_argument("--smoke", action="store_true", help="tiny corpus and vocabulary")
+    parser.add_argument("--mt-bench", type=Path, default=MT_BENCH, help="the MT-Bench questions (JSON lines)")
     args = parser.parse_args(argv)
     cfg = TokenizerConfig()
-    out = args.out
+    out = args.out or (SMOKE_DIR if args.smoke else MODEL_DIR)
     if args.smoke:
         cfg = TokenizerConfig(vocab_size=1024, max_total_chars=1_000_000, max_metadata_chars=100_000)
-        out = Path("/tmp/tiny-coder-tokenizer-smoke")
+    parser.check_output(out, folder=True)
+    if not args.mt_bench.is_file():
+        parser.error(f"--mt-bench: no file {args.mt_bench} (part of the training text)")
+    staged = out / ".tokenizer.partial"
+    if staged.exists():  # what a killed run left
+        shutil.rmtree(staged)
     start = time.time()
     roots = source_roots()
     files = python_files(roots)
     metadata = python_files(roots, "METADATA")
     code = sample_texts(files, cfg, cfg.max_total_chars)
-    english = sample_texts(metadata, cfg, cfg.max_metadata_chars) + mt_bench_texts()
+    english = sample_texts(metadata, cfg, cfg.max_metadata_chars) + mt_bench_texts(args.mt_bench)
     texts = code + english
     print(f"{len(files)} .py files found, {len(code)} used ({sum(map(len, code)) / 1e6:.1f} MB); "
           f"{len(english)} English texts ({sum(map(len, english)) / 1e6:.1f} MB)", flush=True)
     tokenizer = build_tokenizer(texts, cfg)
     rng = random.Random(cfg.seed + 1)
-    stats = check_tokenizer(tokenizer, rng.sample(code, min(200, len(code))) + mt_bench_texts()[:20])
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
-    info = {"config": asdict(cfg), "roots": [str(r) for r in roots], "python": sys.version.split()[0],
-            "code_files": len(code), "code_chars": sum(map(len, code)), "english_texts": len(english),
-            "english_chars": sum(map(len, english)), "excluded_packages": sorted(EXCLUDED_PACKAGES),
-            "vocab_size": len(tokenizer), "wall_s": round(time.time() - start, 1), **stats}
-    write_atomic(out / "tokenizer_training.json", json.dumps(info, indent=2) + "\n")
+    stats = check_tokenizer(tokenizer, rng.sample(code, min(200, len(code))) + mt_bench_texts(args.mt_bench)[:20])
+    tokenizer.save_pretrained(staged)
+    info = {"config": asdict(cfg), "roots": [str(r) for r in roots], "mt_bench": str(args.mt_bench),
+            "python": sys.version.split()[0], "code_files": len(code), "code_chars": sum(map(len, code)),
+            "english_texts": len(english), "english_chars": sum(map(len, english)),
+            "excluded_packages": sorted(EXCLUDED_PACKAGES), "vocab_size": len(tokenizer),
+            "wall_s": round(time.time() - start, 1), **stats, "run_info": run_info("cpu")}
+    write_atomic(staged / "tokenizer_training.json", json.dumps(info, indent=2) + "\n")
+    install(staged, out, last="tokenizer_training.json")
     print(json.dumps(info, indent=2))
 
 

@@ -10,12 +10,13 @@ OUT_DIR is the first model's folder (every file, its heads and records included)
 shard layout and ``average_config.json`` (every parent with its shards' SHA-256, the weights, the command and
 run_info; for two models also ``a``, ``b`` and B's ``weight``); OUT_DIR may be the first folder itself, which then
 keeps everything but its weights. All folders must hold safetensors weights of the same architecture
-(``config.json`` equal but for bookkeeping keys) and the same tensor names, shapes and dtypes; a mismatch is one
-line and exit code 2 before anything is written (a shard that is not a readable safetensors file too, named); a
-failure to read or write files is one line and exit code 1.
+(``config.json`` equal but for bookkeeping keys) and the same tensor names, shapes and dtypes, in files inside
+their folders (a shard that is a link to elsewhere is refused); a mismatch, or a folder OUT_DIR cannot be written
+in, is one line and exit code 2 before anything is written (a shard that is not a readable safetensors file too,
+named); a failure to read or write files during the run is one line and exit code 1.
 
-OUT_DIR is replaced whole (an existing one must be a model folder, or empty, and hold none of the models): the new
-folder is written beside it (``.OUT_DIR.averaging``), then OUT_DIR is renamed
+OUT_DIR is replaced whole (an existing one must be a model folder, or empty, hold none of the models and be none of
+them but the first): the new folder is written beside it (``.OUT_DIR.averaging``), then OUT_DIR is renamed
 to ``.OUT_DIR.replaced``, the new folder to OUT_DIR, and the old one deleted. A run killed at any point leaves the
 old OUT_DIR or the new one (between the two renames, the old one under its ``.replaced`` name); the next run first
 puts that back, or finishes the deletion, and removes an unfinished new folder, so it never reads a half-written
@@ -34,13 +35,15 @@ from pathlib import Path
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.provenance import run_info
+from hybridsd.checkpoint_files import inside, json_object
 
 IGNORED_CONFIG_KEYS = ("transformers_version", "_name_or_path", "dtype", "torch_dtype")
 
 
 def shards(folder: Path) -> list[Path]:
-    """The safetensors weight files of a model folder, sorted by name."""
-    return sorted(folder.glob("*.safetensors"))
+    """The safetensors weight files of a model folder, sorted by name; ValueError naming one that is a link to a
+    file outside the folder."""
+    return [inside(folder, p.name) for p in sorted(folder.glob("*.safetensors"))]
 
 
 def model_names(n: int) -> list[str]:
@@ -57,7 +60,7 @@ def check_models(folders: list[Path]) -> None:
             raise ValueError(f"{name}: no model folder (config.json) at {folder}")
         if not shards(folder):
             raise ValueError(f"{name}: no safetensors weights in {folder}")
-    configs = [{k: v for k, v in json.loads((f / "config.json").read_text()).items() if k not in IGNORED_CONFIG_KEYS}
+    configs = [{k: v for k, v in json_object(f / "config.json").items() if k not in IGNORED_CONFIG_KEYS}
                for f in folders]
     specs = [tensor_specs(f) for f in folders]
     a = names[0]
@@ -136,14 +139,18 @@ def recover(out: Path) -> None:
 
 
 def check_out(out: Path, folders: list[Path]) -> None:
-    """ValueError when ``out`` is a folder this command must not replace: one holding a model to average, or an
-    existing folder that is neither empty nor a model folder (``config.json``)."""
+    """ValueError when ``out`` is a folder this command must not replace: one holding a model to average, a model
+    other than the first (its own files would be lost), or an existing folder that is neither empty nor a model
+    folder (``config.json``)."""
     target = out.resolve()
     if target.exists() and not target.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
-    for name, f in zip(model_names(len(folders)), folders):
+    for i, (name, f) in enumerate(zip(model_names(len(folders)), folders)):
         if f.resolve().is_relative_to(target) and f.resolve() != target:
             raise ValueError(f"--out {out} holds {name} ({f}); it is replaced whole: give a folder of its own")
+        if i > 0 and f.resolve() == target:
+            raise ValueError(f"--out {out} is {name}; only the first model's folder may be replaced (the others' "
+                             "files would be lost): give the first model or a folder of its own")
     if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
         raise ValueError(f"--out {out} exists and is not a model folder (no config.json); it would be replaced "
                          "whole: give a new folder or a model folder")
@@ -216,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--weights gives {len(weights)} weights for {len(args.models)} models")
         if not all(0.0 <= w <= 1.0 for w in weights) or abs(sum(weights) - 1.0) > 1e-6:
             parser.error(f"--weights must each be in [0, 1] and sum to 1, got {weights} (sum {sum(weights):g})")
+    parser.check_output(args.out.resolve().parent, f"--out {args.out}: its folder", folder=True)  # the new one's
     command = "python -m experiments.weight_average " + " ".join(argv if argv is not None else sys.argv[1:])
     try:  # weight_average checks the models before it reads or writes any weights
         record = weight_average(args.models, weights, args.out, command)

@@ -11,13 +11,12 @@ without a cached copy, missing, gated) and for a folder that is not a model, bef
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hybridsd import zoo
-from hybridsd.checkpoint_files import weight_files
+from hybridsd.checkpoint_files import json_object, weight_files
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 # what a target needs from a Hub repository (not the original/ consolidated weights, not .bin copies)
@@ -71,12 +70,9 @@ def resolve(name_or_path: str | Path, *, weights: bool = False) -> Path:
 
 
 def read_config(folder: Path) -> dict:
-    """``config.json`` of a model folder as a dict; ``ValueError`` naming the file when it is not JSON."""
-    f = folder / "config.json"
-    try:
-        return json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{f} is not valid JSON ({e})") from e
+    """``config.json`` of a model folder as a dict; ``ValueError`` naming the file when it is not a JSON object
+    (:func:`hybridsd.checkpoint_files.json_object`)."""
+    return json_object(folder / "config.json")
 
 
 def torch_dtype(name: str, folder: Path, device) -> "torch.dtype":  # noqa: F821 - torch imported lazily

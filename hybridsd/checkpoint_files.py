@@ -1,4 +1,5 @@
-"""The weight files of a checkpoint folder, refused when any of them lies outside it.
+"""The files of a checkpoint folder: its weight files, refused when any of them lies outside it, and its JSON
+objects (``config.json`` and the like), read with errors that name the file.
 
 A shard named in an index (``../other/model.safetensors``, an absolute path) or a file that is a link to
 elsewhere would make a loader read weights the folder does not hold. Files are checked as written (normalised
@@ -63,3 +64,20 @@ def weight_files(folder: str | Path, names: tuple[str, ...] = WEIGHT_FILES) -> l
                              f"to file ({type(e).__name__}: {e})") from None
         return [inside(folder, s, index) for s in shards]
     raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(names)})")
+
+
+def json_object(path: Path, *required: str) -> dict:
+    """The JSON object in ``path``: ``FileNotFoundError`` when there is no such file, ``ValueError`` naming the file
+    when it is not a JSON object or lacks a ``required`` key."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path.name} in {path.parent}")
+    try:
+        raw = json.loads(path.read_bytes())
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(raw).__name__}")
+    for key in required:
+        if key not in raw:
+            raise ValueError(f"{path} has no {key!r}")
+    return raw

@@ -88,6 +88,10 @@ def test_tree_al_checks_before_loading(argv, flag, paths, tmp_path, capsys, monk
     (["--kinds", "eagle3", "--draft-vocab", "999999"], "--draft-vocab"),
     (["--out", "{file}"], "--out"),
     (["--out", "{file}/heads"], "--out"),
+    (["--seconds-per-head", "inf"], "--seconds-per-head"),
+    (["--lr", "inf"], "--lr"),
+    (["--gen-seconds", "nan"], "--gen-seconds"),
+    (["--max-before-chars", "1"], "--max-before-chars"),
 ])
 def test_train_heads_checks_before_loading(argv, flag, paths, tmp_path, capsys, no_load):
     out = tmp_path / "heads"
@@ -95,6 +99,32 @@ def test_train_heads_checks_before_loading(argv, flag, paths, tmp_path, capsys, 
         train_heads.main(["--device", "cpu", "--steps", "2", "--out", str(out), *[a.format(**paths) for a in argv]])
     _one_line(capsys, e, flag)
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("case, flag, words", [
+    ("split_without_ids", "--target", "'ids'"),
+    ("config_a_list", "--target", "JSON object"),
+    ("heads_without_weights", "--init-heads", "no weights"),
+    ("heads_of_another_size", "--init-heads", "hidden size 64"),
+])
+def test_train_heads_refuses_a_target_or_heads_it_cannot_use(case, flag, words, paths, tmp_path, capsys, no_load):
+    target, heads = paths["bare"], tmp_path / "heads"
+    if case == "split_without_ids":
+        (target / "eval_split.json").write_text('{"n": 3}')
+    if case == "config_a_list":
+        (target / "config.json").write_text("[1]")
+    shutil.copytree(ZOO / "eagle1", heads / "eagle1")
+    if case == "heads_without_weights":
+        (heads / "eagle1" / "model.safetensors").unlink()
+    if case == "heads_of_another_size":
+        config = json.loads((heads / "eagle1" / "config.json").read_text())
+        (heads / "eagle1" / "config.json").write_text(json.dumps(config | {"hidden_size": 64}))
+    argv = ["--target", str(target)] if flag == "--target" else ["--init-heads", str(heads)]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        train_heads.main(["--device", "cpu", "--kinds", "eagle1", "--out", str(out), *argv])
+    _one_line(capsys, e, flag, *words)
+    assert not any(out.iterdir())
 
 
 def test_train_heads_takes_a_draft_vocab_up_to_the_targets(tmp_path):

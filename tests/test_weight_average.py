@@ -116,6 +116,9 @@ def test_in_place_on_a_replaces_only_the_weights(tmp_path):
     ("architecture", "different architectures: config.json differs in head_dim, hidden_size"),
     ("no_safetensors", "A: no safetensors weights"),
     ("dtype", "is BF16"),
+    ("config_not_json", "config.json is not valid JSON"),
+    ("config_a_list", "config.json must hold a JSON object"),
+    ("linked_outside", "outside the checkpoint folder"),
 ])
 def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
@@ -129,6 +132,13 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
             p.unlink()
     if case == "dtype":
         b = _save(tmp_path, "fp32", 1, dtype=torch.float32)
+    if case in ("config_not_json", "config_a_list"):
+        (b / "config.json").write_text("{oops" if case == "config_not_json" else "[1]")
+    if case == "linked_outside":  # B's shards are links to another model's
+        elsewhere = _save(tmp_path, "elsewhere", 2)
+        for p in wa.shards(b):
+            p.unlink()
+            p.symlink_to(elsewhere / p.name)
     models, mix = [str(a), str(b)], ["--weight", weight]
     if case == "weights_sum":
         mix = ["--weights", "0.5", "0.6"]
@@ -150,17 +160,35 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
     assert not out.exists()
 
 
-def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, capsys):
-    """OUT under a regular file cannot be made: one 'error:' line naming it, exit code 1, no usage text."""
+def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, capsys, monkeypatch):
+    """A write that fails during the run (a full disk): one 'error:' line naming it, exit code 1, no usage text."""
+    import errno
+
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(wa, "write_atomic", full)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        wa.main([str(a), str(b), "--weight", "0.5", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(err) == 1 and "error:" in err[0] and "No space left" in err[0], err
+    assert "usage" not in err[0]
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_reading_weights(tmp_path, capsys, monkeypatch):
+    """OUT under a regular file cannot be made: one line naming it, exit code 2, no shard read."""
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
     (tmp_path / "file").write_text("not a folder")
     out = tmp_path / "file" / "out"
+    monkeypatch.setattr(wa, "load_shard", lambda p: pytest.fail(f"{p} was read before --out was checked"))
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         wa.main([str(a), str(b), "--weight", "0.5", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 1 and len(err) == 1 and "error:" in err[0] and "file" in err[0], err
-    assert "usage" not in err[0]
+    assert e.value.code == 2 and len(err) == 1 and f"--out {out}" in err[0] and "is a file" in err[0], err
 
 
 class Killed(BaseException):
@@ -236,10 +264,12 @@ def test_a_truncated_shard_is_one_line_naming_it(tmp_path, capsys, which):
     assert _files(a) == before
 
 
-@pytest.mark.parametrize("case", ["not_a_model", "holds_a", "a_file"])
+@pytest.mark.parametrize("case", ["not_a_model", "holds_a", "a_file", "is_b"])
 def test_an_out_it_must_not_replace_is_refused(tmp_path, capsys, case):
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
-    out = {"not_a_model": tmp_path / "notes", "holds_a": tmp_path, "a_file": tmp_path / "f"}[case]
+    (b / "eagle1").mkdir()
+    (b / "eagle1" / "config.json").write_text("{}")  # B's own head: replacing B by A's files would lose it
+    out = {"not_a_model": tmp_path / "notes", "holds_a": tmp_path, "a_file": tmp_path / "f", "is_b": b}[case]
     if case == "not_a_model":
         out.mkdir()
         (out / "keep.txt").write_text("mine")

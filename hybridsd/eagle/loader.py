@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hybridsd.checkpoint_files import inside, weight_files
+from hybridsd.checkpoint_files import inside, json_object, weight_files
 from hybridsd.eagle.config import EagleConfig
 
 OPTIONAL_KEYS = ("embed_tokens.weight",)
@@ -59,20 +59,6 @@ def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     for file in weight_files(folder):
         sd.update(_read_file(file))
     return sd
-
-
-def _read_json(path: Path, *required: str) -> dict:
-    """The JSON object in ``path``; ``ValueError`` naming the file if it is not one or lacks a ``required`` key."""
-    try:
-        raw = json.loads(path.read_bytes())
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(raw).__name__}")
-    for key in required:
-        if key not in raw:
-            raise ValueError(f"{path} has no {key!r}")
-    return raw
 
 
 def _read_file(file: Path) -> dict[str, torch.Tensor]:
@@ -175,7 +161,7 @@ def read_checkpoint(path_or_hub_id: str | Path, target: nn.Module, revision: str
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"no config.json in {folder}")
-    raw = _read_json(inside(folder, "config.json"), *REQUIRED_KEYS)
+    raw = json_object(inside(folder, "config.json"), *REQUIRED_KEYS)
     sd = {k: v for k, v in read_state_dict(folder).items() if not k.endswith(IGNORED_SUFFIXES)}
     kind = detect_kind(sd)
     h = target.get_input_embeddings().weight.shape[1]
