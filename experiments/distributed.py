@@ -142,14 +142,19 @@ def shard_paths(out: Path) -> list[Path]:
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Replace ``path`` by ``data`` all at once: a kill at any point leaves the old file or the new, never a mix.
 
-    Written to ``<path>.tmp`` in the same folder, flushed to disk (fsync), then renamed over ``path``.
+    Written to ``<path>.tmp`` in the same folder, flushed to disk (fsync), then renamed over ``path``; a write that
+    fails removes ``<path>.tmp``.
     """
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from experiments.edit_corpus import EDIT_SPLITS, load_edits, split_rows
+from experiments.edit_corpus import EDIT_SPLITS, EDITS_CANDIDATES, load_edits, split_rows
 from experiments.provenance import run_info
 from experiments.sequence_match import matching_blocks
 from experiments.train_zoo import TargetConfig, special_ids
@@ -208,6 +208,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.labels = [str(m) for m in args.model]
     elif len(args.labels) != len(args.model) or len(set(args.labels)) != len(args.labels):
         p.error(f"--labels: {len(args.labels)} given, distinct and one per --model ({len(args.model)}) wanted")
+    args.config = replace(TargetConfig(), gate_prompts=args.prompts)
+    try:
+        args.prompt_rows = rows_of(args.rows, args.prompts, args.config)
+    except StopIteration:
+        p.error(f"no code edits to ask: none of {', '.join(map(str, EDITS_CANDIDATES))} exists")
+    except (OSError, ValueError, KeyError) as e:
+        p.error(f"the code edits cannot be read ({type(e).__name__}: {e})")
+    if not args.prompt_rows:
+        p.error(f"--rows {args.rows}: no prompts for the quality gate in this split")
     return args
 
 
@@ -225,8 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.out, json.dumps(record, indent=1) + "\n")
         return
-    cfg = replace(TargetConfig(), gate_prompts=args.prompts)
-    rows = rows_of(args.rows, args.prompts, cfg)
+    cfg, rows = args.config, args.prompt_rows
     results = []
     for m, label in zip(args.model, args.labels):
         res = {"label": label, **teacher_forced(m, rows, cfg)}
@@ -240,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     record = {"rows": args.rows, "prompts": len(rows), "command": "python -m experiments.edit_places --model "
               + " ".join(map(str, args.model)) + " --labels " + " ".join(args.labels)
               + f" --rows {args.rows} --prompts {args.prompts} --out {args.out}",
+              "config": {k: getattr(cfg, k) for k in ("change_request", "max_places", "gate_bins",
+                                                       "gate_max_before_chars", "validation_repos")},
               "run_info": run_info(results[0]["device"]), "models": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out, json.dumps(record, indent=1) + "\n")

@@ -29,27 +29,39 @@ EDIT_BINS = tuple(norm_bins(0.05))  # 0.05-wide over [0, 0.6], as spec_bench --p
 ANALYSIS_BINS = tuple(norm_bins(0.075))  # the 8 bins the edit-norm sweep samples (16 each)
 COARSE_BINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0)
 HYBRIDS = ("ngram-eagle", "ngram-eagle3")
+# the spec_bench config fields that load_runs' other columns do not show, each a column of its own, with the value
+# that stands for rows written before the field existed (spec_bench's default)
+CONFIG_DEFAULTS = {"prompt_lookup_min": 2, "prompt_lookup_max": 5, "change_request": "located", "min_distance": None,
+                   "max_distance": None, "cuda_graphs": True, "check_lossless": False, "eagle_dir": None,
+                   "dataset_path": None, "hf_split": "train", "dataset_digest": None, "compile": "none",
+                   "tree_depth": 6, "tree_top_k": 10, "tree_nodes": 60, "tree_paths": None, "exact": 0}
 # a speculative row and a plain row compare when these agree (the config minus the drafter's settings)
-MATCH_KEYS = ("model", "dataset", "split", "bos_mode", "chat_template", "temperature", "seed", "output_len",
-              "device", "dtype", "example_id")
+MATCH_KEYS = ("model", "dataset", "split", "hf_split", "change_request", "bos_mode", "chat_template", "temperature",
+              "seed", "output_len", "device", "dtype", "example_id")
 MATCH_BY = ("dataset", "variant", "k", "bos_mode", "device", "dtype")
 
 
 def _paths(paths_or_globs) -> list[Path]:
-    """Files named by paths, folders (their ``*.jsonl`` and ``*.jsonl.gz`` files) and glob patterns, in order; a glob
-    matching nothing adds nothing."""
+    """Files named by paths, folders (their ``*.jsonl`` and ``*.jsonl.gz`` files) and glob patterns, in order;
+    ``FileNotFoundError`` naming any of them that names no file (a missing path, a glob matching nothing, a folder
+    without results files)."""
     items = [paths_or_globs] if isinstance(paths_or_globs, (str, Path)) else list(paths_or_globs)
     out: list[Path] = []
     for item in items:
         s = str(item)
         if any(c in s for c in "*?["):
-            out.extend(Path(p) for p in sorted(glob.glob(s)))
+            found = [Path(p) for p in sorted(glob.glob(s))]
+            if not found:
+                raise FileNotFoundError(f"no results files match {s}")
         elif Path(s).is_dir():
-            out.extend(sorted(p for p in Path(s).iterdir() if p.name.endswith((".jsonl", ".jsonl.gz"))))
+            found = sorted(p for p in Path(s).iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+            if not found:
+                raise FileNotFoundError(f"no results files (*.jsonl, *.jsonl.gz) in the folder {s}")
         elif Path(s).is_file():
-            out.append(Path(s))
+            found = [Path(s)]
         else:
             raise FileNotFoundError(f"results file {s} not found")
+        out.extend(found)
     if not out:
         raise FileNotFoundError(f"no results files match {items}")
     return list(dict.fromkeys(out))
@@ -65,6 +77,11 @@ def _k_label(method: str, kn, ke) -> str:
     if method in HYBRIDS:
         return str(kn) if kn == ke else f"{kn}/{ke}"
     return str(kn if method == "ngram" else ke)
+
+
+def _frozen(value):
+    """``value`` with its lists as tuples (a JSON list as a value pandas can group by)."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
 def _flatten(r: dict, file: str, trace: bool) -> dict:
@@ -87,6 +104,7 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
         "dataset": r.get("dataset", cfg.get("dataset_name")), "split": cfg.get("split"), "model": cfg.get("model"),
         "seed": cfg.get("seed"), "chat_template": cfg.get("chat_template", True),
         "device": cfg.get("device"), "dtype": dtype,
+        **{c: _frozen(cfg.get(c, default)) for c, default in CONFIG_DEFAULTS.items()},
         "setting": f"{'GPU' if str(cfg.get('device', 'cpu')).startswith('cuda') else 'CPU'} {dtype}, "
                    f"<= {cfg.get('output_len')} tokens",
         "example_id": r["example_id"], "ref_edit_norm": _num(r.get("ref_edit_norm")),
@@ -116,7 +134,8 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     plain, "5/3" for a hybrid with k_ngram 5 and k_eagle 3),
     ``k_ngram``, ``k_eagle``, ``bos_mode``, ``temperature``, ``output_len``, ``dataset``, ``device``,
     ``dtype`` ("auto" resolved as the zoo loader does: bf16 on CUDA, fp32 on CPU), ``setting`` (a label such
-    as "CPU fp32, <= 128 tokens"), ...), the prompt
+    as "CPU fp32, <= 128 tokens"), the other config fields of :data:`CONFIG_DEFAULTS` (``change_request``,
+    ``prompt_lookup_min``, ``tree_depth``, ``exact``, ...; lists as tuples), ...), the prompt
     (``example_id``, ``ref_edit_norm``, ``output_edit_norm``), the counters (``tokens``, ``passes``,
     ``drafts``, ``draft_tokens``, ``accepted``, ``accepted_per_position``, ``steps_by_drafter``), per-row
     ``seq_al`` and ``precision_al``, ``tpot_ms`` (timed on a GPU that ``ranks_per_gpu`` processes shared),

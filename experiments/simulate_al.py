@@ -16,6 +16,7 @@ run_info) and ``.csv`` (one row per split, bin and policy: the ALs and held-out 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import sys
@@ -39,6 +40,7 @@ POLICIES = ("ngram", "eagle", "prefer-ngram", "tree")
 MODELED = ("ngram", "prefer-ngram", "tree")
 MODELS = ("harmonic_pr", "harmonic_pr_literal", "harmonic_fit", "harmonic_free", "resync", "resync_eagle",
           "resync_runs")
+MAX_VOCAB = 1_000_000  # the fallback BPE's largest vocab
 DEFAULT_RATES = (0.65, 0.42, 0.25)
 RATES_SOURCE = (
     "default: assumed per-position rates (0.65, 0.42, 0.25), AL 2.32 at k=3, chosen to match vLLM's "
@@ -47,15 +49,19 @@ RATES_SOURCE = (
 )
 
 
-def load_tokenizer(texts: list[str], vocab_size: int):
-    """The project tokenizer (``hybridsd/models/*/tokenizer.json``) if there is one, else a byte-level BPE
-    trained once on ``texts`` and cached under ``experiments/results/``; returns (tokenizer, description)."""
+def load_tokenizer(texts: list[str], vocab_size: int, source: str = "code_edits_dev.jsonl"):
+    """The project tokenizer (``hybridsd/models/*/tokenizer.json``) if there is one, else a byte-level BPE of
+    ``vocab_size`` trained once on ``texts`` (the before/after files of ``source``) and cached under
+    ``experiments/results/`` by its vocab and a digest of ``texts``; returns (tokenizer, description)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     found = sorted((REPO / "hybridsd" / "models").glob("*/tokenizer.json"))
     if found:
         return Tokenizer.from_file(str(found[0])), f"project tokenizer {found[0].relative_to(REPO)}"
-    cache = RESULTS / f"bpe{vocab_size // 1000}k_code_edits.json"
+    digest = hashlib.sha1()
+    for t in texts:
+        digest.update(f"{len(t)}\0{t}".encode())
+    cache = RESULTS / f"bpe{vocab_size}_{digest.hexdigest()[:12]}.json"
     if not cache.is_file():
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -64,9 +70,9 @@ def load_tokenizer(texts: list[str], vocab_size: int):
                                       show_progress=False)
         tok.train_from_iterator(texts, trainer)
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tok.save(str(cache))
+        write_atomic(cache, tok.to_str())
     return Tokenizer.from_file(str(cache)), (f"byte-level BPE, vocab {vocab_size}, trained on the before/after "
-                                             f"files of code_edits_dev.jsonl ({cache.relative_to(REPO)})")
+                                             f"files of {source} ({cache.relative_to(REPO)})")
 
 
 def encode(tok, texts: list[str]) -> list[np.ndarray]:
@@ -142,12 +148,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     for suffix in (".json", ".csv"):  # --out is the stem of both files
         ap.check_output(args.out.with_suffix(suffix))
-    if args.bins < 10:
-        ap.error("--bins must be >= 10")
-    if not 0 < args.max_e < float("inf"):
-        ap.error(f"--max-e must be > 0, got {args.max_e}")
     if args.limit is not None and args.limit < 4:
         ap.error(f"--limit must be >= 4 (half of them to fit, at least two, half to score), got {args.limit}")
+    if args.bins < 10:
+        ap.error(f"--bins must be >= 10, got {args.bins}")
+    if args.limit is not None and args.bins > args.limit:
+        ap.error(f"--bins must be <= --limit (more bins than examples leaves bins empty), got {args.bins} for "
+                 f"--limit {args.limit}")
+    if not 0 < args.max_e < float("inf"):
+        ap.error(f"--max-e must be > 0 and finite, got {args.max_e}")
+    if not 256 < args.vocab <= MAX_VOCAB:
+        ap.error(f"--vocab must be in (256, {MAX_VOCAB}] (the 256 bytes plus merges), got {args.vocab}")
     if args.n_boot < 0:
         ap.error(f"--n-boot must be >= 0, got {args.n_boot}")
     if args.seed < 0:
@@ -185,7 +196,8 @@ def main(argv=None) -> int:
         examples = load_code_edits(args.data or default_data_dir() / "code_edits_dev.jsonl")
     except (OSError, ValueError) as e:
         ap.error(f"{'--data: ' if args.data else ''}{e}")
-    tok, tok_desc = load_tokenizer([t for ex in examples for t in (ex.input_text, ex.reference)], args.vocab)
+    tok, tok_desc = load_tokenizer([t for ex in examples for t in (ex.input_text, ex.reference)], args.vocab,
+                                   str(args.data) if args.data else "code_edits_dev.jsonl")
     rng = np.random.default_rng(args.seed)
     if args.limit is not None and args.limit < len(examples):
         examples = [examples[i] for i in np.sort(rng.choice(len(examples), args.limit, replace=False))]
@@ -196,12 +208,15 @@ def main(argv=None) -> int:
     e_tok = np.array([token_edit_norm(b, r) for b, r in zip(befores, refs)])
     e = e_char if args.level == "char" else e_tok
     length = np.array([r.size for r in refs], dtype=float)
-    edges = np.linspace(0.0, args.max_e, args.bins + 1)
-    idx = bin_index(e, edges)
-    everyone = np.flatnonzero(idx >= 0)
+    everyone = np.flatnonzero((e >= 0) & (e <= args.max_e))  # the examples inside the bins
     if everyone.size < 4:
         ap.error(f"{everyone.size} of the {len(examples)} examples have an edit norm in [0, --max-e {args.max_e}]; "
                  "the fits need at least 4")
+    if args.bins > everyone.size:
+        ap.error(f"--bins must be <= the {everyone.size} examples with an edit norm in [0, --max-e {args.max_e}] "
+                 f"(more bins than examples leaves bins empty), got {args.bins}")
+    edges = np.linspace(0.0, args.max_e, args.bins + 1)
+    idx = bin_index(e, edges)
     print(f"{len(examples)} examples, tokenizer: {tok_desc} ({time.time() - t0:.0f}s)", file=sys.stderr)
 
     pairs = list(zip(prompts, refs))

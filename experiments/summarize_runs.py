@@ -10,7 +10,8 @@ The PR-style table (``--table pr``; also last in ``all``): per dataset, method (
 ``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR
 #24344 reports them. A line of a results file that is not a spec_bench row is reported (file and line) and
 skipped. Rows of different configs are not pooled: every table also splits its cells by each setting of
-``SETTINGS`` that differs among the rows (BOS mode, dtype, model, split, output length, ...).
+``SETTINGS`` that differs among the rows (BOS mode, dtype, model, split, output length, change request, n-gram
+lookup, tree shape, exact mode, ...: every config field the tables do not show).
 
 Corpus AL = sum of tokens / sum of target passes over the rows in a cell (seq-normalized); precision AL =
 1 + sum accepted / sum drafts. ``--by output`` bins by the edit norm of the model's own output against the
@@ -23,6 +24,7 @@ tokens, or by output length and output edit norm for rows without tokens (a weak
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import pandas as pd
@@ -32,13 +34,19 @@ from experiments.cli import Parser
 
 CONFIG = ["dataset", "variant", "k", "bos_mode", "dtype"]
 PR = ["dataset", "variant", "k"]
-# config columns of the rows besides the tables' own
-SETTINGS = ("bos_mode", "dtype", "model", "split", "output_len", "temperature", "seed", "chat_template", "device")
+# config columns of the rows besides the tables' own: together with theirs, every field of the config
+SETTINGS = ("bos_mode", "dtype", "model", "split", "output_len", "temperature", "seed", "chat_template", "device",
+            *results.CONFIG_DEFAULTS)
+
+
+def _text(value) -> str:
+    """A setting as text; a missing value is "None", a setting of its own."""
+    return "None" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def varying(df) -> list[str]:
-    """The columns of ``SETTINGS`` whose value differs among ``df``'s rows."""
-    return [c for c in SETTINGS if c in df and df[c].astype(str).nunique() > 1]
+    """The columns of ``SETTINGS`` whose value differs among ``df``'s rows (a missing value counting as one)."""
+    return [c for c in SETTINGS if c in df and df[c].map(_text).nunique() > 1]
 
 
 def pr_table(df) -> str:
@@ -67,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     if df.empty:
         print("summarize_runs: error: no spec_bench rows in " + " ".join(a.paths), file=sys.stderr)
         raise SystemExit(2)
-    df = df.assign(**{c: df[c].astype(str) for c in varying(df)})  # a missing value is a setting of its own
+    df = df.assign(**{c: df[c].map(_text) for c in varying(df)})
     pr = f"PR-style table (seq-normalized AL, precision AL, median TPOT, per-position acceptance):\n{pr_table(df)}"
     if a.table == "pr":
         print(pr)

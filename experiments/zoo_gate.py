@@ -123,11 +123,16 @@ def read_gate(path: str | Path) -> dict:
 def compare_gates(a: dict, b: dict) -> dict:
     """Two gate records (``train_zoo gate`` files, or their ``quality_gate``) on the prompts both answered (by
     sample id): ``n``, each one's EOS share and Spearman, and B's Spearman minus A's with its paired bootstrap
-    interval (:func:`spearman_diff_ci`). Raises ValueError when they share fewer than 3 prompts."""
+    interval (:func:`spearman_diff_ci`). Raises ValueError when they share fewer than 3 prompts or differ in a shared
+    prompt's reference edit norm (not the same references)."""
     sa, sb = ({s["id"]: s for s in g.get("quality_gate", g)["samples"]} for g in (a, b))
     ids = sorted(set(sa) & set(sb))
     if len(ids) < 3:
         raise ValueError(f"the two gates share {len(ids)} prompts; comparing them needs at least 3")
+    other = [i for i in ids if sa[i]["ref_norm"] != sb[i]["ref_norm"]]
+    if other:
+        raise ValueError(f"{len(other)} shared prompts ({other[0]}, ...) have other reference edit norms in the two "
+                         "gates: they answer other references")
     ref = [sa[i]["ref_norm"] for i in ids]
     d, lo, hi, share = spearman_diff_ci(ref, [sa[i]["out_norm"] for i in ids], [sb[i]["out_norm"] for i in ids])
 

@@ -92,6 +92,19 @@ def test_merge_orders_dedups_and_survives_crashes(tmp_path):
     assert [r["example_id"] for r in _rows(out)] == ["a", "b", "c", "d", "zz", "e"]
 
 
+def test_write_atomic_keeps_the_old_file_and_no_tmp_when_the_write_fails(tmp_path, monkeypatch):
+    out = tmp_path / "out.json"
+    dp.write_atomic(out, "old\n")
+
+    def killed(*a):
+        raise OSError("killed")
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(OSError, match="killed"):
+        dp.write_atomic(out, "new\n")
+    assert out.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
 def test_repair_tail(tmp_path):
     p = tmp_path / "s.jsonl"
     p.write_text(_line("c", "a") + '{"config_key": "c", "ex')

@@ -141,6 +141,24 @@ def test_record_is_written_with_its_command(tmp_path, monkeypatch):
     assert record["rows"] == "validation" and record["prompts"] == 1 and "--rows validation" in record["command"]
     assert record["models"][0]["label"] == "installed" and "--labels installed" in record["command"]
     assert record["models"][0]["summary"]["n"] == 1 and record["run_info"]["commit"]
+    assert record["config"]["change_request"] == TargetConfig().change_request  # how the prompts were asked
+    assert record["config"]["gate_bins"] == TargetConfig().gate_bins
+
+
+@pytest.mark.parametrize("rows_of, named", [
+    (lambda which, n, cfg: [], "--rows eval: no prompts"),
+    (lambda which, n, cfg: next(iter(())), "no code edits to ask: none of"),
+    (lambda which, n, cfg: open("/nonexistent/code_edits_dev.jsonl"), "code_edits_dev.jsonl"),
+])
+def test_missing_prompts_are_named_before_any_model_is_loaded(rows_of, named, tmp_path, capsys, monkeypatch):
+    """No edit corpus, an unreadable one or a split without gate prompts: one line and exit 2, no model loaded."""
+    monkeypatch.setattr(ep, "rows_of", rows_of)
+    monkeypatch.setattr(ep, "teacher_forced", lambda *a: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as e:
+        ep.main(["--model", str(MODEL_DIR), "--out", str(tmp_path / "places.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and named in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "places.json").exists()
 
 
 def _samples(rng, n, start=0):

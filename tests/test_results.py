@@ -127,6 +127,16 @@ def test_load_runs_names_missing_files(tmp_path):
         results.load_runs(str(tmp_path / "*.jsonl"))
 
 
+def test_load_runs_names_a_pattern_or_folder_among_others_that_adds_no_file(runs, tmp_path):
+    """Beside names that find files, a glob matching nothing or a folder without results files is an error naming
+    it, not a file fewer."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for other in (str(tmp_path / "missing_*.jsonl"), empty):
+        with pytest.raises(FileNotFoundError, match=str(other).replace("*", r"\*")):
+            results.load_runs([str(runs / "*.jsonl"), other])
+
+
 def test_corpus_al_sums_counters_before_dividing(runs):
     df = results.load_runs(str(runs / "*.jsonl"))
     al = results.corpus_al(df, by=["variant", "bos_mode"]).set_index("variant")
@@ -192,6 +202,20 @@ def test_match_rate_proxy_counts_equal_length_and_edit_norm(tmp_path):
     mr = results.match_rate(results.load_runs(tmp_path / "c.jsonl"), by=["variant"])
     assert mr.iloc[0].to_dict() == {"variant": "ngram", "n": 2, "n_same": 1, "match_rate": 0.5,
                                     "compared_by": "length+edit_norm"}
+
+
+def test_match_rate_compares_runs_of_one_change_request(tmp_path):
+    """The same prompt asked with two change requests is two prompts: each speculative row is compared with the
+    plain row of its own request."""
+    rows = []
+    for request, plain, spec in (("subject", [1, 2], [1, 2]), ("located", [3, 4], [3, 4])):
+        for method, output in (("none", plain), ("ngram", spec)):
+            r = row(method, "p1", 2, 2, output=output)
+            r["config"]["change_request"] = request
+            rows.append(r)
+    write(tmp_path / "e.jsonl", rows)
+    mr = results.match_rate(results.load_runs(tmp_path / "e.jsonl"), by=["variant", "change_request"])
+    assert mr.n.tolist() == [1, 1] and mr.n_same.tolist() == [1, 1]
 
 
 def test_bos_output_match_pairs_single_and_doubled(tmp_path):
@@ -637,3 +661,25 @@ def test_eagle_tree_runs_are_their_own_variant(tmp_path):
     assert list(df.tree) == ["none", "dynamic", "dynamic"]
     al = results.corpus_al(df, by=["variant"]).set_index("variant").seq_al
     assert al["eagle3"] == 10 / 4 and al["eagle3 (dynamic eagle tree)"] == 10 / 2
+
+
+def test_every_spec_bench_config_field_is_a_column():
+    """Each field of spec_bench's config is shown by a column of load_runs: by one of its own, or, for the fields of
+    CONFIG_DEFAULTS, by a column of that name defaulting to spec_bench's default."""
+    from dataclasses import MISSING, fields
+
+    from experiments.spec_bench import BenchConfig
+
+    shown = {"method", "model", "k", "hybrid_policy", "dataset_name", "split", "output_len", "temperature", "seed",
+             "chat_template", "bos_mode", "device", "dtype", "tree"}
+    defaults = {f.name: f.default for f in fields(BenchConfig) if f.name not in shown}
+    assert defaults == results.CONFIG_DEFAULTS and MISSING not in defaults.values()
+
+
+def test_config_fields_without_a_column_of_their_own_become_columns(tmp_path):
+    new = row("eagle", "p1", 10, 5)
+    new["config"].update(change_request="subject", tree="static", tree_paths=[[0], [1], [0, 0]], exact=16)
+    (tmp_path / "a.jsonl").write_text(json.dumps(new) + "\n" + json.dumps(row("eagle", "p2", 10, 5)) + "\n")
+    df = results.load_runs(tmp_path / "a.jsonl").set_index("example_id")
+    assert df.loc["p1", ["change_request", "tree_paths", "exact"]].tolist() == ["subject", ((0,), (1,), (0, 0)), 16]
+    assert df.loc["p2", ["change_request", "tree_paths", "exact"]].tolist() == ["located", None, 0]  # the defaults

@@ -103,3 +103,61 @@ def test_negative_counts_are_named_before_any_work(argv, words, edits, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
     assert not list(tmp_path.glob("sim*"))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--limit", "20", "--bins", "30"], "--bins must be <= --limit"),
+    (["--max-e", "inf"], "--max-e must be > 0 and finite, got inf"),
+    (["--vocab", "-5"], "--vocab must be in (256, 1000000]"), (["--vocab", "100"], "--vocab must be in"),
+    (["--vocab", str(10**12)], "--vocab must be in")])
+def test_bad_bins_max_e_and_vocab_are_named_before_any_work(argv, words, edits, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(simulate_al, "load_code_edits", lambda path: pytest.fail("read the data"))
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(edits), "--out", str(tmp_path / "sim"), *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_more_bins_than_examples_is_refused_before_the_simulation(edits, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(simulate_al, "iter_simulate", lambda *a: pytest.fail("simulated"))
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(edits), "--bins", "1000000000", "--out", str(tmp_path / "sim")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--bins must be <= the 40 examples" in err[0] and "1000000000" in err[0]
+    assert not list(tmp_path.glob("sim*"))
+
+
+@pytest.fixture()
+def no_project_tokenizer(tmp_path, monkeypatch):
+    """simulate_al in a tree without the project tokenizer: the fallback BPE, cached under ``tmp_path``."""
+    monkeypatch.setattr(simulate_al, "REPO", tmp_path)
+    monkeypatch.setattr(simulate_al, "RESULTS", tmp_path / "experiments" / "results")
+    return tmp_path / "experiments" / "results"
+
+
+def test_the_fallback_bpe_is_cached_per_training_data_and_vocab(no_project_tokenizer):
+    code = [f"def f{i}(x{i % 7}):\n    return x{i % 7} + {i * 13}\n" for i in range(200)]
+    sql = [f"SELECT name{i % 5} FROM users{i} WHERE id = {i * 31};\n" for i in range(200)]
+    tok, desc = simulate_al.load_tokenizer(code, 300, "a.jsonl")
+    assert "vocab 300" in desc and "a.jsonl" in desc
+    other, _ = simulate_al.load_tokenizer(sql, 300, "b.jsonl")
+    wider, _ = simulate_al.load_tokenizer(code, 400, "a.jsonl")
+    again, _ = simulate_al.load_tokenizer(code, 300, "a.jsonl")
+    assert len(list(no_project_tokenizer.glob("bpe*.json"))) == 3  # one per (data, vocab)
+    assert other.to_str() != tok.to_str() and wider.to_str() != tok.to_str() and again.to_str() == tok.to_str()
+    assert not list(no_project_tokenizer.glob("*.tmp"))
+
+
+def test_an_interrupted_cache_write_leaves_no_cache(no_project_tokenizer, monkeypatch):
+    """A kill while the trained BPE is written leaves no file that a later run would take for the cache."""
+    import os
+
+    def killed(*a):
+        raise OSError("killed")
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(OSError):
+        simulate_al.load_tokenizer(["def f(x):\n    return x\n"] * 10, 300)
+    assert not list(no_project_tokenizer.glob("bpe*.json"))

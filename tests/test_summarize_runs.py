@@ -53,3 +53,25 @@ def test_one_config_keeps_the_tables_columns(tmp_path, capsys):
     summarize_runs.main([str(tmp_path), "--table", "pr"])
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[:5] == ["dataset", "variant", "k", "n", "seq_al"]
+
+
+@pytest.mark.parametrize("setting", [{"change_request": "subject"}, {"prompt_lookup_min": 1}, {"tree_depth": 3},
+                                     {"exact": 16}, {"eagle_dir": "/heads/other"}, {"compile": "auto"}])
+def test_configs_that_differ_in_a_field_without_a_column_are_not_pooled(setting, tmp_path, capsys):
+    """Two runs that differ only in a config field that none of the tables' columns shows (the change request,
+    n-gram lookup, tree shape, exact mode, heads, compile; missing in one run's rows: the default): one line each,
+    with that field beside them."""
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(_row("eagle", p, 10, 5)) + "\n" for p in ("p1", "p2")))
+    rows = [_row("eagle", p, 10, 2) for p in ("p1", "p2")]
+    for r in rows:
+        r["config"].update(setting)
+        r["config_key"] = "other"
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summarize_runs.main([str(tmp_path), "--table", "pr"])
+    out = capsys.readouterr().out.splitlines()
+    header = out[1].split()
+    (field, value), = setting.items()
+    assert header[:4] == ["dataset", "variant", "k", field]
+    lines = sorted((line.split() for line in out[2:]), key=lambda words: words[3] == str(value))
+    assert [(words[3], words[header.index("n")], words[header.index("seq_al")]) for words in lines] == [
+        (str(summarize_runs.results.CONFIG_DEFAULTS[field]), "2", "2.0"), (str(value), "2", "5.0")]

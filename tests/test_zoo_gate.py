@@ -177,6 +177,14 @@ def test_compare_gates_uses_the_shared_prompts(tmp_path, capsys):
     assert e.value.code == 2 and "missing.json" in capsys.readouterr().err
 
 
+def test_compare_gates_refuses_prompts_of_other_references():
+    """Gates whose shared prompt ids carry other reference edit norms answered other references: not paired."""
+    a = _gate_record("pqrs", [0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4], [1, 1, 1, 1])
+    b = _gate_record("pqrs", [0.1, 0.2, 0.35, 0.4], [0.1, 0.2, 0.3, 0.4], [1, 1, 1, 1])
+    with pytest.raises(ValueError, match="1 shared prompts \\(r, ...\\) have other reference edit norms"):
+        zg.compare_gates(a, b)
+
+
 def test_misses_count_each_kind_and_what_it_costs():
     """Hand-made answers: every output edits as much as asked but one that edits nothing (short), one that edits
     far more (long) and one below the size floor; replacing a kind's norms by the references' is what its
