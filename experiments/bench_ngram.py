@@ -3,8 +3,9 @@
 Streams: "iid-random" (uniform ids from a 32k vocabulary: almost every call misses and scans the
 whole context, the worst case), "copy-random" (random ids from a 32k vocabulary, where half the segments copy an earlier
 span, so matches come and go) and "code-bytes" (UTF-8 bytes of real before/after file pairs from
-code_edits_dev.jsonl, each after-file mostly copying its before-file). Each call ends the context
-at a different position just below the target length, so the figures mix hits and misses.
+code_edits_dev.jsonl in ``$HYBRIDSD_DATA``, else in ``shared/data`` next to the repository, each after-file mostly
+copying its before-file). Each call ends the context at a different position just below the target length, so the
+figures mix hits and misses.
 
     python -m experiments.bench_ngram [--calls 4000] [--out experiments/results/speed/bench_ngram.json]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import time
 from pathlib import Path
 
@@ -21,10 +23,10 @@ import numpy as np
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.provenance import run_info
+from hybridsd.data import DATA_ENV
 from hybridsd.drafters.ngram import ngram_propose
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared/data/code_edits_dev.jsonl"
 LENGTHS = (512, 2048, 8192, 32768)
 MIN_N, MAX_N, K = 2, 5, 5
 SPREAD = 256  # contexts end at T - SPREAD + 1 .. T
@@ -42,9 +44,14 @@ def copy_random_stream(n: int, rng: np.random.Generator, vocab: int = 32000) -> 
     return np.asarray(out[:n], dtype=np.int64)
 
 
-def code_bytes_stream(n: int) -> np.ndarray:
+def data_file() -> Path:
+    """code_edits_dev.jsonl of ``$HYBRIDSD_DATA`` when set, else of ``shared/data`` next to the repository."""
+    return Path(os.environ.get(DATA_ENV) or REPO.parent / "shared" / "data") / "code_edits_dev.jsonl"
+
+
+def code_bytes_stream(n: int, path: Path) -> np.ndarray:
     chunks, total = [], 0
-    with DATA.open() as f:
+    with path.open() as f:
         for line in f:
             row = json.loads(line)
             for text in (row["before"], row["after"]):
@@ -98,10 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         "iid-random": rng.integers(0, 32000, max(LENGTHS)),
         "copy-random": copy_random_stream(max(LENGTHS), rng),
     }
-    if DATA.exists():
-        streams["code-bytes"] = code_bytes_stream(max(LENGTHS))
+    data = data_file()
+    if data.exists():
+        streams["code-bytes"] = code_bytes_stream(max(LENGTHS), data)
     else:
-        print(f"skipping code-bytes: {DATA} not found")
+        print(f"skipping code-bytes: {data} not found")
 
     results = []
     for name, stream in streams.items():
@@ -111,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:12s} T={length:6d}  median {r['median_us']:7.2f} us  p90 {r['p90_us']:7.2f} us"
                   f"  hit {r['hit_rate']:.2f}  draft {r['mean_draft_len']:.2f}")
 
-    payload = {"run_info": run_info("cpu"), "min_n": MIN_N, "max_n": MAX_N, "k": K, "results": results}
+    payload = {"run_info": run_info("cpu"), "min_n": MIN_N, "max_n": MAX_N, "k": K, "seed": args.seed,
+               "spread": SPREAD, "results": results}
     write_atomic(args.out, json.dumps(payload, indent=2) + "\n")
     print(f"wrote {args.out}")
 

@@ -26,7 +26,7 @@ from experiments.speed_loop import hf_generate_ms_per_token, loop_overhead, zoo_
 from experiments.speed_steps import (EXACT_NEW_TOKENS, copy_bandwidth, eagle_draft_ms, hf_eager_decode_ms,
                                      hf_static_compiled_ms, llama8b, ours_ms)
 from hybridsd.kv_cache import bucket
-from hybridsd.target import EXACT_ROWS, Target
+from hybridsd.target import COMPILE_MODES, EXACT_ROWS, Target
 
 
 CONFIGS = ("graph", "eager", "graph_compiled", "graph_compiled_sdpa", "graph_compiled_hf", "graph_autotune",
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> None:
                    "per grid aim (attention_plans) apart, at the first context, before the configurations")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
-    p.add_argument("--compile-mode", default=None, help='torch.compile mode of our compiled steps, e.g. '
-                   '"max-autotune-no-cudagraphs" (default: torch\'s default mode)')
+    p.add_argument("--compile-mode", default=None, choices=COMPILE_MODES, help="torch.compile mode of our compiled "
+                   "steps (default: torch's default mode)")
     p.add_argument("--overhead-configs", nargs="+", default=["graph"], choices=list(COMPILE_OF),
                    help="target configurations whose generate() loop overhead is measured")
     p.add_argument("--conditions", action="store_true", help="also time the graphed step under each condition of "
@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> None:
                    "(exact-mode configurations: their padded block too) and "
                    "generate()'s drafting steps")
     a = p.parse_args(argv)
+    for flag, values, least in (("--layers", [a.layers], 1), ("--contexts", a.contexts, 1), ("--chains", a.chains, 1),
+                                ("--trees", a.trees, 2)):
+        if values and min(values) < least:
+            p.error(f"{flag} must be >= {least}, got {min(values)}")
     p.check_output(a.out)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (it times GPU steps against the memory-bandwidth floor); none here")
@@ -120,8 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     floor_ms = weight_bytes / bw * 1e3
-    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "copy_bandwidth_TBps": bw / 1e12,
-           "weight_GB": weight_bytes / 1e9, "floor_ms": floor_ms, "layers": a.layers, "contexts": {}}
+    res = {"run_info": provenance.run_info("cuda"), "args": vars(a) | {"out": str(a.out)},
+           "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "floor_ms": floor_ms, "layers": a.layers,
+           "contexts": {}}
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, weights {weight_bytes / 1e9:.2f} GB, floor {floor_ms:.2f} ms")
 
     def save():

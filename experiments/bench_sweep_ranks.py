@@ -122,7 +122,7 @@ def time_sweeps(a, work: Path, env: dict) -> list[dict]:
             sys.exit(f"bench_sweep_ranks: the sweep with {n} ranks exited {proc.returncode}")
         call = json.loads((out_dir / "sweep.json").read_text())["calls"][-1]
         rows = rows_by_file(out_dir)
-        reference = reference or rows
+        reference = rows if reference is None else reference  # the one-process run's, even with no rows
         runs.append({"ranks": n, "command": " ".join(cmd[1:]), "wall_s": round(wall, 1),
                      "configs": {c["file"]: c["seconds"] for c in call["configs"]},
                      "ranks_per_gpu": call.get("ranks_per_gpu", 1), "rows": compare(rows, reference)})

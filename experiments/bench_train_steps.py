@@ -62,14 +62,17 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.examples < 100 or a.steps < 10 or a.reps < 1:
         p.error("--examples must be at least 100, --steps at least 10 and --reps at least 1")
+    if a.batch_tokens is not None and a.batch_tokens < 1:
+        p.error(f"--batch-tokens must be >= 1, got {a.batch_tokens}")
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    device = torch.device(a.device)
+    device = p.check_device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("needs a CUDA device")
     if device.type != "cuda" and set(a.modes) != {"eager"}:
         p.error("--modes other than eager need --device cuda")
+    p.check_output(a.out)
     shape = {k: tz.SMOKE[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")}
     cfg = tz.TargetConfig(**({"sft_batch_tokens": a.batch_tokens} if a.batch_tokens else {}),
                           **(shape if a.smoke else {}))
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
             argv if argv is not None else sys.argv[1:]),
         "model": {k: getattr(cfg, k) for k in shape},
         "examples": a.examples, "batch_tokens": cfg.sft_batch_tokens, "steps": a.steps, "reps": a.reps,
-        "batch_shapes": len(shapes), "modes": {}, "run_info": run_info(),
+        "batch_shapes": len(shapes), "modes": {}, "run_info": run_info(device),
     }
     for mode in a.modes:
         try:

@@ -38,7 +38,7 @@ from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import _tree_block, _verify_step
-from hybridsd.target import Target
+from hybridsd.target import COMPILE_MODES, Target
 
 
 @torch.inference_mode()
@@ -100,17 +100,25 @@ def eagle2_build_ms(model, ctx: int, depth: int, top_k: int, nodes: int, compile
     return cuda_median_ms(step)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("experiments/results/bench_tree.json"))
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--contexts", type=int, nargs="+", default=[2048])
-    p.add_argument("--compile", default="auto", help='torch.compile mode of the target steps ("auto", "default", '
-                   'or "none" for no compile)')
+    p.add_argument("--compile", default="auto", choices=("none", *COMPILE_MODES),
+                   help='torch.compile mode of the target steps ("none": no compile)')
     p.add_argument("--depth", type=int, default=6)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--nodes", type=int, default=60)
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    for flag, values in (("--layers", [a.layers]), ("--contexts", a.contexts), ("--depth", [a.depth]),
+                         ("--top-k", [a.top_k]), ("--nodes", [a.nodes])):
+        if min(values) < 1:
+            p.error(f"{flag} must be >= 1, got {min(values)}")
+    if a.nodes > a.top_k + (a.depth - 1) * a.top_k**2:
+        p.error(f"--nodes {a.nodes}: more than the {a.top_k + (a.depth - 1) * a.top_k**2} candidates of a tree of "
+                f"--depth {a.depth} and --top-k {a.top_k}")
+    p.check_output(a.out)
     if not torch.cuda.is_available():
         p.error("bench_tree needs a CUDA GPU")
     compile = {"none": False, "default": True}.get(a.compile, a.compile)
@@ -118,7 +126,7 @@ def main() -> None:
     bw = copy_bandwidth()
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     floor_ms = weight_bytes / bw * 1e3
-    res = {"run_info": provenance.run_info(), "args": vars(a) | {"out": str(a.out)}, "floor_ms": floor_ms,
+    res = {"run_info": provenance.run_info("cuda"), "args": vars(a) | {"out": str(a.out)}, "floor_ms": floor_ms,
            "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "contexts": {}}
     target = Target(model, max(a.contexts) + 256, cuda_graphs=True, compile=compile)
     for ctx in a.contexts:

@@ -77,16 +77,20 @@ def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", nargs=3, action="append", required=True, metavar=("FILE", "COMMIT", "COMMAND"),
                    help="a grid file, the commit it ran at and the command that ran it (repeatable, in order); "
-                        "FILE:exact_same or FILE:nonexact_same keeps that mode's counts only")
+                        "FILE:exact_same or FILE:nonexact_same keeps that mode's counts only; a run that adds "
+                        "no count is refused")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date recorded in run_info")
     a = p.parse_args(argv)
     p.check_output(a.out)
     runs = []
     try:
-        for path, commit, command in a.run:
-            path, _, mode = path.rpartition(":") if path.endswith(MODES) else (path, "", "")
+        for spec, commit, command in a.run:
+            path, _, mode = spec.rpartition(":")
+            path, mode = (path, mode) if path and mode in MODES else (spec, "")
             grid = read_grid(Path(path), (mode,) if mode else MODES)
+            if not grid:  # a run that would add nothing (an empty grid, or none of that mode's counts)
+                raise ValueError(f"--run {spec}: no grid line{' with ' + mode if mode else ''}")
             runs.append((grid, {"commit": commit, "date": a.date, "command": command}))
     except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
         print(f"exact_rows: error: {e}", file=sys.stderr)

@@ -76,8 +76,8 @@ def in_loop(model, run) -> dict:
 @torch.inference_mode()
 def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool | str = False, new_tokens: int = 96) -> dict:
     """``generate()`` wall time per step against the forward time of the same block sizes (``fwd_ms``:
-    ``chain_q{q}`` medians measured apart, for the same target configuration; steps of a size it lacks leave
-    the forward fields None).
+    ``chain_q{q}`` medians measured apart, for the same target configuration; steps of a size it lacks, or holds
+    a failure's text for, leave the forward fields None).
 
     ``plain``: one token per step; ``replay_k8``: 8 drafted tokens per step, all accepted. The steps' wall
     time is a run of ``new_tokens`` minus a run of 1 token (prefill and setup), medians of 3;
@@ -101,7 +101,7 @@ def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool | str = False, ne
         res = timed(new_tokens)[1]
         trace = res.stats.trace
         keys = [f"chain_q{min(s.tree_tokens + 1, 9)}" for s in trace]
-        fwd = sum(fwd_ms[k] for k in keys) if all(k in fwd_ms for k in keys) else None
+        fwd = sum(fwd_ms[k] for k in keys) if all(isinstance(fwd_ms.get(k), (int, float)) for k in keys) else None
         wall = 1e3 * statistics.median(walls)
         out[name] = {"steps": len(trace), "tokens": res.stats.num_tokens, "wall_ms_per_step": wall / len(trace),
                      "forward_ms_per_step": None if fwd is None else fwd / len(trace),
@@ -112,16 +112,22 @@ def loop_overhead(model, ctx: int, fwd_ms: dict, compile: bool | str = False, ne
     return out
 
 
-def hf_generate_ms_per_token(model, ids: torch.Tensor, n: int, **kw) -> float:
-    """HF ``generate`` wall time per new token (prefill included), greedy."""
+def hf_generate_ms_per_token(model, ids: torch.Tensor, n: int, reps: int = 3, **kw) -> float:
+    """HF ``generate`` wall time per new token (prefill included), greedy: the median of ``reps`` runs after a
+    warm-up run of the same length (which meets every key length first: the attention's per-shape setup is not
+    timed)."""
+    sync = torch.cuda.synchronize if ids.device.type == "cuda" else (lambda: None)
+    mask = torch.ones_like(ids[None])
+    times = []
     with torch.inference_mode():
-        model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), max_new_tokens=8, do_sample=False, **kw)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), max_new_tokens=n,
-                             do_sample=False, **kw)
-        torch.cuda.synchronize()
-    return 1e3 * (time.perf_counter() - t) / (out.shape[1] - ids.numel())
+        model.generate(ids[None], attention_mask=mask, max_new_tokens=n, do_sample=False, **kw)
+        for _ in range(reps):
+            sync()  # host sync: the wall time starts with an idle device and holds every queued kernel
+            t = time.perf_counter()
+            out = model.generate(ids[None], attention_mask=mask, max_new_tokens=n, do_sample=False, **kw)
+            sync()
+            times.append(1e3 * (time.perf_counter() - t) / (out.shape[1] - ids.numel()))
+    return statistics.median(times)
 
 
 def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> dict:
@@ -153,12 +159,12 @@ def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> d
         except Exception as e:  # noqa: BLE001 - reported, the other methods still measured
             out[name] = f"failed: {type(e).__name__}: {str(e)[:300]}"
             methods.pop(name)
-    base = out["plain"]
+    base = out["plain"] if "plain" in methods else None  # plain failed: no speedups (None), the rest kept
     for name in methods:
         r = out[name]
-        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
         r["forward_only_speedup"] = r["seq_normalized_al"] * fwd["chain_q1"] / r["forward_ms_per_step"]
-        print(f"zoo {name:18s} {r['tokens_per_s']:8.0f} tok/s  speedup {r['speedup']:.2f}  "
+        print(f"zoo {name:18s} {r['tokens_per_s']:8.0f} tok/s  speedup {r['speedup'] or float('nan'):.2f}  "
               f"(forward-only {r['forward_only_speedup']:.2f})  AL {r['seq_normalized_al']:.2f}  "
               f"step {r['step_ms']:.2f} ms (forward {r['forward_ms_per_step']:.2f})")
     return out

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.synthetic_examples < 1 or args.workers < 1:
         ap.error("--synthetic-examples and --workers must be >= 1")
+    ap.check_output(args.out)
     from transformers import AutoTokenizer
 
     cfg = replace(train_zoo.TargetConfig(), sft_max_len=4096, real_epochs=1, span_share=0.5, pretrain_chars=0,
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(record), flush=True)
     zoo_data.changed_spans = sequence_match.changed_spans
     record["same_examples"] = len({record[f"digest_{n}"] for n in ("compiled", "difflib", "compiled_again")}) == 1
-    record["run_info"] = run_info()
+    record["run_info"] = run_info("cpu")  # the preparation runs on the CPU
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 

@@ -3,6 +3,9 @@ timing (speed_loop), diagnostics (speed_diagnostics) and closing table (bench_sp
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 from conftest import tiny_target
 
@@ -106,3 +109,86 @@ def test_step_times_and_matmul_rows_run_on_the_cpu():
     assert [(r["rows"], r["kind"]) for r in rows] == [(m, k) for m in (1, 4)
                                                       for k in ("qkv", "o", "gate_up", "down", "lm_head")]
     assert min(r["ms_per_step"] for r in rows) > 0
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--layers", "0"], "--layers"), (["--contexts", "512", "0"], "--contexts"), (["--contexts", "-5"], "--contexts"),
+    (["--chains", "1", "0"], "--chains"), (["--trees", "1"], "--trees"), (["--compile-mode", "foo"], "--compile-mode"),
+    (["--compile-mode", "reduce-overhead"], "--compile-mode"),
+])
+def test_bad_sizes_and_modes_are_refused_before_any_work(argv, flag, tmp_path, capsys, monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("work began before the arguments were checked")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench_speed, "llama8b", refuse)
+    monkeypatch.setattr(bench_speed, "copy_bandwidth", refuse)
+    out = tmp_path / "speed.json"
+    with pytest.raises(SystemExit) as e:
+        bench_speed.main(["--out", str(out), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and flag in err[0], err
+    assert not out.exists()
+
+
+def test_loop_overhead_takes_a_failed_forward_as_missing():
+    """A configuration whose step failed holds the failure's text: its forward fields are None, the walls kept."""
+    model = tiny_target("llama", vocab=300, seed=3, layers=2)
+    fwd = {"chain_q1": "failed: RuntimeError: x"} | {f"chain_q{q}": 0.01 for q in range(2, 10)}
+    out = speed_loop.loop_overhead(model, 24, fwd, new_tokens=12)
+    assert out["plain"]["forward_ms_per_step"] is None and out["plain"]["wall_ms_per_step"] > 0
+    assert out["replay_k8"]["forward_ms_per_step"] is not None
+
+
+def test_hf_generate_time_is_a_median_of_runs_after_a_warm_up(monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=300, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval()
+    calls, generate = [], model.generate
+    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(k["max_new_tokens"]) or generate(*a, **k))
+    clock = iter([0.0, 1.0, 10.0, 10.4, 20.0, 20.1])  # the three timed runs: 1.0, 0.4 and 0.1 s
+    monkeypatch.setattr(speed_loop, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    ms = speed_loop.hf_generate_ms_per_token(model, torch.randint(3, 300, (10,)), 4, min_new_tokens=4)
+    assert calls == [4, 4, 4, 4]  # a warm-up run, then the timed ones
+    assert ms == pytest.approx(400 / 4)
+
+
+def test_zoo_speed_keeps_the_methods_when_plain_fails(monkeypatch):
+    """A failed plain run is recorded as such; the other methods keep their numbers, their speedups None."""
+    fwd = {f"chain_q{q}": 1.0 for q in range(1, 10)}
+    monkeypatch.setattr(speed_loop, "ours_ms", lambda *a, **k: fwd)
+
+    def method(model, tok, exs, eos, make, fwd, max_new, sync):
+        if make() is None:
+            raise RuntimeError("plain broke")
+        return {"tokens_per_s": 100.0, "seq_normalized_al": 2.0, "tokens": 10, "step_ms": 2.0,
+                "forward_ms_per_step": 1.0}
+
+    monkeypatch.setattr(speed_loop, "zoo_method", method)
+    out = speed_loop.zoo_speed(n_prompts=1, device="cpu")
+    assert out["plain"].startswith("failed: RuntimeError: plain broke")
+    assert out["ngram"]["speedup"] is None and out["ngram"]["forward_only_speedup"] == 2.0
+
+
+def test_hf_eager_decode_times_only_key_lengths_met_before(monkeypatch):
+    """The timed steps run on a second cache, over key lengths a throwaway cache went through first (the attention's
+    per-shape setup is not timed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval()
+    lengths, forward = [], model.forward  # per prefilled cache, the cache's length at each decode step
+
+    def recorded(*a, **k):
+        if k["input_ids"].shape[1] > 1:
+            lengths.append([])
+        else:
+            lengths[-1].append(k["past_key_values"].get_seq_length())
+        return forward(*a, **k)
+
+    monkeypatch.setattr(model, "forward", recorded)
+    assert speed_steps.hf_eager_decode_ms(model, 30, iters=4, warmup=2) > 0
+    assert len(lengths) == 2 and lengths[1] == list(range(30, 36)) and set(lengths[1]) <= set(lengths[0])

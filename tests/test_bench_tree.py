@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 from conftest import tiny_target
 
 from experiments import bench_tree
@@ -33,3 +35,27 @@ def test_benchmark_parts_run_on_the_cpu(monkeypatch):
                       "accepted_depth"}
     assert r["accepted_depth"] == 6  # the deepest path of the random tree, with the target's tokens
     assert bench_tree.eagle2_build_ms(model, 20, 6, 10, 60) == 1.0  # the step asserts a 60-node tree
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--out", "{folder}"], ["--out", "is a folder"]), (["--out", "{under_file}"], ["--out"]),
+    (["--contexts", "2048", "0"], ["--contexts"]), (["--layers", "0"], ["--layers"]), (["--depth", "-1"], ["--depth"]),
+    (["--top-k", "0"], ["--top-k"]), (["--nodes", "0"], ["--nodes"]),
+    (["--depth", "2", "--top-k", "3", "--nodes", "13"], ["--nodes 13", "12 candidates"]),
+    (["--compile", "foo"], ["--compile"]), (["--compile", "reduce-overhead"], ["--compile"]),
+])
+def test_bad_arguments_are_refused_before_any_work(argv, words, tmp_path, capsys, monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("work began before the arguments were checked")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench_tree, "llama8b", refuse)
+    monkeypatch.setattr(bench_tree, "copy_bandwidth", refuse)
+    (tmp_path / "file").write_text("x")
+    names = {"{folder}": str(tmp_path), "{under_file}": str(tmp_path / "file" / "o.json")}
+    out = tmp_path / "res" / "tree.json"
+    with pytest.raises(SystemExit) as e:
+        bench_tree.main(["--out", str(out), *[names.get(x, x) for x in argv]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and all(w in err[0] for w in words), err
+    assert not out.exists()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from experiments.exact_rows import main, merge
 
 
@@ -69,3 +71,20 @@ def test_cli_names_a_missing_file_or_a_bad_line_and_exits_2(tmp_path):
                            cwd=Path(__file__).resolve().parents[1])
         assert r.returncode == 2 and expect in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not out.exists()
+
+
+def test_a_file_named_like_a_mode_is_a_file_and_a_run_adding_nothing_is_refused(tmp_path, capsys):
+    """``FILE:mode`` splits at the colon only; a run with no line (of its mode) is one error line, nothing written."""
+    named = tmp_path / "grid_exact_same"
+    named.write_text(json.dumps(_line("a", 1, "exact_same", "6/6")) + "\n")
+    out = tmp_path / "out.jsonl"
+    main(["--run", str(named), "c", "cmd", "--out", str(out)])
+    assert json.loads(out.read_text())["exact_same"] == "6/6"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    for spec in (f"{named}:nonexact_same", str(empty)):
+        with pytest.raises(SystemExit) as e:
+            main(["--run", spec, "c", "cmd", "--out", str(tmp_path / "other.jsonl")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and f"--run {spec}: no grid line" in err[0], err
+        assert not (tmp_path / "other.jsonl").exists()

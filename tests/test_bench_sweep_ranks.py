@@ -1,0 +1,26 @@
+"""experiments.bench_sweep_ranks: every run's rows compared with the one-process run's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from experiments import bench_sweep_ranks
+
+
+def test_rows_are_compared_with_the_one_process_run_even_when_it_has_none(tmp_path, monkeypatch):
+    """The one-process run stays the reference with no rows: a later run's rows are not compared with themselves."""
+    def fake_run(cmd, **kw):
+        out_dir = Path(cmd[cmd.index("--out-dir") + 1])
+        out_dir.mkdir()
+        (out_dir / "sweep.json").write_text(json.dumps({"calls": [{"configs": [{"file": "f.jsonl", "seconds": 1}]}]}))
+        if out_dir.name == "ranks4":
+            (out_dir / "f.jsonl").write_text(json.dumps({"example_id": "a", "tokens": 3, "wall_s": 1.0}) + "\n")
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(bench_sweep_ranks, "subprocess", SimpleNamespace(run=fake_run))
+    a = SimpleNamespace(ranks=[1, 4], preset="edit-norm", methods=["none"], extra=[])
+    runs = bench_sweep_ranks.time_sweeps(a, tmp_path, {})
+    assert runs[0]["rows"] == {"rows": 0, "equal": 0, "missing": 0}
+    assert runs[1]["rows"] == {"rows": 0, "equal": 0, "missing": 0}
