@@ -22,7 +22,8 @@ NEEDS = {
     "speed": [*(RESULTS / "speed" / f for f in ("steps_and_baselines.json", "steps_auto.json", "overhead_zoo.json",
                                                "launch.json", "bench_linear.json",
                                                "conditions.json", "overhead.json", "loop_profile_graph.json",
-                                               "gpu_tests.log")), SWEEP_GPU],
+                                               "gpu_tests.log", "hf_eager_warm.json", "hf_eager_warm_repeat.json")),
+              SWEEP_GPU],
 }
 # Before each notebook: an empty namespace and no open figures, as in a fresh kernel (imported modules stay loaded)
 FRESH = "%reset -f\nimport matplotlib.pyplot\nmatplotlib.pyplot.close('all')\ndel matplotlib"

@@ -20,6 +20,7 @@ STEPS, STEPS_AUTO = SPEED / "steps_and_baselines.json", SPEED / "steps_auto.json
 LOOP = SPEED / "overhead_zoo.json"  # the loop overhead (timed inside the run) and the installed tiny-coder end to end
 LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST = (SPEED / f"{n}.json" for n in ("launch", "bench_linear", "conditions",
                                                                             "overhead"))  # diagnostic runs
+HF_WARM = (SPEED / "hf_eager_warm.json", SPEED / "hf_eager_warm_repeat.json")  # HF's eager decode, timed warm
 NGRAM = SPEED / "bench_ngram.json"  # the n-gram proposer per call (CPU)
 SWEEP_RANKS = SPEED / "sweep_ranks_one_h200"  # a zoo sweep with ranks sharing one GPU, with and without MPS
 
@@ -29,7 +30,8 @@ STEP_CONFIGS = [  # (config, label, run): our target's configurations in the tab
     ("graph_auto", "graph + compile auto$^\\dagger$", "steps_auto")]
 STEP_LAYOUTS = (("chain_q1", "1 token"), ("chain_q9", "chain of 9"), ("tree_q9", "tree 1+4+4"))
 SPEED_ROWS = [  # (run, stored name, label); a None name is a \midrule
-    ("steps_and_baselines", "hf_eager_decode", "HF eager decode, 1 token"),
+    ("hf_eager_warm", "hf_eager_decode", "HF eager decode, 1 token$^\\ddagger$"),
+    ("hf_eager_warm_repeat", "hf_eager_decode", "the same, another run$^\\ddagger$"),
     ("steps_and_baselines", "hf_static_compiled_q1", "HF static cache + compile, 1 token"),
     ("steps_and_baselines", "hf_static_compiled_q8", "HF static cache + compile, 8 tokens"),
     *[row for config, label, run in STEP_CONFIGS
@@ -168,11 +170,11 @@ def speed_figure(sp) -> None:
     savefig(fig, "speed")
 
 
-def speed_step_numbers(sp, runs) -> None:
-    """Each quoted step per context (ms, and x its run's floor) and ratios to HF's baselines."""
+def speed_step_numbers(sp, runs, warm) -> None:
+    """Each quoted step per context (ms, and x its run's floor), ratios to HF's baselines, and HF's eager decode over
+    its warm runs (``warm``: their steps)."""
     ms = sp.set_index(["run", "context", "name"]).ms
-    quoted = [("steps_and_baselines", "hf_eager_decode", "HF"),
-              ("steps_and_baselines", "hf_static_compiled_q1", "HFStatic"),
+    quoted = [("steps_and_baselines", "hf_static_compiled_q1", "HFStatic"),
               ("steps_and_baselines", "hf_static_compiled_q8", "HFStaticEight"),
               ("steps_and_baselines", "eagle1_graph_per_draft_token", "DraftTok"),
               ("steps_and_baselines", "eagle1_eager_per_draft_token", "DraftTokEager")] + [
@@ -193,10 +195,14 @@ def speed_step_numbers(sp, runs) -> None:
         auto = lambda name: ms[("steps_auto", ctx, name)]  # noqa: E731
         num(f"speedAutoVerifyRatio{c}", auto("graph_auto_chain_q9") / auto("graph_auto_chain_q1"))
         num(f"speedAutoGraphOne{c}", auto("graph_chain_q1"))  # the compile-auto run's own uncompiled reference
-    hfx = [ms[("steps_and_baselines", c, "hf_eager_decode")] / runs.loc["steps_and_baselines", "floor_ms"]
-           for c in CTX_TAG]
+    hf = warm[warm.name == "hf_eager_decode"]  # its own runs, each against its own floor
+    for ctx, c in CTX_TAG.items():
+        at = hf[hf.context == ctx].ms
+        num(f"speedHF{c}", f"{at.min():.1f}--{at.max():.1f}", "{}")
+    hfx = list(hf.x_floor)
     num("speedHFXLow", math.floor(min(hfx)), "{:d}")
     num("speedHFXHigh", math.ceil(max(hfx)), "{:d}")
+    num("speedProvHF", run_provenance(runs.loc[HF_WARM[0].stem]), "{}")
     # the graphed steps of the two runs that both time the uncompiled graph
     both = sp[sp.config == "graph"].pivot_table(index=["context", "name"], columns="run", values="ms").dropna()
     a, b = both["steps_and_baselines"], both["steps_auto"]
@@ -321,7 +327,8 @@ def make() -> None:
     """Step times (8B shape) with HF's baselines and the EAGLE-1 draft cost, compile="auto", the step ratios, the loop
     overhead, the zoo end to end, the diagnostic runs and the n-gram proposer's cost."""
     sp = results.load_speed([STEPS, STEPS_AUTO])
-    runs = results.load_speed_runs([STEPS, STEPS_AUTO, LOOP, LAUNCH, LINEAR, CONDITIONS,
+    warm = results.load_speed(HF_WARM)
+    runs = results.load_speed_runs([STEPS, STEPS_AUTO, *HF_WARM, LOOP, LAUNCH, LINEAR, CONDITIONS,
                                     OVERHEAD_FIRST]).set_index("run")
     loop = results.load_loop_overhead(LOOP)
     zoo = results.load_zoo_speed(LOOP)
@@ -338,7 +345,7 @@ def make() -> None:
     num("speedTestsPassed", re.search(r"(\d+) passed", log).group(1), "{}")
     num("speedTestsCommit", re.search(r" at ([0-9a-f]{7,40})", log.splitlines()[0]).group(1)[:7], "{}")
 
-    speed_step_numbers(sp, runs)
+    speed_step_numbers(sp, runs, warm)
     ratios = results.step_ratios(sp, loop)
     ratio_numbers(ratios, sp)
     loop_overhead_numbers(loop, results.load_loop_overhead(OVERHEAD_FIRST).assign(commit=runs.loc[OVERHEAD_FIRST.stem,
@@ -347,7 +354,7 @@ def make() -> None:
     hf = results.load_hf_generate(STEPS).set_index("mode").ms_per_token
     num("hfGenGreedy", hf["greedy"], "{:.1f}")
     num("hfGenLookup", hf["prompt_lookup_10"], "{:.1f}")
-    speed_table(sp, runs)
+    speed_table(results.load_speed([STEPS, STEPS_AUTO, *HF_WARM]), runs)
     ratio_table(ratios)
     loop_table(loop)
     zoo_speed_table(zoo)
