@@ -228,6 +228,9 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, FileNotFoundError) as e:
         p.error(f"--data-dir {a.data_dir}: {e}" if a.data_dir else str(e))
     steps = record(cfg, examples=examples)
+    if len(steps) < a.folds:  # known only after the run: the tree steps its prompts took
+        p.error(f"the run took {len(steps)} tree steps, fewer than --folds {a.folds}: give more --num-prompts or "
+                "--output-len")
     res = {"run_info": provenance.run_info(cfg.device), "args": vars(a) | {"out": str(a.out)}} | compare(steps, a.folds)
     print(f"tree_al: {res['steps']} steps, measured AL {res['measured_al']:.3f}, predicted {res['predicted_al']:.3f} "
           f"(in-sample {res['in_sample_predicted_al']:.3f})", file=sys.stderr)

@@ -35,15 +35,23 @@ from pathlib import Path
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.provenance import run_info
-from hybridsd.checkpoint_files import inside, json_object
+from hybridsd.checkpoint_files import json_object, weight_files
 
+SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # the weight files a model folder may have
 IGNORED_CONFIG_KEYS = ("transformers_version", "_name_or_path", "dtype", "torch_dtype")
 
 
 def shards(folder: Path) -> list[Path]:
-    """The safetensors weight files of a model folder, sorted by name; ValueError naming one that is a link to a
-    file outside the folder."""
-    return [inside(folder, p.name) for p in sorted(folder.glob("*.safetensors"))]
+    """The safetensors weight files of a model folder (``model.safetensors``, or the shards its index names), sorted
+    by name; none when it has neither; ValueError naming one that lies or links outside the folder or is missing."""
+    try:
+        files = sorted(weight_files(folder, SAFETENSORS), key=lambda p: p.name)
+    except FileNotFoundError:
+        return []
+    missing = [p.name for p in files if not p.is_file()]
+    if missing:
+        raise ValueError(f"{folder / SAFETENSORS[1]} names {missing[0]}, which {folder} does not hold")
+    return files
 
 
 def model_names(n: int) -> list[str]:

@@ -82,6 +82,16 @@ def test_tree_al_checks_before_loading(argv, flag, paths, tmp_path, capsys, monk
     assert not out.exists()
 
 
+def test_tree_al_with_fewer_tree_steps_than_folds_is_one_line(tmp_path, capsys, monkeypatch):
+    """How many tree steps a run takes is known only after it: too few for the folds is one line, no record."""
+    monkeypatch.setattr(tree_al, "record", lambda cfg, examples: [((-1,), [0])])
+    out = tmp_path / "tree_al.json"
+    with pytest.raises(SystemExit) as e:
+        tree_al.main(["--device", "cpu", "--num-prompts", "1", "--folds", "3", "--out", str(out)])
+    _one_line(capsys, e, "1 tree steps", "--folds 3")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["--target", "{bare}"], "--target"),
     (["--target", "{outside}"], "--target"),

@@ -115,6 +115,7 @@ def test_in_place_on_a_replaces_only_the_weights(tmp_path):
     ("missing", "B: no model folder (config.json)"),
     ("architecture", "different architectures: config.json differs in head_dim, hidden_size"),
     ("no_safetensors", "A: no safetensors weights"),
+    ("missing_shard", "model-00001-of-00004.safetensors, which"),
     ("dtype", "is BF16"),
     ("config_not_json", "config.json is not valid JSON"),
     ("config_a_list", "config.json must hold a JSON object"),
@@ -128,8 +129,10 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
     if case == "architecture":
         b = _save(tmp_path, "wide", 1, hidden_size=96, intermediate_size=128)
     if case == "no_safetensors":
-        for p in wa.shards(a):
+        for p in [*wa.shards(a), a / "model.safetensors.index.json"]:
             p.unlink()
+    if case == "missing_shard":
+        wa.shards(a)[0].unlink()
     if case == "dtype":
         b = _save(tmp_path, "fp32", 1, dtype=torch.float32)
     if case in ("config_not_json", "config_a_list"):
@@ -282,3 +285,16 @@ def test_an_out_it_must_not_replace_is_refused(tmp_path, capsys, case):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "--out" in err[0], err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_shard_its_index_does_not_name_is_neither_averaged_nor_a_weight(tmp_path):
+    """A stray safetensors file beside the index is a file of A's like any other: copied, not averaged in."""
+    from safetensors.torch import save_file
+
+    a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
+    save_file({"stray": torch.ones(3)}, a / "zz-stray.safetensors")
+    assert "zz-stray.safetensors" not in {p.name for p in wa.shards(a)}
+    wa.main([str(a), str(b), "--weight", "0.5", "--out", str(tmp_path / "out")])
+    record = json.loads((tmp_path / "out" / "average_config.json").read_text())
+    assert "zz-stray.safetensors" not in record["shards"] and "stray" not in _weights(tmp_path / "out")
+    assert torch.equal(load_file(tmp_path / "out" / "zz-stray.safetensors")["stray"], torch.ones(3))
