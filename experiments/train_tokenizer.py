@@ -32,11 +32,11 @@ from pathlib import Path
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.provenance import run_info
+from hybridsd.data import default_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 SMOKE_DIR = Path("/tmp/tiny-coder-tokenizer-smoke")
-MT_BENCH = Path("/work/shared/data/mt_bench.jsonl")
 
 # Top-level packages of the repositories that code_edits_dev.jsonl was mined from: never trained on
 # (also when vendored, e.g. pip/_vendor/rich, setuptools/_vendor/more_itertools).
@@ -141,10 +141,8 @@ def sample_texts(files: list[Path], cfg: TokenizerConfig, max_chars: int) -> lis
     return texts
 
 
-def mt_bench_texts(path: Path = MT_BENCH) -> list[str]:
+def mt_bench_texts(path: Path) -> list[str]:
     """The MT-Bench questions (both turns) and reference answers."""
-    if not path.exists():
-        return []
     texts = []
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
@@ -212,15 +210,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"folder to write into (default: {MODEL_DIR}; with --smoke {SMOKE_DIR})")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and vocabulary")
-    parser.add_argument("--mt-bench", type=Path, default=MT_BENCH, help="the MT-Bench questions (JSON lines)")
+    parser.add_argument("--mt-bench", type=Path, default=None,
+                        help="the MT-Bench questions (JSON lines; default: mt_bench.jsonl of $HYBRIDSD_DATA)")
     args = parser.parse_args(argv)
     cfg = TokenizerConfig()
     out = args.out or (SMOKE_DIR if args.smoke else MODEL_DIR)
     if args.smoke:
         cfg = TokenizerConfig(vocab_size=1024, max_total_chars=1_000_000, max_metadata_chars=100_000)
     parser.check_output(out, folder=True)
-    if not args.mt_bench.is_file():
-        parser.error(f"--mt-bench: no file {args.mt_bench} (part of the training text)")
+    try:
+        mt_bench = args.mt_bench or default_data_dir() / "mt_bench.jsonl"
+    except FileNotFoundError as e:
+        parser.error(f"--mt-bench not given and {e}")
+    if not mt_bench.is_file():
+        parser.error(f"--mt-bench: no file {mt_bench} (part of the training text)")
     staged = out / ".tokenizer.partial"
     if staged.exists():  # what a killed run left
         shutil.rmtree(staged)
@@ -229,15 +232,16 @@ def main(argv: list[str] | None = None) -> None:
     files = python_files(roots)
     metadata = python_files(roots, "METADATA")
     code = sample_texts(files, cfg, cfg.max_total_chars)
-    english = sample_texts(metadata, cfg, cfg.max_metadata_chars) + mt_bench_texts(args.mt_bench)
+    questions = mt_bench_texts(mt_bench)
+    english = sample_texts(metadata, cfg, cfg.max_metadata_chars) + questions
     texts = code + english
     print(f"{len(files)} .py files found, {len(code)} used ({sum(map(len, code)) / 1e6:.1f} MB); "
           f"{len(english)} English texts ({sum(map(len, english)) / 1e6:.1f} MB)", flush=True)
     tokenizer = build_tokenizer(texts, cfg)
     rng = random.Random(cfg.seed + 1)
-    stats = check_tokenizer(tokenizer, rng.sample(code, min(200, len(code))) + mt_bench_texts(args.mt_bench)[:20])
+    stats = check_tokenizer(tokenizer, rng.sample(code, min(200, len(code))) + questions[:20])
     tokenizer.save_pretrained(staged)
-    info = {"config": asdict(cfg), "roots": [str(r) for r in roots], "mt_bench": str(args.mt_bench),
+    info = {"config": asdict(cfg), "roots": [str(r) for r in roots], "mt_bench": str(mt_bench),
             "python": sys.version.split()[0], "code_files": len(code), "code_chars": sum(map(len, code)),
             "english_texts": len(english), "english_chars": sum(map(len, english)),
             "excluded_packages": sorted(EXCLUDED_PACKAGES), "vocab_size": len(tokenizer),
