@@ -3,10 +3,11 @@
     python -m experiments.bench_speed --out experiments/results/bench_speed.json
 
 A Llama-3.1-8B-shaped ``LlamaForCausalLM`` in bf16 with random weights (a step's time does not
-depend on the weights' values), batch 1. Floor = weight bytes / device-to-device copy bandwidth
-measured here. Times are medians of CUDA-event timings after warm-up. This file holds the command line and the
-configurations; the measurements are in ``speed_steps`` (one step), ``speed_loop`` (whole ``generate()`` runs)
-and ``speed_diagnostics`` (conditions, capacity, profiles).
+depend on the weights' values), batch 1. Floor = the bytes a step must read (the weight matrices and the
+context's KV cache; ``experiments.bandwidth_floor``) / device-to-device copy bandwidth measured here. Times are
+medians of CUDA-event timings after warm-up. This file holds the command line and the configurations; the
+measurements are in ``speed_steps`` (one step), ``speed_loop`` (whole ``generate()`` runs) and
+``speed_diagnostics`` (conditions, capacity, profiles).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from experiments import provenance
+from experiments import bandwidth_floor, provenance
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.speed_diagnostics import (attention_plans, capacity_check, gemm_rows, profile_loop, profile_step,
@@ -66,10 +67,13 @@ COMPILE_OF = {"graph": lambda mode: False, "graph_compiled": lambda mode: mode,
 
 def summary_table(res: dict) -> str:
     """The closing table: each step against the floor and the baselines measured in the same run."""
-    floor = res["floor_ms"]
-    lines = [f"floor {floor:.2f} ms ({res['weight_GB']:.2f} GB at {res['copy_bandwidth_TBps']:.2f} TB/s)",
-             f"{'ctx':>5} {'step':34s} {'ms':>7} {'x floor':>8} {'x HF eager':>10} {'x HF compiled':>13}"]
+    floors = bandwidth_floor.floors_ms(res)
+    lines = [f"floor at context {ctx}: {floor:.2f} ms" for ctx, floor in floors.items()]
+    lines += [(f"({res['weight_GB']:.2f} GB of weights, {bandwidth_floor.embedding_bytes() / 1e9:.2f} of them the "
+               f"input embedding, at {res['copy_bandwidth_TBps']:.2f} TB/s)"),
+              f"{'ctx':>5} {'step':34s} {'ms':>7} {'x floor':>8} {'x HF eager':>10} {'x HF compiled':>13}"]
     for ctx, row in res["contexts"].items():
+        floor = floors[int(ctx)]
         hf = row.get("hf_eager_decode")
         hfc = row.get("hf_static_compiled_q1")
         for name, ms in row.items():
@@ -123,11 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     bw = copy_bandwidth()
     model = llama8b(a.layers)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
-    floor_ms = weight_bytes / bw * 1e3
     res = {"run_info": provenance.run_info("cuda"), "args": vars(a) | {"out": str(a.out)},
-           "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "floor_ms": floor_ms, "layers": a.layers,
-           "contexts": {}}
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s, weights {weight_bytes / 1e9:.2f} GB, floor {floor_ms:.2f} ms")
+           "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "layers": a.layers, "contexts": {}}
+    res["floors_ms"] = {str(c): bandwidth_floor.step_floor_ms(res, c) for c in a.contexts}  # for the reader
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s, weights {weight_bytes / 1e9:.2f} GB, floors {res['floors_ms']} ms")
 
     def save():
         a.out.parent.mkdir(parents=True, exist_ok=True)

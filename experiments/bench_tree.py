@@ -15,7 +15,8 @@ warm-up, ``speed_steps.cuda_median_ms``) at each context:
 - ``eagle2_build_ms``: an EAGLE-3-shaped head (one 8B-shaped layer, 32k draft vocabulary) catching up on 4
   committed pairs and building a dynamic tree (depth 6, top-k 10, 60 nodes, host read included);
   ``eagle2_build_compiled_ms``: the same with the tree's level step compiled (unless ``--compile none``);
-- ratios: each time over the floor (weight bytes / device copy bandwidth) and the builds over a decode step.
+- ratios: each time over the floor at its context (``experiments.bandwidth_floor``: weight matrices and KV bytes over
+  the device copy bandwidth) and the builds over a decode step.
 
 The results file is written after each context and again after the compiled build.
 """
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from experiments import provenance
+from experiments import bandwidth_floor, provenance
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b, random_tree
@@ -125,13 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     model = llama8b(a.layers)
     bw = copy_bandwidth()
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
-    floor_ms = weight_bytes / bw * 1e3
-    res = {"run_info": provenance.run_info("cuda"), "args": vars(a) | {"out": str(a.out)}, "floor_ms": floor_ms,
-           "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "contexts": {}}
+    res = {"run_info": provenance.run_info("cuda"), "args": vars(a) | {"out": str(a.out)},
+           "copy_bandwidth_TBps": bw / 1e12, "weight_GB": weight_bytes / 1e9, "layers": a.layers, "contexts": {}}
+    res["floors_ms"] = {str(c): bandwidth_floor.step_floor_ms(res, c) for c in a.contexts}  # for the reader
     target = Target(model, max(a.contexts) + 256, cuda_graphs=True, compile=compile)
     for ctx in a.contexts:
         r = target_times(target, ctx)
         r["eagle2_build_ms"] = eagle2_build_ms(model, ctx, a.depth, a.top_k, a.nodes)
+        floor_ms = res["floors_ms"][str(ctx)]
         r |= {f"{k[:-3]}_x_floor": v / floor_ms for k, v in list(r.items()) if k.endswith("_ms") and "build" not in k}
         r["eagle2_build_x_decode"] = r["eagle2_build_ms"] / r["decode_ms"]
         res["contexts"][str(ctx)] = r

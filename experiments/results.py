@@ -16,6 +16,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from experiments import bandwidth_floor
+
 
 def norm_bins(width: float, top: float = 0.6) -> list[float]:
     """Edges of equal edit-norm bins of ``width`` over [0, ``top``] (``width`` must divide ``top``)."""
@@ -459,14 +461,16 @@ def load_speed(paths_or_globs):
     "HF eager", "HF static cache + compile", "EAGLE-1 head (graph)", "EAGLE-1 head (eager)"), ``layout``
     ("decode", "chain", "tree"; "draft" for the EAGLE head), ``block`` (tokens per target pass; missing (<NA>) for
     the head), ``step`` ("chain q4", ...; for the head "catchup4_k1", "catchup4_k3" (catch-up over 4 committed
-    tokens plus a k-token draft) or "per_draft_token" ((k=3 - k=1) / 2)), ``ms``, ``x_floor`` (ms / that file's
-    floor_ms), ``floor_ms``, ``error`` (the text stored instead of a time when a variant failed, else missing), and
-    the file's ``device`` and ``commit``. "graph_compiled" and its SDPA/HF variants use torch.compile's default
-    mode unless the run's ``args.compile_mode`` says otherwise (:func:`load_speed_runs`)."""
+    tokens plus a k-token draft) or "per_draft_token" ((k=3 - k=1) / 2)), ``ms``, ``x_floor`` (ms / ``floor_ms``),
+    ``floor_ms`` (that file's floor at that context, :func:`experiments.bandwidth_floor.step_floor_ms`),
+    ``error`` (the text stored instead of a time when a variant failed, else missing), and the file's ``device`` and
+    ``commit``. "graph_compiled" and its SDPA/HF variants use torch.compile's default mode unless the run's
+    ``args.compile_mode`` says otherwise (:func:`load_speed_runs`)."""
     rows = []
     for run, doc in _speed_docs(paths_or_globs):
-        floor, info = doc["floor_ms"], doc["run_info"]
+        info = doc["run_info"]
         for ctx, times in doc["contexts"].items():
+            floor = bandwidth_floor.step_floor_ms(doc, int(ctx))
             for name, value in times.items():
                 config, impl, layout, q, step = _speed_name(name)
                 ms = _ms(value)
@@ -493,7 +497,9 @@ def _sections(doc: dict) -> list[str]:
 
 def load_speed_runs(paths_or_globs):
     """One row per results file: ``run``, ``device``, ``commit``, ``date``, ``torch``, ``transformers``,
-    ``floor_ms``, ``copy_bandwidth_TBps``, ``weight_GB``, ``layers``, ``contexts`` (the contexts it holds, sorted),
+    ``floors_ms`` (its floor at each context it holds, a dict; :mod:`experiments.bandwidth_floor`),
+    ``matrices_floor_ms`` (the weight matrices' bytes alone over its bandwidth: the matmuls' floor),
+    ``copy_bandwidth_TBps``, ``weight_GB``, ``layers``, ``contexts`` (the contexts it holds, sorted),
     ``configs`` (our target configurations it timed, from ``args``), ``compile_mode`` (``args.compile_mode``:
     torch.compile's mode for "graph_compiled" and its variants; None = the default mode), ``sections`` (the other
     parts it holds, of :data:`SPEED_SECTIONS` and the ``loop_overhead_<config>`` sections; "rows" is
@@ -505,15 +511,17 @@ def load_speed_runs(paths_or_globs):
         info, args = doc["run_info"], doc.get("args")
         rows.append({"run": run, "device": info.get("device"), "commit": info.get("commit"),
                      "date": info.get("date"), "torch": info.get("torch"), "transformers": info.get("transformers"),
-                     "floor_ms": doc.get("floor_ms"), "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"),
+                     "floors_ms": bandwidth_floor.floors_ms(doc) if "weight_GB" in doc else None,
+                     "matrices_floor_ms": bandwidth_floor.matrices_floor_ms(doc) if "weight_GB" in doc else None,
+                     "copy_bandwidth_TBps": doc.get("copy_bandwidth_TBps"),
                      "weight_GB": doc.get("weight_GB"), "layers": doc.get("layers"),
                      "contexts": sorted(int(c) for c in doc.get("contexts") or {}),
                      "configs": args.get("configs") if args else None,
                      "compile_mode": args.get("compile_mode") if args else None,
                      "sections": _sections(doc), "conditions": doc.get("conditions"), "args": args})
-    return _frame(rows, ["run", "device", "commit", "date", "torch", "transformers", "floor_ms", "copy_bandwidth_TBps",
-                         "weight_GB", "layers", "contexts", "configs", "compile_mode", "sections", "conditions",
-                         "args"])
+    return _frame(rows, ["run", "device", "commit", "date", "torch", "transformers", "floors_ms", "matrices_floor_ms",
+                         "copy_bandwidth_TBps", "weight_GB", "layers", "contexts", "configs", "compile_mode",
+                         "sections", "conditions", "args"])
 
 
 def speed_vs_baselines(speed):

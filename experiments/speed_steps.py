@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 import hybridsd as hsd
+from experiments.bandwidth_floor import LLAMA8B
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.tree import layout
 from hybridsd.generate import _tree_layout
@@ -61,11 +62,11 @@ def copy_bandwidth() -> float:
 
 
 def llama8b(layers: int):
+    """The benchmark target: a Llama-3.1-8B-shaped ``LlamaForCausalLM`` of ``layers`` layers, random bf16 weights, on
+    the GPU."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers, num_attention_heads=32,
-                      num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(num_hidden_layers=layers, **LLAMA8B)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     return model

@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_target
 
 import hybridsd as hsd
-from experiments import bench_speed, speed_diagnostics, speed_loop, speed_steps
+from experiments import bandwidth_floor, bench_speed, speed_diagnostics, speed_loop, speed_steps
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.target import Target
 
@@ -87,11 +87,14 @@ def test_step_conditions_run_on_the_cpu():
 
 
 def test_summary_table_relates_each_step_to_the_floor_and_the_baselines():
-    res = {"floor_ms": 2.0, "weight_GB": 16.0, "copy_bandwidth_TBps": 8.0, "contexts": {"512": {
-        "hf_eager_decode": 20.0, "hf_static_compiled_q1": 5.0, "graph_chain_q1": 4.0, "graph_compiled_chain_q1":
-        "failed: RuntimeError: x"}}}
+    # 2 layers: 2.10 GB of the 2.97 GB of weights are the embedding and LM head; 512 tokens of KV: 2 MiB
+    read = bandwidth_floor.weight_bytes(2) - bandwidth_floor.embedding_bytes() + 2 * 2 * 512 * 8 * 128 * 2
+    res = {"weight_GB": bandwidth_floor.weight_bytes(2) / 1e9, "layers": 2, "copy_bandwidth_TBps": read / 2e-3 / 1e12,
+           "contexts": {"512": {"hf_eager_decode": 20.0, "hf_static_compiled_q1": 5.0, "graph_chain_q1": 4.0,
+                                "graph_compiled_chain_q1": "failed: RuntimeError: x"}}}
     lines = bench_speed.summary_table(res).splitlines()
-    assert lines[0] == "floor 2.00 ms (16.00 GB at 8.00 TB/s)"
+    assert lines[0] == "floor at context 512: 2.00 ms"
+    assert lines[1].startswith("(2.97 GB of weights, 1.05 of them the input embedding, at ")
     step = next(x for x in lines if "graph_chain_q1" in x).split()
     assert step[2:] == ["4.00", "2.00", "0.20", "0.80"]  # ms, x floor, x HF eager, x HF compiled
     assert next(x for x in lines if "graph_compiled_chain_q1" in x).endswith("failed: RuntimeError: x")

@@ -12,7 +12,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
-from experiments import results  # noqa: E402
+from experiments import bandwidth_floor, results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -248,10 +248,13 @@ def test_compare_bos_sums_counters_over_paired_prompts(tmp_path):
 
 
 def speed_doc(commit, floor, contexts, **sections):
-    """A bench_speed.json document with just the fields experiments.results reads."""
+    """A bench_speed.json document with just the fields experiments.results reads, its copy bandwidth set so that
+    the floor at its (first) context is ``floor`` ms."""
+    ctx = int(next(iter(contexts), 512))
+    read = bandwidth_floor.weight_bytes(32) - bandwidth_floor.embedding_bytes() + bandwidth_floor.kv_bytes(32, ctx)
     return {"run_info": {"device": "GPU", "commit": commit, "date": "2026-01-01", "torch": "2.11"},
-            "floor_ms": floor, "copy_bandwidth_TBps": 4.0, "weight_GB": 16.0, "layers": 32, "contexts": contexts,
-            **sections}
+            "copy_bandwidth_TBps": read / (floor / 1e3) / 1e12, "weight_GB": bandwidth_floor.weight_bytes(32) / 1e9,
+            "layers": 32, "contexts": contexts, **sections}
 
 
 @pytest.fixture
@@ -287,7 +290,8 @@ def test_load_speed_long_form(speed_files):
     sp = results.load_speed(speed_files[0]).set_index("name")
     assert sp.loc["hf_eager_decode", ["impl", "layout", "block", "step"]].tolist() == ["HF eager", "decode", 1,
                                                                                        "decode q1"]
-    assert sp.loc["graph_chain_q4", ["impl", "layout", "block", "x_floor"]].tolist() == ["CUDA graph", "chain", 4, 2.0]
+    assert sp.loc["graph_chain_q4", ["impl", "layout", "block"]].tolist() == ["CUDA graph", "chain", 4]
+    assert sp.loc["graph_chain_q4", "x_floor"] == pytest.approx(2.0)
     assert sp.loc["eager_tree_q9", "context"] == 512 and sp.loc["eager_tree_q9", "step"] == "tree q9"
     compiled = sp.loc["graph_compiled_chain_q9", ["config", "impl", "layout", "block"]].tolist()
     assert compiled == ["graph_compiled", "CUDA graph + compile", "chain", 9]
@@ -303,7 +307,8 @@ def test_load_speed_concatenates_files_with_their_provenance(speed_files, tmp_pa
     assert len(sp) == 10 and sp.groupby("run").size().to_dict() == {"speed_a": 5, "speed_b": 5}
     assert sp.groupby("run").commit.unique().map(list).to_dict() == {"speed_a": ["c512"], "speed_b": ["c2048"]}
     one = sp[sp.name == "graph_chain_q1"].iloc[0]
-    assert (one.run, one.context, one.x_floor, one.floor_ms) == ("speed_b", 2048, 2.0, 5.0)  # its own file's floor
+    assert (one.run, one.context) == ("speed_b", 2048)
+    assert (one.x_floor, one.floor_ms) == pytest.approx((2.0, 5.0))  # its own file's floor
     assert len(results.load_speed(str(tmp_path / "speed_*.json"))) == 10  # a glob works too
 
 
@@ -312,7 +317,7 @@ def test_load_speed_eagle_draft_entries(speed_files):
     per = sp.loc["eagle1_graph_per_draft_token"]
     assert (per.config, per.impl, per.layout, per.step, per.ms) == ("eagle1_graph", "EAGLE-1 head (graph)", "draft",
                                                                      "per_draft_token", 0.5)
-    assert pd.isna(per.block) and per.x_floor == 0.1
+    assert pd.isna(per.block) and per.x_floor == pytest.approx(0.1)
     assert sp.loc["eagle1_graph_catchup4_k3", "step"] == "catchup4_k3"
     eager = sp.loc["eagle1_eager_per_draft_token"]
     assert eager.impl == "EAGLE-1 head (eager)" and math.isnan(eager.ms) and eager.error == "failed: OOM"
@@ -322,7 +327,9 @@ def test_load_speed_eagle_draft_entries(speed_files):
 def test_load_speed_runs_one_row_per_file(speed_files):
     runs = results.load_speed_runs(speed_files).set_index("run")
     assert runs.loc["speed_a", "contexts"] == [512] and runs.loc["speed_a", "conditions"] == "other GPU busy"
-    assert runs.loc["speed_b", "floor_ms"] == 5.0 and pd.isna(runs.loc["speed_b", "conditions"])
+    assert runs.loc["speed_b", "floors_ms"] == {2048: pytest.approx(5.0)} and pd.isna(runs.loc["speed_b", "conditions"])
+    kv = bandwidth_floor.kv_bytes(32, 2048) / (runs.loc["speed_b", "copy_bandwidth_TBps"] * 1e12) * 1e3
+    assert runs.loc["speed_b", "matrices_floor_ms"] == pytest.approx(5.0 - kv)  # the matmuls' floor: no KV reads
     assert runs.loc["speed_a", "args"] == {"contexts": [512], "skip": []} and pd.isna(runs.loc["speed_b", "args"])
 
 
@@ -585,7 +592,8 @@ def test_load_speed_runs_sections_and_files_without_steps(in_loop_speed_files):
     assert runs.loc["launch", "sections"] == ["step_conditions", "capacity_check"]
     assert runs.loc["steps_auto", "configs"] == ["graph", "graph_auto"]
     lin = runs.loc["bench_linear"]  # bench_linear.py's file: no floor, no contexts
-    assert math.isnan(lin.floor_ms) and lin.contexts == [] and lin.sections == ["rows"] and lin.conditions == "alone"
+    assert lin.floors_ms is None and math.isnan(lin.matrices_floor_ms) and lin.contexts == []
+    assert lin.sections == ["rows"] and lin.conditions == "alone"
 
 
 def test_load_capacity_check_long_form(in_loop_speed_files):

@@ -11,7 +11,7 @@ import re
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments import results
+from experiments import bandwidth_floor, results
 from paper.sections.style import savefig
 from paper.sections.tex import RESULTS, commit_of, fmt, num, provenance, table, tex_escape
 
@@ -56,7 +56,7 @@ def speed_table(sp, runs) -> None:
              "step & " + " & ".join(r"ms & $\times$floor" for _ in CTX_TAG) + r" \\", r"\midrule"]
     for run, label in (("steps_and_baselines", "memory-bandwidth floor"),
                        ("steps_auto", "floor of the compile-auto run$^\\dagger$")):
-        lines.append(f"{label} & " + " & ".join(f"{runs.loc[run, 'floor_ms']:.2f} & 1.00" for _ in CTX_TAG)
+        lines.append(f"{label} & " + " & ".join(f"{runs.loc[run, 'floors_ms'][c]:.2f} & 1.00" for c in CTX_TAG)
                      + r" \\")
     for run, name, label in SPEED_ROWS:
         if name is None:
@@ -66,7 +66,7 @@ def speed_table(sp, runs) -> None:
         for ctx in CTX_TAG:
             ms = float(t.get((run, ctx, name), math.nan))
             nd = 3 if name.startswith("eagle") else 2
-            cells += [fmt(ms, nd), "--" if nd == 3 else fmt(ms / runs.loc[run, "floor_ms"])]
+            cells += [fmt(ms, nd), "--" if nd == 3 else fmt(ms / runs.loc[run, "floors_ms"][ctx])]
         lines.append(f"{label} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     table("speed", lines)
@@ -187,7 +187,7 @@ def speed_step_numbers(sp, runs, warm) -> None:
             draft = name.startswith("eagle")
             num(f"speed{mt}{c}", v, "{:.3f}" if draft else "{:.2f}")
             if not draft:
-                num(f"speed{mt}X{c}", v / runs.loc[run, "floor_ms"])
+                num(f"speed{mt}X{c}", v / runs.loc[run, "floors_ms"][ctx])
         main = lambda name: ms[("steps_and_baselines", ctx, name)]  # noqa: E731
         num(f"speedAutotuneVsHFStatic{c}", main("hf_static_compiled_q1") / main("graph_autotune_chain_q1"))
         num(f"speedCompVsHFStaticEight{c}", main("hf_static_compiled_q8") / main("graph_compiled_chain_q9"))
@@ -207,8 +207,8 @@ def speed_step_numbers(sp, runs, warm) -> None:
     both = sp[sp.config == "graph"].pivot_table(index=["context", "name"], columns="run", values="ms").dropna()
     a, b = both["steps_and_baselines"], both["steps_auto"]
     num("speedRunDiff", 100 * float(((a - b).abs() / np.minimum(a, b)).max()), "{:.1f}")
-    num("speedFloorDiff", 100 * abs(runs.loc["steps_auto", "floor_ms"] / runs.loc["steps_and_baselines", "floor_ms"]
-                                    - 1), "{:.1f}")
+    num("speedFloorDiff", 100 * abs(runs.loc["steps_auto", "matrices_floor_ms"]
+                                    / runs.loc["steps_and_baselines", "matrices_floor_ms"] - 1), "{:.1f}")
 
 
 def ratio_numbers(ratios, sp) -> None:
@@ -309,7 +309,8 @@ def speed_diagnostic_numbers(runs) -> None:
     cond = results.load_speed(CONDITIONS).set_index(["context", "name"]).ms
     num("profCommit", commit_of({"commit": runs.loc[CONDITIONS.stem, "commit"]})[0], "{}")
     num("profCtx", int(prof.context.iloc[0]), "{:d}")
-    floor = runs.loc[CONDITIONS.stem, "floor_ms"]
+    floor = runs.loc[CONDITIONS.stem, "floors_ms"][int(prof.context.iloc[0])]  # the step's
+    matrices = runs.loc[CONDITIONS.stem, "matrices_floor_ms"]  # the matmul kernels' own
     for q, tag in ((1, "One"), (9, "Nine")):
         k = prof[prof.block == q].set_index("kind").ms_per_step
         graphed = cond[(int(prof.context.iloc[0]), f"graph_compiled_chain_q{q}")]
@@ -318,7 +319,7 @@ def speed_diagnostic_numbers(runs) -> None:
         num(f"profGaps{tag}", graphed - k.sum())
         num(f"profAbove{tag}", graphed - floor)
         num(f"profMatmul{tag}", k.get("matmul", 0.0))
-        num(f"profMatmulX{tag}", k.get("matmul", 0.0) / floor)
+        num(f"profMatmulX{tag}", k.get("matmul", 0.0) / matrices)
         num(f"profAttn{tag}", k.get("attention", 0.0))
         num(f"profOther{tag}", k.get("other", 0.0))
 
@@ -336,9 +337,13 @@ def make() -> None:
         num(f"speedProv{tag}", run_provenance(runs.loc[path.stem]), "{}")
         num(f"speedCommit{tag}", commit_of({"commit": runs.loc[path.stem, "commit"]})[0], "{}")
     for path, tag in ((STEPS, "Steps"), (STEPS_AUTO, "Auto")):
-        num(f"speedFloor{tag}", runs.loc[path.stem, "floor_ms"])
+        for ctx, c in CTX_TAG.items():
+            num(f"speedFloor{tag}{c}", runs.loc[path.stem, "floors_ms"][ctx])
         num(f"speedBW{tag}", runs.loc[path.stem, "copy_bandwidth_TBps"])
     num("speedWeightGB", runs.loc[STEPS.stem, "weight_GB"])
+    num("speedEmbedGB", bandwidth_floor.embedding_bytes() / 1e9)
+    for ctx, c in CTX_TAG.items():
+        num(f"speedKVGB{c}", bandwidth_floor.kv_bytes(int(runs.loc[STEPS.stem, "layers"]), ctx) / 1e9, "{:.3f}")
     catch = re.search(r"catchup(\d+)_", " ".join(sp.name))
     num("speedCatchup", int(catch.group(1)) if catch else 0, "{:d}")
     log = (SPEED / "gpu_tests.log").read_text()

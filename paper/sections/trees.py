@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from experiments import results
+from experiments import bandwidth_floor, results
 from experiments.results import bin_table
 from paper.sections import edit_norm
 from paper.sections.style import EAGLE_TREE as TREE
@@ -32,13 +32,14 @@ def make() -> None:
     num("treeDepth", a["depth"], "{:d}")
     num("treeTopK", a["top_k"], "{:d}")
     num("treeNodes", a["nodes"], "{:d}")
-    num("treeFloor", d["floor_ms"])
     (ctx, r), = ((int(c), r) for c, r in d["contexts"].items() if int(c) == max(map(int, d["contexts"])))
+    floor = bandwidth_floor.step_floor_ms(d, ctx)
+    num("treeFloor", floor)
     num("treeCtx", ctx, "{:d}")
     for key, tag in (("decode", "Decode"), ("chain_q9", "ChainNine"), ("tree_q64", "TreeBlock"),
                      ("tree_verify_step", "TreeStep")):
         num(f"tree{tag}Ms", r[f"{key}_ms"])
-        num(f"tree{tag}X", r[f"{key}_x_floor"])
+        num(f"tree{tag}X", r[f"{key}_ms"] / floor)
     num("treeBuildMs", r["eagle2_build_ms"])
     num("treeBuildXDecode", r["eagle2_build_x_decode"])
     num("treeBuildCompiledMs", r["eagle2_build_compiled_ms"])
@@ -55,12 +56,13 @@ def modes() -> None:
     the same run, and the split-KV attention of the tree block alone in 64- and 128-row tiles."""
     d = json.loads(MODES.read_text())
     r = d["contexts"]["2048"]
+    floor = bandwidth_floor.step_floor_ms(d, 2048)
     num("treeModesProv", provenance(d["run_info"]), "{}")
-    num("treeModesFloor", d["floor_ms"])
+    num("treeModesFloor", floor)
     for key, tag in (("graph_auto_chain_q1", "Decode"), ("graph_auto_chain_q9", "ChainNine"),
                      ("graph_auto_tree_q64", "Auto"), ("graph_autotune_tree_q64", "Tune")):
         num(f"treeModes{tag}Ms", r[key])
-        num(f"treeModes{tag}X", r[key] / d["floor_ms"])
+        num(f"treeModes{tag}X", r[key] / floor)
     plans = {(p["programs"], p["row_tile"]): p["ms_per_step"] for p in d["attention_plans"] if p["case"] == "tree_q64"}
     num("treeModesAttnSixtyFour", plans[(128, 64)], "{:.3f}")
     num("treeModesAttnWide", plans[(128, 128)], "{:.3f}")
