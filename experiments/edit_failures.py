@@ -79,9 +79,9 @@ def anchor_twins(before: str, after: str) -> tuple[list[int], list[int]]:
     ``before`` -> ``after`` (:func:`hybridsd.edit_requests.located_request`): ``(above, below)``, twins of the
     quoted lines above the places and of the lines they continue from. A reader of the request cannot tell a
     twin from its anchor but by the line number."""
-    from hybridsd.edit_requests import anchor_lines, change_places, quote_line
+    from hybridsd.edit_requests import anchor_lines, change_places, quote_line, split_lines
 
-    lines = before.splitlines(keepends=True)
+    lines = split_lines(before)
     quotes = [quote_line(line) for line in lines]
     twins: tuple[set[int], set[int]] = (set(), set())
     for place in change_places(before, after):
@@ -97,12 +97,17 @@ def classify(before: str, after: str, answer: str, near: int = 2) -> dict:
     ``near`` + 1 lines below a twin of a quoted line above a place (:func:`anchor_twins`), where a reader that
     takes the twin for the anchor would leave it; and its lines removed and added (kind and places None when the
     answer's lines are the input's, its edit norm coming from line ends alone)."""
-    b = before.splitlines()
-    dep = departure(b, answer.splitlines())
+    from hybridsd.edit_requests import split_lines
+
+    def lines(text: str) -> list[str]:  # numbered as the request numbers them
+        return [line.rstrip("\r\n") for line in split_lines(text)]
+
+    b = lines(before)
+    dep = departure(b, lines(answer))
     if dep is None:
         return {"kind": None, "at_request": None, "at_twin": None, "removed": 0, "added": 0}
     kind, i1, i2, j1, j2 = dep
-    asked = requested_lines(b, after.splitlines())
+    asked = requested_lines(b, lines(after))
     at_request = any(i in asked for i in range(i1 - near, i1 + near + 1))
     twins = anchor_twins(before, after)[0]
     return {"kind": kind, "at_request": at_request,

@@ -125,6 +125,12 @@ class BenchConfig:
                              f"({self.prompt_lookup_max})")
         if self.output_len < 1:
             raise ValueError(f"--output-len must be >= 1, got {self.output_len}")
+        bounds = (self.min_distance, self.max_distance)
+        if any(v is not None and not math.isfinite(v) for v in bounds):
+            raise ValueError(f"--blazedit-min/max-distance must be finite numbers, got {bounds}")
+        if None not in bounds and self.min_distance > self.max_distance:
+            raise ValueError(f"--blazedit-min-distance ({self.min_distance}) must be <= --blazedit-max-distance "
+                             f"({self.max_distance})")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if self.change_request not in data.CHANGE_REQUESTS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -61,9 +62,10 @@ def default_data_dir() -> Path:
     return path
 
 
-def _rows(path: str | Path | None, name: str, fields: Sequence[str]) -> list[tuple[str, dict]]:
+def _rows(path: str | Path | None, name: str, fields: Sequence[str],
+          text: Sequence[str] = ()) -> list[tuple[str, dict]]:
     """``(where, row)`` for each JSON line of the file (``where``: "FILE line N"; blank lines skipped), each
-    row checked to hold ``fields``."""
+    row checked to hold ``fields``, those of them in ``text`` as strings."""
     p = Path(path) if path is not None else default_data_dir() / name
     if not p.is_file():
         raise FileNotFoundError(f"data file {p} not found")
@@ -81,15 +83,20 @@ def _rows(path: str | Path | None, name: str, fields: Sequence[str]) -> list[tup
                 raise ValueError(f"{p} line {n} is not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{p} line {n} is not a JSON object")
-            out.append((f"{p} line {n}", _need(row, f"{p} line {n}", fields)))
+            out.append((f"{p} line {n}", _need(row, f"{p} line {n}", fields, text)))
     return out
 
 
-def _need(row: dict, where: str, fields: Sequence[str]) -> dict:
-    """``row``, or ``ValueError`` naming the first of ``fields`` it lacks (or holds as null) and ``where``."""
-    for name in fields:
-        if row.get(name) is None:
-            raise ValueError(f"{where}: the row has no field {name!r}")
+def _need(row: dict, where: str, fields: Sequence[str], text: Sequence[str] = ()) -> dict:
+    """``row``, or ``ValueError`` naming ``where`` and every one of ``fields`` it lacks (or holds as null), else
+    every one of ``text`` that is not a string."""
+    missing = [name for name in fields if row.get(name) is None]
+    if missing:
+        raise ValueError(f"{where}: the row has no field{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(map(repr, missing))}")
+    bad = {name: type(row[name]).__name__ for name in text if not isinstance(row[name], str)}
+    if bad:
+        raise ValueError(f"{where}: {', '.join(f'{k!r} must be a string, got {v}' for k, v in bad.items())}")
     return row
 
 
@@ -110,6 +117,23 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
 
 
+def _check_bounds(lo, hi, names=("min_distance", "max_distance"), optional: bool = True) -> None:
+    """``ValueError`` naming the bound unless each is a number (not NaN; ``None`` too when ``optional``) and
+    ``lo <= hi``."""
+    for name, v in zip(names, (lo, hi)):
+        if v is None and optional:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
+            raise ValueError(f"{name} must be {'None or ' if optional else ''}a number, got {v!r}")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"{names[0]} ({lo}) must be <= {names[1]} ({hi})")
+
+
+def _inside(e: float, min_distance, max_distance) -> bool:
+    """Whether edit norm ``e`` lies in ``[min_distance, max_distance]`` (either end ``None``: open)."""
+    return (min_distance is None or e >= min_distance) and (max_distance is None or e <= max_distance)
+
+
 def _keep(examples: Iterable[Example], min_distance, max_distance, limit) -> list[Example]:
     """The examples whose edit norm lies in ``[min_distance, max_distance]`` (either end ``None``: open), the
     first ``limit`` of them (``None``: all)."""
@@ -118,11 +142,8 @@ def _keep(examples: Iterable[Example], min_distance, max_distance, limit) -> lis
     for ex in examples:
         if limit is not None and len(out) >= limit:
             break
-        if min_distance is not None and not ex.edit_norm >= min_distance:
-            continue
-        if max_distance is not None and not ex.edit_norm <= max_distance:
-            continue
-        out.append(ex)
+        if _inside(ex.edit_norm, min_distance, max_distance):
+            out.append(ex)
     return out
 
 
@@ -152,33 +173,45 @@ def load_code_edits(path: str | Path | None = None, *, min_distance: float | Non
     (:func:`hybridsd.edit_requests.located_request`, at most ``max_places`` places; the zoo's format)."""
     if change_request not in CHANGE_REQUESTS:
         raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {change_request!r}")
+    if isinstance(ids, str):
+        raise ValueError(f"ids must be a collection of ids, not one string, got {ids!r}")
+    _check_bounds(min_distance, max_distance)
+    _check_limit(limit)
     from hybridsd.edit_requests import located_request
 
-    def request(r: dict) -> str:
+    def request(w: str, r: dict) -> str:
         if change_request == "subject":
             return r["instruction"]
-        return located_request(r["before"], r["after"], r["instruction"], max_places)
+        try:
+            return located_request(r["before"], r["after"], r["instruction"], max_places)
+        except ValueError as e:  # before == after: no place to name
+            raise ValueError(f"{w}: {e} (change_request='located' needs an edit)") from None
 
     meta_keys = ("repo", "commit", "path", "license", "instruction")
+    rows = ((w, r, _edit_norm_field(r, "char_edit_norm", w))
+            for w, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"),
+                              text=("before", "after", "instruction")))
     examples = (
-        Example(id=str(r["id"]), source="code_edits", prompt=blazedit_prompt(r["before"], request(r)),
-                reference=r["after"], edit_norm=_edit_norm_field(r, "char_edit_norm", w), input_text=r["before"],
-                meta={k: r[k] for k in meta_keys if k in r})
-        for w, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"))
-        if ids is None or str(r["id"]) in ids
+        Example(id=str(r["id"]), source="code_edits", prompt=blazedit_prompt(r["before"], request(w, r)),
+                reference=r["after"], edit_norm=e, input_text=r["before"], meta={k: r[k] for k in meta_keys if k in r})
+        for w, r, e in rows
+        if (ids is None or str(r["id"]) in ids) and _inside(e, min_distance, max_distance)
     )
-    return _keep(examples, min_distance, max_distance, limit)
+    return _keep(examples, None, None, limit)
 
 
 def load_editeval(path: str | Path | None = None, *, min_distance: float | None = None,
                   max_distance: float | None = None, limit: int | None = None) -> list[Example]:
     """``editeval.jsonl`` as InstructCoder prompts (reference ``output``), filtered as :func:`load_code_edits`."""
+    _check_bounds(min_distance, max_distance)
+    _check_limit(limit)
     meta_keys = ("instruction", "context", "test", "author", "license")
     examples = (
         Example(id=str(r["task_id"]), source="editeval", prompt=instructcoder_prompt(r["input"], r["instruction"]),
                 reference=r["output"], edit_norm=_edit_norm_field(r, "char_edit_norm", w), input_text=r["input"],
                 meta={k: r[k] for k in meta_keys if k in r})
-        for w, r in _rows(path, "editeval.jsonl", ("task_id", "input", "instruction", "output", "char_edit_norm"))
+        for w, r in _rows(path, "editeval.jsonl", ("task_id", "input", "instruction", "output", "char_edit_norm"),
+                          text=("input", "instruction", "output"))
     )
     return _keep(examples, min_distance, max_distance, limit)
 
@@ -220,8 +253,7 @@ def filter_by_edit_norm(examples: Iterable[Example], lo: float, hi: float, level
                         tokenizer=None) -> list[Example]:
     """The examples with ``lo <= edit norm <= hi``, in order; ``level="char"`` uses ``Example.edit_norm``,
     ``level="token"`` recomputes it over ``tokenizer``'s tokens (examples without input are dropped)."""
-    if lo > hi:
-        raise ValueError(f"lo ({lo}) must be <= hi ({hi})")
+    _check_bounds(lo, hi, ("lo", "hi"), optional=False)
     if level not in ("char", "token"):
         raise ValueError(f"level must be 'char' or 'token', got {level!r}")
     if level == "token" and tokenizer is None:
@@ -345,10 +377,10 @@ def _check_split(splits: Collection[str], split: str, path) -> None:
 
 
 def load_hf_table(path: str, split: str = "train"):
-    """The ``split`` of a dataset as a ``datasets.Dataset``: ``load_from_disk`` for a ``save_to_disk`` folder (a
-    single dataset is the split it was saved from, ``train`` when unnamed), the parquet/JSON builder for local files
-    or folders of them (by extension; splits as :func:`_split_files`), ``load_dataset`` for a Hub id. A split the
-    dataset does not have raises ``ValueError`` naming those it has."""
+    """The ``split`` of a dataset as a ``datasets.Dataset`` of Python values: ``load_from_disk`` for a
+    ``save_to_disk`` folder (a single dataset is the split it was saved from, ``train`` when unnamed), the
+    parquet/JSON builder for local files or folders of them (by extension; splits as :func:`_split_files`),
+    ``load_dataset`` for a Hub id. A split the dataset does not have raises ``ValueError`` naming those it has."""
     import datasets
 
     p = Path(path).expanduser()
@@ -376,13 +408,14 @@ def load_hf_table(path: str, split: str = "train"):
         except Exception as e:  # offline without a cached copy, missing or gated repository
             first = (str(e).strip().splitlines() or [""])[0]
             raise ValueError(f"cannot reach dataset {str(path)!r} on the Hugging Face Hub "
-                             f"({type(e).__name__}: {first[:160]}); go online or pass a local copy") from e
+                             f"({type(e).__name__}: {first[:160]}), nor is it a local file or folder; go online "
+                             "or pass a local copy") from e
     else:
         raise FileNotFoundError(f"--dataset-path {path}: no such file or folder (nor a Hub id owner/name)")
     if isinstance(ds, datasets.DatasetDict):
         _check_split(ds, split, path)
         ds = ds[split]
-    return ds
+    return ds.with_format(None)  # rows of Python values, whatever format a saved dataset was left in
 
 
 def local_digest(path: str | Path) -> str | None:
@@ -405,16 +438,16 @@ def local_digest(path: str | Path) -> str | None:
 
 
 def hf_kind(path: str, columns: Sequence[str]) -> str:
-    """Which of :data:`HF_KINDS` a dataset is: by its id (or folder name), else by its columns; ``ValueError``
-    naming the expected columns when they are missing."""
+    """Which of :data:`HF_KINDS` a dataset is: the one whose columns it has, its id (or a folder name in its
+    path) choosing when it has those of several; ``ValueError`` naming the expected columns (the id's kind's, when
+    it names one) when it has none's."""
     name = str(path).lower()
-    kind = next((k for hint, k in HF_ID_HINTS.items() if hint in name), None)
-    if kind is None:
-        kind = next((k for k, cols in HF_KINDS.items() if set(cols) <= set(columns)), None)
-    if kind is None or not set(HF_KINDS[kind]) <= set(columns):
-        want = " or ".join(f"{k} {list(c)}" for k, c in HF_KINDS.items() if kind in (None, k))
-        raise ValueError(f"--dataset-path {path} has columns {sorted(columns)}; expected the columns of {want}")
-    return kind
+    hinted = next((k for hint, k in HF_ID_HINTS.items() if hint in name), None)
+    fits = [k for k, cols in HF_KINDS.items() if set(cols) <= set(columns)]
+    if fits:
+        return hinted if hinted in fits else fits[0]
+    want = " or ".join(f"{k} {list(c)}" for k, c in HF_KINDS.items() if hinted in (None, k))
+    raise ValueError(f"--dataset-path {path} has columns {sorted(columns)}; expected the columns of {want}")
 
 
 def load_hf(path: str, *, min_distance: float | None = None, max_distance: float | None = None,
@@ -422,6 +455,7 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
     """A Hub dataset (or a local copy of one) as examples prompted as vLLM's benchmarks do: Blazedit
     (:func:`blazedit_prompt`; ``norm_distance`` filtered to ``[min_distance, max_distance]``), MT-Bench (first
     turn) or InstructCoder (:func:`instructcoder_prompt`). Ids are ``id``/``question_id`` or the row index."""
+    _check_bounds(min_distance, max_distance)
     ds = load_hf_table(path, split)
     kind = hf_kind(path, ds.column_names)
     out = []
@@ -436,7 +470,7 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
         if kind == "mt-bench":
             out.append(mt_bench_example(row, where, rid))
             continue
-        _need(row, where, HF_KINDS[kind])
+        _need(row, where, HF_KINDS[kind], text=[c for c in HF_KINDS[kind] if c != "norm_distance"])
         if kind == "blazedit":
             e = _edit_norm_field(row, "norm_distance", where)
             out.append(Example(id=rid, source="blazedit", prompt=blazedit_prompt(row["code"], row["change_request"]),

@@ -20,11 +20,19 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 import warnings
 from dataclasses import dataclass
 
 KINDS = ("replace", "remove", "add")
 QUOTE_CHARS = 60
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines with their ends, split where Python ends a line (``\\n``, ``\\r\\n``, ``\\r``) so that
+    line numbers are the file's and ``ast``'s; unlike ``str.splitlines``, a form feed or ``\\u2028`` ends none."""
+    return _LINE.findall(text)
 
 
 @dataclass(frozen=True)
@@ -86,14 +94,14 @@ def _scope_of(scopes: list[tuple[int, int, str]], line: int) -> str:
 
 
 def change_places(before: str, after: str, max_places: int = 6) -> list[Place]:
-    """The changed regions of ``before`` (line diff), at most ``max_places``: when there are more, the two
-    neighbouring regions with the fewest unchanged lines between them are merged (leftmost first) until
-    they fit, the unchanged lines between them joining the merged region. Sorted, non-overlapping."""
+    """The changed regions of ``before`` (a diff of :func:`split_lines`), at most ``max_places``: when there are
+    more, the two neighbouring regions with the fewest unchanged lines between them are merged (leftmost first)
+    until they fit, the unchanged lines between them joining the merged region. Sorted, non-overlapping."""
     if not isinstance(before, str) or not isinstance(after, str):
         raise TypeError("before and after must be str")
     if max_places < 1:
         raise ValueError(f"max_places must be >= 1, got {max_places}")
-    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    a, b = split_lines(before), split_lines(after)
     ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
     regions = [[i1, i2, j1, j2] for _, i1, i2, j1, j2 in ops]
     while len(regions) > max_places:
@@ -104,7 +112,7 @@ def change_places(before: str, after: str, max_places: int = 6) -> list[Place]:
     places = []
     for i1, i2, j1, j2 in regions:
         kind = "add" if i1 == i2 else "remove" if j1 == j2 else "replace"
-        anchor = i1 + 1 if kind != "add" else max(i1, 1)  # an insertion belongs to the line above it
+        anchor = i1 + 1 if kind != "add" else i1  # an insertion belongs to the line above it (none at the top)
         places.append(Place(kind, i1, i2, j1, j2, _scope_of(scopes, anchor)))
     return places
 
@@ -127,8 +135,8 @@ def _blank(line: str) -> bool:
 
 
 def anchor_lines(place: Place, before_lines: list[str]) -> tuple[int, int]:
-    """The lines of ``before`` (given as its lines, 0-based) that :func:`describe_place` quotes for ``place``:
-    the nearest non-blank kept line above it (-1: none) and the first non-blank kept line below it
+    """The lines of ``before`` (given as :func:`split_lines` of it, 0-based) that :func:`describe_place` quotes
+    for ``place``: the nearest non-blank kept line above it (-1: none) and the first non-blank kept line below it
     (``len(before_lines)``: the place runs to the end of the file)."""
     above = place.start - 1
     while above >= 0 and _blank(before_lines[above]):
@@ -140,8 +148,9 @@ def anchor_lines(place: Place, before_lines: list[str]) -> tuple[int, int]:
 
 
 def describe_place(place: Place, before_lines: list[str]) -> str:
-    """One line of a request naming ``place`` in ``before`` (given as its lines) by its anchors: the nearest
-    non-blank kept line above it (quoted, with its line number) and the kept line it continues from below."""
+    """One line of a request naming ``place`` in ``before`` (given as :func:`split_lines` of it) by its anchors:
+    the nearest non-blank kept line above it (quoted, with its line number) and the kept line it continues from
+    below (or the blank lines the file ends with)."""
     above, below = anchor_lines(place, before_lines)
     gap_above = place.start - 1 - above  # blank kept lines between the anchor and the place
     gap_below = below - place.end
@@ -165,7 +174,8 @@ def describe_place(place: Place, before_lines: list[str]) -> str:
         action = f"replace the {span} with about {_lines(new, 'new ')}"
 
     if below == len(before_lines):
-        then = "then end the file"
+        then = f"then continue with {_lines(gap_below, 'blank ')} and end the file" if gap_below \
+            else "then end the file"
     elif gap_below:
         then = f"then continue with {_lines(gap_below, 'blank ')} and {quote_line(before_lines[below])}"
     else:
@@ -184,7 +194,7 @@ def located_request(before: str, after: str, subject: str, max_places: int = 6) 
     places = change_places(before, after, max_places)
     if not places:
         raise ValueError("before and after have the same lines: there is no change to request")
-    lines = before.splitlines(keepends=True)
+    lines = split_lines(before)
     body = "\n".join(describe_place(p, lines) for p in places)
     head = subject.strip() or "Edit the file."
     return f"{head}\nWhere:\n{body}\nKeep every other line as it is."

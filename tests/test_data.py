@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import DATA_DIR
 from hybridsd.data import (
+    CHANGE_REQUESTS,
     Example,
     bin_index,
     blazedit_prompt,
@@ -136,8 +137,11 @@ def test_filter_by_token_edit_norm():
         filter_by_edit_norm(exs, 0.0, 0.1, level="token")
     with pytest.raises(ValueError):
         filter_by_edit_norm(exs, 0.0, 0.1, level="word", tokenizer=tok)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"lo \(0.5\) must be <= hi \(0.1\)"):
         filter_by_edit_norm(exs, 0.5, 0.1)
+    for lo, hi, name in ((math.nan, 0.5, "lo"), (0.0, math.nan, "hi"), (None, 0.5, "lo")):  # NaN used to keep none
+        with pytest.raises(ValueError, match=rf"{name} must be a number, got"):
+            filter_by_edit_norm(exs, lo, hi)
     with pytest.raises(ValueError):
         token_level_edit_norm(exs[2], tok)
 
@@ -396,3 +400,80 @@ def test_local_digest_follows_the_files_not_their_place(tmp_path):
     assert local_digest(folder) != first
     assert local_digest(folder / "train.jsonl") not in (None, local_digest(folder))
     assert local_digest("nobody/no-such-data") is None  # a Hub id
+
+
+def test_bad_distance_bounds_are_named_before_any_reading(tmp_path):
+    """Swapped, NaN or non-number bounds are an error naming them (they used to keep nothing), before the file is
+    read (a missing one is not reached)."""
+    from hybridsd.data import load_hf
+
+    missing = tmp_path / "nope.jsonl"
+    for loader in (load_code_edits, load_editeval, load_hf):
+        with pytest.raises(ValueError, match=r"min_distance \(0.25\) must be <= max_distance \(0.01\)"):
+            loader(str(missing), min_distance=0.25, max_distance=0.01)
+        with pytest.raises(ValueError, match="max_distance must be None or a number, got nan"):
+            loader(str(missing), max_distance=float("nan"))
+        with pytest.raises(ValueError, match="min_distance must be None or a number, got '0.01'"):
+            loader(str(missing), min_distance="0.01")
+    edits = _write(tmp_path / "e.jsonl", [_edit_row(0, "a = 1\n", "a = 2\n")])
+    assert len(load_code_edits(edits, min_distance=0, max_distance=1)) == 1  # ints are numbers
+
+
+def test_rows_name_every_missing_field_and_non_text(tmp_path):
+    row = {k: v for k, v in _edit_row(0, "a", "b").items() if k not in ("after", "instruction")}
+    with pytest.raises(ValueError, match=r"e.jsonl line 1: the row has no fields 'after', 'instruction'$"):
+        load_code_edits(_write(tmp_path / "e.jsonl", [row]))
+    for field, value, kind in (("before", 5, "int"), ("instruction", ["a", "b"], "list")):
+        path = _write(tmp_path / "t.jsonl", [dict(_edit_row(0, "a", "b"), **{field: value})])
+        for mode in CHANGE_REQUESTS:
+            with pytest.raises(ValueError, match=rf"t.jsonl line 1: '{field}' must be a string, got {kind}"):
+                load_code_edits(path, change_request=mode)
+    ee = _write(tmp_path / "ee.jsonl", [{"task_id": "t", "input": 3, "instruction": "i", "output": "o",
+                                         "char_edit_norm": 0.1}])
+    with pytest.raises(ValueError, match=r"ee.jsonl line 1: 'input' must be a string, got int"):
+        load_editeval(ee)
+    (tmp_path / "hub.jsonl").write_text('{"code": "a", "change_request": "x", "norm_distance": 0.2}\n'
+                                        '{"code": 7, "change_request": "y", "norm_distance": 0.2}\n')
+    from hybridsd.data import load_hf
+
+    with pytest.raises(ValueError, match=r"hub.jsonl row 1: 'code' must be a string, got int"):
+        load_hf(str(tmp_path / "hub.jsonl"))
+
+
+def test_located_requests_skip_filtered_rows_and_name_a_row_without_an_edit(tmp_path):
+    rows = [_edit_row(0, "a = 1\n", "a = 2\n"), _edit_row(1, "b = 1\n", "b = 1\n")]
+    path = _write(tmp_path / "e.jsonl", rows)
+    assert [e.id for e in load_code_edits(path, change_request="located", min_distance=0.01)] == ["r0"]
+    assert [e.id for e in load_code_edits(path, change_request="located", ids={"r0"})] == ["r0"]
+    with pytest.raises(ValueError, match=r"e.jsonl line 2: before and after have the same lines"):
+        load_code_edits(path, change_request="located")
+    with pytest.raises(ValueError, match="ids must be a collection of ids, not one string"):
+        load_code_edits(path, ids="r0")
+
+
+def test_columns_decide_the_kind_over_a_word_in_a_folder_name(tmp_path):
+    """A hint word in a parent folder ('blazedit-study') does not override the columns the data has."""
+    from hybridsd.data import hf_kind, load_hf
+
+    folder = tmp_path / "blazedit-study" / "mt_bench_runs"
+    folder.mkdir(parents=True)
+    (folder / "ic.jsonl").write_text(json.dumps({"instruction": "Add a docstring.", "input": "def f(): pass"}) + "\n")
+    (e,) = load_hf(str(folder / "ic.jsonl"))
+    assert e.source == "instructcoder"
+    assert hf_kind("likaixin/InstructCoder", ["instruction", "input", "turns"]) == "instructcoder"  # id breaks ties
+    assert hf_kind("philschmid/mt-bench", ["instruction", "input", "turns"]) == "mt-bench"
+    with pytest.raises(ValueError, match=r"expected the columns of mt-bench \['turns'\]$"):
+        hf_kind("philschmid/mt-bench", ["question"])
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "pandas", "torch", "arrow"])
+def test_a_saved_dataset_reads_as_python_values_whatever_its_format(tmp_path, fmt):
+    """``save_to_disk`` keeps a ``set_format``; rows are read as Python values all the same (a torch-formatted
+    one used to give ids like 'tensor(81)', the others errors)."""
+    datasets = pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    ds = datasets.Dataset.from_dict({"question_id": [81, 82], "turns": [["first", "second"], ["q", "r"]]})
+    ds.set_format(fmt)
+    ds.save_to_disk(str(tmp_path / "questions"))
+    assert [(e.id, e.prompt) for e in load_hf(str(tmp_path / "questions"))] == [("81", "first"), ("82", "q")]

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsd.edit_requests import Place, anchor_lines, change_places, describe_place, located_request, quote_line
+from hybridsd.edit_requests import (
+    Place,
+    anchor_lines,
+    change_places,
+    describe_place,
+    located_request,
+    quote_line,
+    split_lines,
+)
 
 FILE = '''import os
 
@@ -107,6 +115,9 @@ def test_request_names_each_place_by_its_true_anchors(a, b, subject):
             j = kept_below[0]
             assert item.endswith(f"`{lines[j].strip()}`.")
             assert (j > p.end) == ("blank line" in item.split(", then")[-1])
+        elif p.end < len(lines):  # only blank lines below: the file ends with them
+            gap = len(lines) - p.end
+            assert item.endswith(f"then continue with {gap} blank line{'s' if gap > 1 else ''} and end the file.")
         else:
             assert item.endswith("then end the file.")
 
@@ -199,3 +210,47 @@ def test_module_imports_only_the_standard_library():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+def test_line_numbers_and_scopes_are_the_files_past_a_form_feed_or_a_unicode_line_break():
+    """Python (and ``ast``) end lines only at \\n, \\r\\n, \\r: a form feed or U+2028 shifts no line number."""
+    before = "import os\n\x0c\ndef f():\n    x = 1\n    y = 2\n    return x\n"
+    request = located_request(before, before.replace("y = 2", "y = 20"), "s")
+    assert "- after `x = 1` (line 4) in `f`: replace the next line" in request
+    before = "def f():\n    s = 'a\u2028b'\n    return 1\n\n\ndef g():\n    return 2\n"
+    request = located_request(before, before.replace("return 2", "return 3"), "s")
+    assert "- after `def g():` (line 6) in `g`: replace the next line" in request
+    crlf = "def f():\r\n    return 1\r\n"
+    assert "- after `def f():` (line 1) in `f`:" in located_request(crlf, crlf.replace("1", "2"), "s")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab \n\r\x0c\u2028", max_size=30))
+def test_split_lines_keeps_the_text_and_splits_at_python_line_ends(text):
+    lines = split_lines(text)
+    assert "".join(lines) == text and all(lines)
+    for line in lines:
+        body = line.removesuffix("\n").removesuffix("\r")
+        assert "\n" not in body and "\r" not in body  # one line end, at the end
+    assert all(line.endswith(("\n", "\r")) for line in lines[:-1])
+    if "\x0c" not in text and "\u2028" not in text:
+        assert lines == text.splitlines(keepends=True)
+
+
+def test_blank_lines_the_file_ends_with_are_named():
+    before = "a = 1\nb = 2\n\n\n"
+    assert ("- after `a = 1` (line 1): replace the next line with about 1 new line, then continue with 2 blank "
+            "lines and end the file.") in located_request(before, before.replace("b = 2", "b = 3"), "s")
+    assert located_request("a = 1\nb = 2\n", "a = 1\nb = 3\n", "s").splitlines()[2].endswith(
+        "then end the file.")
+
+
+def test_an_insertion_at_the_top_is_in_no_scope():
+    """Lines added above a file's first line are in no function, even when that line opens one."""
+    for before in ("def f():\n    return 1\n", "@decorator\ndef f():\n    return 1\n"):
+        (place,) = change_places(before, "import os\n\n\n" + before)
+        assert (place.kind, place.start, place.scope) == ("add", 0, "")
+        assert "- at the top of the file: add about 3 new lines, then continue from" in located_request(
+            before, "import os\n\n\n" + before, "s")
+    before = "def f():\n    return 1\n"
+    assert change_places(before, before.replace("return 1", "x = 1\n    return 1"))[0].scope == "f"
