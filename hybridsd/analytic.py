@@ -79,6 +79,7 @@ def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
         raise ValueError("al and al_eagle must be >= 1")
     slack = 1.0 / a - e / ae
     if k is not None:
+        _check_k(k)
         rate = np.where(slack > 0, (1.0 - e) / np.where(slack > 0, slack, 1.0), k + 1.0)
         return np.clip(rate, 1.0, k + 1.0)
     if np.any(slack <= 0):
@@ -113,7 +114,7 @@ def al_from_rates(rates) -> float:
     r = np.asarray(rates, dtype=float)
     if r.ndim != 1:
         raise ValueError(f"rates must be 1-D, got shape {r.shape}")
-    if np.any((r < 0) | (r > 1)):
+    if not np.all((r >= 0) & (r <= 1)):  # NaN fails too
         raise ValueError("rates must lie in [0, 1]")
     if np.any(np.diff(r) > 1e-12):
         raise ValueError("rates must not increase with position")
@@ -256,6 +257,8 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     """
     _check_resync(k, resync, novel_rate, copy_accept)
     length = np.asarray(length, dtype=float).ravel()
+    if not np.all((length >= 0) & (length < np.inf)):
+        raise ValueError("length must be finite and >= 0")
     if len(runs) != length.size:
         raise ValueError(f"runs has {len(runs)} outputs, length {length.size}")
     counts = np.array([len(r) for r in runs], dtype=int)
@@ -274,10 +277,14 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     return 1.0 + np.maximum(body - np.minimum(length, 1.0) / novel_rate, floor)
 
 
-def _check_resync(k, resync, novel_rate, copy_accept) -> None:
-    if k < 1 or int(k) != k:
+def _check_k(k) -> None:
+    if not (k >= 1 and int(k) == k):  # NaN fails too
         raise ValueError(f"k must be an integer >= 1, got {k}")
-    if resync < 0 or novel_rate < 1 or not 0 <= copy_accept <= 1:
+
+
+def _check_resync(k, resync, novel_rate, copy_accept) -> None:
+    _check_k(k)
+    if not (resync >= 0 and novel_rate >= 1 and 0 <= copy_accept <= 1):  # NaN fails too
         raise ValueError(f"need resync >= 0, novel_rate >= 1 and copy_accept in [0, 1], "
                          f"got {resync}, {novel_rate} and {copy_accept}")
 
@@ -308,11 +315,11 @@ def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, cop
     if np.any((e < 0) | (e > 1)):
         raise ValueError("edit_norm must lie in [0, 1]")
     _check_resync(k, resync, novel_rate, copy_accept)
-    if segment_len <= 0 or base_edits < 0:
+    if not (segment_len > 0 and base_edits >= 0):  # NaN fails too
         raise ValueError(f"need segment_len > 0 and base_edits >= 0, got {segment_len} and {base_edits}")
     body = 1e12 if length is None else np.asarray(length, dtype=float) - 1.0  # tokens after the prefill
-    if np.any(body < 0):
-        raise ValueError("length must be >= 1")
+    if not np.all((body >= 0) & (body < np.inf)):
+        raise ValueError("length must be finite and >= 1 (None: the long-output limit)")
     d, a = float(resync), float(novel_rate)
     cover = _pass_cover_probs(float(copy_accept), k)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -12,8 +12,12 @@ from rapidfuzz.distance import Levenshtein
 
 
 def _seq(x):
-    """Strings as they are; arrays and tensors as lists of Python ints (rapidfuzz hashes elements)."""
-    return x if isinstance(x, str) else x.tolist() if hasattr(x, "tolist") else x
+    """Strings as they are; 1-D arrays and tensors as lists of Python ints (rapidfuzz hashes elements)."""
+    if isinstance(x, str) or not hasattr(x, "tolist"):
+        return x
+    if getattr(x, "ndim", 1) != 1:
+        raise ValueError(f"token sequences must be 1-D, got shape {tuple(x.shape)}")
+    return x.tolist()
 
 
 def levenshtein(a: str | Sequence, b: str | Sequence) -> int:
@@ -23,6 +27,7 @@ def levenshtein(a: str | Sequence, b: str | Sequence) -> int:
 
 def edit_norm(a: str | Sequence, b: str | Sequence) -> float:
     """``levenshtein(a, b) / max(len(a), len(b))``, in [0, 1]; 0.0 when both are empty."""
+    a, b = _seq(a), _seq(b)
     longest = max(len(a), len(b))
     return levenshtein(a, b) / longest if longest else 0.0
 

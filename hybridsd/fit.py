@@ -63,11 +63,18 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
     """Weighted least squares of ``predict(params, idx) ~ al[idx]`` over the free parameters, with bootstrap
     percentile intervals; returns ``(params, intervals, free, rmse, n_boot_used)``."""
     n = al.size
-    w = np.ones(n) if weights is None else np.broadcast_to(np.asarray(weights, dtype=float), (n,))
-    if np.any(w < 0):
-        raise ValueError("weights must be >= 0")
+    if not np.all((al >= 1) & (al < np.inf)):  # NaN fails too (an empty bin, say)
+        raise ValueError(f"al must be finite and >= 1 (tokens per pass), got {al[~((al >= 1) & (al < np.inf))]}")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    if w.ndim > 1 or w.size not in (1, n):
+        raise ValueError(f"weights must be one number or one per point ({n}), got shape {w.shape}")
+    w = np.broadcast_to(w.ravel(), (n,))
+    if not np.all((w >= 0) & (w < np.inf)):
+        raise ValueError("weights must be finite and >= 0")
     if not 0 < ci < 1:
         raise ValueError(f"ci must lie in (0, 1), got {ci}")
+    if n_boot < 0:
+        raise ValueError(f"n_boot must be >= 0, got {n_boot}")
     unknown = set(fixed) - set(names)
     if unknown:
         raise ValueError(f"unknown parameters {sorted(unknown)}; expected some of {list(names)}")
@@ -202,16 +209,20 @@ _MODELS: dict[str, tuple[Callable, tuple[str, ...], dict, dict]] = {
 }
 
 
-def _check_k(k) -> None:
-    if k < 1 or int(k) != k:
-        raise ValueError(f"k must be an integer >= 1, got {k}")
+def _check_k(k, name: str = "k") -> None:
+    if not (k >= 1 and int(k) == k):  # NaN fails too
+        raise ValueError(f"{name} must be an integer >= 1, got {k}")
 
 
 def _points(edit_norm, al, length):
     e, y = np.asarray(edit_norm, dtype=float).ravel(), np.asarray(al, dtype=float).ravel()
     if e.shape != y.shape or e.size == 0:
         raise ValueError(f"edit_norm and al must be non-empty and of one shape, got {e.shape} and {y.shape}")
+    if not np.all((e >= 0) & (e <= 1)):  # NaN fails too
+        raise ValueError("edit_norm must lie in [0, 1]")
     ln = None if length is None else np.broadcast_to(np.asarray(length, dtype=float), e.shape)
+    if ln is not None and not np.all((ln >= 1) & (ln < np.inf)):
+        raise ValueError("length must be finite and >= 1")
     return e, y, ln
 
 
@@ -237,13 +248,15 @@ def fit_harmonic(edit_norm, al, *, al_eagle=None, al_ngram=None, k_ngram=None, k
     at most ``k + 1`` tokens), fixed values included (ValueError beyond it). Without them the bound is 64.
 
     ``boot``: optional ``[n_boot, n_points]`` bootstrap replicates of ``al`` (e.g. examples resampled within
-    bins) to refit for the intervals; without it the points themselves are resampled ``n_boot`` times
-    (0: no intervals). ``ci``: the intervals' coverage.
+    bins) to refit for the intervals (replicates holding a NaN are skipped; the fit's ``n_boot`` counts those used);
+    without it the points themselves are resampled ``n_boot`` times (0: no intervals). ``ci``: the intervals'
+    coverage. Measured ALs must be finite and >= 1: drop empty bins first.
     """
     fixed = {k: v for k, v in {"al_eagle": al_eagle, "al_ngram": al_ngram}.items() if v is not None}
+    for name, kk in (("k_ngram", k_ngram), ("k_eagle", k_eagle)):
+        if kk is not None:
+            _check_k(kk, name)
     bounds = {name: (1.0, kk + 1.0) for name, kk in (("al_ngram", k_ngram), ("al_eagle", k_eagle)) if kk is not None}
-    if any(kk < 1 for kk in (k_ngram, k_eagle) if kk is not None):
-        raise ValueError(f"k_ngram and k_eagle must be >= 1, got {k_ngram} and {k_eagle}")
     settings = {name: float(kk) for name, kk in (("k_ngram", k_ngram), ("k_eagle", k_eagle)) if kk is not None}
     return _fit_e_model("harmonic", edit_norm, al, None, fixed, settings, weights, boot, n_boot, ci, seed, bounds)
 
@@ -287,6 +300,9 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
         raise ValueError("runs, length and groups need one entry per output")
     if groups.max(initial=-1) >= y.size:
         raise ValueError(f"groups index past al ({y.size} groups)")
+    empty = np.setdiff1d(np.arange(y.size), groups)
+    if empty.size:
+        raise ValueError(f"groups {empty.tolist()} of al have no outputs: drop those entries of al")
     keep = groups >= 0
     runs = [r for r, k_ in zip(runs, keep) if k_]
     length, groups = length[keep], groups[keep]

@@ -35,8 +35,13 @@ class StepRecord:
             raise ValueError(f"accepted={self.accepted} outside [0, drafted={self.drafted}]")
         if self.tree_tokens and self.drafted > self.tree_tokens:
             raise ValueError(f"drafted={self.drafted} exceeds the tree's {self.tree_tokens} nodes")
-        if not self.accepted <= self.emitted <= self.accepted + 1:
-            raise ValueError(f"emitted={self.emitted} must be accepted or accepted + 1")
+        if not max(self.accepted, 1) <= self.emitted <= self.accepted + 1:
+            raise ValueError(f"emitted={self.emitted} must be accepted or accepted + 1, and >= 1")
+        if self.drafted and not self.proposed:
+            raise ValueError(f"drafted={self.drafted} but no drafter proposed")
+        if (self.source is not None) != (self.accepted > 0) or (self.accepted and self.source not in self.proposed):
+            raise ValueError(f"source={self.source!r} must name a proposed drafter {self.proposed} exactly when "
+                             f"tokens were accepted (accepted={self.accepted})")
 
 
 @dataclass

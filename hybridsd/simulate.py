@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybridsd.drafters.base import check_count
 from hybridsd.drafters.ngram import ngram_propose
 from hybridsd.metrics import SpecStats, StepRecord
 
@@ -49,8 +50,9 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.k_ngram < 1 or self.k_eagle < 1:
-            raise ValueError(f"k_ngram and k_eagle must be >= 1, got {self.k_ngram} and {self.k_eagle}")
+        for name in ("k_ngram", "k_eagle", "min_n", "max_n"):
+            check_count(name, getattr(self, name))
+        check_count("seed", self.seed, least=0)
         if not 1 <= self.min_n <= self.max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={self.min_n}, max_n={self.max_n}")
         for name in ("eagle_rates", "eagle_rates_novel"):
@@ -91,14 +93,25 @@ def _matched(draft: np.ndarray, ref: np.ndarray, pos: int) -> int:
     return int(eq.size if eq.all() else eq.argmin())
 
 
+def _ids(name: str, ids) -> np.ndarray:
+    """Token ids as a 1-D int64 array; ``[1, T]`` (one sequence of a batch) is taken as ``[T]``."""
+    a = np.asarray(ids)
+    if a.ndim == 2 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D or [1, T] (one sequence), got shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer token ids, got dtype {a.dtype}")
+    return a.astype(np.int64)
+
+
 def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int] | np.ndarray,
              config: SimConfig, rng: np.random.Generator | None = None) -> SpecStats:
     """Counters of one simulated generation of ``reference_ids`` after ``prompt_ids``.
 
     ``rng`` draws EAGLE's acceptances (default ``np.random.default_rng(config.seed)``).
     """
-    prompt = np.asarray(prompt_ids, dtype=np.int64).ravel()
-    ref = np.asarray(reference_ids, dtype=np.int64).ravel()
+    prompt, ref = _ids("prompt_ids", prompt_ids), _ids("reference_ids", reference_ids)
     rng = np.random.default_rng(config.seed) if rng is None else rng
     full = np.concatenate([prompt, ref])
     n_prompt, n = prompt.size, ref.size
@@ -128,14 +141,16 @@ def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int
                                     or (config.uses_eagle and not k_n))
         a_e = min(int((eagle_novel if by_state and novel else eagle)[step]), k_e) if use_eagle else 0
         if config.policy == "tree" and k_n:
+            # as the engine's tree: the branches' common accepted tokens (the reference's) are one set of nodes,
+            # so a tie ends on a shared node with both branches below it
             proposed: tuple[str, ...] = ("ngram", "eagle")
             if a_n >= a_e and a_n > 0:
-                src, drafted, acc = "ngram", k_n, a_n
+                src, drafted, acc = "ngram", max(k_n, k_e) if a_n == a_e else k_n, a_n
             elif a_e > a_n:
                 src, drafted, acc = "eagle", k_e, a_e
             else:
                 src, drafted, acc = None, max(k_n, k_e), 0
-            fed = k_n + k_e
+            fed = k_n + k_e - min(a_n, a_e)
         elif use_eagle:
             proposed, drafted, acc, fed = ("eagle",), k_e, a_e, k_e
             src = "eagle" if acc else None

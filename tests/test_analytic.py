@@ -211,3 +211,41 @@ def test_harmonic_calibration_cap_and_errors():
     assert harmonic_calibrate_ngram(5.0, 0.2, 1.0, k=5) == 6.0  # with k: the cap
     with pytest.raises(ValueError, match="edit_norm"):
         harmonic_calibrate_ngram(2.0, 1.0)
+    for k in (0, 5.5, np.nan):  # the cap is k + 1 for a whole draft length k
+        with pytest.raises(ValueError, match="k must be an integer >= 1"):
+            harmonic_calibrate_ngram(4.0, 0.2, 1.0, k=k)
+
+
+# ---- audit: NaN and non-finite inputs, imports ----------------------------------------------------------
+
+
+def test_nan_and_infinite_inputs_are_named():
+    with pytest.raises(ValueError, match="rates must lie in"):
+        al_from_rates([0.5, np.nan])
+    base = {"k": 5, "segment_len": 30.0, "resync": 2.0, "novel_rate": 1.0}
+    for bad in ({"resync": np.nan}, {"novel_rate": np.nan}, {"copy_accept": np.nan}):
+        with pytest.raises(ValueError, match="need resync"):
+            resync_al(0.2, 500, **{**base, **bad})
+        with pytest.raises(ValueError, match="need resync"):
+            resync_passes([[10]], [20], **{**{k: v for k, v in base.items() if k != "segment_len"}, **bad})
+    for bad in ({"segment_len": np.nan}, {"base_edits": np.nan}):
+        with pytest.raises(ValueError, match="segment_len"):
+            resync_al(0.2, 500, **{**base, **bad})
+    for length in (np.nan, np.inf, 0):
+        with pytest.raises(ValueError, match="length must be finite"):
+            resync_al(0.2, length, **base)
+    for length in (np.nan, np.inf, -1):
+        with pytest.raises(ValueError, match="length must be finite"):
+            resync_passes([[]], [length], k=5, resync=2, novel_rate=1)
+    assert resync_passes([[]], [0], k=5, resync=2, novel_rate=1)[0] == 1.0  # an empty output: the prefill only
+
+
+def test_closed_forms_load_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, hybridsd.analytic as a, hybridsd.edit_distance as d; a.harmonic_al(0.1, 2, 4); "
+            "a.resync_passes([[10]], [20], k=5, resync=2, novel_rate=1); d.edit_norm('ab', 'b'); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

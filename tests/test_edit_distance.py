@@ -85,3 +85,16 @@ def test_matches_char_edit_norm_column():
     assert len(rows) == 50
     for row in rows:
         assert round(edit_norm(row["before"], row["after"]), 6) == pytest.approx(row["char_edit_norm"], abs=1e-9)
+
+
+def test_batched_token_arrays_are_refused():
+    import torch
+
+    for a in (np.array([[1, 2, 3]]), torch.tensor([[1, 2, 3]])):
+        with pytest.raises(ValueError, match="1-D"):
+            token_edit_norm(a, [1, 2, 4])
+        with pytest.raises(ValueError, match="1-D"):
+            edit_norm([1, 2, 4], a)
+        with pytest.raises(ValueError, match="1-D"):
+            copied_runs(a, [1, 2])
+    assert token_edit_norm(torch.tensor([1, 2, 3]), np.array([1, 2, 4])) == pytest.approx(1 / 3)

@@ -163,3 +163,39 @@ def test_fit_resync_converts_a_character_edit_norm_to_the_new_token_share():
     assert np.max(np.abs(naive.predict(e_char, length) - y)) > 0.1  # feeding the char norm as the share misleads
     with pytest.raises(ValueError, match="share must hold"):
         fit_resync(e_char, y, length, k=5, share={"slope": 1.0}, **structure)
+
+
+# ---- audit: bad input gets one clear error naming it -----------------------------------------------------
+
+
+def test_fits_name_non_finite_and_out_of_range_input():
+    e = np.linspace(0.02, 0.5, 8)
+    y = harmonic_al(e, 2.0, 5.0)
+    hole = np.arange(8) == 3
+    for bad_al in (np.where(hole, np.nan, y), np.where(hole, np.inf, y), np.where(hole, 0.5, y)):  # an empty bin
+        with pytest.raises(ValueError, match="al must be finite and >= 1"):
+            fit_harmonic(e, bad_al, n_boot=0)
+        with pytest.raises(ValueError, match="al must be finite and >= 1"):
+            fit_resync(e, bad_al, 500.0, k=5, segment_len=30.0, n_boot=0)
+    with pytest.raises(ValueError, match="edit_norm must lie in"):
+        fit_harmonic(np.where(hole, np.nan, e), y, n_boot=0)
+    with pytest.raises(ValueError, match="length must be finite"):
+        fit_resync(e, y, np.where(hole, np.nan, 500.0), k=5, segment_len=30.0, n_boot=0)
+    for w, msg in ((np.where(hole, np.nan, 1.0), "weights must be finite"), ([1.0, 2.0], "weights must be one")):
+        with pytest.raises(ValueError, match=msg):
+            fit_harmonic(e, y, weights=w, n_boot=0)
+    with pytest.raises(ValueError, match="n_boot"):
+        fit_harmonic(e, y, n_boot=-1)
+    for kw in ({"k_ngram": 5.5}, {"k_eagle": 2.5}, {"k_ngram": np.nan}):
+        with pytest.raises(ValueError, match="must be an integer >= 1"):
+            fit_harmonic(e, y, n_boot=0, **kw)
+
+
+def test_fit_resync_runs_names_a_group_without_outputs():
+    runs, length = [[50, 20], [30], [10, 10, 10], [80]], np.array([100, 60, 50, 90])
+    passes = resync_passes(runs, length, k=5, resync=3, novel_rate=1.5)
+    al = np.array([length[:2].sum() / passes[:2].sum(), 2.0, length[2:].sum() / passes[2:].sum()])
+    with pytest.raises(ValueError, match=r"groups \[1\] of al have no outputs"):
+        fit_resync_runs(runs, length, [0, 0, 2, 2], al, k=5, n_boot=0)
+    fit = fit_resync_runs(runs, length, [0, 0, 1, 1], al[[0, 2]], k=5, novel_rate=1.5, n_boot=0)
+    assert fit.params["resync"] == pytest.approx(3.0, abs=0.5)

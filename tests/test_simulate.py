@@ -180,11 +180,33 @@ def test_eagle_rates_by_ngram_state(policy):
 @pytest.mark.parametrize("kwargs", [
     {"policy": "draft"}, {"k_ngram": 0}, {"k_eagle": 0}, {"min_n": 3, "max_n": 2}, {"min_n": 0},
     {"k_eagle": 4}, {"eagle_rates": (0.2, 0.5, 0.1)}, {"eagle_rates": (1.2, 0.5, 0.1)},
-    {"eagle_rates_novel": (0.2, 0.5, 0.1)}, {"eagle_rates_novel": (0.5,)},
+    {"eagle_rates_novel": (0.2, 0.5, 0.1)}, {"eagle_rates_novel": (0.5,)}, {"seed": -1},
 ])
 def test_config_validation(kwargs):
     with pytest.raises(ValueError):
         SimConfig(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["k_ngram", "k_eagle", "min_n", "max_n", "seed"])
+@pytest.mark.parametrize("value", [2.5, True, "3"])
+def test_config_counts_must_be_ints(name, value):
+    """A non-integer draft or n-gram length is refused when the config is made, naming the field."""
+    with pytest.raises(TypeError, match=f"{name} must be an int"):
+        SimConfig(**{name: value})
+
+
+def test_token_ids_must_be_one_sequence_of_ints():
+    prompt, ref = np.arange(30), np.r_[np.arange(10), 99, np.arange(11, 30)]
+    base = simulate(prompt, ref, SimConfig(policy="ngram"))
+    one_row = simulate(prompt[None], ref[None], SimConfig(policy="ngram"))  # [1, T], as tokenizers return
+    assert _trace(one_row) == _trace(base)
+    with pytest.raises(ValueError, match=r"prompt_ids must be 1-D or \[1, T\]"):
+        simulate(np.stack([prompt, prompt]), ref, SimConfig(policy="ngram"))  # not two prompts run together
+    with pytest.raises(ValueError, match="reference_ids must be 1-D"):
+        simulate(prompt, np.stack([ref, ref]), SimConfig(policy="ngram"))
+    with pytest.raises(TypeError, match="reference_ids must be integer token ids"):
+        simulate(prompt, ref + 0.5, SimConfig(policy="ngram"))
+    assert simulate([], [], SimConfig()).num_target_steps == 1
 
 
 def test_config_extras():
@@ -214,3 +236,35 @@ def test_simulation_reproduces_the_engine_exactly():
                    [(s.drafted, s.accepted, s.emitted) for s in res.stats.trace]
             assert sim.accepted_per_position == res.stats.accepted_per_position
     assert torch.is_tensor(ids)
+
+
+def test_tree_policy_counters_match_the_engine():
+    """The tree of n-gram and EAGLE: the engine merges the branches' common accepted tokens into one set of nodes,
+    so the simulation's tree sizes and draft depths must too. EAGLE is stood in for by a drafter right on its first
+    two tokens and wrong on its third, i.e. ``eagle_rates=(1, 1, 0)``."""
+    import torch
+
+    from conftest import VOCAB, hf_greedy, prompts, tiny_target
+    from hybridsd.drafters.base import Draft
+    from hybridsd.drafters.hybrid import HybridDrafter
+    from hybridsd.drafters.ngram import NgramDrafter
+    from hybridsd.drafters.replay import ReplayDrafter
+    from hybridsd.generate import generate
+
+    class TwoRight(ReplayDrafter):
+        def propose(self, request):
+            pos = self.position(request)
+            d = list(self.continuation[pos : pos + min(self.k, request.budget)])
+            d[2:3] = [(t + 1) % VOCAB for t in d[2:3]]
+            return [Draft(torch.tensor(d, dtype=torch.long), "eagle")] if d else []
+
+    model = tiny_target("llama", seed=4)
+    cfg = SimConfig(policy="tree", k_ngram=2, k_eagle=3, min_n=1, max_n=3, eagle_rates=(1.0, 1.0, 0.0))
+    for ids in prompts(4, seed=9):
+        ref = hf_greedy(model, ids, 40)
+        drafter = HybridDrafter(NgramDrafter(k=2, min_n=1, max_n=3), TwoRight(ref, 3), policy="tree")
+        res = generate(model, ids, drafter=drafter, max_new_tokens=40, eos_token_id=[])
+        sim = simulate(ids.tolist(), res.tokens, cfg)
+        fields = lambda s: [(t.drafted, t.accepted, t.emitted, t.source, t.tree_tokens) for t in s.trace]  # noqa: E731
+        assert fields(sim) == fields(res.stats)
+        assert sim.num_draft_tokens == res.stats.num_draft_tokens and sim.num_tree_tokens == res.stats.num_tree_tokens
