@@ -184,6 +184,7 @@ def test_config_validation():
     bad = [dict(kind="medusa"), dict(hidden_size=0), dict(num_key_value_heads=3), dict(target_layers=(1, 2)),
            dict(draft_vocab_size=10), dict(rope_scaling={"rope_type": "yarn", "factor": 2.0}),
            dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), dict(head_dim=7), dict(rope_theta=0.0),
+           dict(rope_theta="1e4"), dict(rms_norm_eps=None), dict(rms_norm_eps=float("nan")),
            dict(kind="eagle3", target_layers=(1, 2, 3)), dict(kind="eagle3", target_layers=(1, 2, 3),
                                                                draft_vocab_size=98)]
     for b in bad:
@@ -511,6 +512,58 @@ def test_bad_checkpoints_raise_naming_the_key(tmp_path, target):
     assert "eagle_aux_hidden_state_layer_ids" in msg and str(L + 1) in msg
     # not an EAGLE checkpoint at all
     assert "EAGLE" in _load_error(tmp_path / "i", target, "eagle1", {"w": torch.zeros(2)}, public_config("eagle1"))
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"num_attention_heads": 0}, ["num_attention_heads", "0"]), ({"num_attention_heads": "4"}, ["num_attention_heads"]),
+    ({"rms_norm_eps": None}, ["rms_norm_eps", "None"]), ({"rms_norm_eps": "1e-6"}, ["rms_norm_eps"]),
+    ({"rope_theta": "abc"}, ["rope_theta", "abc"]), ({"rope_theta": float("inf")}, ["rope_theta"]),
+    ({"rope_scaling": dict(LLAMA3_ROPE, low_freq_factor=0)}, ["low_freq_factor"]),
+    ({"rope_scaling": dict(LLAMA3_ROPE, factor="8")}, ["factor"]), ({"bias": "false"}, ["bias", "false"])])
+def test_bad_config_values_raise_naming_the_key(tmp_path, target, extra, words):
+    """A config.json value of the wrong type or range is named (no ZeroDivisionError or TypeError)."""
+    msg = _load_error(tmp_path, target, "eagle1", public_state_dict("eagle1"), public_config("eagle1") | extra)
+    assert all(w in msg for w in words), msg
+
+
+@pytest.mark.parametrize("content", [[torch.zeros(2)], torch.zeros(3), {"fc.weight": 3}, {0: torch.zeros(2)}])
+def test_weights_file_that_is_not_a_state_dict_is_named(tmp_path, target, content):
+    (tmp_path / "config.json").write_text(json.dumps(public_config("eagle1")))
+    torch.save(content, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="pytorch_model.bin holds a .*, not a state dict"):
+        EagleHead.from_pretrained(tmp_path, target=target)
+
+
+def test_every_missing_and_unexpected_key_in_one_error(tmp_path, target):
+    sd = public_state_dict("eagle1")
+    del sd["layers.0.mlp.up_proj.weight"], sd["layers.0.mlp.down_proj.weight"]
+    sd["model.norm.weight"] = torch.ones(H, dtype=torch.float16)
+    sd["layers.0.mlp.gate_proj.weight"] = sd["layers.0.mlp.gate_proj.weight"][:, :3].contiguous()
+    msg = _load_error(tmp_path, target, "eagle1", sd, public_config("eagle1"))
+    for key in ("layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight", "model.norm.weight",
+                "layers.0.mlp.gate_proj.weight"):
+        assert key in msg, msg
+
+
+def test_draft_vocab_dtypes_are_normalised_or_refused(tmp_path, target):
+    """int32/uint8 d2t/t2d load as int64/bool (a float d2t would round to other ids in bf16: refused), and
+    set_draft_vocab checks as the loader does."""
+    sd = public_state_dict("eagle3")
+    sd["d2t"], sd["t2d"] = sd["d2t"].to(torch.int32), sd["t2d"].to(torch.uint8)
+    write_checkpoint(tmp_path / "a", sd, public_config("eagle3"))
+    head = EagleHead.from_pretrained(tmp_path / "a", target=target, dtype=torch.bfloat16)
+    assert head.d2t.dtype == torch.int64 and head.t2d.dtype == torch.bool
+    assert torch.equal(head.draft_ids(), spread_vocab()[1].nonzero().flatten())
+    sd["d2t"] = sd["d2t"].float()
+    assert "'d2t' must be a 1-D integer tensor" in _load_error(tmp_path / "b", target, "eagle3", sd,
+                                                               public_config("eagle3"))
+    d2t, t2d = spread_vocab()
+    with pytest.raises(ValueError, match="outside the target vocabulary"):
+        head.set_draft_vocab(d2t + V, t2d)
+    with pytest.raises(ValueError, match="integer"):
+        head.set_draft_vocab(d2t.float(), t2d)
+    with pytest.raises(ValueError, match="'t2d' marks"):
+        head.set_draft_vocab(d2t, torch.zeros_like(t2d))
 
 
 def test_hub_failure_is_wrapped(monkeypatch, tmp_path):

@@ -69,6 +69,52 @@ def test_train_head_refuses_bad_arguments_before_any_work(target, bad, word, mon
         tr.train_head(head, target, [torch.arange(80)], **bad)
 
 
+def test_train_and_evaluate_refuse_a_head_for_another_target_before_any_work(monkeypatch):
+    """A head reading hidden states the target lacks, or another vocabulary, is named before any target pass."""
+    monkeypatch.setattr(tr, "_target_pass", lambda *a, **k: pytest.fail("a target pass ran"))
+    torch.manual_seed(0)
+    one = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=128, num_hidden_layers=1,
+                                       num_attention_heads=4, num_key_value_heads=2)).eval()
+    head = EagleHead.from_target(one, "eagle3", draft_vocab_size=40)  # layers (2, 0, -2): 2 is past the last
+    for run in (tr.train_head, tr.evaluate_head):
+        with pytest.raises(ValueError, match=r"target layers \[2, 0, -2\].*0\.\.1"):
+            run(head, one, [torch.arange(20)], steps=1)
+    other = LlamaForCausalLM(LlamaConfig(vocab_size=V + 3, hidden_size=H, intermediate_size=128,
+                                         num_hidden_layers=L, num_attention_heads=4, num_key_value_heads=2)).eval()
+    with pytest.raises(ValueError, match=f"vocabulary of {V} tokens.*{V + 3}"):
+        tr.train_head(EagleHead.from_target(make_target(), "eagle1"), other, [torch.arange(20)], steps=1)
+
+
+def test_train_head_names_batches_that_run_out(target):
+    """A list of batches shorter than ``steps`` is refused up front; an iterator that runs out is named, not a
+    bare StopIteration."""
+    head = EagleHead.from_target(target, "eagle1")
+    ids = torch.randint(0, V, (2, 8))
+    with pytest.raises(ValueError, match="steps=5 needs as many batches; sequences holds 2"):
+        tr.train_head(head, target, [ids, ids], steps=5)
+    with pytest.raises(ValueError, match="ran out after 2 of steps=5"):
+        tr.train_head(head, target, iter([ids, ids]), steps=5, log_every=1)
+
+
+@pytest.mark.parametrize("bad,word", [(dict(batch_size=0), "batch_size"), (dict(max_new_tokens=-1), "max_new_tokens"),
+                                      (dict(temperature=-1.0), "temperature"),
+                                      (dict(prompts=[torch.zeros(0, dtype=torch.int64)]), r"prompts\[0\]"),
+                                      (dict(prompts=[torch.arange(3, 8)[None]]), r"prompts\[0\].*\[1, 5\]")])
+def test_generate_sequences_refuses_bad_arguments_before_any_work(target, bad, word, monkeypatch):
+    monkeypatch.setattr(target, "generate", lambda *a, **k: pytest.fail("generate ran"))
+    kw = dict(prompts=[torch.arange(3, 8)], max_new_tokens=4) | bad
+    with pytest.raises(ValueError, match=word):
+        tr.generate_sequences(target, **kw)
+
+
+@pytest.mark.parametrize("bad,word", [(dict(steps=0), "steps"), (dict(batch_size=0), "batch_size"),
+                                      (dict(seq_len=1), "seq_len")])
+def test_evaluate_head_refuses_bad_arguments_before_any_work(target, bad, word, monkeypatch):
+    monkeypatch.setattr(tr, "_target_pass", lambda *a, **k: pytest.fail("a target pass ran"))
+    with pytest.raises(ValueError, match=word):
+        tr.evaluate_head(EagleHead.from_target(target, "eagle1"), target, [torch.arange(20)], **bad)
+
+
 def test_count_tokens_and_build_draft_vocab():
     seqs = [torch.tensor([5, 5, 5, 2, 9]), torch.tensor([9, 2, 7])]
     counts = tr.count_tokens(seqs, 10)
@@ -206,3 +252,22 @@ def test_init_from_head_copies_matching_tensors_and_maps_lm_head_rows(target, ki
             want = sd_old["lm_head.weight"][old_ids.index(t)] if t in old_ids else before["lm_head.weight"][row]
             assert torch.equal(sd_new["lm_head.weight"][row], want)
         assert len(set(old_ids) & set(new_ids)) > 0
+
+
+def test_init_from_head_of_a_larger_vocabulary_copies_only_the_rows_both_hold():
+    """Old draft ids past this target's vocabulary are skipped (no IndexError); rows both hold are copied."""
+    small, big = make_target(), LlamaForCausalLM(LlamaConfig(vocab_size=V + 50, hidden_size=H, intermediate_size=128,
+                                                             num_hidden_layers=L, num_attention_heads=4,
+                                                             num_key_value_heads=2))
+    old = EagleHead.from_target(big, "eagle3", draft_vocab_size=40)
+    ids = torch.arange(V - 20, V + 20)  # half of them past the small vocabulary
+    t2d = torch.zeros(V + 50, dtype=torch.bool)
+    t2d[ids] = True
+    old.set_draft_vocab(ids - torch.arange(40), t2d)
+    new = EagleHead.from_target(small, "eagle3", draft_vocab_size=40)
+    new.set_draft_vocab(*tr.build_draft_vocab(torch.arange(V), 40))  # ids V-40..V-1
+    before = new.lm_head.weight.detach().clone()
+    assert "lm_head.weight" in tr.init_from_head(new, old.state_dict())
+    for row, t in enumerate(new.draft_ids().tolist()):
+        want = old.lm_head.weight[t - (V - 20)] if t >= V - 20 else before[row]
+        assert torch.equal(new.lm_head.weight[row], want)

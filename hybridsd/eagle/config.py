@@ -4,6 +4,8 @@ transformers' rope functions, so that a head's positions rotate exactly as its t
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,10 +62,11 @@ class EagleConfig:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if not isinstance(self.head_dim, int) or self.head_dim < 2 or self.head_dim % 2:
             raise ValueError(f"head_dim must be a positive even int, got {self.head_dim!r}")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+        for name in ("rms_norm_eps", "rope_theta"):
+            v = getattr(self, name)
+            if not _positive_number(v):
+                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+            object.__setattr__(self, name, float(v))
         layers = tuple(self.target_layers)
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
             raise ValueError(f"target_layers must be ints, got {self.target_layers!r}")
@@ -112,11 +115,15 @@ def _normalize_rope_scaling(rs: Any) -> dict | None:
     for key in need:
         if key not in rs:
             raise ValueError(f"rope_scaling of type {kind!r} needs {key!r}, got {rs}")
-    if not rs["factor"] > 0:
-        raise ValueError(f"rope_scaling factor must be > 0, got {rs['factor']}")
+        if not _positive_number(rs[key]):
+            raise ValueError(f"rope_scaling {key} must be a positive finite number, got {rs[key]!r}")
     if kind == "llama3" and not rs["high_freq_factor"] > rs["low_freq_factor"]:
         raise ValueError(f"llama3 rope_scaling needs high_freq_factor > low_freq_factor, got {rs}")
     return rs
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def rope_inv_freq(cfg: EagleConfig) -> torch.Tensor:

@@ -68,11 +68,16 @@ def _read_file(file: Path) -> dict[str, torch.Tensor]:
         if file.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            return load_file(str(file), device="cpu")
-        return torch.load(file, map_location="cpu", weights_only=True)
+            sd = load_file(str(file), device="cpu")
+        else:
+            sd = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, corrupt or unsafe files raise many types; all name the file
         raise ValueError(f"cannot read the weights file {file} ({type(e).__name__}: {e}); is it truncated or "
                          "corrupt?") from e
+    if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sd.items()):
+        raise ValueError(f"the weights file {file} holds a {type(sd).__name__}, not a state dict (tensor names to "
+                         "tensors)")
+    return sd
 
 
 def embedding_difference(a: torch.Tensor, b: torch.Tensor, rows: int = 4096) -> float:
@@ -105,6 +110,8 @@ def config_from_json(raw: dict, kind: str, target: nn.Module, state_dict: dict |
         if key in raw and raw[key] != have:
             raise ValueError(f"{key}: the checkpoint config says {raw[key]}, the target has {have}")
     heads = raw["num_attention_heads"]
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise ValueError(f"num_attention_heads must be a positive int, got {heads!r}")
     rs = raw.get("rope_scaling") or raw.get("rope_parameters")
     theta = raw.get("rope_theta") or (rs or {}).get("rope_theta") or 10000.0
     sd = state_dict or {}
@@ -118,6 +125,9 @@ def config_from_json(raw: dict, kind: str, target: nn.Module, state_dict: dict |
         vd = raw.get("draft_vocab_size") or (sd["d2t"].shape[0] if "d2t" in sd else V)
     else:
         layers, vd = (-1,), None
+    bias = raw.get("bias")
+    if bias is not None and not isinstance(bias, bool):
+        raise ValueError(f"bias must be true or false, got {bias!r}")
     return EagleConfig(
         kind=kind,
         hidden_size=h,
@@ -128,27 +138,55 @@ def config_from_json(raw: dict, kind: str, target: nn.Module, state_dict: dict |
         vocab_size=V,
         target_layers=layers,
         rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-        rope_theta=float(theta),
+        rope_theta=theta,
         rope_scaling=rs,
         draft_vocab_size=vd,
-        bias=bool(raw.get("bias", "fc.bias" in sd)) if kind == "eagle1" else False,
+        bias=("fc.bias" in sd if bias is None else bias) if kind == "eagle1" else False,
         max_position_embeddings=raw.get("max_position_embeddings", 2048),
     )
 
 
 def check_state_dict(sd: dict[str, torch.Tensor], expected: dict[str, torch.Size]) -> None:
-    """Raise ``ValueError`` naming the key on a missing, unexpected or wrongly shaped tensor."""
+    """Raise one ``ValueError`` naming every unexpected, wrongly shaped and missing tensor (with its shapes)."""
+    problems = []
     for k, t in sd.items():
         if k.endswith(IGNORED_SUFFIXES):
             continue
         if k not in expected:
-            raise ValueError(f"unexpected key {k!r} with shape {list(t.shape)} in the checkpoint")
-        if tuple(t.shape) != tuple(expected[k]):
-            raise ValueError(f"{k!r}: the checkpoint has shape {list(t.shape)}, "
-                             f"a head for this target needs {list(expected[k])}")
+            problems.append(f"unexpected key {k!r} with shape {list(t.shape)} in the checkpoint")
+        elif tuple(t.shape) != tuple(expected[k]):
+            problems.append(f"{k!r}: the checkpoint has shape {list(t.shape)}, "
+                            f"a head for this target needs {list(expected[k])}")
     for k, shape in expected.items():
         if k not in sd and k not in OPTIONAL_KEYS:
-            raise ValueError(f"missing key {k!r} (shape {list(shape)}) in the checkpoint")
+            problems.append(f"missing key {k!r} (shape {list(shape)}) in the checkpoint")
+    if problems:
+        more = f"; and {len(problems) - 12} more" if len(problems) > 12 else ""
+        raise ValueError("; ".join(problems[:12]) + more)
+
+
+def check_draft_vocab(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``d2t [Vd]`` as int64 and ``t2d [V]`` as bool, checked: integer offsets mapping the draft ids to
+    increasing target ids in ``[0, vocab_size)`` (the public layout), and ``t2d`` marking exactly those ids;
+    else ``ValueError`` naming the tensor."""
+    if d2t.ndim != 1 or d2t.dtype.is_floating_point or d2t.dtype.is_complex or d2t.dtype == torch.bool:
+        raise ValueError(f"'d2t' must be a 1-D integer tensor, got {d2t.dtype} of shape {list(d2t.shape)}")
+    d2t = d2t.to(torch.int64)
+    ids = torch.arange(d2t.shape[0], device=d2t.device) + d2t  # [Vd] target ids of the draft ids
+    if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):  # host check at load time only
+        raise ValueError(f"'d2t' maps draft ids outside the target vocabulary [0, {vocab_size})")
+    if (ids[1:] <= ids[:-1]).any():
+        raise ValueError("'d2t' must map the draft ids to increasing target ids (draft id + d2t)")
+    if t2d is None:
+        return d2t, None
+    if t2d.ndim != 1 or t2d.dtype.is_floating_point or t2d.dtype.is_complex or not ((t2d == 0) | (t2d == 1)).all():
+        raise ValueError(f"'t2d' must be a 1-D bool (or 0/1) tensor, got {t2d.dtype} of shape {list(t2d.shape)}")
+    t2d = t2d.bool()
+    if not torch.equal(t2d.nonzero().flatten().to(ids.device), ids):
+        raise ValueError(f"'t2d' marks {int(t2d.sum())} target ids, not the {len(ids)} that 'd2t' maps the draft "
+                         "ids to")
+    return d2t, t2d
 
 
 def read_checkpoint(path_or_hub_id: str | Path, target: nn.Module, revision: str | None = None
@@ -177,20 +215,16 @@ def read_checkpoint(path_or_hub_id: str | Path, target: nn.Module, revision: str
 def check_weights(folder: Path, sd: dict[str, torch.Tensor], expected: dict[str, torch.Size],
                   embedding: torch.Tensor, use_checkpoint_embeddings: bool) -> torch.Tensor | None:
     """Check the tensors ``sd`` read from ``folder`` against a head's ``expected`` shapes and the target's
-    ``embedding [V, h]``; pop and return the checkpoint's own ``embed_tokens.weight`` when
-    ``use_checkpoint_embeddings`` (else None). Without that flag a shipped embedding must equal the target's
+    ``embedding [V, h]`` (EAGLE-3's ``d2t``/``t2d`` with :func:`check_draft_vocab`, stored back as int64/bool);
+    pop and return the checkpoint's own ``embed_tokens.weight`` when ``use_checkpoint_embeddings`` (else None).
+    Without that flag a shipped embedding must equal the target's
     (up to dtype rounding), or the head was made for another model: ``ValueError``."""
     V, h = embedding.shape
     check_state_dict(sd, dict(expected) | {"embed_tokens.weight": torch.Size((V, h))})
-    if "d2t" in sd:
-        ids = torch.arange(sd["d2t"].shape[0]) + sd["d2t"]
-        if ids.min() < 0 or ids.max() >= V:  # host check at load time only
-            raise ValueError(f"'d2t' maps draft ids outside the target vocabulary [0, {V})")
-        if (ids[1:] <= ids[:-1]).any():  # the public layout: the draft vocabulary's target ids, sorted
-            raise ValueError("'d2t' must map the draft ids to increasing target ids (draft id + d2t)")
-        if "t2d" in sd and not torch.equal(sd["t2d"].bool().nonzero().flatten(), ids):
-            raise ValueError(f"'t2d' marks {int(sd['t2d'].bool().sum())} target ids, not the {len(ids)} that 'd2t' "
-                             "maps the draft ids to")
+    if "d2t" in sd:  # stored as int64 / bool whatever the file's dtypes (a float d2t would round in bf16)
+        sd["d2t"], t2d = check_draft_vocab(sd["d2t"], sd.get("t2d"), V)
+        if t2d is not None:
+            sd["t2d"] = t2d
     own = sd.pop("embed_tokens.weight", None)
     if own is not None and not use_checkpoint_embeddings and not embedding.is_meta:
         diff = embedding_difference(own, embedding)

@@ -226,12 +226,14 @@ class EagleHead(nn.Module):
                 nn.init.ones_(m.weight)
 
     def set_draft_vocab(self, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
-        """Install an EAGLE-3 draft vocabulary (``d2t [Vd]`` int64, ``t2d [V]`` bool)."""
+        """Install an EAGLE-3 draft vocabulary (``d2t [Vd]`` int64, ``t2d [V]`` bool), checked as a loaded one
+        (:func:`hybridsd.eagle.loader.check_draft_vocab`)."""
         if self.config.kind != "eagle3":
             raise ValueError("only EAGLE-3 heads have a draft vocabulary")
         if d2t.shape != self.d2t.shape or t2d.shape != self.t2d.shape:
             raise ValueError(f"d2t/t2d shapes {tuple(d2t.shape)}/{tuple(t2d.shape)} do not match "
                              f"{tuple(self.d2t.shape)}/{tuple(self.t2d.shape)}")
+        d2t, t2d = loader.check_draft_vocab(d2t, t2d, self.config.vocab_size)
         self.d2t.copy_(d2t)
         self.t2d.copy_(t2d)
 

@@ -22,6 +22,13 @@ import torch.nn.functional as F
 from hybridsd.eagle.model import EagleHead, KVList
 
 
+def _check_ints(*args: tuple[str, object, int]) -> None:
+    """``ValueError`` naming the first ``(name, value, least)`` whose value is not an int ``>= least``."""
+    for name, value, least in args:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
 # ---- data -------------------------------------------------------------------------------
 
 @torch.no_grad()
@@ -31,8 +38,15 @@ def generate_sequences(target, prompts: Sequence[torch.Tensor], max_new_tokens: 
     """Prompts continued by the target (HF ``generate``), each cut after its first EOS: 1-D LongTensors on CPU.
 
     Sampling (``temperature > 0``) draws from torch's global RNG; seed it for reproducibility.
-    ``eos_token_id=None`` generates ``max_new_tokens`` tokens without stopping.
+    ``eos_token_id=None`` generates ``max_new_tokens`` tokens without stopping. Arguments out of range (and
+    prompts that are not 1-D and non-empty) raise ``ValueError`` naming them, before any work.
     """
+    _check_ints(("max_new_tokens", max_new_tokens, 1), ("batch_size", batch_size, 1))
+    if not (isinstance(temperature, numbers.Real) and 0 <= temperature < math.inf):
+        raise ValueError(f"temperature must be >= 0 and finite, got {temperature!r}")
+    for i, p in enumerate(prompts):
+        if p.ndim != 1 or len(p) == 0:
+            raise ValueError(f"prompts[{i}] must be a non-empty 1-D tensor of token ids, got shape {list(p.shape)}")
     dev = target.get_input_embeddings().weight.device
     eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     out: list[torch.Tensor] = []
@@ -109,16 +123,20 @@ def init_from_head(head: EagleHead, state_dict: dict[str, torch.Tensor]) -> list
             continue
         own[name].copy_(value)
         copied.append(name)
-    if head.config.kind == "eagle3" and "lm_head.weight" in state_dict and "d2t" in state_dict:
-        old_w, old_d2t = state_dict["lm_head.weight"], state_dict["d2t"].to(torch.int64).cpu()
+    old_w = state_dict.get("lm_head.weight")  # [Vd_old, h]
+    if head.config.kind == "eagle3" and old_w is not None and old_w.shape[1:] == head.lm_head.weight.shape[1:] \
+            and "d2t" in state_dict:
+        old_d2t = state_dict["d2t"].to(torch.int64).cpu()
         old_ids = torch.arange(len(old_d2t)) + old_d2t  # [Vd_old] target ids of the old draft rows
+        held = ((old_ids >= 0) & (old_ids < head.config.vocab_size)).nonzero().flatten()  # ids this vocab has
         row_of = torch.full((head.config.vocab_size,), -1, dtype=torch.int64)
-        row_of[old_ids] = torch.arange(len(old_ids))
+        row_of[old_ids[held]] = held
         rows = row_of[head.draft_ids().cpu()]  # [Vd] old row of each new draft token, -1 if none
         keep = (rows >= 0).nonzero().flatten()
         w = head.lm_head.weight
         w[keep.to(w.device)] = old_w[rows[keep]].to(device=w.device, dtype=w.dtype)
-        copied.append("lm_head.weight")
+        if len(keep):
+            copied.append("lm_head.weight")
     return copied
 
 
@@ -234,6 +252,18 @@ def _step_losses(head: EagleHead, feats, ids, tlogits, valid, *, ttt_steps, deca
 
 # ---- training and evaluation ----------------------------------------------------------------
 
+def _check_target(head: EagleHead, target) -> None:
+    """``ValueError`` unless ``head`` reads ``target``'s vocabulary, hidden size and hidden states."""
+    cfg, shape = head.config, tuple(target.get_input_embeddings().weight.shape)
+    if (cfg.vocab_size, cfg.hidden_size) != shape:
+        raise ValueError(f"the EAGLE head is made for a vocabulary of {cfg.vocab_size} tokens and hidden size "
+                         f"{cfg.hidden_size}; the target's embedding is {list(shape)}")
+    L = getattr(getattr(target, "config", None), "num_hidden_layers", None)
+    if L is not None and not all(-(L + 1) <= i <= L for i in cfg.target_layers):  # hidden_states has L + 1 entries
+        raise ValueError(f"the EAGLE head reads target layers {list(cfg.target_layers)}; the target's hidden "
+                         f"states are indexed 0..{L} (it has {L} layers)")
+
+
 def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype not in (None, torch.float32))
 
@@ -261,14 +291,13 @@ def train_head(head: EagleHead, target, sequences: Sequence[torch.Tensor] | Iter
     torch's global RNG) the feature noise. Arguments out of range raise ``ValueError`` naming them, before any
     work.
     """
-    for name, value, least in (("steps", steps, 0), ("batch_size", batch_size, 1), ("seq_len", seq_len, 2),
-                               ("log_every", log_every, 1), ("ttt_steps", ttt_steps, 1),
-                               ("warmup_steps", 0 if warmup_steps is None else warmup_steps, 0)):
-        if not isinstance(value, numbers.Integral) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    _check_ints(("steps", steps, 0), ("batch_size", batch_size, 1), ("seq_len", seq_len, 2),
+                ("log_every", log_every, 1), ("ttt_steps", ttt_steps, 1),
+                ("warmup_steps", 0 if warmup_steps is None else warmup_steps, 0))
     if not (lr > 0 and grad_clip > 0 and noise >= 0 and ttt_decay > 0 and 0 <= min_lr_ratio <= 1):
         raise ValueError(f"need lr > 0, grad_clip > 0, noise >= 0, ttt_decay > 0 and min_lr_ratio in [0, 1], got "
                          f"{lr}, {grad_clip}, {noise}, {ttt_decay} and {min_lr_ratio}")
+    _check_target(head, target)
     device = torch.device(device) if device is not None else head.fc.weight.device
     dtype = _default_dtype(device, dtype)
     head.to(device).train()
@@ -289,6 +318,8 @@ def train_head(head: EagleHead, target, sequences: Sequence[torch.Tensor] | Iter
                                             and sequences[0].ndim == 1):
         batches: Iterator = window_batches(sequences, batch_size, seq_len, torch.Generator().manual_seed(seed))
     else:
+        if isinstance(sequences, Sequence) and len(sequences) < steps:
+            raise ValueError(f"steps={steps} needs as many batches; sequences holds {len(sequences)}")
         batches = iter(sequences)
     torch.manual_seed(seed)  # feature noise
     frozen = [(p, p.requires_grad) for p in target.parameters()]
@@ -299,7 +330,9 @@ def train_head(head: EagleHead, target, sequences: Sequence[torch.Tensor] | Iter
     n_acc, t0 = 0, time.perf_counter()
     try:
         for step in range(1, steps + 1):
-            batch = next(batches)
+            batch = next(batches, None)
+            if batch is None:
+                raise ValueError(f"the batches ran out after {step - 1} of steps={steps} steps")
             ids, valid = batch if isinstance(batch, tuple) else (batch, torch.ones_like(batch, dtype=torch.bool))
             ids, valid = ids.to(device, non_blocking=True), valid.to(device, non_blocking=True)
             with _autocast(device, dtype):
@@ -336,8 +369,11 @@ def evaluate_head(head: EagleHead, target, sequences: Sequence[torch.Tensor], *,
     """Top-1 agreement of the head with the target over ``sequences`` (each cut to ``seq_len``).
 
     ``acc[j]``: share of rows where the head, unrolled ``j`` steps on its own outputs
-    (as when drafting the ``j+1``-th token), predicts the target's greedy token.
+    (as when drafting the ``j+1``-th token), predicts the target's greedy token. Arguments out of range raise
+    ``ValueError`` naming them, before any work.
     """
+    _check_ints(("steps", steps, 1), ("batch_size", batch_size, 1), ("seq_len", seq_len, 2))
+    _check_target(head, target)
     device = torch.device(device) if device is not None else head.fc.weight.device
     dtype = _default_dtype(device, dtype)
     was_training = head.training
