@@ -36,7 +36,8 @@ HYBRIDS = ("ngram-eagle", "ngram-eagle3")
 CONFIG_DEFAULTS = {"prompt_lookup_min": 2, "prompt_lookup_max": 5, "change_request": "located", "min_distance": None,
                    "max_distance": None, "cuda_graphs": True, "check_lossless": False, "eagle_dir": None,
                    "dataset_path": None, "hf_split": "train", "dataset_digest": None, "compile": "none",
-                   "tree_depth": 6, "tree_top_k": 10, "tree_nodes": 60, "tree_paths": None, "exact": 0}
+                   "tree_depth": 6, "tree_top_k": 10, "tree_nodes": 60, "tree_paths": None, "exact": 0,
+                   "hf_shuffle": None}
 # a speculative row and a plain row compare when these agree (the config minus the drafter's settings)
 MATCH_KEYS = ("model", "dataset", "split", "hf_split", "change_request", "bos_mode", "chat_template", "temperature",
               "seed", "output_len", "device", "dtype", "example_id")

@@ -74,7 +74,9 @@ class BenchConfig:
     dataset or local copy for ``dataset_name="hf"``; ``dataset_digest``: :func:`hybridsd.data.local_digest` of
     the local data read (a local ``dataset_path``, or the set's file in a data folder given on the command line;
     ``None`` for a Hub id and the default data folder); ``compile``: ``generate(compile=...)`` as
-    ``none``/``true``/``auto``. ``method="replay"`` drafts the plain greedy output (full acceptance)."""
+    ``none``/``true``/``auto``; ``hf_shuffle``: True when the ``hf`` dataset's rows are taken in the order vLLM's
+    benchmarks read them (streamed and shuffled with ``seed``), None in the dataset's order.
+    ``method="replay"`` drafts the plain greedy output (full acceptance)."""
 
     method: str = "ngram-eagle"
     model: str = "tiny-coder"
@@ -107,6 +109,7 @@ class BenchConfig:
     tree_paths: tuple | None = None
     exact: int = 0
     dataset_digest: str | None = None
+    hf_shuffle: bool | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -115,6 +118,8 @@ class BenchConfig:
             raise ValueError(f"--dataset-name must be one of {DATASETS}, got {self.dataset_name!r}")
         if self.dataset_name == "hf" and not self.dataset_path:
             raise ValueError("--dataset-name hf needs --dataset-path (a Hub dataset id or a local copy)")
+        if self.hf_shuffle not in (None, True) or (self.hf_shuffle and self.dataset_name != "hf"):
+            raise ValueError(f"hf_shuffle is True (a shuffled --dataset-name hf) or None, got {self.hf_shuffle!r}")
         bad = {m: v for m, v in self.k.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
         if bad:
             raise ValueError(f"--num-speculative-tokens: every count must be an integer >= 1, got {bad}")
@@ -207,7 +212,7 @@ class BenchConfig:
 
 SPLITS = ("eval", "validation", "all")  # code edits: the zoo's held-out split, the validation repositories', all
 ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
-                "tree_paths", "exact", "change_request", "dataset_digest")
+                "tree_paths", "exact", "change_request", "dataset_digest", "hf_shuffle")
 TREES = ("none", "dynamic", "static")
 
 
@@ -340,7 +345,7 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
     file = Path(data_dir) / DATA_FILES[cfg.dataset_name] if data_dir and cfg.dataset_name != "hf" else None
     if cfg.dataset_name == "hf":
         exs = data.load_hf(cfg.dataset_path, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
-                           split=cfg.hf_split)
+                           split=cfg.hf_split, shuffle_seed=cfg.seed if cfg.hf_shuffle else None)
     elif cfg.dataset_name == "mt-bench":
         exs = data.load_mt_bench(file)
     elif cfg.dataset_name == "editeval":
@@ -643,6 +648,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-output-len", type=int, default=None, help="output length (wins over --output-len)")
     p.add_argument("--temperature", "--temp", dest="temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--disable-shuffle", action="store_true", help="--dataset-name hf: take the prompts in the "
+                   "dataset's order (default: as vLLM's benchmarks, streamed and shuffled with --seed)")
     p.add_argument("--skip-chat-template", action="store_true")
     p.add_argument("--double-bos", action="store_true", help="reproduce the doubled-BOS bug")
     p.add_argument("--device", default=BenchConfig.device)
@@ -696,7 +703,8 @@ def main(argv: list[str] | None = None) -> None:
                           dataset_path=a.dataset_path if a.dataset_name == "hf" else None, hf_split=a.hf_split,
                           compile=a.compile, tree=a.tree, tree_depth=a.tree_depth, tree_top_k=a.tree_top_k,
                           tree_nodes=a.tree_nodes, tree_paths=a.tree_paths, exact=a.exact,
-                          dataset_digest=data.local_digest(local) if local else None)
+                          dataset_digest=data.local_digest(local) if local else None,
+                          hf_shuffle=True if a.dataset_name == "hf" and not a.disable_shuffle else None)
     except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:

@@ -376,6 +376,28 @@ def _check_split(splits: Collection[str], split: str, path) -> None:
         raise ValueError(f"--dataset-path {path} has splits {sorted(splits)}, not {split!r}")
 
 
+def _source(path: str, split: str) -> tuple:
+    """Where the ``split`` of ``path`` comes from: ``("saved", folder)`` for a ``save_to_disk`` folder,
+    ``("files", builder, files)`` for local files or folders of them (the parquet/JSON builder by extension; splits
+    as :func:`_split_files`), ``("hub", id)`` for a Hub id; a split a local dataset does not have raises
+    ``ValueError`` naming those it has."""
+    import datasets
+
+    p = Path(path).expanduser()
+    if p.exists():
+        if _saved_folder(p):
+            ds = datasets.load_from_disk(str(p))
+            _check_split([str(ds.split or "train")] if isinstance(ds, datasets.Dataset) else ds, split, path)
+            return ("saved", p)
+        builder, files = _data_files(p)
+        splits = _split_files(p, files)
+        _check_split(splits, split, path)
+        return ("files", builder, splits[split])
+    if str(path).count("/") == 1 and not str(path).startswith((".", "/", "~")):
+        return ("hub", str(path))
+    raise FileNotFoundError(f"--dataset-path {path}: no such file or folder (nor a Hub id owner/name)")
+
+
 def load_hf_table(path: str, split: str = "train"):
     """The ``split`` of a dataset as a ``datasets.Dataset`` of Python values: ``load_from_disk`` for a
     ``save_to_disk`` folder (a single dataset is the split it was saved from, ``train`` when unnamed), the
@@ -383,39 +405,71 @@ def load_hf_table(path: str, split: str = "train"):
     ``load_dataset`` for a Hub id. A split the dataset does not have raises ``ValueError`` naming those it has."""
     import datasets
 
-    p = Path(path).expanduser()
-    if p.exists():
-        if _saved_folder(p):
-            ds = datasets.load_from_disk(str(p))
-            if isinstance(ds, datasets.Dataset):
-                _check_split([str(ds.split or "train")], split, path)
-        else:
-            builder, files = _data_files(p)
-            splits = _split_files(p, files)
-            _check_split(splits, split, path)
-            files = splits[split]
-            try:
-                ds = datasets.load_dataset(builder, data_files=files, split="train")
-            except Exception as e:  # the JSON builder's errors name neither file nor line: find them
-                bad = _bad_json_line(files) if builder == "json" else None
-                if bad:
-                    raise ValueError(f"--dataset-path: {bad} is not a JSON object (one UTF-8 JSON object a line)"
-                                     ) from None
-                raise ValueError(f"--dataset-path {p}: cannot read it ({type(e).__name__}: {e})") from e
-    elif str(path).count("/") == 1 and not str(path).startswith((".", "/", "~")):
+    source = _source(path, split)
+    if source[0] == "saved":
+        ds = datasets.load_from_disk(str(source[1]))
+    elif source[0] == "files":
+        _, builder, files = source
         try:
-            ds = datasets.load_dataset(str(path))
-        except Exception as e:  # offline without a cached copy, missing or gated repository
-            first = (str(e).strip().splitlines() or [""])[0]
-            raise ValueError(f"cannot reach dataset {str(path)!r} on the Hugging Face Hub "
-                             f"({type(e).__name__}: {first[:160]}), nor is it a local file or folder; go online "
-                             "or pass a local copy") from e
+            ds = datasets.load_dataset(builder, data_files=files, split="train")
+        except Exception as e:  # the JSON builder's errors name neither file nor line: find them
+            bad = _bad_json_line(files) if builder == "json" else None
+            if bad:
+                raise ValueError(f"--dataset-path: {bad} is not a JSON object (one UTF-8 JSON object a line)"
+                                 ) from None
+            raise ValueError(f"--dataset-path {path}: cannot read it ({type(e).__name__}: {e})") from e
     else:
-        raise FileNotFoundError(f"--dataset-path {path}: no such file or folder (nor a Hub id owner/name)")
+        try:
+            ds = datasets.load_dataset(source[1])
+        except Exception as e:  # offline without a cached copy, missing or gated repository
+            raise _unreachable(path, e) from e
     if isinstance(ds, datasets.DatasetDict):
         _check_split(ds, split, path)
         ds = ds[split]
     return ds.with_format(None)  # rows of Python values, whatever format a saved dataset was left in
+
+
+def _unreachable(path: str, e: Exception) -> ValueError:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return ValueError(f"cannot reach dataset {str(path)!r} on the Hugging Face Hub ({type(e).__name__}: "
+                      f"{first[:160]}), nor is it a local file or folder; go online or pass a local copy")
+
+
+def shuffled_order(path: str, table, split: str, seed: int) -> list[int]:
+    """The row indices of ``table`` (:func:`load_hf_table` of ``path`` and ``split``) in the order vLLM's benchmark
+    datasets read the rows: streamed by ``datasets`` (one shard per data file; a saved dataset as one shard) and
+    shuffled with ``seed`` (``IterableDataset.shuffle``: the shards' order, then a buffer of 1,000 rows). Rows are
+    matched to ``table``'s by content (equal rows in their order)."""
+    import datasets
+
+    source = _source(path, split)
+    if source[0] == "saved":
+        stream = table.to_iterable_dataset(num_shards=1)
+    elif source[0] == "files":
+        stream = datasets.load_dataset(source[1], data_files=source[2], split="train", streaming=True)
+    else:
+        try:
+            stream = datasets.load_dataset(source[1], split=split, streaming=True)
+        except Exception as e:  # offline: streaming needs the Hub
+            raise _unreachable(path, e) from e
+
+    def key(row: dict) -> str:
+        return json.dumps(row, sort_keys=True, default=str)
+
+    where: dict[str, list[int]] = {}
+    for i, row in enumerate(table):
+        where.setdefault(key(row), []).append(i)
+    for positions in where.values():
+        positions.reverse()  # popped from the end: equal rows keep their order
+    order = []
+    for row in stream.shuffle(seed=seed):
+        positions = where.get(key(row))
+        if not positions:
+            raise ValueError(f"--dataset-path {path}: the streamed rows differ from the loaded ones")
+        order.append(positions.pop())
+    if len(order) != len(table):
+        raise ValueError(f"--dataset-path {path}: {len(order)} rows streamed, {len(table)} loaded")
+    return order
 
 
 def local_digest(path: str | Path) -> str | None:
@@ -451,21 +505,23 @@ def hf_kind(path: str, columns: Sequence[str]) -> str:
 
 
 def load_hf(path: str, *, min_distance: float | None = None, max_distance: float | None = None,
-            split: str = "train") -> list[Example]:
+            split: str = "train", shuffle_seed: int | None = None) -> list[Example]:
     """A Hub dataset (or a local copy of one) as examples prompted as vLLM's benchmarks do: Blazedit
     (:func:`blazedit_prompt`; ``norm_distance`` filtered to ``[min_distance, max_distance]``), MT-Bench (first
-    turn) or InstructCoder (:func:`instructcoder_prompt`). Ids are ``id``/``question_id`` or the row index."""
+    turn) or InstructCoder (:func:`instructcoder_prompt`). Ids are ``id``/``question_id`` or the row index. In the
+    dataset's order, or with ``shuffle_seed`` in the order vLLM's benchmarks read it (:func:`shuffled_order`)."""
     _check_bounds(min_distance, max_distance)
     ds = load_hf_table(path, split)
     kind = hf_kind(path, ds.column_names)
     out = []
-    rows = iter(ds)
+    rows, stream = [], iter(ds)
     for i in range(len(ds)):
-        where = f"{path} row {i}"
         try:
-            row = next(rows)
+            rows.append(next(stream))
         except UnicodeDecodeError as e:  # pyarrow reads such bytes into a string column and fails here
-            raise ValueError(f"{where}: a text field is not UTF-8 ({e.reason})") from None
+            raise ValueError(f"{path} row {i}: a text field is not UTF-8 ({e.reason})") from None
+    for i in range(len(ds)) if shuffle_seed is None else shuffled_order(path, ds, split, shuffle_seed):
+        where, row = f"{path} row {i}", rows[i]
         rid = next((str(row[k]) for k in ("id", "question_id") if row.get(k) is not None), str(i))
         if kind == "mt-bench":
             out.append(mt_bench_example(row, where, rid))

@@ -249,6 +249,34 @@ def _hub_forms(tmp_path, columns: dict, name: str) -> list[Path]:
     return [tmp_path / f"{name}{s}" for s in ("_disk", "_dict", ".parquet", ".jsonl", "_jsonl")]
 
 
+def test_a_seed_takes_the_rows_in_the_order_vllm_streams_them(tmp_path):
+    """With a seed the rows come as vLLM's benchmark datasets read them: `datasets` streams the data files (a shard
+    each: here three of unequal size) and shuffles them with the seed; ids stay the rows' own indices, equal rows
+    included. A saved dataset streams as one shard."""
+    datasets = pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    n = 1300  # over the stream's 1,000-row shuffle buffer
+    codes = [f"x = {i % 1100}\n" for i in range(n)]  # rows 1100.. repeat rows 0..
+    (tmp_path / "edits" / "data").mkdir(parents=True)
+    for i, (a, b) in enumerate([(0, 200), (200, 1000), (1000, n)]):
+        datasets.Dataset.from_dict({"code": codes[a:b], "change_request": ["c"] * (b - a),
+                                    "norm_distance": [0.1] * (b - a)}).to_parquet(
+            str(tmp_path / "edits" / "data" / f"train-{i:05d}-of-00003.parquet"))
+    for seed in (0, 7):
+        exs = load_hf(str(tmp_path / "edits"), shuffle_seed=seed)
+        vllm = datasets.load_dataset(str(tmp_path / "edits"), split="train", streaming=True).shuffle(seed=seed)
+        assert [e.input_text for e in exs] == [r["code"] for r in vllm]
+        assert sorted(int(e.id) for e in exs) == list(range(n)) and all(codes[int(e.id)] == e.input_text for e in exs)
+    assert [e.id for e in exs] != [e.id for e in load_hf(str(tmp_path / "edits"), shuffle_seed=0)]
+    assert [e.id for e in load_hf(str(tmp_path / "edits"))] == [str(i) for i in range(n)]  # no seed: file order
+
+    ds = datasets.load_dataset(str(tmp_path / "edits"), split="train")
+    ds.save_to_disk(str(tmp_path / "saved"))
+    one = [r["code"] for r in ds.to_iterable_dataset(num_shards=1).shuffle(seed=3)]
+    assert [e.input_text for e in load_hf(str(tmp_path / "saved"), shuffle_seed=3)] == one
+
+
 def test_hub_datasets_in_every_local_form(tmp_path):
     from hybridsd.data import load_hf
 

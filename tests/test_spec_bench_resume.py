@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments import results, spec_bench
+from hybridsd.data import load_hf
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["--method", "none", "--device", "cpu", "--dtype", "fp32", "--output-len", "2"]
@@ -68,6 +69,25 @@ def test_the_key_follows_the_data_not_its_place(tmp_path, monkeypatch):
     recorded = _rows(REPO / "experiments/results/trees/zoo_cpu_fp32/mt-bench__ngram.jsonl")[0]
     assert spec_bench.BenchConfig(**recorded["config"]).key() == recorded["config_key"]
     assert spec_bench.BenchConfig(dataset_name="hf", dataset_path="nobody/data").dataset_digest is None
+
+
+def test_hub_datasets_take_their_prompts_as_vllm_shuffles_them(tmp_path, monkeypatch):
+    """--dataset-name hf takes the first --num-prompts of the rows as vLLM's benchmarks stream them, shuffled with
+    --seed; --disable-shuffle takes them in the dataset's order, under the key such rows had before the shuffle."""
+    ran = []
+    monkeypatch.setattr(spec_bench, "run", lambda cfg, examples, *a, **kw: ran.append((cfg, examples)) or 0)
+    data = _questions(tmp_path / "q.jsonl", {i: f"Question {i}?" for i in range(40)})
+    argv = [*ARGS, "--dataset-name", "hf", "--dataset-path", str(data), "--num-prompts", "5",
+            "--output", str(tmp_path / "o.jsonl")]
+    for extra in ([], ["--seed", "1"], ["--disable-shuffle"]):
+        spec_bench.main([*argv, *extra])
+    (shuffled, a), (other, b), (plain, c) = ran
+    assert [e.id for e in c] == ["0", "1", "2", "3", "4"] and plain.hf_shuffle is None
+    assert shuffled.hf_shuffle is True and shuffled.key() != plain.key()
+    assert [e.id for e in a] == [e.id for e in load_hf(str(data), shuffle_seed=0)][:5] != [e.id for e in c]
+    assert [e.id for e in b] != [e.id for e in a]
+    old = {k: v for k, v in plain.__dict__.items() if k != "hf_shuffle"}  # a row written before the field
+    assert spec_bench.BenchConfig(**old).key() == plain.key()
 
 
 def test_rows_are_standard_json_and_read_back_as_nan(tmp_path):
