@@ -39,12 +39,14 @@ def _vocab_size(model: torch.nn.Module) -> int:
 def _prompt_ids(input_ids, vocab: int) -> torch.Tensor:
     """The prompt as a 1-D int64 CPU tensor; rejects batches, empty prompts, non-integer and out-of-vocabulary ids.
 
-    ``input_ids`` may also be what a tokenizer returns (a ``BatchEncoding`` or dict with ``"input_ids"``).
+    ``input_ids`` may also be what a tokenizer returns (a ``BatchEncoding`` or dict with ``"input_ids"``); the
+    padding its ``"attention_mask"`` marks with 0 (left or right of the tokens) is dropped.
     """
+    mask = None
     if isinstance(input_ids, Mapping):  # BatchEncoding is a Mapping (UserDict)
         if "input_ids" not in input_ids:
             raise ValueError(f"input_ids is a mapping without an 'input_ids' entry (keys: {sorted(input_ids)})")
-        input_ids = input_ids["input_ids"]
+        input_ids, mask = input_ids["input_ids"], input_ids.get("attention_mask")
     try:
         ids = torch.as_tensor(input_ids)
     except (TypeError, ValueError, RuntimeError) as e:
@@ -61,10 +63,36 @@ def _prompt_ids(input_ids, vocab: int) -> torch.Tensor:
         ids = ids[0]
     if ids.ndim != 1:
         raise ValueError(f"input_ids must be 1-D or [1, T], got shape {tuple(ids.shape)}")
+    if mask is not None:
+        ids = ids[_unpadded(mask, ids.numel())]
     bad = ids[(ids < 0) | (ids >= vocab)]
     if bad.numel():
         raise ValueError(f"input_ids holds token id {int(bad[0])}, outside the model's vocabulary [0, {vocab})")
     return ids
+
+
+def _unpadded(mask, length: int) -> torch.Tensor:
+    """``[length]`` bool: the tokens a tokenizer's ``attention_mask`` (``[length]`` or ``[1, length]`` of 0/1) keeps,
+    one run of them; a ValueError naming ``attention_mask`` otherwise."""
+    try:
+        keep = torch.as_tensor(mask).to("cpu")
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"attention_mask must be a tensor, array or list of 0/1, got {type(mask).__name__}: {e}") \
+            from None
+    if keep.ndim == 2 and keep.shape[0] == 1:
+        keep = keep[0]
+    if keep.shape != (length,):
+        raise ValueError(f"attention_mask must have the shape of input_ids ({length} tokens), got {tuple(keep.shape)}")
+    if not ((keep == 0) | (keep == 1)).all():
+        raise ValueError(f"attention_mask must hold 0 (padding) and 1 (token) only, got {keep.unique().tolist()}")
+    keep = keep != 0  # [length]
+    where = keep.nonzero()[:, 0]  # [kept]
+    if where.numel() == 0:
+        raise ValueError("empty prompt: attention_mask masks every token of input_ids")
+    if int(where[-1] - where[0]) + 1 != where.numel():
+        raise ValueError(f"attention_mask must mark one run of tokens, padding only before or after it; it masks "
+                         f"tokens between positions {int(where[0])} and {int(where[-1])}")
+    return keep
 
 
 def _check_bos(model: torch.nn.Module, ids: torch.Tensor, on_double_bos: str) -> None:
@@ -81,9 +109,11 @@ def _check_bos(model: torch.nn.Module, ids: torch.Tensor, on_double_bos: str) ->
 
 
 def _eos_set(model: torch.nn.Module, eos_token_id, vocab: int) -> frozenset[int]:
+    name = "eos_token_id"
     if eos_token_id is None:
         gen_cfg = getattr(model, "generation_config", None)
         eos_token_id = getattr(gen_cfg, "eos_token_id", None)
+        name = "the model's generation_config.eos_token_id (pass eos_token_id to override)"
     if eos_token_id is None:
         return frozenset()
     ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else eos_token_id
@@ -91,14 +121,14 @@ def _eos_set(model: torch.nn.Module, eos_token_id, vocab: int) -> frozenset[int]
         integer = not ids.dtype.is_floating_point and not ids.dtype.is_complex and ids.dtype != torch.bool \
             if isinstance(ids, torch.Tensor) else np.issubdtype(ids.dtype, np.integer)
         if not integer:
-            raise TypeError(f"eos_token_id must be a token id or a sequence of them, got a {ids.dtype} array")
+            raise TypeError(f"{name} must be a token id or a sequence of them, got a {ids.dtype} array")
         ids = [int(e) for e in ids.reshape(-1).tolist()]
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | torch.Tensor | np.ndarray) or any(
             isinstance(e, bool) or not isinstance(e, numbers.Integral | torch.Tensor | np.integer) for e in ids):
-        raise TypeError(f"eos_token_id must be a token id or a sequence of them, got {eos_token_id!r}")
+        raise TypeError(f"{name} must be a token id or a sequence of them, got {eos_token_id!r}")
     for e in ids:
         if not 0 <= int(e) < vocab:
-            raise ValueError(f"eos_token_id {int(e)} is outside the model's vocabulary [0, {vocab})")
+            raise ValueError(f"{name}: token id {int(e)} is outside the model's vocabulary [0, {vocab})")
     return frozenset(int(e) for e in ids)
 
 
@@ -159,8 +189,9 @@ def generate(
     reported by ``on_double_bos``: ``"warn"``, ``"raise"`` (ValueError) or ``"ignore"``.
 
     ``input_ids`` is a 1-D or ``[1, T]`` integer tensor, array or list, or what a tokenizer returns (a
-    ``BatchEncoding`` or dict with ``"input_ids"``, e.g. from ``apply_chat_template(..., return_tensors="pt")``);
-    on any device: it is copied to the model's device. Every argument is checked before any work: a wrong type
+    ``BatchEncoding`` or dict with ``"input_ids"``, e.g. from ``apply_chat_template(..., return_tensors="pt")``;
+    padding its ``"attention_mask"`` marks with 0, before or after the tokens, is dropped); on any device: it is
+    copied to the model's device. Every argument is checked before any work: a wrong type
     raises ``TypeError``, a wrong value (a token id outside the vocabulary, a negative or non-finite
     temperature, a drafter made for another model) ``ValueError``, each naming the argument.
 
@@ -209,7 +240,7 @@ def generate(
     generator = None
     if temperature > 0:
         generator = torch.Generator(device=device)
-        generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
+        generator.manual_seed(int(seed) if seed is not None else int(torch.randint(2**62, ()).item()))
 
     stats = SpecStats()
     prompt = ids.to(device)
@@ -246,7 +277,7 @@ def generate(
             drafted=tree.reach(node) if tree is not None else 0,
             accepted=accepted,
             emitted=kept,
-            source=tree.sources[node] if accepted else None,
+            source=tree.sources[tree.path(node)[accepted - 1]] if accepted else None,  # EOS may cut the path
             tree_tokens=len(tree) if tree is not None else 0,
         ))
         if drafter is not None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import VOCAB, OracleDrafter, hf_greedy, prompts, tiny_target
-from hybridsd.drafters.base import Drafter
+from hybridsd.drafters.base import Draft, Drafter
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
@@ -227,3 +227,66 @@ def test_replay_drafter_drafts_what_the_target_accepts(target):
     assert all(s.drafted == 4 for s in trace[:-1])
     with pytest.raises(ValueError, match="k must be"):
         ReplayDrafter(ref, 0)
+
+
+def test_tokenizer_padding_is_dropped(target):
+    """An encoding padded before or after the prompt (``attention_mask`` 0 there) generates what the prompt alone
+    does, as HF ``generate`` does with left padding; a mask that is not one run of tokens is named in the error."""
+    from transformers import BatchEncoding
+
+    ids = PROMPTS[2]
+    want = generate(target, ids, max_new_tokens=6, eos_token_id=[]).tokens
+    pad, ones = torch.zeros(3, dtype=torch.long), torch.ones_like(ids)
+    for before in (True, False):
+        toks, mask = (torch.cat([pad, ids]), torch.cat([pad, ones])) if before else (torch.cat([ids, pad]),
+                                                                                     torch.cat([ones, pad]))
+        enc = BatchEncoding({"input_ids": toks[None], "attention_mask": mask[None]})
+        assert generate(target, enc, max_new_tokens=6, eos_token_id=[]).tokens == want
+    assert generate(target, {"input_ids": ids.tolist(), "attention_mask": [1] * len(ids)}, max_new_tokens=6,
+                    eos_token_id=[]).tokens == want
+    holes = torch.cat([ids[:1], pad, ids[1:]])
+    for mask, word in [(torch.cat([ones[:1], pad, ones[1:]]), "one run"), (torch.zeros_like(holes), "empty prompt"),
+                       (torch.ones(3), "shape"), (torch.full_like(holes, 2), "0 \\(padding\\) and 1")]:
+        with pytest.raises(ValueError, match=word):
+            generate(target, {"input_ids": holes, "attention_mask": mask}, max_new_tokens=2)
+
+
+def test_numpy_seed_is_a_seed(target):
+    """A numpy integer seed (e.g. drawn with numpy) seeds the run as the same Python int does."""
+    import numpy as np
+
+    kw = dict(drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=12, temperature=0.9, eos_token_id=[])
+    assert generate(target, PROMPTS[1], seed=np.int64(5), **kw).tokens == generate(target, PROMPTS[1], seed=5,
+                                                                                        **kw).tokens
+
+
+def test_bad_eos_from_generation_config_says_where_it_came_from():
+    """An EOS id of the model's generation config outside the vocabulary is reported as the config's, with the
+    way around it."""
+    model = tiny_target("llama", layers=1)
+    model.generation_config.eos_token_id = [2, VOCAB + 5]
+    with pytest.raises(ValueError, match=f"generation_config.eos_token_id .*{VOCAB + 5}"):
+        generate(model, PROMPTS[0], max_new_tokens=2)
+    generate(model, PROMPTS[0], max_new_tokens=2, eos_token_id=[2])
+
+
+def test_eos_in_a_shared_prefix_credits_its_drafter(target):
+    """Two branches share their first token (merged: the first branch's node) and the second branch wins; when EOS
+    is that shared token the kept path is the shared node alone, so the step is the first branch's."""
+
+    class TwoBranches(OracleDrafter):
+        def propose(self, request):
+            r, pos = self.continuation, self.position(request)
+            wrong = (r[pos + 1] + 1) % VOCAB
+            return [Draft(torch.tensor([r[pos], wrong]), "a"), Draft(torch.tensor([r[pos], r[pos + 1]]), "b")]
+
+    for ids in PROMPTS:
+        ref = hf_greedy(target, ids, 8, eos_token_id=[])
+        if ref[1] not in ref[:1]:
+            break
+    res = generate(target, ids, drafter=TwoBranches(ref, 2), max_new_tokens=8, eos_token_id=ref[1])
+    assert res.tokens == ref[:2]
+    step = res.stats.trace[0]
+    assert (step.accepted, step.source) == (1, "a") and dict(res.stats.steps_won_by) == {"a": 1}
+    res = generate(target, ids, drafter=TwoBranches(ref, 2), max_new_tokens=8, eos_token_id=[])
+    assert (res.stats.trace[0].accepted, res.stats.trace[0].source) == (2, "b")  # without EOS: the deeper branch
