@@ -122,6 +122,9 @@ DRAFTER_CASES = [  # (case, drafter builder from the fixtures, words)
     ("eagle3 head reading layers the target lacks",
      lambda o: EagleDrafter(EagleHead.from_target(o["weights"], "eagle3", target_layers=(1, 2, 9))),
      ["target layers"]),
+    ("eagle3 head reading a layer before the first",
+     lambda o: EagleDrafter(EagleHead.from_target(o["weights"], "eagle3", target_layers=(-10, 1, 2))),
+     ["target layers"]),
 ]
 
 

@@ -104,6 +104,20 @@ def test_bad_trees_are_rejected():
         EagleTreeDrafter(head, depth=2, top_k=2, nodes=7)
     with pytest.raises(ValueError, match="top_k"):
         EagleTreeDrafter(head, depth=2, top_k=0)
+    with pytest.raises(TypeError, match="parents must be node indices"):
+        DraftTree(torch.tensor([1, 2]), (-1, 0.5), ("a", "a"))  # else a TypeError deep in path() mid-generation
+    with pytest.raises(ValueError, match=f"rank {SMALL_V}.*vocabulary has only {SMALL_V}"):
+        EagleTreeDrafter(head, paths=[(0,), (SMALL_V,)])  # else topk fails mid-generation
+    EagleTreeDrafter(head, paths=[(0,), (SMALL_V - 1,)])
+    with pytest.raises(TypeError, match="depth must be an int"):
+        EagleTreeDrafter(head, depth=2.0)
+    d = EagleTreeDrafter(head, depth=np.int64(2), top_k=np.int32(2), nodes=np.int64(4))  # numpy ints, as everywhere
+    assert (d.depth, d.top_k, d.nodes) == (2, 2, 4) and type(d.depth) is int
+
+
+def test_tree_parents_are_normalized():
+    tree = DraftTree(torch.tensor([1, 2, 3]), [-1, np.int64(0), 1], ("a",) * 3)
+    assert tree.parents == (-1, 0, 1) and all(type(p) is int for p in tree.parents) and tree.is_chain()
 
 
 # ---- verification ------------------------------------------------------------------

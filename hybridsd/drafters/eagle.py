@@ -59,7 +59,7 @@ class EagleDrafter(Drafter):
         if (cfg.vocab_size, cfg.hidden_size) != tuple(emb.shape):
             raise ValueError(f"the EAGLE head is made for a vocabulary of {cfg.vocab_size} tokens and hidden size "
                              f"{cfg.hidden_size}; the target's embedding is {list(emb.shape)}")
-        if layers is not None and max(cfg.target_layers) > layers:
+        if layers is not None and not all(-(layers + 1) <= i <= layers for i in cfg.target_layers):  # layers + 1 states
             raise ValueError(f"the EAGLE head reads target layers {cfg.target_layers}; the target has {layers}")
         borrowed = self.head._target[0].weight
         if self.head.embed_tokens is None and borrowed is not emb and not (borrowed.is_meta or emb.is_meta):

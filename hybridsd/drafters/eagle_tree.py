@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from hybridsd.drafters.base import ProposeRequest
+from hybridsd.drafters.base import ProposeRequest, check_count
 from hybridsd.drafters.eagle import EagleDrafter, _GraphedDraft
 from hybridsd.drafters.tree import DraftTree, leaf_count, paths_to_parents
 from hybridsd.eagle.model import EagleHead
@@ -46,8 +46,8 @@ class EagleTreeDrafter(EagleDrafter):
                  paths: Sequence[Sequence[int]] | None = None, cuda_graphs: bool = True,
                  compile: bool | str = False) -> None:
         for name, v in (("depth", depth), ("top_k", top_k), ("nodes", nodes)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_count(name, v)
+        depth, top_k, nodes = int(depth), int(top_k), int(nodes)
         if not isinstance(compile, (bool, str)) or compile in ("reduce-overhead", "max-autotune"):
             raise ValueError(f"compile must be a bool or a torch.compile mode without CUDA graphs, got {compile!r}")
         self._level = self._head_level
@@ -64,6 +64,9 @@ class EagleTreeDrafter(EagleDrafter):
                              f"depth={depth}, top_k={top_k}")
         if paths is None and top_k > head.config.out_vocab_size:
             raise ValueError(f"top_k={top_k} exceeds the head's vocabulary ({head.config.out_vocab_size})")
+        if paths is not None and max(self._ranks) >= head.config.out_vocab_size:
+            raise ValueError(f"paths use child rank {max(self._ranks)}, but the head's vocabulary has only "
+                             f"{head.config.out_vocab_size} tokens")
         super().__init__(head, k=depth, cuda_graphs=cuda_graphs)
         self.depth, self.top_k, self.nodes = depth, top_k, nodes
 

@@ -29,6 +29,8 @@ class HybridDrafter(Drafter):
         for role, child in (("ngram", ngram), ("eagle", eagle)):
             if not isinstance(child, Drafter):
                 raise TypeError(f"HybridDrafter's {role} must be a hybridsd Drafter, got {type(child).__name__}")
+        if ngram is eagle:  # one object would observe every position twice
+            raise ValueError("HybridDrafter's ngram and eagle must be two drafter objects, got the same one twice")
         self.ngram, self.eagle = ngram, eagle
         self.policy = policy
         self.skip_eagle_on_hit = skip_eagle_on_hit
@@ -68,7 +70,7 @@ class HybridDrafter(Drafter):
         cols = self._columns[id(child)]
         if not cols or hidden is None:
             return None
-        if len(cols) == len(self.hidden_layers):
+        if cols == list(range(len(self.hidden_layers))):  # all layers, in the same order
             return hidden
         h = hidden.shape[-1] // len(self.hidden_layers)
         return torch.cat([hidden[:, c * h : (c + 1) * h] for c in cols], dim=-1)  # [m, len(cols)*H]

@@ -17,6 +17,7 @@ proposal the verifier must account for.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -39,6 +40,12 @@ class DraftTree:
 
     def __post_init__(self) -> None:
         n = len(self.parents)
+        if not all(type(p) is int for p in self.parents):  # the drafters' own trees skip this (a step's hot path)
+            if any(isinstance(p, bool) or not isinstance(p, numbers.Integral) for p in self.parents):
+                raise TypeError(f"DraftTree.parents must be node indices (ints), got {self.parents}")
+            object.__setattr__(self, "parents", tuple(int(p) for p in self.parents))
+        elif type(self.parents) is not tuple:
+            object.__setattr__(self, "parents", tuple(self.parents))
         if self.tokens.ndim != 1 or self.tokens.shape[0] != n:
             raise ValueError(f"DraftTree.tokens must be 1-D with one entry per parent, got shape "
                              f"{tuple(self.tokens.shape)} for {n} parents")
