@@ -31,9 +31,11 @@ import hashlib
 import json
 import math
 import os
+import random
 import sys
 import time
 import traceback
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -340,7 +342,8 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
     """The run's prompts in a deterministic order (code edits: ``cfg.split``, the zoo's held-out split by default;
     ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6], 0: every prompt inside
     the bins). ``num_prompts`` beyond the
-    dataset repeats it in order (ids get ``#2``, ``#3``, ...) unless ``oversample`` is false, as vLLM does.
+    dataset adds prompts drawn from it with replacement, as vLLM does (``random.Random(seed).choices``; a prompt's
+    repeats get ids ``#2``, ``#3``, ...), unless ``oversample`` is false.
     ``ValueError`` when two prompts of the dataset have one id (results rows are keyed by it)."""
     file = Path(data_dir) / DATA_FILES[cfg.dataset_name] if data_dir and cfg.dataset_name != "hf" else None
     if cfg.dataset_name == "hf":
@@ -374,9 +377,11 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
         raise ValueError(f"--num-prompts must be >= 1, got {num_prompts}")
     if not exs:
         raise ValueError(f"no prompts left in {cfg.dataset_path or cfg.dataset_name} after the filters")
-    if num_prompts and num_prompts > len(exs) and oversample:
-        exs = exs + [replace(e, id=f"{e.id}#{1 + i // len(exs) + 1}")
-                     for i, e in enumerate(exs * (num_prompts // len(exs)))][: num_prompts - len(exs)]
+    if num_prompts and num_prompts > len(exs) and oversample:  # as vLLM: random.seed(seed); random.choices
+        exs, times = list(exs), Counter(e.id for e in exs)
+        for e in random.Random(cfg.seed).choices(exs, k=num_prompts - len(exs)):
+            times[e.id] += 1
+            exs.append(replace(e, id=f"{e.id}#{times[e.id]}"))
     return exs[:num_prompts] if num_prompts else exs
 
 
@@ -640,7 +645,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--blazedit-max-distance", type=float, default=None)
     p.add_argument("--num-prompts", type=int, default=None)
     p.add_argument("--no-oversample", action="store_true",
-                   help="with --num-prompts beyond the dataset, run what there is (default: repeat prompts)")
+                   help="with --num-prompts beyond the dataset, run what there is (default: draw more, as vLLM)")
     p.add_argument("--per-bin", type=int, default=None,
                    help="at most N prompts per edit-norm bin (--bin-width; 0: every prompt inside the bins)")
     p.add_argument("--bin-width", type=float, default=0.05, help="width of the --per-bin bins over [0, 0.6]")

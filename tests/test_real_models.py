@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import shlex
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from tiny_checkpoints import BOS, END_OF_TEXT, EOT, datasets_on_disk, target_folder
 
 from experiments import spec_bench
-from hybridsd import checkpoint, prompts, zoo
+from hybridsd import checkpoint, data, prompts, zoo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,7 +80,9 @@ def test_pr_command_lines_are_lossless(study, family, capsys):
     assert "--num-prompts 90 but the dataset has 3 prompts" in err.err  # --no-oversample says so, once a line
     assert "--- " in err.out  # --print-output
     ids = [json.loads(x)["example_id"] for x in (runs / "3.jsonl").read_text().splitlines()]
-    assert ids == ["81", "82", "83", "81#2"]  # MT-Bench oversampled to --num-prompts 4, as vLLM does
+    first = [e.id for e in data.load_hf(str(study["data"]["mt-bench"]), shuffle_seed=0)]  # vLLM's stream order
+    assert sorted(first) == ["81", "82", "83"]  # MT-Bench oversampled to --num-prompts 4, as vLLM does:
+    assert ids == first + [random.Random(0).choices(first)[0] + "#2"]  # random.seed(seed), random.choices
     study[f"runs-{family}"] = runs
 
 

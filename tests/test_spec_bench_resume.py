@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import shutil
 from pathlib import Path
 
@@ -88,6 +89,14 @@ def test_hub_datasets_take_their_prompts_as_vllm_shuffles_them(tmp_path, monkeyp
     assert [e.id for e in b] != [e.id for e in a]
     old = {k: v for k, v in plain.__dict__.items() if k != "hf_shuffle"}  # a row written before the field
     assert spec_bench.BenchConfig(**old).key() == plain.key()
+
+    small = _questions(tmp_path / "small.jsonl", {1: "Hi?", 2: "Why?"})  # 2 prompts, 9 asked: 7 drawn as vLLM draws
+    spec_bench.main([*ARGS, "--dataset-name", "hf", "--dataset-path", str(small), "--num-prompts", "9",
+                     "--disable-shuffle", "--seed", "3", "--output", str(tmp_path / "o.jsonl")])
+    ids = [e.id for e in ran[-1][1]]
+    drawn = random.Random(3).choices(["1", "2"], k=7)
+    assert ids[:2] == ["1", "2"] and [i.split("#")[0] for i in ids[2:]] == drawn
+    assert ids[2:] == [f"{d}#{drawn[: j + 1].count(d) + 1}" for j, d in enumerate(drawn)]  # each repeat numbered
 
 
 def test_rows_are_standard_json_and_read_back_as_nan(tmp_path):
