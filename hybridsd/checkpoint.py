@@ -126,5 +126,5 @@ def load_target(name_or_path: str | Path, *, device="cpu", dtype: str = "auto") 
 
 
 def zoo_heads(folder: Path) -> dict[str, Path]:
-    """EAGLE head folders shipped beside a target in the zoo's layout (``eagle1/``, ``eagle3/``)."""
-    return {k: folder / k for k in zoo.HEAD_KINDS if (folder / k / "config.json").is_file()}
+    """EAGLE head folders shipped beside a target in the zoo's layout (:func:`hybridsd.zoo.head_folders`)."""
+    return zoo.head_folders(folder)

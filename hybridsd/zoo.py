@@ -35,12 +35,18 @@ def path(name: str | None = None) -> Path:
     return MODELS_DIR / name
 
 
+def head_folders(folder: Path) -> dict[str, Path]:
+    """The EAGLE head folders beside a target in the zoo's layout: ``eagle1/`` and ``eagle3/`` holding a
+    ``config.json``."""
+    return {k: folder / k for k in HEAD_KINDS if (folder / k / "config.json").is_file()}
+
+
 def load(name: str | None = None, device="cpu", dtype=None):
     """Load a zoo model: ``(model, tokenizer, heads)``.
 
     ``model`` is an ``AutoModelForCausalLM`` in eval mode on ``device``, in ``dtype`` (default: float32 on CPU,
     bfloat16 on CUDA); ``tokenizer`` the model's tokenizer; ``heads`` maps ``"eagle1"`` / ``"eagle3"`` to an
-    ``hybridsd.eagle.model.EagleHead`` for each such subfolder that exists (absent keys: no such head).
+    ``hybridsd.eagle.model.EagleHead`` for each head folder it has (:func:`head_folders`; absent keys: no such head).
     Everything is read from the repository (``local_files_only=True``).
     """
     import torch
@@ -54,13 +60,11 @@ def load(name: str | None = None, device="cpu", dtype=None):
     model = model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     heads = {}
-    for kind in HEAD_KINDS:
-        sub = folder / kind
-        if sub.is_dir():
-            from hybridsd.eagle.model import EagleHead  # imported only when a head exists
+    for kind, sub in head_folders(folder).items():
+        from hybridsd.eagle.model import EagleHead  # imported only when a head exists
 
-            head = EagleHead.from_pretrained(sub, target=model)
-            if isinstance(head, torch.nn.Module):
-                head = head.to(device=device, dtype=dtype).eval()
-            heads[kind] = head
+        head = EagleHead.from_pretrained(sub, target=model)
+        if isinstance(head, torch.nn.Module):
+            head = head.to(device=device, dtype=dtype).eval()
+        heads[kind] = head
     return model, tokenizer, heads

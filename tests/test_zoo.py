@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridsd import zoo
+from hybridsd import checkpoint, zoo
 
 FOLDER = zoo.MODELS_DIR / "tiny-coder"
 HAS_WEIGHTS = (FOLDER / "config.json").is_file() and any(FOLDER.glob("*.safetensors"))
@@ -191,3 +191,21 @@ def test_eval_split_is_held_out():
     if record_path.is_file():
         digest = hashlib.sha256("\n".join(train_ids).encode()).hexdigest()
         assert digest == json.loads(record_path.read_text())["data"]["sft_train_ids_sha256"]
+
+
+def test_a_head_folder_without_a_config_is_no_head(tmp_path, monkeypatch):
+    """zoo.load and spec_bench (checkpoint.zoo_heads) take the same head folders: eagle1/ or eagle3/ holding a
+    config.json; an empty or half-copied one is skipped rather than failing the load."""
+    target = tmp_path / "models" / "tc"
+    target.mkdir(parents=True)
+    for f in FOLDER.iterdir():
+        if f.is_file():
+            (target / f.name).symlink_to(f)
+    (target / "eagle1").mkdir()  # no config.json
+    (target / "eagle3").mkdir()
+    (target / "eagle3" / "config.json").write_text("{}")
+    assert zoo.head_folders(target) == checkpoint.zoo_heads(target) == {"eagle3": target / "eagle3"}
+    (target / "eagle3" / "config.json").unlink()
+    monkeypatch.setattr(zoo, "MODELS_DIR", tmp_path / "models")
+    model, _, heads = zoo.load("tc")
+    assert heads == {} and model.config.num_hidden_layers > 0
