@@ -44,8 +44,8 @@ def build_prompt_ids(tokenizer, text_or_messages: str | Sequence[dict], *, chat:
     the messages, after an optional ``system`` message), tokenized with ``add_special_tokens=False``,
     so the prompt holds exactly the BOS tokens the template writes. ``bos_mode="doubled"`` instead
     tokenizes the templated text with ``add_special_tokens=True``, reproducing the doubled-BOS bug for
-    experiments. ``chat=False`` (vLLM's ``--skip-chat-template``): the plain text tokenized with the
-    tokenizer's own special-token default.
+    experiments. ``chat=False`` (``--skip-chat-template``): the plain text tokenized with the tokenizer's own
+    special-token default (its BOS, where it adds one; vLLM's script encodes with ``add_special_tokens=False``).
     """
     if bos_mode not in BOS_MODES:
         raise ValueError(f"bos_mode must be one of {BOS_MODES}, got {bos_mode!r}")
