@@ -23,7 +23,8 @@
 # heads, of the installed target (or of the target in TARGET_DIR). The heads start from the installed ones
 # (HEADS_INIT= : from the target, for a target of another shape).
 #
-# The base target, in order (install each step's result before the next; about 33 GPU-minutes and 12 CPU-minutes;
+# The base target, in order (install each step's result before the next; about 31 GPU-minutes with the heads and 12
+# CPU-minutes;
 # each step's record is in hybridsd/models/tiny-coder/, named after the step):
 #   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470 \
 #     --span-share 0" bash experiments/train_zoo_gpu.sh $OUT      # from scratch: 6.3 min (training_config_from_scratch.json)
@@ -70,7 +71,7 @@
 # TARGET_EXTRA="... --no-gate" skips the quality gate at the end of a target call (a stage whose target is trained
 # further, with NO_HEADS=1: nothing reads its gate); its record says so.
 # On 96 evaluation prompts (CPU, `python -m experiments.train_zoo gate --rows eval --prompts 96`) the repaired target
-# has EOS share 0.83 and Spearman 0.34 [95% CI 0.17, 0.50], the installed zoo 0.99 and 0.56 [0.40, 0.69].
+# has EOS share 0.83 and Spearman 0.34 [95% CI 0.17, 0.50], the base target 0.99 and 0.56 [0.40, 0.69].
 set -uo pipefail
 OUT=${1:?usage: train_zoo_gpu.sh OUT_DIR [--smoke]}
 SMOKE=${2:-}
