@@ -545,8 +545,8 @@ def edit_places() -> None:
 
 
 def data_prep(rerun_run: dict) -> None:
-    """data_prep_h200/: stage 3's edit-tuning examples made on one machine with the compiled token alignment and with
-    difflib (same examples), and stage 1 of the lineage at that code on another machine (its data preparation
+    """data_prep_h200/: stage 3's edit-tuning examples made in one call with the compiled token alignment and with
+    difflib (same examples), and stage 1 of the lineage at that code in another call (its data preparation
     against the rerun's)."""
     timing = json.loads((DATA_PREP / "alignment_timing.json").read_text())
     num("zooAlignCompiledS", "--".join(f"{timing[k]:.0f}" for k in ("sft_examples_compiled_s",
