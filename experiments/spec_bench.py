@@ -342,8 +342,8 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
     """The run's prompts in a deterministic order (code edits: ``cfg.split``, the zoo's held-out split by default;
     ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6], 0: every prompt inside
     the bins). ``num_prompts`` beyond the
-    dataset adds prompts drawn from it with replacement, as vLLM does (``random.Random(seed).choices``; a prompt's
-    repeats get ids ``#2``, ``#3``, ...), unless ``oversample`` is false.
+    dataset adds prompts drawn from it with replacement, as vLLM does (``random.Random(seed).choice`` once per
+    missing prompt; a prompt's repeats get ids ``#2``, ``#3``, ...), unless ``oversample`` is false.
     ``ValueError`` when two prompts of the dataset have one id (results rows are keyed by it)."""
     file = Path(data_dir) / DATA_FILES[cfg.dataset_name] if data_dir and cfg.dataset_name != "hf" else None
     if cfg.dataset_name == "hf":
@@ -377,9 +377,11 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
         raise ValueError(f"--num-prompts must be >= 1, got {num_prompts}")
     if not exs:
         raise ValueError(f"no prompts left in {cfg.dataset_path or cfg.dataset_name} after the filters")
-    if num_prompts and num_prompts > len(exs) and oversample:  # as vLLM: random.seed(seed); random.choices
-        exs, times = list(exs), Counter(e.id for e in exs)
-        for e in random.Random(cfg.seed).choices(exs, k=num_prompts - len(exs)):
+    if num_prompts and num_prompts > len(exs) and oversample:  # as vLLM: random.seed(seed), random.choice a prompt
+        base, rng, times = exs, random.Random(cfg.seed), Counter(e.id for e in exs)
+        exs = list(base)
+        for _ in range(num_prompts - len(base)):
+            e = rng.choice(base)
             times[e.id] += 1
             exs.append(replace(e, id=f"{e.id}#{times[e.id]}"))
     return exs[:num_prompts] if num_prompts else exs

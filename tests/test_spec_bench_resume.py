@@ -94,7 +94,8 @@ def test_hub_datasets_take_their_prompts_as_vllm_shuffles_them(tmp_path, monkeyp
     spec_bench.main([*ARGS, "--dataset-name", "hf", "--dataset-path", str(small), "--num-prompts", "9",
                      "--disable-shuffle", "--seed", "3", "--output", str(tmp_path / "o.jsonl")])
     ids = [e.id for e in ran[-1][1]]
-    drawn = random.Random(3).choices(["1", "2"], k=7)
+    rng = random.Random(3)  # vLLM: random.seed(seed), then random.choice once per missing prompt
+    drawn = [rng.choice(["1", "2"]) for _ in range(7)]
     assert ids[:2] == ["1", "2"] and [i.split("#")[0] for i in ids[2:]] == drawn
     assert ids[2:] == [f"{d}#{drawn[: j + 1].count(d) + 1}" for j, d in enumerate(drawn)]  # each repeat numbered
 
