@@ -341,14 +341,15 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
                   per_bin: int | None = None, oversample: bool = True, bin_width: float = 0.05) -> list[data.Example]:
     """The run's prompts in a deterministic order (code edits: ``cfg.split``, the zoo's held-out split by default;
     ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6], 0: every prompt inside
-    the bins). ``num_prompts`` beyond the
-    dataset adds prompts drawn from it with replacement, as vLLM does (``random.Random(seed).choice`` once per
-    missing prompt; a prompt's repeats get ids ``#2``, ``#3``, ...), unless ``oversample`` is false.
-    ``ValueError`` when two prompts of the dataset have one id (results rows are keyed by it)."""
+    the bins; without it, an ``hf`` dataset is read no further than its first ``num_prompts`` prompts, as vLLM
+    reads it). ``num_prompts`` beyond the dataset adds prompts drawn from it with replacement, as vLLM does
+    (``random.Random(seed).choice`` once per missing prompt; a prompt's repeats get ids ``#2``, ``#3``, ...), unless
+    ``oversample`` is false. ``ValueError`` when two prompts read have one id (results rows are keyed by it)."""
     file = Path(data_dir) / DATA_FILES[cfg.dataset_name] if data_dir and cfg.dataset_name != "hf" else None
     if cfg.dataset_name == "hf":
         exs = data.load_hf(cfg.dataset_path, min_distance=cfg.min_distance, max_distance=cfg.max_distance,
-                           split=cfg.hf_split, shuffle_seed=cfg.seed if cfg.hf_shuffle else None)
+                           split=cfg.hf_split, shuffle_seed=cfg.seed if cfg.hf_shuffle else None,
+                           limit=num_prompts if per_bin is None and (num_prompts or 0) >= 1 else None)
     elif cfg.dataset_name == "mt-bench":
         exs = data.load_mt_bench(file)
     elif cfg.dataset_name == "editeval":

@@ -13,7 +13,7 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -435,11 +435,11 @@ def _unreachable(path: str, e: Exception) -> ValueError:
                       f"{first[:160]}), nor is it a local file or folder; go online or pass a local copy")
 
 
-def shuffled_order(path: str, table, split: str, seed: int) -> list[int]:
-    """The row indices of ``table`` (:func:`load_hf_table` of ``path`` and ``split``) in the order vLLM's benchmark
-    datasets read the rows: streamed by ``datasets`` (one shard per data file; a saved dataset as one shard) and
-    shuffled with ``seed`` (``IterableDataset.shuffle``: the shards' order, then a buffer of 1,000 rows). Rows are
-    matched to ``table``'s by content (equal rows in their order)."""
+def shuffled_order(path: str, table, split: str, seed: int, rows: Sequence[dict] | None = None) -> Iterator[int]:
+    """The row indices of ``table`` (:func:`load_hf_table` of ``path`` and ``split``; ``rows``: its rows, if read
+    already) in the order vLLM's benchmark datasets read the rows, lazily: streamed by ``datasets`` (one shard per
+    data file; a saved dataset as one shard) and shuffled with ``seed`` (``IterableDataset.shuffle``: the shards'
+    order, then a buffer of 1,000 rows). Rows are matched to ``table``'s by content (equal rows in their order)."""
     import datasets
 
     source = _source(path, split)
@@ -457,19 +457,19 @@ def shuffled_order(path: str, table, split: str, seed: int) -> list[int]:
         return json.dumps(row, sort_keys=True, default=str)
 
     where: dict[str, list[int]] = {}
-    for i, row in enumerate(table):
+    for i, row in enumerate(table if rows is None else rows):
         where.setdefault(key(row), []).append(i)
     for positions in where.values():
         positions.reverse()  # popped from the end: equal rows keep their order
-    order = []
+    streamed = 0
     for row in stream.shuffle(seed=seed):
         positions = where.get(key(row))
         if not positions:
             raise ValueError(f"--dataset-path {path}: the streamed rows differ from the loaded ones")
-        order.append(positions.pop())
-    if len(order) != len(table):
-        raise ValueError(f"--dataset-path {path}: {len(order)} rows streamed, {len(table)} loaded")
-    return order
+        streamed += 1
+        yield positions.pop()
+    if streamed != len(table):
+        raise ValueError(f"--dataset-path {path}: {streamed} rows streamed, {len(table)} loaded")
 
 
 def local_digest(path: str | Path) -> str | None:
@@ -505,12 +505,14 @@ def hf_kind(path: str, columns: Sequence[str]) -> str:
 
 
 def load_hf(path: str, *, min_distance: float | None = None, max_distance: float | None = None,
-            split: str = "train", shuffle_seed: int | None = None) -> list[Example]:
+            split: str = "train", shuffle_seed: int | None = None, limit: int | None = None) -> list[Example]:
     """A Hub dataset (or a local copy of one) as examples prompted as vLLM's benchmarks do: Blazedit
     (:func:`blazedit_prompt`; ``norm_distance`` filtered to ``[min_distance, max_distance]``), MT-Bench (first
     turn) or InstructCoder (:func:`instructcoder_prompt`). Ids are ``id``/``question_id`` or the row index. In the
-    dataset's order, or with ``shuffle_seed`` in the order vLLM's benchmarks read it (:func:`shuffled_order`)."""
+    dataset's order, or with ``shuffle_seed`` in the order vLLM's benchmarks read it (:func:`shuffled_order`);
+    ``limit``: the first that many examples (as vLLM, the stream is read no further)."""
     _check_bounds(min_distance, max_distance)
+    _check_limit(limit)
     ds = load_hf_table(path, split)
     kind = hf_kind(path, ds.column_names)
     out = []
@@ -520,7 +522,9 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
             rows.append(next(stream))
         except UnicodeDecodeError as e:  # pyarrow reads such bytes into a string column and fails here
             raise ValueError(f"{path} row {i}: a text field is not UTF-8 ({e.reason})") from None
-    for i in range(len(ds)) if shuffle_seed is None else shuffled_order(path, ds, split, shuffle_seed):
+    for i in range(len(ds)) if shuffle_seed is None else shuffled_order(path, ds, split, shuffle_seed, rows):
+        if limit is not None and len(out) >= limit:
+            break
         where, row = f"{path} row {i}", rows[i]
         rid = next((str(row[k]) for k in ("id", "question_id") if row.get(k) is not None), str(i))
         if kind == "mt-bench":
@@ -529,6 +533,8 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
         _need(row, where, HF_KINDS[kind], text=[c for c in HF_KINDS[kind] if c != "norm_distance"])
         if kind == "blazedit":
             e = _edit_norm_field(row, "norm_distance", where)
+            if not _inside(e, min_distance, max_distance):
+                continue
             out.append(Example(id=rid, source="blazedit", prompt=blazedit_prompt(row["code"], row["change_request"]),
                                reference=row.get("new_code") or "", edit_norm=e, input_text=row["code"],
                                meta={"change_request": row["change_request"]}))
@@ -537,6 +543,4 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
                                prompt=instructcoder_prompt(row["input"], row["instruction"]),
                                reference=row.get("output") or "", edit_norm=math.nan, input_text=row["input"],
                                meta={"instruction": row["instruction"]}))
-    if kind != "blazedit":
-        return out
-    return _keep(out, min_distance, max_distance, None)
+    return out

@@ -272,6 +272,16 @@ def test_a_seed_takes_the_rows_in_the_order_vllm_streams_them(tmp_path):
     assert [e.id for e in load_hf(str(tmp_path / "edits"))] == [str(i) for i in range(n)]  # no seed: file order
 
     ds = datasets.load_dataset(str(tmp_path / "edits"), split="train")
+    for seed in (None, 0):  # a limit: the first examples that pass the filter, the stream read no further
+        full = load_hf(str(tmp_path / "edits"), shuffle_seed=seed, max_distance=0.1)
+        assert [e.id for e in load_hf(str(tmp_path / "edits"), shuffle_seed=seed, max_distance=0.1, limit=7)] == \
+            [e.id for e in full][:7]
+    bad = ds.to_list()
+    bad[-1]["norm_distance"] = None  # the file order's last row: read only without a limit
+    (tmp_path / "bad.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad))
+    assert len(load_hf(str(tmp_path / "bad.jsonl"), limit=3)) == 3
+    with pytest.raises(ValueError, match="norm_distance"):
+        load_hf(str(tmp_path / "bad.jsonl"))
     ds.save_to_disk(str(tmp_path / "saved"))
     one = [r["code"] for r in ds.to_iterable_dataset(num_shards=1).shuffle(seed=3)]
     assert [e.input_text for e in load_hf(str(tmp_path / "saved"), shuffle_seed=3)] == one
