@@ -79,7 +79,7 @@ def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
         raise ValueError("al and al_eagle must be >= 1")
     slack = 1.0 / a - e / ae
     if k is not None:
-        _check_k(k)
+        check_k(k)
         rate = np.where(slack > 0, (1.0 - e) / np.where(slack > 0, slack, 1.0), k + 1.0)
         return np.clip(rate, 1.0, k + 1.0)
     if np.any(slack <= 0):
@@ -277,13 +277,14 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     return 1.0 + np.maximum(body - np.minimum(length, 1.0) / novel_rate, floor)
 
 
-def _check_k(k) -> None:
+def check_k(k, name: str = "k") -> None:
+    """``ValueError`` naming ``name`` unless ``k`` (a draft length) is an integer >= 1."""
     if not (k >= 1 and int(k) == k):  # NaN fails too
-        raise ValueError(f"k must be an integer >= 1, got {k}")
+        raise ValueError(f"{name} must be an integer >= 1, got {k}")
 
 
 def _check_resync(k, resync, novel_rate, copy_accept) -> None:
-    _check_k(k)
+    check_k(k)
     if not (resync >= 0 and novel_rate >= 1 and 0 <= copy_accept <= 1):  # NaN fails too
         raise ValueError(f"need resync >= 0, novel_rate >= 1 and copy_accept in [0, 1], "
                          f"got {resync}, {novel_rate} and {copy_accept}")

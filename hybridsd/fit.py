@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from hybridsd.analytic import harmonic_al, new_share, resync_al, resync_passes
+from hybridsd.analytic import check_k, harmonic_al, new_share, resync_al, resync_passes
 
 
 def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:
@@ -209,11 +209,6 @@ _MODELS: dict[str, tuple[Callable, tuple[str, ...], dict, dict]] = {
 }
 
 
-def _check_k(k, name: str = "k") -> None:
-    if not (k >= 1 and int(k) == k):  # NaN fails too
-        raise ValueError(f"{name} must be an integer >= 1, got {k}")
-
-
 def _points(edit_norm, al, length):
     e, y = np.asarray(edit_norm, dtype=float).ravel(), np.asarray(al, dtype=float).ravel()
     if e.shape != y.shape or e.size == 0:
@@ -255,7 +250,7 @@ def fit_harmonic(edit_norm, al, *, al_eagle=None, al_ngram=None, k_ngram=None, k
     fixed = {k: v for k, v in {"al_eagle": al_eagle, "al_ngram": al_ngram}.items() if v is not None}
     for name, kk in (("k_ngram", k_ngram), ("k_eagle", k_eagle)):
         if kk is not None:
-            _check_k(kk, name)
+            check_k(kk, name)
     bounds = {name: (1.0, kk + 1.0) for name, kk in (("al_ngram", k_ngram), ("al_eagle", k_eagle)) if kk is not None}
     settings = {name: float(kk) for name, kk in (("k_ngram", k_ngram), ("k_eagle", k_eagle)) if kk is not None}
     return _fit_e_model("harmonic", edit_norm, al, None, fixed, settings, weights, boot, n_boot, ci, seed, bounds)
@@ -270,7 +265,7 @@ def fit_resync(edit_norm, al, length=None, *, k, segment_len=None, resync=None, 
     measured from the reference diffs with :func:`fit_edit_structure`. ``edit_norm`` is the new-token share,
     or with ``share`` (the constants of :func:`fit_new_share`) a character edit norm, converted by
     :func:`new_share` here and in ``predict``. Bootstrap as in :func:`fit_harmonic`."""
-    _check_k(k)
+    check_k(k)
     given = {"segment_len": segment_len, "resync": resync, "novel_rate": novel_rate, "copy_accept": copy_accept,
              "base_edits": base_edits}
     fixed = {n: v for n, v in given.items() if v is not None}
@@ -292,7 +287,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     Parameters given are held fixed (``copy_accept`` at 1 by default; ``None`` fits it). Bootstrap as in
     :func:`fit_harmonic`, over groups. Diagnostic: it needs each output's copied runs.
     """
-    _check_k(k)
+    check_k(k)
     y = np.asarray(al, dtype=float).ravel()
     groups = np.asarray(groups).ravel()
     length = np.asarray(length, dtype=float).ravel()

@@ -54,13 +54,8 @@ class EagleDrafter(Drafter):
         """The head must draft over ``model``'s vocabulary and embedding and read its hidden size and layers."""
         from hybridsd.eagle.loader import EMBEDDING_TOLERANCE, embedding_difference
 
-        cfg, emb = self.head.config, model.get_input_embeddings().weight
-        layers = getattr(model.config, "num_hidden_layers", None)
-        if (cfg.vocab_size, cfg.hidden_size) != tuple(emb.shape):
-            raise ValueError(f"the EAGLE head is made for a vocabulary of {cfg.vocab_size} tokens and hidden size "
-                             f"{cfg.hidden_size}; the target's embedding is {list(emb.shape)}")
-        if layers is not None and not all(-(layers + 1) <= i <= layers for i in cfg.target_layers):  # layers + 1 states
-            raise ValueError(f"the EAGLE head reads target layers {cfg.target_layers}; the target has {layers}")
+        self.head.check_fits(model)
+        emb = model.get_input_embeddings().weight
         borrowed = self.head._target[0].weight
         if self.head.embed_tokens is None and borrowed is not emb and not (borrowed.is_meta or emb.is_meta):
             diff = embedding_difference(borrowed, emb)

@@ -36,10 +36,11 @@ class HybridDrafter(Drafter):
         self.skip_eagle_on_hit = skip_eagle_on_hit
         self.name = f"{ngram.name}-{eagle.name}"
         self.hidden_layers = tuple(dict.fromkeys(ngram.hidden_layers + eagle.hidden_layers))
-        self._columns = {}  # child -> positions of its layers in self.hidden_layers
-
+        # child -> positions of its layers in self.hidden_layers (None: all of them, in order)
+        self._columns: dict[int, tuple[int, ...] | None] = {}
         for child in (ngram, eagle):
-            self._columns[id(child)] = [self.hidden_layers.index(i) for i in child.hidden_layers]
+            cols = tuple(self.hidden_layers.index(i) for i in child.hidden_layers)
+            self._columns[id(child)] = None if cols == tuple(range(len(self.hidden_layers))) and cols else cols
 
     @property
     def max_tokens(self) -> int:
@@ -68,9 +69,9 @@ class HybridDrafter(Drafter):
     def _slice(self, child: Drafter, hidden: torch.Tensor | None) -> torch.Tensor | None:
         """The child's own layers out of ``hidden`` (``[m, len(self.hidden_layers) * H]``)."""
         cols = self._columns[id(child)]
-        if not cols or hidden is None:
+        if hidden is None or cols == ():
             return None
-        if cols == list(range(len(self.hidden_layers))):  # all layers, in the same order
+        if cols is None:  # all layers, in the same order
             return hidden
         h = hidden.shape[-1] // len(self.hidden_layers)
         return torch.cat([hidden[:, c * h : (c + 1) * h] for c in cols], dim=-1)  # [m, len(cols)*H]

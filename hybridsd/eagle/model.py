@@ -225,6 +225,17 @@ class EagleHead(nn.Module):
             elif isinstance(m, RMSNorm):
                 nn.init.ones_(m.weight)
 
+    def check_fits(self, target: nn.Module) -> None:
+        """``ValueError`` unless the head reads ``target``'s vocabulary, hidden size and hidden states."""
+        cfg, shape = self.config, tuple(target.get_input_embeddings().weight.shape)
+        if (cfg.vocab_size, cfg.hidden_size) != shape:
+            raise ValueError(f"the EAGLE head is made for a vocabulary of {cfg.vocab_size} tokens and hidden size "
+                             f"{cfg.hidden_size}; the target's embedding is {list(shape)}")
+        L = getattr(getattr(target, "config", None), "num_hidden_layers", None)
+        if L is not None and not all(-(L + 1) <= i <= L for i in cfg.target_layers):  # hidden_states: L + 1 entries
+            raise ValueError(f"the EAGLE head reads target layers {list(cfg.target_layers)}; the target's hidden "
+                             f"states are indexed 0..{L} (it has {L} layers)")
+
     def set_draft_vocab(self, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
         """Install an EAGLE-3 draft vocabulary (``d2t [Vd]`` int64, ``t2d [V]`` bool), checked as a loaded one
         (:func:`hybridsd.eagle.loader.check_draft_vocab`)."""

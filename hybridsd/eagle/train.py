@@ -252,18 +252,6 @@ def _step_losses(head: EagleHead, feats, ids, tlogits, valid, *, ttt_steps, deca
 
 # ---- training and evaluation ----------------------------------------------------------------
 
-def _check_target(head: EagleHead, target) -> None:
-    """``ValueError`` unless ``head`` reads ``target``'s vocabulary, hidden size and hidden states."""
-    cfg, shape = head.config, tuple(target.get_input_embeddings().weight.shape)
-    if (cfg.vocab_size, cfg.hidden_size) != shape:
-        raise ValueError(f"the EAGLE head is made for a vocabulary of {cfg.vocab_size} tokens and hidden size "
-                         f"{cfg.hidden_size}; the target's embedding is {list(shape)}")
-    L = getattr(getattr(target, "config", None), "num_hidden_layers", None)
-    if L is not None and not all(-(L + 1) <= i <= L for i in cfg.target_layers):  # hidden_states has L + 1 entries
-        raise ValueError(f"the EAGLE head reads target layers {list(cfg.target_layers)}; the target's hidden "
-                         f"states are indexed 0..{L} (it has {L} layers)")
-
-
 def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype not in (None, torch.float32))
 
@@ -297,7 +285,7 @@ def train_head(head: EagleHead, target, sequences: Sequence[torch.Tensor] | Iter
     if not (lr > 0 and grad_clip > 0 and noise >= 0 and ttt_decay > 0 and 0 <= min_lr_ratio <= 1):
         raise ValueError(f"need lr > 0, grad_clip > 0, noise >= 0, ttt_decay > 0 and min_lr_ratio in [0, 1], got "
                          f"{lr}, {grad_clip}, {noise}, {ttt_decay} and {min_lr_ratio}")
-    _check_target(head, target)
+    head.check_fits(target)
     device = torch.device(device) if device is not None else head.fc.weight.device
     dtype = _default_dtype(device, dtype)
     head.to(device).train()
@@ -373,7 +361,7 @@ def evaluate_head(head: EagleHead, target, sequences: Sequence[torch.Tensor], *,
     ``ValueError`` naming them, before any work.
     """
     _check_ints(("steps", steps, 1), ("batch_size", batch_size, 1), ("seq_len", seq_len, 2))
-    _check_target(head, target)
+    head.check_fits(target)
     device = torch.device(device) if device is not None else head.fc.weight.device
     dtype = _default_dtype(device, dtype)
     was_training = head.training
