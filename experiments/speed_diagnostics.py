@@ -34,10 +34,11 @@ from hybridsd.verify import greedy_chain
 def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, iters: int = 20) -> dict:
     """The graphed ``q``-token forward (through ``target_for``, as ``generate()`` gets it) timed as
     :func:`cuda_median_ms` does, under one condition of the loop at a time: ``fixed`` (same start slot each
-    call), ``advancing`` (start moves by ``q``), ``host_gap`` (0.5 ms of host work before each call),
-    ``fresh_tokens`` (the block made from a host list each call, as a drafter's tokens are) and ``verify_after``
-    (greedy verification and its host read after each call, outside the timed span). Medians in ms; on the
-    CPU the times are host times."""
+    call), ``advancing`` (start moves by ``q``, every call attending over the span ``fixed``'s does: see
+    :func:`advancing_start`), ``host_gap`` (0.5 ms of host work before each call), ``fresh_tokens`` (the block made
+    from a host list each call, as a drafter's tokens are, inside the timed span) and ``verify_after`` (greedy
+    verification and its host read after each call, outside the timed span). Medians in ms; on the CPU the times
+    are host times."""
     device = next(model.parameters()).device
     cuda = device.type == "cuda"
     vocab = min(1000, model.config.vocab_size)
@@ -45,6 +46,7 @@ def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, it
     target.forward(torch.randint(0, vocab, (ctx,), device=device), 0, last_logits_only=True)
     block = torch.randint(0, vocab, (q,), device=device)
     host_block = block.tolist()
+    base = advancing_start(ctx, q, iters + 5, target.kv.span)
 
     def busy_wait(s: float) -> None:
         t = time.perf_counter()
@@ -56,11 +58,11 @@ def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, it
         for i in range(iters + 5):
             if before:
                 before()
-            toks = tokens()
             if cuda:
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
             h = time.perf_counter()
+            toks = tokens()
             logits, _ = target.forward(toks, start_of(i))
             if cuda:
                 b.record()
@@ -77,12 +79,22 @@ def step_conditions(model, ctx: int, compile: bool | str = False, q: int = 9, it
         torch.cat([n.view(1), tok]).tolist()  # host sync: the step's read
 
     out = {"q": q, "compile": compile, "capacity": target.capacity, "fixed": timed(),
-           "advancing": timed(start_of=lambda i: ctx + q * i), "host_gap": timed(before=lambda: busy_wait(5e-4)),
+           "advancing": timed(start_of=lambda i: base + q * i), "host_gap": timed(before=lambda: busy_wait(5e-4)),
            "fresh_tokens": timed(tokens=lambda: torch.tensor(host_block, device=device)),
            "verify_after": timed(after=verify)}
     if cuda:
         out |= graph_launch(target._graphs[(q, (), target.kv.span(ctx + q))].graph)
     return out
+
+
+def advancing_start(ctx: int, q: int, calls: int, span) -> int:
+    """The first start, at most ``ctx``, of ``calls`` ``q``-token steps moving by ``q`` whose every step attends over
+    ``span(ctx + q)`` slots, the span of a step at ``ctx`` (``span``: slots used -> slots attended, as
+    ``StaticKVCache.span``); ValueError when that span holds no such run."""
+    for base in range(ctx, -1, -1):
+        if span(base + q) == span(base + q * calls) == span(ctx + q):
+            return base
+    raise ValueError(f"{calls} steps of {q} tokens do not fit in one attention span at context {ctx}")
 
 
 def graph_launch(graph, iters: int = 20) -> dict:

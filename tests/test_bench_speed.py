@@ -12,6 +12,7 @@ from conftest import tiny_target
 import hybridsd as hsd
 from experiments import bandwidth_floor, bench_speed, speed_diagnostics, speed_loop, speed_steps
 from hybridsd.drafters.replay import ReplayDrafter
+from hybridsd.kv_cache import bucket
 from hybridsd.target import Target
 
 
@@ -84,6 +85,19 @@ def test_step_conditions_run_on_the_cpu():
     assert out["q"] == 3 and out["compile"] is False
     assert out["capacity"] >= 30 + 3 * (4 + 6) + 1 and out["capacity"] % 64 == 0  # the advancing starts fit
     assert all(out[k] > 0 for k in ("fixed", "advancing", "host_gap", "fresh_tokens", "verify_after"))
+
+
+@pytest.mark.parametrize("ctx, q, base", [(960, 9, 799), (2048, 9, 2048), (1030, 9, 1030), (500, 1, 487), (30, 3, 30)])
+def test_advancing_steps_attend_over_the_span_of_a_step_at_the_context(ctx, q, base):
+    calls = 25
+    assert speed_diagnostics.advancing_start(ctx, q, calls, bucket) == base
+    spans = {bucket(base + q * (i + 1)) for i in range(calls)}
+    assert spans == {bucket(ctx + q)}  # at 960 the steps from 960 would cross from 1024 slots to 1280
+
+
+def test_advancing_steps_that_fit_no_span_are_refused():
+    with pytest.raises(ValueError, match="25 steps of 64 tokens do not fit in one attention span at context 500"):
+        speed_diagnostics.advancing_start(500, 64, 25, bucket)
 
 
 def test_summary_table_relates_each_step_to_the_floor_and_the_baselines():
