@@ -181,7 +181,8 @@ def record(cfg: spec_bench.BenchConfig, data_dir: str | None = None, num_prompts
             continue
         drafter.trees = []
         res = hsd.generate(model, ids, drafter=drafter, max_new_tokens=n_out, temperature=cfg.temperature,
-                           eos_token_id=loaded.eos_ids, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
+                           eos_token_id=loaded.eos_ids, seed=cfg.seed,
+                           cuda_graphs=None if cfg.cuda_graphs else False,  # None: graphs on a CUDA device only
                            on_double_bos="ignore")
         steps += steps_of(res, drafter.trees)
     return steps

@@ -1,6 +1,10 @@
 """Analytic models of acceptance length (AL): closed forms and conversions (fitting them: :mod:`hybridsd.fit`).
 
-Functions broadcast over numpy arrays and use numpy/scipy only.
+Functions broadcast over numpy arrays and use numpy/scipy only. NaN in a broadcast argument (a missing
+measurement, e.g. in a DataFrame column) gives NaN in the outputs it reaches, not an error, unless a docstring
+says otherwise; a value outside an argument's range raises ValueError naming it. The model constants (scalar
+keyword arguments such as ``k`` or ``resync``) refuse NaN, as do :func:`al_from_rates`, :func:`tree_al` and
+:func:`resync_passes`, which take one draft's or output's measurements as sequences.
 
 - :func:`harmonic_al`: the PR's model, ``1 / (e/AL_eagle + (1-e)/AL_ngram)``.
 - :func:`chain_al`, :func:`al_from_rates`: AL of one chain draft from i.i.d. or per-position acceptance;
@@ -81,7 +85,7 @@ def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
     if k is not None:
         check_k(k)
         rate = np.where(slack > 0, (1.0 - e) / np.where(slack > 0, slack, 1.0), k + 1.0)
-        return np.clip(rate, 1.0, k + 1.0)
+        return np.where(np.isnan(slack), np.nan, np.clip(rate, 1.0, k + 1.0))  # NaN in: NaN, not the cap
     if np.any(slack <= 0):
         raise ValueError("al is too high for this edit norm and al_eagle: no copy rate reproduces it")
     return np.maximum((1.0 - e) / slack, 1.0)  # below 1 only by rounding (or for an al no rate >= 1 gives)
@@ -98,14 +102,14 @@ def chain_al(alpha, k):
     k = np.asarray(k)
     if np.any((a < 0) | (a > 1)):
         raise ValueError("alpha must lie in [0, 1]")
-    if np.any(k < 0) or np.any(k != np.floor(k)):
+    if np.any(k < 0) or np.any((k != np.floor(k)) & ~np.isnan(k)):
         raise ValueError("k must be a non-negative integer")
     with np.errstate(divide="ignore", invalid="ignore"):
         log_a = np.log(a)
         # expm1 keeps full precision as alpha -> 1, where 1 - alpha^(k+1) and 1 - alpha both vanish
         out = np.expm1((k + 1) * log_a) / np.expm1(log_a)
     out = np.where(a == 0, 1.0, out)
-    return np.where(a == 1, k + 1.0, out)
+    return np.where(np.isnan(k), np.nan, np.where(a == 1, k + 1.0, out))  # a NaN k gives NaN at alpha = 0 too
 
 
 def al_from_rates(rates) -> float:
@@ -194,7 +198,7 @@ def normalized_al_exact(precision_al, *, num_steps, num_drafts, num_sequences=1,
     """
     n, d, q = (np.asarray(x, dtype=float) for x in (num_steps, num_drafts, num_sequences))
     pre = q if prefill_tokens is None else np.asarray(prefill_tokens, dtype=float)
-    accepted = np.where(d > 0, (np.asarray(precision_al, dtype=float) - 1.0) * d, 0.0)
+    accepted = np.where(d > 0, (np.asarray(precision_al, dtype=float) - 1.0) * d, 0.0 * d)  # NaN d: NaN
     return (pre + n + accepted - truncated) / (q + n)
 
 
@@ -319,7 +323,7 @@ def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, cop
     if not (segment_len > 0 and base_edits >= 0):  # NaN fails too
         raise ValueError(f"need segment_len > 0 and base_edits >= 0, got {segment_len} and {base_edits}")
     body = 1e12 if length is None else np.asarray(length, dtype=float) - 1.0  # tokens after the prefill
-    if not np.all((body >= 0) & (body < np.inf)):
+    if np.any((body < 0) | np.isinf(body)):  # NaN passes: a missing length gives NaN
         raise ValueError("length must be finite and >= 1 (None: the long-output limit)")
     d, a = float(resync), float(novel_rate)
     cover = _pass_cover_probs(float(copy_accept), k)
@@ -347,6 +351,6 @@ def new_share(edit_norm, *, share_intercept, share_slope):
     e = np.asarray(edit_norm, dtype=float)
     if np.any((e < 0) | (e > 1)):
         raise ValueError("edit_norm must lie in [0, 1]")
-    if share_intercept < 0 or share_slope < 0:
+    if not (share_intercept >= 0 and share_slope >= 0):  # NaN fails too
         raise ValueError(f"share_intercept and share_slope must be >= 0, got {share_intercept}, {share_slope}")
     return np.clip(share_intercept + share_slope * e, 0.0, 1.0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridsd.drafters.base import Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
 from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
 from hybridsd.sampling import sampling_params
@@ -180,7 +180,8 @@ def generate(
     then top-p), and drafts are verified against that warped distribution. ``eos_token_id`` (default: the model's
     generation config) stops the sequence after that token. ``drafter=None`` decodes
     one token per target pass with the same engine (the baseline). ``cuda_graphs``
-    (default: on for CUDA models) replays each verification block size as a CUDA graph;
+    (default None: on for CUDA models; True on another device is an error) replays each verification block size
+    as a CUDA graph;
     ``compile`` runs those steps through ``torch.compile`` (slow to start, for long runs; a string names
     the mode, e.g. ``"max-autotune-no-cudagraphs"``, or ``"auto"``: that mode for 1-token steps, the default
     mode for verify blocks). ``attention`` names the Llama-family decoder's
@@ -229,6 +230,9 @@ def generate(
     eos = _eos_set(model, eos_token_id, vocab)
     device = next(model.parameters()).device
     check_options(device, cuda_graphs, compile, attention)
+    if cuda_graphs and device.type != "cuda":
+        raise ValueError(f"cuda_graphs=True needs a CUDA model, but the model is on {device.type}; pass None "
+                         "(graphs on CUDA only) or False")
     layers = drafter.hidden_layers if drafter is not None else ()
     draft_rows = drafter.max_tokens if drafter is not None else 0
     headroom = draft_rows + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded
@@ -262,7 +266,7 @@ def generate(
         tree = None
         if drafter is not None and budget > 0:
             request = ProposeRequest(context[: start + 1], budget, device, temperature, generator, top_k, top_p)
-            tree = DraftTree.join(drafter.propose(request))
+            tree = _proposal(drafter, request)
             tree = tree.clip(budget) if tree is not None else None
         node, new, new_dev, committed = _verify_step(target, last, start, tree, layers, temperature, generator,
                                                      top_k, top_p)
@@ -284,6 +288,18 @@ def generate(
             drafter.observe(committed, new_dev)
         start += n + 1
     return GenerateResult(out, stats)
+
+
+def _proposal(drafter: Drafter, request: ProposeRequest) -> DraftTree | None:
+    """``drafter``'s proposal as one tree (None: no draft); a TypeError naming the drafter if its token ids are not
+    integers (a dtype check: no host sync)."""
+    parts = drafter.propose(request)
+    for part in [parts] if isinstance(parts, Draft | DraftTree) else parts or ():
+        dtype = part.tokens.dtype
+        if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+            raise TypeError(f"{type(drafter).__name__}.propose returned draft tokens of dtype {dtype}; "
+                            "token ids must be an integer tensor (int64)")
+    return DraftTree.join(parts)
 
 
 TREE_SIZES = 16  # with CUDA graphs or compile, a tree block of more rows is padded to a multiple of this (few graphs)

@@ -10,6 +10,7 @@ from hybridsd.analytic import (
     chain_al,
     harmonic_al,
     harmonic_calibrate_ngram,
+    new_share,
     normalized_al_exact,
     normalized_al_from_precision,
     precision_al_exact,
@@ -231,13 +232,53 @@ def test_nan_and_infinite_inputs_are_named():
     for bad in ({"segment_len": np.nan}, {"base_edits": np.nan}):
         with pytest.raises(ValueError, match="segment_len"):
             resync_al(0.2, 500, **{**base, **bad})
-    for length in (np.nan, np.inf, 0):
+    for length in (np.inf, 0):
         with pytest.raises(ValueError, match="length must be finite"):
             resync_al(0.2, length, **base)
+    for bad in ({"share_intercept": np.nan, "share_slope": 1.0}, {"share_intercept": 0.0, "share_slope": np.nan}):
+        with pytest.raises(ValueError, match="share_intercept and share_slope"):
+            new_share(0.3, **bad)
     for length in (np.nan, np.inf, -1):
         with pytest.raises(ValueError, match="length must be finite"):
             resync_passes([[]], [length], k=5, resync=2, novel_rate=1)
     assert resync_passes([[]], [0], k=5, resync=2, novel_rate=1)[0] == 1.0  # an empty output: the prefill only
+
+
+RESYNC = {"k": 4, "segment_len": 30.0, "resync": 2.0, "novel_rate": 1.5, "copy_accept": 0.9, "base_edits": 1.0}
+counts = st.integers(1, 500).map(float)
+BROADCAST = {  # name: (function of the broadcast arguments, a strategy of valid values for each)
+    "harmonic_al": (harmonic_al, (unit, al, al)),
+    "harmonic_calibrate_ngram": (harmonic_calibrate_ngram, (st.floats(1.0, 1.5), st.floats(0.0, 0.5), al)),
+    "harmonic_calibrate_ngram k=5": (lambda a, e, ae: harmonic_calibrate_ngram(a, e, ae, k=5),
+                                     (al, st.floats(0.0, 0.99), al)),
+    "chain_al": (chain_al, (unit, st.integers(0, 12).map(float))),
+    "normalized_al_from_precision": (normalized_al_from_precision, (al, unit)),
+    "precision_al_from_normalized": (precision_al_from_normalized, (al, unit)),
+    "normalized_al_exact": (lambda p, n, d: normalized_al_exact(p, num_steps=n, num_drafts=d), (al, counts, counts)),
+    "precision_al_exact": (lambda q, n, d: precision_al_exact(q, num_steps=n, num_drafts=d), (al, counts, counts)),
+    "resync_al": (lambda e, n: resync_al(e, n, **RESYNC), (unit, st.integers(1, 5000).map(float))),
+    "new_share": (lambda e: new_share(e, share_intercept=0.1, share_slope=1.2), (unit,)),
+}
+
+
+@pytest.mark.parametrize("name", BROADCAST)
+@HYP
+@given(data=st.data())
+def test_nan_in_gives_nan_out(name, data):
+    """A NaN in any broadcast argument (a missing measurement) gives NaN in that output only, the module's rule."""
+    f, values = BROADCAST[name]
+    clean = [np.array(data.draw(st.lists(v, min_size=4, max_size=4))) for v in values]
+    holes = [np.array(data.draw(st.lists(st.booleans(), min_size=4, max_size=4))) for _ in values]
+    out = f(*(np.where(h, np.nan, c) for c, h in zip(clean, holes)))
+    missing = np.logical_or.reduce(holes)
+    assert np.isnan(out[missing]).all()
+    np.testing.assert_array_equal(out[~missing], f(*clean)[~missing])
+
+
+def test_nan_rule_edges():
+    assert np.isnan(chain_al(0.0, np.nan)) and np.isnan(chain_al(1.0, np.nan))  # alpha alone does not decide
+    assert normalized_al_exact(np.nan, num_steps=10, num_drafts=0) == 1.0  # no drafts: precision AL unused
+    assert np.isnan(resync_al(np.nan, None, **RESYNC))
 
 
 def test_closed_forms_load_without_torch():

@@ -16,9 +16,11 @@ from safetensors.torch import load_file, save_file
 from transformers import BatchEncoding
 
 from conftest import VOCAB, tiny_target
+from hybridsd.drafters.base import Draft, Drafter
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.drafters.tree import DraftTree
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import generate
 
@@ -99,6 +101,7 @@ GENERATE_CASES = [
     ("compile a number", dict(compile=1.5), ValueError, ["compile", "1.5"]),
     ("compile with graphs", dict(compile="reduce-overhead"), ValueError, ["reduce-overhead", "no-cudagraphs"]),
     ("cuda_graphs a string", dict(cuda_graphs="no"), TypeError, ["cuda_graphs", "'no'"]),
+    ("cuda_graphs on the CPU", dict(cuda_graphs=True), ValueError, ["cuda_graphs=True", "CUDA", "cpu"]),
     ("eos float tensor", dict(eos_token_id=torch.tensor([2.0])), TypeError, ["eos_token_id", "float"]),
 ]
 
@@ -135,6 +138,51 @@ def test_drafter_for_another_model_is_rejected_before_any_work(model, other, no_
         generate(model, IDS, drafter=drafter, max_new_tokens=8)
     assert all(w in str(e.value) for w in words), str(e.value)
     assert no_work == []
+
+
+class _TypedDrafter(Drafter):
+    """Proposes ``make()``: drafts whose token ids have some dtype."""
+
+    max_tokens = 4
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def propose(self, request):
+        return self.make()
+
+
+def _ids(dtype):
+    return torch.tensor([5, 9], dtype=dtype)
+
+
+PROPOSALS = [  # (case, proposal builder, dtype it holds)
+    ("float Draft", lambda: [Draft(_ids(torch.float32), "f")], "torch.float32"),
+    ("float Draft after an int one", lambda: [Draft(_ids(torch.long), "i"), Draft(_ids(torch.float64), "f")],
+     "torch.float64"),
+    ("bool Draft", lambda: [Draft(_ids(torch.bool), "f")], "torch.bool"),
+    ("float DraftTree", lambda: DraftTree(_ids(torch.float16), (-1, -1), ("f", "f")), "torch.float16"),
+]
+
+
+@pytest.mark.parametrize("case,make,dtype", PROPOSALS, ids=[c[0] for c in PROPOSALS])
+def test_non_integer_draft_tokens_name_the_drafter(model, case, make, dtype):
+    """One TypeError naming the drafter class and the dtype, before the drafts reach the model."""
+    fed = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+    try:
+        with pytest.raises(TypeError, match=rf"_TypedDrafter\.propose .* dtype {dtype}"):
+            generate(model, IDS, drafter=_TypedDrafter(make), max_new_tokens=8)
+    finally:
+        hook.remove()
+    assert fed == [len(IDS)]  # the prefill only
+
+
+def test_integer_draft_tokens_of_any_width_are_taken(model):
+    want = generate(model, IDS, max_new_tokens=8).tokens
+    for dtype in (torch.int32, torch.int64):
+        assert generate(model, IDS, drafter=_TypedDrafter(lambda: [Draft(_ids(dtype), "i")]),
+                        max_new_tokens=8).tokens == want
 
 
 @pytest.mark.parametrize("k", [0, -1])

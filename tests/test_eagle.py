@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -457,6 +458,38 @@ def test_llama3_rope_round_trip(tmp_path):
     back = EagleHead.from_pretrained(tmp_path, target=t)
     assert back.config.rope_scaling == head.config.rope_scaling and back.config.rope_theta == 500000.0
     assert torch.equal(back._inv_freq, head._inv_freq)
+
+
+@pytest.mark.parametrize("kill_at", range(4))
+def test_a_killed_save_leaves_one_whole_checkpoint(tmp_path, target, monkeypatch, kill_at):
+    """A save killed at any step (syncing either file, renaming either) loads as the old head or the new one, never
+    the new weights under the old config; killed before its marker, it leaves the old pair, after it the new."""
+    old = random_head(target, "eagle1", seed=1)
+    new = random_head(target, "eagle1", seed=2, rope_theta=500000.0)  # same shapes: a mixed pair would load
+    old.save_pretrained(tmp_path)
+    steps = []
+
+    def step(real):
+        def run(*args):
+            if len(steps) == kill_at:
+                raise KeyboardInterrupt("killed")
+            steps.append(real.__name__)
+            return real(*args)
+        return run
+
+    with monkeypatch.context() as m:
+        m.setattr(loader, "_sync", step(loader._sync))
+        m.setattr(loader.os, "replace", step(os.replace))
+        with pytest.raises(KeyboardInterrupt):
+            new.save_pretrained(tmp_path)
+    back = EagleHead.from_pretrained(tmp_path, target=target)
+    want = old if kill_at < 2 else new  # the two syncs come before the marker, the two renames after
+    assert back.config == want.config
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), want.state_dict().values()))
+    assert (tmp_path / ".model.safetensors.tmp").exists() == (kill_at < 2)  # a load leaves a writer's files be
+    new.save_pretrained(tmp_path)  # the next save cleans up whatever is left
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert EagleHead.from_pretrained(tmp_path, target=target).config == new.config
 
 
 def _load_error(tmp_path, target, kind, sd, cfg) -> str:

@@ -390,6 +390,44 @@ def test_padded_tree_block_leaves_real_rows_unchanged():
     torch.testing.assert_close(got[:6], want)
 
 
+def _certain_head(model) -> EagleHead:
+    """An EAGLE-3 head whose every step puts probability 1 (log-probability exactly 0) on draft token 0 and
+    ranks the rest by index: each node's first child ties it, and siblings tie across the frontier."""
+    head = EagleHead.from_target(model, kind="eagle3")
+    v = head.config.out_vocab_size
+    row = -torch.arange(v, dtype=torch.float32)
+    row[0] = 100.0  # exp(-100 - ...) vanishes beside 1: softmax gives exactly 1
+
+    def logits(out):  # [..., h] -> [..., V]
+        return row.expand(*out.shape[:-1], v)
+
+    head.logits = logits
+    return head
+
+
+@pytest.mark.parametrize("depth,top_k,nodes", [(4, 3, 3), (4, 2, 3), (6, 3, 5), (6, 3, 8), (3, 3, 7), (5, 2, 9)])
+def test_dynamic_tree_keeps_parents_of_tied_children(depth, top_k, nodes):
+    """Scores that tie exactly (a child of probability 1, siblings at the cut) still give ``nodes`` nodes, each
+    with its parent kept, the certain chain first."""
+    model = tiny_target("llama", vocab=SMALL_V, seed=3)
+    d = EagleTreeDrafter(_certain_head(model), depth=depth, top_k=top_k, nodes=nodes)
+    d.reset(10)
+    d.observe(torch.randn(10, d.head.config.feature_size), torch.randint(0, SMALL_V, (10,)))
+    tree = d.propose(ProposeRequest(np.zeros(1, dtype=np.int64), depth, torch.device("cpu")))
+    assert len(tree) == nodes  # no node was dropped for a missing parent
+    assert tree.depths.max() == min(depth, nodes)  # the nodes of score 0 first: the certain token at every depth
+
+
+def test_tied_dynamic_trees_are_lossless(small_target):
+    ids = prompts(2, vocab=SMALL_V, seed=4)[0]
+    ref = hf_greedy(small_target, ids, N_NEW)
+    d = EagleTreeDrafter(_certain_head(small_target), depth=4, top_k=3, nodes=5)
+    res = generate(small_target, ids, drafter=d, max_new_tokens=N_NEW, eos_token_id=[])
+    assert res.tokens == ref
+    res.stats.check()
+    assert [step.tree_tokens for step in res.stats.trace[:10]] == [5] * 10  # full trees, far from the end
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_trees_are_lossless_with_cuda_graphs():
     """Dynamic (graphed), static and hybrid trees under the target's CUDA graphs (padded tree blocks), fp32."""

@@ -117,4 +117,5 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(self, request: ProposeRequest) -> list[Draft] | DraftTree:
-        """Draft chains (or one tree) continuing ``request.tokens``; empty list or empty drafts mean none."""
+        """Draft chains (or one tree) continuing ``request.tokens``; empty list or empty drafts mean none. Token ids
+        are integer tensors (``generate`` raises TypeError naming the drafter otherwise)."""

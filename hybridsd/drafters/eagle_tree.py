@@ -5,7 +5,8 @@ each further depth the head runs the whole frontier in one forward (a tree mask 
 each node sees the committed pairs and its ancestors), every frontier node proposes its ``top_k``
 children, and the ``top_k`` children with the highest joint draft probability (product along the
 path) become the next frontier. After ``depth`` levels the ``nodes`` candidates with the highest joint
-probability are kept; a child never scores above its parent, so they form an ancestor-closed tree.
+probability are kept, a tie going to the candidate drafted first; a child never scores above its parent, so
+they form an ancestor-closed tree.
 
 Static: the tree of vLLM's ``speculative_token_tree`` (``[(0,), (1,), (0, 0), ...]``: the path of
 child ranks from the root); a node of rank r is its parent's (r+1)-th likeliest token under the head.
@@ -160,8 +161,10 @@ class EagleTreeDrafter(EagleDrafter):
             scores, tokens, frontier = cand[best], cand_tokens[best], size + best
             feats, mask = out[:, up], mask[up]
             size += K * K
-        pool = torch.cat(all_scores)  # [M]
-        keep = pool.topk(min(self.nodes, pool.shape[0])).indices.sort().values  # [N] parents before children
+        pool = torch.cat(all_scores)  # [M] pool indices: parents before children
+        # the best N; a stable sort ranks a tie by pool index, so a child tying its parent comes after it
+        best = pool.sort(descending=True, stable=True).indices[: self.nodes]  # [N]
+        keep = best.sort().values  # [N] parents before children
         return torch.cat([keep, torch.cat(all_parents)[keep], torch.cat(all_tokens)[keep]])
 
     def _assemble(self, packed: torch.Tensor, device: torch.device) -> DraftTree:
@@ -173,7 +176,7 @@ class EagleTreeDrafter(EagleDrafter):
         for i in range(n):
             par = packed[n + i]
             if par >= 0 and par not in index:
-                continue  # a tie put the child in without its parent
+                continue  # only a NaN score (a broken head) ranks a child above its parent
             index[packed[i]] = len(parents)
             parents.append(-1 if par < 0 else index[par])
             toks.append(packed[2 * n + i])

@@ -196,6 +196,7 @@ def read_checkpoint(path_or_hub_id: str | Path, target: nn.Module, revision: str
     ``config.json`` or one without a required key, a weight file or shard index entry outside the folder, a
     truncated weights file, an ``fc.weight`` for another hidden size."""
     folder = resolve(path_or_hub_id, revision)
+    _finish_save(folder)  # a save of ours that a kill cut short
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"no config.json in {folder}")
@@ -264,23 +265,51 @@ def config_json(c: EagleConfig, dtype: torch.dtype) -> dict:
     return out
 
 
+PENDING = ".save.pending"  # in a head's folder: both files of a save are written, not yet all renamed in place
+SAVED = ("model.safetensors", "config.json")  # what write_checkpoint writes, in the order it renames them
+
+
 def write_checkpoint(path: str | Path, config: dict, state_dict: dict[str, torch.Tensor]) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (the tensors in their dtypes) into the folder ``path``,
-    each atomically (a temporary file in the folder, synced, then renamed over the old one)."""
+    """Write ``model.safetensors`` (the tensors in their dtypes) and ``config.json`` into the folder ``path`` as one
+    change: each to a temporary file in the folder (synced), then a marker file saying both are complete, then
+    both renamed over the old ones. A kill leaves the old pair, or the new one once the next write or load has
+    done the renames (:func:`_finish_save`)."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    _finish_save(path, drop_unfinished=True)
     sd = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}  # host copies
-    tmp = path / ".model.safetensors.tmp"
-    save_file(sd, str(tmp), metadata={"format": "pt"})
-    _replace(tmp, path / "model.safetensors")
-    tmp = path / ".config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=2) + "\n")
-    _replace(tmp, path / "config.json")
+    weights, cfg = (_temporary(path, name) for name in SAVED)
+    save_file(sd, str(weights), metadata={"format": "pt"})
+    cfg.write_text(json.dumps(config, indent=2) + "\n")
+    for f in (weights, cfg):
+        _sync(f)
+    (path / PENDING).touch()
+    _finish_save(path)
 
 
-def _replace(tmp: Path, dest: Path) -> None:
-    with open(tmp, "rb+") as f:
+def _finish_save(folder: Path, drop_unfinished: bool = False) -> None:
+    """Complete a :func:`write_checkpoint` into ``folder`` that a kill cut short after its marker: rename the files
+    it left in place. ``drop_unfinished`` (for a writer, which owns the folder): delete temporary files written
+    before the marker. Safe to run beside a writer that is finishing the same save."""
+    pending = folder / PENDING
+    if pending.exists():
+        for name in SAVED:
+            try:
+                os.replace(_temporary(folder, name), folder / name)
+            except FileNotFoundError:  # renamed already
+                pass
+        pending.unlink(missing_ok=True)
+    elif drop_unfinished:
+        for name in SAVED:
+            _temporary(folder, name).unlink(missing_ok=True)
+
+
+def _temporary(folder: Path, name: str) -> Path:
+    return folder / f".{name}.tmp"
+
+
+def _sync(file: Path) -> None:
+    with open(file, "rb+") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, dest)
