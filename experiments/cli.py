@@ -4,6 +4,7 @@ usage dump, no traceback); ``--help`` prints the usage as argparse does."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -18,9 +19,10 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
     def check_output(self, path: str | Path | None, flag: str = "--out", folder: bool = False) -> None:
-        """Before any work: ``path`` (a file to write, or with ``folder`` a folder to write into; None: none)
-        must be writable. Its parent folders are made; one line and exit 2 when they cannot be, when a file is
-        to be written where a folder is (or the reverse), or when the folder is not writable."""
+        """Before any work, making nothing: ``path`` (a file to write, or with ``folder`` a folder to write into;
+        None: none) must be writable, its missing folders made by the writer. One line and exit 2 when a file is
+        to be written where a folder is (or the reverse), when a file stands where a folder is to be made, or when
+        the nearest existing folder is not writable."""
         if path is None:
             return
         p = Path(path)
@@ -29,14 +31,15 @@ class Parser(argparse.ArgumentParser):
             self.error(f"{flag} {p}: is a folder, not a file")
         if folder and p.exists() and not p.is_dir():
             self.error(f"{flag} {p}: is a file, not a folder")
-        try:
-            where.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            self.error(f"{flag} {p}: cannot make the folder {where} ({e.strerror or type(e).__name__})")
+        near = where
+        while not os.path.exists(near):  # False also when a file is in the way or a parent is not readable
+            near = near.parent
+        if not near.is_dir():
+            self.error(f"{flag} {p}: cannot make the folder {where}: {near} is a file")
         try:  # a real write: permission bits do not tell root, or a read-only file system, apart
-            tempfile.TemporaryFile(dir=where).close()
+            tempfile.TemporaryFile(dir=near).close()
         except OSError as e:
-            self.error(f"{flag} {p}: cannot write in {where} ({e.strerror or type(e).__name__})")
+            self.error(f"{flag} {p}: cannot write in {near} ({e.strerror or type(e).__name__})")
 
     def check_device(self, value: str, flag: str = "--device"):
         """``value`` as a ``torch.device``, before any work: one line and exit 2 when it names none, or a CUDA device

@@ -109,15 +109,16 @@ for stage in "$@"; do
     real8b) D=/tmp/l31; rm -rf $D; export HF_HUB_OFFLINE=1
             python3 -m experiments.make_checkpoint --out $D >> "$OUT/real8b.log" 2>&1
             python3 -c "import json;open('$D/mt_bench.jsonl','w').write(''.join(json.dumps({'question_id':i,'turns':[t]})+'\n' for i,t in enumerate(['Write a haiku about rain.','Explain TCP slow start.','Write a Python function that sorts a list.'])))"
-            A="--model-dir $D/target --eagle-dir $D/eagle3 --dataset-name mt-bench --dataset-path $D --device cuda --output-len 96"
+            A="--model-dir $D/target --dataset-name mt-bench --dataset-path $D --device cuda --output-len 96"
             for m in none ngram eagle3 ngram-eagle3; do
-              timeout 120 python3 -m experiments.spec_bench $A --method $m --num-speculative-tokens-per-method \
+              H=; [[ $m == *eagle3 ]] && H="--eagle-dir $D/eagle3"  # a method without a head refuses --eagle-dir
+              timeout 120 python3 -m experiments.spec_bench $A $H --method $m --num-speculative-tokens-per-method \
                 '{"ngram": 5, "eagle3": 3}' --output "$OUT/l31__$m.jsonl" >> "$OUT/real8b.log" 2>&1
             done
             timeout 150 python3 -m experiments.spec_bench $A --method replay --num-spec-tokens 3 --num-prompts 3 \
               --output-len 512 --output "$OUT/l31__replay.jsonl" >> "$OUT/real8b.log" 2>&1
-            timeout 150 python3 -m experiments.spec_bench $A --method ngram-eagle3 --num-speculative-tokens-per-method \
-              '{"ngram": 5, "eagle3": 3}' --compile auto --num-prompts 1 --output-len 32 \
+            timeout 150 python3 -m experiments.spec_bench $A --eagle-dir $D/eagle3 --method ngram-eagle3 \
+              --num-speculative-tokens-per-method '{"ngram": 5, "eagle3": 3}' --compile auto --num-prompts 1 --output-len 32 \
               --output "$OUT/l31__compile_auto.jsonl" >> "$OUT/real8b.log" 2>&1
             grep -a "spec_bench:\|wrote\|Error\|error" "$OUT/real8b.log" | tail -20 | tee -a "$log" ;;
     *) echo "unknown stage $stage" | tee -a "$log" ;;

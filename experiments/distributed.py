@@ -11,16 +11,21 @@ a small model leaves idle between its launches; their timings then share the GPU
 
 Results files are written so that a kill at any moment loses at most the row being made: rows are appended as
 whole lines and flushed, a resume repairs the file first (:func:`repair_tail`), and whole files (the merged
-output, state such as a sweep's ``sweep.json``) are replaced atomically (:func:`write_atomic`).
+output, state such as a sweep's ``sweep.json``) are replaced atomically (:func:`write_atomic`). A run holds its
+output's lock (:func:`exclusive`) while it writes, so a second run on the same output stops at once; under torchrun
+each rank dies with the launcher (:func:`die_with_parent`), so a killed launcher leaves no rank writing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import re
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,6 +44,7 @@ def init(device: str = "cpu") -> tuple[int, int]:
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1
+    die_with_parent()
     import torch  # here, not at the top: the file helpers below work without torch
     import torch.distributed as dist
 
@@ -53,6 +59,58 @@ def init(device: str = "cpu") -> tuple[int, int]:
         else:
             dist.init_process_group("gloo", timeout=TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
+
+
+def die_with_parent() -> None:
+    """On Linux, have the kernel kill this process (SIGKILL) when its parent, torchrun's launcher, dies; elsewhere
+    nothing. Rows are whole appended lines, so a kill loses at most the row being made."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl in this libc: ranks outlive a killed launcher, as without it
+        return
+    if os.getppid() != parent:  # the parent died before the call (the launcher may itself be pid 1, in a container)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Busy(RuntimeError):
+    """Another run holds the lock of the output (see :func:`exclusive`)."""
+
+
+@contextlib.contextmanager
+def exclusive(out: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``out`` (``fcntl.flock`` of ``<out>.lock`` beside it, made with its
+    folder) for the block; :class:`Busy` at once when another run holds it. The kernel drops the lock with its
+    process, so a killed run leaves none; the lock file is removed at the end. Without ``fcntl`` (Windows) no
+    lock is taken."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    lock = out.with_name(out.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise Busy(f"{out}: another run is writing it (it holds {lock.name}); wait for it or stop it") from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the run that held it removed this file as it ended: lock the new one
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def gpu_of(rank: int, n_gpus: int) -> int:
@@ -142,9 +200,10 @@ def shard_paths(out: Path) -> list[Path]:
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Replace ``path`` by ``data`` all at once: a kill at any point leaves the old file or the new, never a mix.
 
-    Written to ``<path>.tmp`` in the same folder, flushed to disk (fsync), then renamed over ``path``; a write that
-    fails removes ``<path>.tmp``.
+    Written to ``<path>.tmp`` in the same folder (made if missing), flushed to disk (fsync), then renamed over
+    ``path``; a write that fails removes ``<path>.tmp``.
     """
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with tmp.open("wb") as f:

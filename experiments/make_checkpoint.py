@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     info = build(partial, a.layers, a.device)
     info["run_info"] = provenance.run_info(a.device)
     write_atomic(partial / "make_checkpoint.json", json.dumps(info, indent=1))
-    os.replace(partial, out)  # over the empty folder check_output made
+    os.replace(partial, out)  # over an empty --out folder, if there is one
     print(json.dumps({k: v for k, v in info.items() if k != "run_info"}), file=sys.stderr)
 
 

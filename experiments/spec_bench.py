@@ -27,6 +27,7 @@ so the file holds the rows a one-process run writes (timings and run_info aside)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -67,15 +68,16 @@ VLLM_HEADS = {"meta-llama/Llama-3.1-8B-Instruct": {"eagle1": "yuhuili/EAGLE-LLaM
                                                    "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
 HF_SOURCES = {"blazedit": "blazedit", "mt_bench": "mt-bench", "instructcoder": "instructcoder"}
 DATA_FILES = {"code-edits": "code_edits_dev.jsonl", "editeval": "editeval.jsonl", "mt-bench": "mt_bench.jsonl"}
+# hybridsd.data.local_digest of the project's sets (shared/data): the rows made from them carry no digest
+PROJECT_DIGESTS = {"code-edits": "3f79ec3847ae", "editeval": "a6b351b21aac", "mt-bench": "25f9c35c7ba2"}
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """Everything that defines one run's rows. ``model``: a zoo name, model folder or Hub id; ``eagle_dir``:
     the EAGLE head (folder or Hub id; default: the zoo's heads beside the model); ``dataset_path``: the Hub
-    dataset or local copy for ``dataset_name="hf"``; ``dataset_digest``: :func:`hybridsd.data.local_digest` of
-    the local data read (a local ``dataset_path``, or the set's file in a data folder given on the command line;
-    ``None`` for a Hub id and the default data folder); ``compile``: ``generate(compile=...)`` as
+    dataset or local copy for ``dataset_name="hf"``; ``dataset_digest``: the local data read, as
+    :func:`data_digest`; ``compile``: ``generate(compile=...)`` as
     ``none``/``true``/``auto``; ``hf_shuffle``: True when the ``hf`` dataset's rows are taken in the order vLLM's
     benchmarks read them (streamed and shuffled with ``seed``), None in the dataset's order.
     ``method="replay"`` drafts the plain greedy output (full acceptance)."""
@@ -216,6 +218,20 @@ SPLITS = ("eval", "validation", "all")  # code edits: the zoo's held-out split, 
 ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
                 "tree_paths", "exact", "change_request", "dataset_digest", "hf_shuffle")
 TREES = ("none", "dynamic", "static")
+
+
+def data_digest(dataset_name: str, dataset_path: str | None) -> str | None:
+    """:func:`hybridsd.data.local_digest` of the local data a run reads (an ``hf`` file or folder; else the set's
+    file in ``dataset_path`` or in the default data folder), so that other data at one path is another config;
+    ``None`` for a Hub id and for the project's own sets (:data:`PROJECT_DIGESTS`), wherever they lie."""
+    if dataset_name == "hf":
+        return data.local_digest(dataset_path) if dataset_path else None
+    try:
+        folder = Path(dataset_path) if dataset_path else data.default_data_dir()
+    except FileNotFoundError:  # no data folder: load_examples names it
+        return None
+    digest = data.local_digest(folder / DATA_FILES[dataset_name])
+    return None if digest == PROJECT_DIGESTS[dataset_name] else digest
 
 
 def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head folder>") -> dict | None:
@@ -393,6 +409,13 @@ def done_keys(path: Path) -> set[tuple[str, str]]:
     return {key for key, _ in dp.keyed_rows(path)}
 
 
+def rows_there(out: Path) -> tuple[set, set]:
+    """(config key, example id) of the rows in ``out``, and of those only in the shards an earlier run left beside
+    it (a sharded run or a rerun merges them into ``out``)."""
+    have = done_keys(out)
+    return have, set().union(*(done_keys(p) for p in dp.shard_paths(out))) - have
+
+
 def peak_memory_gb(device: str) -> float:
     """Peak memory of this process: allocated on the GPU, else the host's resident set."""
     if device.startswith("cuda"):
@@ -466,16 +489,25 @@ def prefill_ms(model, ids: list[int], cfg: BenchConfig, repeats: int = 5) -> flo
 
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True,
         print_output: bool = False, failed: list[str] | None = None) -> int:
-    """Generate for every example not yet in ``out``; append one JSON row each. Returns rows written; the ids of
-    prompts whose generation raised (no row: a rerun retries them) are appended to ``failed``.
+    """Generate for every example not yet in ``out``; append one JSON row each. Returns the rows this run made
+    (every rank's); the ids of prompts whose generation raised (no row: a rerun retries them) are appended to
+    ``failed``.
 
     Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.part``
     (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
-    ``examples``' order (see :func:`distributed.merge`), and every rank returns the rows added to ``out``. Shards
-    a crashed run left are counted as done and merged, also by a one-process rerun. ``print_output``: print
-    each prompt's output text, as vLLM's ``--print-output``.
+    ``examples``' order (see :func:`distributed.merge`). Shards a crashed run left are counted as done and merged,
+    also by a one-process rerun (their rows are not counted as made). ``print_output``: print
+    each prompt's output text, as vLLM's ``--print-output``. The run (its rank 0) holds ``out``'s lock
+    throughout: :class:`distributed.Busy` at once, before any loading, while another run holds it.
     """
     rank, world = dp.init(cfg.device)
+    with dp.exclusive(out) if rank == 0 else contextlib.nullcontext():
+        return _run(cfg, examples, out, rank, world, progress, print_output, failed)
+
+
+def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, world: int, progress: bool,
+         print_output: bool, failed: list[str] | None) -> int:
+    """:func:`run`'s work, under the lock."""
     shards = dp.shard_paths(out)
     sharded = world > 1 or bool(shards)
     device = dp.local_device(cfg.device)
@@ -491,7 +523,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     shared = dp.gpu_sharing(device)
     info = {**provenance.run_info(device), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
             "model_dtype": loaded.dtype, **({"ranks_per_gpu": shared} if shared > 1 else {})}  # timings shared
-    seen = done_keys(out).union(*(done_keys(p) for p in shards))
+    have, carried = rows_there(out)
+    seen = have | carried
     key = cfg.key()
     label = examples[0].source if examples else ""
     dataset = HF_SOURCES.get(label, label) if cfg.dataset_name == "hf" else cfg.dataset_name
@@ -516,7 +549,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 continue
             n_out = min(cfg.output_len, limit)
             kw = dict(max_new_tokens=n_out, temperature=cfg.temperature, eos_token_id=eos, seed=cfg.seed,
-                      cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile], on_double_bos="ignore",
+                      cuda_graphs=None if cfg.cuda_graphs else False,  # None: graphs on a CUDA device only
+                      compile=COMPILE[cfg.compile], on_double_bos="ignore",
                       exact=cfg.exact or False)
             if cfg.method == "replay":
                 k = cfg.k.get("replay", DEFAULT_K["eagle"])
@@ -555,7 +589,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
         return written
     dp.barrier()  # every shard is complete
     merged = dp.merge(out, [e.id for e in examples]) if rank == 0 else None
-    return dp.broadcast(merged)  # the merge is done before any rank moves on
+    return dp.broadcast(merged) - len(carried)  # the merge is done before any rank moves on
 
 
 def finite(obj):
@@ -615,6 +649,45 @@ def speculative_tokens(method: str, k: int | None, per: dict | None) -> dict:
     if method == "replay":
         out["replay"] = k if k is not None else DEFAULT_K["eagle"]
     return out
+
+
+EAGLE_METHODS = ("eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
+NGRAM_METHODS = ("ngram", "ngram-eagle", "ngram-eagle3")
+# the methods that read a flag (with its default) and a --num-speculative-tokens-per-method key
+FLAG_METHODS = {"--eagle-dir": ("eagle_dir", None, EAGLE_METHODS),
+                "--num-speculative-tokens": ("k", None, tuple(m for m in METHODS if m != "none")),
+                "--prompt-lookup-min": ("lookup_min", 2, NGRAM_METHODS),
+                "--prompt-lookup-max": ("lookup_max", 5, NGRAM_METHODS),
+                "--hybrid-policy": ("hybrid_policy", "prefer-ngram", ("ngram-eagle", "ngram-eagle3"))}
+KEY_METHODS = {"ngram": NGRAM_METHODS, "eagle": EAGLE_METHODS, "eagle3": ("eagle3", "ngram-eagle3")}
+# the datasets that read a flag (the project's JSONL sets have no splits; MT-Bench has no edit norm)
+FLAG_DATASETS = {"--hf-split": ("hf_split", "train", ("hf",)),
+                 "--disable-shuffle": ("disable_shuffle", False, ("hf",)),
+                 "--split": ("split", "eval", ("code-edits",)),
+                 "--change-request": ("change_request", "located", ("code-edits",)),
+                 "--blazedit-min-distance": ("blazedit_min_distance", None, ("hf", "code-edits", "editeval")),
+                 "--blazedit-max-distance": ("blazedit_max_distance", None, ("hf", "code-edits", "editeval"))}
+
+
+def unused_flag(a: argparse.Namespace, method: str) -> str | None:
+    """A flag or ``--num-speculative-tokens-per-method`` key given a value other than its default that ``method``
+    (or ``--dataset-name``) does not read, named with the methods (datasets) that do; None when there is none."""
+    for option, table, chosen in (("--method", FLAG_METHODS, method),
+                                  ("--dataset-name", FLAG_DATASETS, a.dataset_name)):
+        for flag, (dest, default, users) in table.items():
+            if chosen not in users and getattr(a, dest) != default:
+                value = "" if isinstance(default, bool) else f" {getattr(a, dest)}"
+                return f"{flag}{value}: {option} {chosen} does not use it (used by {', '.join(users)})"
+    per = a.num_speculative_tokens_per_method or {}
+    for key, v in per.items():
+        name = "eagle" if key == "eagle1" else key
+        users = KEY_METHODS[name]
+        if name == "eagle" and "eagle3" in per:  # eagle3's own count wins over eagle's for EAGLE-3 methods
+            users = ("eagle", "ngram-eagle")
+        if method not in users and v != DEFAULT_K[name]:
+            return (f"--num-speculative-tokens-per-method {json.dumps({key: v})}: --method {method} does not use "
+                    f"it (used by {', '.join(users)})")
+    return None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -694,9 +767,8 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
     p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
-    local = a.dataset_path  # the data read: hf's file, folder or Hub id; the set's file in a data folder
-    if local and a.dataset_name != "hf":
-        local = Path(local) / DATA_FILES[a.dataset_name]
+    if unused := unused_flag(a, method):
+        fail(unused)
     try:
         cfg = BenchConfig(method=method, model=a.model,
                           k=speculative_tokens(method, a.k, a.num_speculative_tokens_per_method),
@@ -711,7 +783,7 @@ def main(argv: list[str] | None = None) -> None:
                           dataset_path=a.dataset_path if a.dataset_name == "hf" else None, hf_split=a.hf_split,
                           compile=a.compile, tree=a.tree, tree_depth=a.tree_depth, tree_top_k=a.tree_top_k,
                           tree_nodes=a.tree_nodes, tree_paths=a.tree_paths, exact=a.exact,
-                          dataset_digest=data.local_digest(local) if local else None,
+                          dataset_digest=data_digest(a.dataset_name, a.dataset_path),
                           hf_shuffle=True if a.dataset_name == "hf" and not a.disable_shuffle else None)
     except (ValueError, TypeError) as e:
         fail(str(e))
@@ -739,12 +811,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"spec_bench: --num-prompts {a.num_prompts} but the dataset has {len(examples)} prompts after the "
               f"filters; running {len(examples)} (--no-oversample)", file=sys.stderr)
     failed = []
+    have, carried = rows_there(out)
     try:
         n = run(cfg, examples, out, print_output=a.print_output, failed=failed)
-    except HeadMismatch as e:  # the head's weights, checked once the target is loaded
+    except (HeadMismatch, dp.Busy) as e:  # the head's weights, checked once the target is loaded; another run
         fail(str(e))
     if dp.rank() == 0:
-        print(f"wrote {n} rows to {out}", file=sys.stderr)
+        there = [f"{len(have)} there before"] if have else []
+        if carried:
+            there.append(f"{len(carried)} merged from an earlier run's shards")
+        print(f"wrote {n} new row{'s' * (n != 1)} to {out}" + (f" ({'; '.join(there)})" if there else ""),
+              file=sys.stderr)
     dp.finish()
     if failed:  # their tracebacks are above (FAILED ...); the rows that succeeded are written
         print(f"spec_bench: {len(failed)} prompt(s) failed, no rows for them (a rerun retries them): "

@@ -42,7 +42,7 @@ from experiments import distributed as dp
 from experiments import spec_bench as sb
 from experiments.cli import Parser
 from experiments.provenance import run_info
-from hybridsd.data import default_data_dir, local_digest
+from hybridsd.data import default_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3")
@@ -183,10 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         for _, cfg in runs:
             if cfg.dataset_name not in examples:
                 examples[cfg.dataset_name] = select_examples(cfg, preset, data_dir)
-        if a.dataset_path:  # the data read enters every config's key, as spec_bench's --dataset-path does
-            folder = Path(a.dataset_path)
-            runs = [(stem, replace(c, dataset_digest=local_digest(folder / sb.DATA_FILES[c.dataset_name])))
-                    for stem, c in runs]
+        # the data read enters every config's key as in spec_bench (none for the project's own sets)
+        runs = [(stem, replace(c, dataset_digest=sb.data_digest(c.dataset_name, a.dataset_path))) for stem, c in runs]
     except (OSError, ValueError) as e:
         p.error(f"{'--dataset-path: ' if a.dataset_path else ''}{e}")
     try:  # the model and every EAGLE head the grid drafts with (their config files and shapes), before any config

@@ -44,10 +44,10 @@ def test_train_heads_names_bad_input(argv, message, capsys, tmp_path):
     from experiments import train_heads
 
     with pytest.raises(SystemExit) as e:
-        train_heads.parse_args(["--out", str(tmp_path), "--device", "cpu", *argv])
+        train_heads.parse_args(["--out", str(tmp_path / "heads"), "--device", "cpu", *argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and message in err[0], err
-    assert not any(tmp_path.iterdir())  # nothing written
+    assert not any(tmp_path.iterdir())  # nothing written, not even the --out folder
 
 
 def test_train_heads_asks_for_a_cuda_device_it_lacks(capsys, tmp_path, monkeypatch):
@@ -105,13 +105,15 @@ def test_output_paths_are_checked_before_any_work(tmp_path, capsys):
     from experiments.cli import Parser
 
     p = Parser(prog="tool")
-    p.check_output(tmp_path / "new" / "deeper" / "out.json")  # parents are made
-    assert (tmp_path / "new" / "deeper").is_dir()
+    p.check_output(tmp_path / "new" / "deeper" / "out.json")  # the writer makes the folders
     p.check_output(tmp_path / "runs", flag="--out-dir", folder=True)
+    assert not any(tmp_path.iterdir())  # a check makes nothing: a later usage error leaves no folder behind
     (tmp_path / "file").write_text("x")
     for path, kw, words in ((tmp_path, {}, "is a folder, not a file"),
                             (tmp_path / "file", {"folder": True}, "is a file, not a folder"),
-                            (tmp_path / "file" / "out.json", {}, "cannot make the folder")):
+                            (tmp_path / "file" / "out.json", {},
+                             f"cannot make the folder {tmp_path / 'file'}: {tmp_path / 'file'} is a file"),
+                            (tmp_path / "file" / "a" / "b", {"folder": True}, f"{tmp_path / 'file'} is a file")):
         with pytest.raises(SystemExit) as e:
             p.check_output(path, **kw)
         err = capsys.readouterr().err.strip().splitlines()
@@ -128,11 +130,20 @@ def test_output_paths_are_checked_before_any_work(tmp_path, capsys):
         except OSError:
             writable = False
         if not writable:
-            with pytest.raises(SystemExit):
-                p.check_output(ro / "out.json")
-            assert "cannot write in" in capsys.readouterr().err
+            for path in (ro / "out.json", ro / "new" / "out.json"):
+                with pytest.raises(SystemExit):
+                    p.check_output(path)
+                assert f"cannot write in {ro} " in capsys.readouterr().err
     finally:
         ro.chmod(0o700)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "ro"]
+
+
+def test_write_atomic_makes_the_folders_the_check_left_to_it(tmp_path):
+    from experiments.distributed import write_atomic
+
+    write_atomic(tmp_path / "new" / "deeper" / "out.json", "{}\n")
+    assert (tmp_path / "new" / "deeper" / "out.json").read_text() == "{}\n"
 
 
 def _one_error_line(capsys, e) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,62 @@ def test_sweep_ranks_bench_starts_and_stops_its_mps_daemon(tmp_path, monkeypatch
 def test_gpu_sharing_is_one_off_cuda_and_outside_torchrun(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert dp.world() == 1 and dp.gpu_sharing("cuda") == 1 and dp.gpu_sharing("cpu") == 1
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_a_rank_dies_with_its_launcher():
+    """die_with_parent (every torchrun rank calls it when it joins): a SIGKILL to the launcher ends the rank too,
+    so no rank of a killed run goes on writing."""
+    rank = ("from experiments import distributed as dp; dp.die_with_parent(); print('up', flush=True); "
+            "import time; time.sleep(60)")
+    launcher = subprocess.Popen(_python(f"import subprocess, time; p = subprocess.Popen({_python(rank)!r}); "
+                                        "print(p.pid, flush=True); time.sleep(60)"), stdout=subprocess.PIPE, text=True)
+    pid = int(launcher.stdout.readline())
+    try:
+        assert launcher.stdout.readline().strip() == "up"
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        launcher.stdout.close()
+
+
+def test_the_output_lock_is_one_run_at_a_time_and_dies_with_it(tmp_path):
+    """exclusive: another process holding the lock is Busy at once; killed, it leaves the lock free (its file is
+    taken over and removed at the end)."""
+    out = tmp_path / "runs" / "x.jsonl"
+    holder = subprocess.Popen(_python(f"from pathlib import Path; from experiments import distributed as dp; "
+                                      f"import time\nwith dp.exclusive(Path({str(out)!r})):\n    print('held', "
+                                      "flush=True); time.sleep(60)"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(dp.Busy, match="another run is writing it"):
+            with dp.exclusive(out):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert (tmp_path / "runs" / "x.jsonl.lock").exists()  # a killed run's file, not its lock
+    with dp.exclusive(out):
+        with pytest.raises(dp.Busy):
+            with dp.exclusive(out):  # one run at a time within a process too
+                pass
+    assert not any((tmp_path / "runs").iterdir())

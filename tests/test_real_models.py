@@ -45,7 +45,8 @@ def study(tmp_path_factory):
 
 
 def local_argv(line: str, study: dict, family: str, out: Path) -> list[str]:
-    """The PR's line with --dataset-path pointing at the local copy, smaller sizes, and --model-dir/--eagle-dir."""
+    """The PR's line with --dataset-path pointing at the local copy, smaller sizes, and --model-dir (and --eagle-dir
+    for a method with a head)."""
     argv = shlex.split(line)
     for i, tok in enumerate(argv[:-1]):
         if tok == "--dataset-path":
@@ -54,9 +55,9 @@ def local_argv(line: str, study: dict, family: str, out: Path) -> list[str]:
             argv[i + 1] = SIZES[tok].get(argv[i + 1], argv[i + 1])
     method = argv[argv.index("--method") + 1]
     kind = "eagle3" if method.endswith("eagle3") else "eagle1"
-    return [*argv, "--model-dir", str(study[family]), "--eagle-dir", str(study["root"] / f"{family}-{kind}"),
-            "--output-len", str(OUT_LEN), "--device", "cpu", "--dtype", "fp32", "--check-lossless",
-            "--output", str(out)]
+    head = ["--eagle-dir", str(study["root"] / f"{family}-{kind}")] if "eagle" in method else []  # ngram: none
+    return [*argv, "--model-dir", str(study[family]), *head, "--output-len", str(OUT_LEN), "--device", "cpu",
+            "--dtype", "fp32", "--check-lossless", "--output", str(out)]
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
@@ -180,9 +181,10 @@ def test_cuda_bf16_graphs_from_disk(tmp_path):
                                                      enumerate(["Write a haiku about rain.", "What is 2 + 2?"])))
     for method in ("none", "ngram", "eagle3", "ngram-eagle3", "replay"):
         out = tmp_path / f"{method}.jsonl"
-        spec_bench.main(["--model-dir", str(model), "--eagle-dir", str(tmp_path / "llama-eagle3"), "--method", method,
-                         "--dataset-name", "mt-bench", "--dataset-path", str(tmp_path), "--output-len", "32",
-                         "--device", "cuda", "--dtype", "bf16", "--output", str(out)])
+        head = ["--eagle-dir", str(tmp_path / "llama-eagle3")] if "eagle" in method else []
+        spec_bench.main(["--model-dir", str(model), *head, "--method", method, "--dataset-name", "mt-bench",
+                         "--dataset-path", str(tmp_path), "--output-len", "32", "--device", "cuda", "--dtype", "bf16",
+                         "--output", str(out)])
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         assert len(rows) == 2 and all(r["run_info"]["model_dtype"] == "bf16" for r in rows)
         assert all(r["run_info"]["peak_mem_gb"] > 0 for r in rows)

@@ -115,8 +115,39 @@ CASES = {
     "exact with a dynamic tree": _case(*GOOD, "--method", "eagle3", "--tree", "dynamic", "--exact",
                                        want="--exact verifies at most 2 draft branches a step"),
     "output is a folder": _case(*GOOD, "--method", "ngram", "--output", "{root}", want="is a folder, not a file"),
-    "output parent is a file": _case(*GOOD, "--method", "ngram", "--output", "{root}/wrong.parquet/out.jsonl",
-                                     want="cannot make the folder"),
+    "output parent is a file": _case(*GOOD, "--method", "ngram", "--output", "{root}/wrong.parquet/new/out.jsonl",
+                                     want="cannot make the folder {root}/wrong.parquet/new: {root}/wrong.parquet is "
+                                     "a file"),
+    "a head for a method without one": _case(*GOOD, "--method", "ngram", "--eagle-dir", E1,
+                                             want="--eagle-dir {eagle1}: --method ngram does not use it (used by "
+                                             "eagle, eagle3, ngram-eagle, ngram-eagle3)"),
+    "k of a method not run": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1,
+                                   "--num-speculative-tokens-per-method", '{"ngram": 7, "eagle": 3}',
+                                   want='--num-speculative-tokens-per-method {"ngram": 7}: --method eagle does not use '
+                                   "it (used by ngram, ngram-eagle, ngram-eagle3)"),
+    "eagle k beside eagle3's": _case(*GOOD, "--method", "eagle3", "--eagle-dir", E3,
+                                     "--num-speculative-tokens-per-method", '{"eagle": 4, "eagle3": 3}',
+                                     want='{"eagle": 4}: --method eagle3 does not use it (used by eagle, ngram-eagle)'),
+    "k for plain decoding": _case(*GOOD, "--method", "vanilla", "--num-spec-tokens", "4",
+                                  want="--num-speculative-tokens 4: --method none does not use it"),
+    "lookup for eagle": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--prompt_lookup_min", "3",
+                              want="--prompt-lookup-min 3: --method eagle does not use it"),
+    "hybrid policy for ngram": _case(*GOOD, "--method", "ngram", "--hybrid-policy", "tree",
+                                     want="--hybrid-policy tree: --method ngram does not use it (used by ngram-eagle, "
+                                     "ngram-eagle3)"),
+    "hf split of the project's sets": _case("--method", "ngram", "--dataset-name", "mt-bench", "--hf-split", "test",
+                                            want="--hf-split test: --dataset-name mt-bench does not use it (used by "
+                                            "hf)"),
+    "hf split of a data folder": _case("--method", "ngram", "--dataset-name", "editeval", "--dataset-path",
+                                       "{root}/own", "--hf-split", "test",
+                                       want="--hf-split test: --dataset-name editeval does not use it"),
+    "shuffle order of a project set": _case("--method", "ngram", "--dataset-name", "code-edits", "--disable-shuffle",
+                                            want="--disable-shuffle: --dataset-name code-edits does not use it"),
+    "code-edit split of MT-Bench": _case("--method", "ngram", "--dataset-name", "mt-bench", "--split", "all",
+                                         want="--split all: --dataset-name mt-bench does not use it"),
+    "edit-norm filter of MT-Bench": _case("--method", "ngram", "--dataset-name", "mt-bench",
+                                          "--blazedit-max-distance", "0.2",
+                                          want="--blazedit-max-distance 0.2: --dataset-name mt-bench does not use"),
     "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
                                    "--dataset-path", D, want="no-weights': no weights in"),
     "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",
@@ -169,9 +200,10 @@ def offline(monkeypatch):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
     argv, want = CASES[name]
-    out = tmp_path / "out.jsonl"
+    out = tmp_path / "new" / "out.jsonl"
     for k, v in inputs.items():
         argv = [a.replace("{" + k + "}", str(v)) for a in argv]
+        want = want.replace("{" + k + "}", str(v))
     if "--output" not in argv:
         argv = [*argv, "--output", str(out)]
     with pytest.raises(SystemExit) as exc:
@@ -180,7 +212,21 @@ def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spec_bench: error: "), err
     assert want in err[0], err[0]
-    assert not out.exists()  # no work done
+    assert not any(tmp_path.iterdir())  # no work done, not even the output's folder made
+
+
+@pytest.mark.parametrize("argv", [
+    ["--method", "eagle3", "--num-speculative-tokens-per-method", '{"ngram":5,"eagle3":3}'],  # trees_zoo_cpu.sh
+    ["--method", "ngram", "--num-speculative-tokens-per-method", '{"ngram":5,"eagle3":3}'],
+    ["--method", "none", "--num-speculative-tokens-per-method", '{"ngram": 5, "eagle3": 3}'],  # device_run.sh real8b
+    ["--method", "replay", "--num-spec-tokens", "3", "--prompt_lookup_max", "5", "--hybrid-policy", "prefer-ngram"],
+    ["--method", "ngram-eagle3", "--num-speculative-tokens-per-method", '{"eagle": 4}', "--hybrid-policy", "tree"],
+    ["--method", "eagle", "--dataset-name", "hf", "--dataset-path", "x", "--hf-split", "test", "--disable-shuffle"]])
+def test_flags_at_their_defaults_or_in_use_are_taken(argv, capsys):
+    """A flag a method or dataset does not read is taken at its default value (the repository's scripts pass
+    such flags); the flags the run reads take any value."""
+    spec_bench.main([*argv, "--device", "cpu", "--print-vllm-config"])
+    assert capsys.readouterr().out.strip()
 
 
 def test_subprocess_prints_one_line_and_no_traceback(inputs, tmp_path):

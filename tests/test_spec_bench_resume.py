@@ -126,3 +126,58 @@ def test_rows_are_standard_json_and_read_back_as_nan(tmp_path):
 def test_finite_replaces_nan_and_infinity_at_any_depth():
     row = {"a": math.nan, "b": [1.5, math.inf, {"c": -math.inf}], "d": (math.nan, 2), "e": "NaN", "f": 3}
     assert spec_bench.finite(row) == {"a": None, "b": [1.5, None, {"c": None}], "d": [None, 2], "e": "NaN", "f": 3}
+
+
+def test_the_default_data_folder_enters_the_key_unless_it_holds_the_projects_sets(tmp_path, monkeypatch):
+    """$HYBRIDSD_DATA pointing at other data gives other keys (a resume does not take their prompts as done); the
+    project's own sets, wherever they lie, give the key the committed results have."""
+    made = []
+    monkeypatch.setattr(spec_bench, "run", lambda cfg, *a, **kw: made.append(cfg) or 0)
+    argv = [*ARGS, "--dataset-name", "mt-bench", "--output", str(tmp_path / "o.jsonl")]
+    project = spec_bench.data.default_data_dir() / "mt_bench.jsonl"
+    for name, turns in (("a", {1: "Write a haiku about rain."}), ("b", {1: "Explain TCP slow start."})):
+        monkeypatch.setenv("HYBRIDSD_DATA", str(_questions(tmp_path / name / "mt_bench.jsonl", turns).parent))
+        spec_bench.main(argv)
+    shutil.copy(project, tmp_path / "mt_bench.jsonl")
+    spec_bench.main([*argv, "--dataset-path", str(tmp_path)])
+    monkeypatch.delenv("HYBRIDSD_DATA")
+    monkeypatch.setattr(spec_bench.data, "default_data_dir", lambda: project.parent)
+    spec_bench.main(argv)
+    a, b, copy, default = made
+    assert None not in (a.dataset_digest, b.dataset_digest) and len({a.key(), b.key(), default.key()}) == 3
+    assert copy.dataset_digest is default.dataset_digest is None and copy.key() == default.key()
+    assert spec_bench.data_digest("mt-bench", None) is None  # the project's data as the tests find it
+
+
+def test_a_resume_says_which_rows_it_made_and_which_were_there(tmp_path, capsys):
+    """A rerun after a killed sharded run merges the shard it left: the last line counts the rows this run made
+    apart from those merged and those already in the file."""
+    out = tmp_path / "mt.jsonl"
+    argv = [*ARGS, "--dataset-name", "mt-bench", "--output", str(out)]
+    spec_bench.main([*argv, "--num-prompts", "2"])
+    out.rename(out.with_name(out.name + ".rank1.part"))  # what a killed 2-rank run leaves
+    capsys.readouterr()
+    spec_bench.main([*argv, "--num-prompts", "3"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"wrote 1 new row to {out} (2 merged from an earlier run's shards)")
+    assert len(_rows(out)) == 3
+    spec_bench.main([*argv, "--num-prompts", "4"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"wrote 1 new row to {out} (3 there before)"
+
+
+def test_a_second_run_on_the_same_output_stops_at_once(tmp_path, capsys):
+    """While a run holds the output's lock another run on it is one line and exit code 2, before the model is
+    loaded; the lock goes with the run (its file too)."""
+    from experiments import distributed as dp
+
+    out = tmp_path / "runs" / "mt.jsonl"
+    argv = [*ARGS, "--dataset-name", "mt-bench", "--num-prompts", "1", "--output", str(out)]
+    with dp.exclusive(out):
+        with pytest.raises(SystemExit) as e:
+            spec_bench.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    want = f"spec_bench: error: {out}: another run is writing it (it holds mt.jsonl.lock); wait for it or stop it"
+    assert e.value.code == 2 and err == [want], err
+    assert not out.exists()
+    spec_bench.main(argv)
+    assert len(_rows(out)) == 1 and sorted(p.name for p in out.parent.iterdir()) == ["mt.jsonl"]
