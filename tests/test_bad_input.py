@@ -20,6 +20,7 @@ from hybridsd.drafters.base import Draft, Drafter
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.drafters.tree import DraftTree
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import generate
@@ -178,11 +179,36 @@ def test_non_integer_draft_tokens_name_the_drafter(model, case, make, dtype):
     assert fed == [len(IDS)]  # the prefill only
 
 
-def test_integer_draft_tokens_of_any_width_are_taken(model):
-    want = generate(model, IDS, max_new_tokens=8).tokens
-    for dtype in (torch.int32, torch.int64):
-        assert generate(model, IDS, drafter=_TypedDrafter(lambda: [Draft(_ids(dtype), "i")]),
-                        max_new_tokens=8).tokens == want
+class _TypedReplay(ReplayDrafter):
+    """Replays the target's own output as ``dtype`` ids, its third token wrong: two accepted, then a rejection."""
+
+    def __init__(self, continuation: list[int], dtype: torch.dtype, tree: bool) -> None:
+        super().__init__(continuation, 4)
+        self.dtype, self.tree = dtype, tree
+
+    def propose(self, request):
+        pos = self.position(request)
+        d = self.continuation[pos : pos + min(self.k, request.budget)]
+        d = [(t + 1) % VOCAB if i == 2 else t for i, t in enumerate(d)]
+        tokens = torch.tensor(d, dtype=self.dtype)
+        if not d:
+            return []
+        if self.tree:  # the chain and a one-token branch beside it
+            return DraftTree(torch.cat([tokens, tokens[:1]]), (*range(-1, len(d) - 1), -1), ("i",) * (len(d) + 1))
+        return [Draft(tokens, "i")]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_integer_draft_tokens_of_any_width_are_taken(model, dtype):
+    """Drafts of any integer dtype, chains and trees, are verified by value: accepted where right."""
+    want = generate(model, IDS, max_new_tokens=12).tokens
+    for tree in (False, True):
+        res = generate(model, IDS, drafter=_TypedReplay(want, dtype, tree), max_new_tokens=12)
+        assert res.tokens == want
+        res.stats.check()
+        assert [s.accepted for s in res.stats.trace if s.drafted > 2] == [2] * sum(s.drafted > 2 for s in
+                                                                                     res.stats.trace), res.stats.trace
+        assert res.stats.num_accepted > 0
 
 
 @pytest.mark.parametrize("k", [0, -1])
@@ -406,8 +432,11 @@ def test_load_target_refuses_a_shard_outside_the_folder(tmp_path):
 def test_loader_accepts_the_targets_embedding_and_an_explicit_own_one(ckpt, model):
     _with_embedding(ckpt, model.get_input_embeddings().weight.to(torch.bfloat16).float())  # a rounded copy
     assert EagleHead.from_pretrained(ckpt, target=model).embed_tokens is None
-    _with_embedding(ckpt, torch.randn_like(model.get_input_embeddings().weight))
-    assert EagleHead.from_pretrained(ckpt, target=model, use_checkpoint_embeddings=True).embed_tokens is not None
+    own = torch.randn_like(model.get_input_embeddings().weight)
+    _with_embedding(ckpt, own)
+    head = EagleHead.from_pretrained(ckpt, target=model, use_checkpoint_embeddings=True)
+    assert torch.equal(head.embed_tokens.weight, own)  # the checkpoint's own embedding, not the target's
     _to_bin(ckpt, cut=False)
-    assert EagleHead.from_pretrained(ckpt, target=model, use_checkpoint_embeddings=True).embed_tokens is not None
+    head = EagleHead.from_pretrained(ckpt, target=model, use_checkpoint_embeddings=True)
+    assert torch.equal(head.embed_tokens.weight, own)
 

@@ -21,6 +21,7 @@ def test_compiled_steps_are_lossless_on_cpu():
     rec = Recorder(ref, 2, err=0.4)
     res = generate(model, ids, drafter=rec, max_new_tokens=12, eos_token_id=[], compile=True)
     assert res.tokens == ref
+    assert 0 < res.stats.num_accepted < res.stats.num_draft_tokens  # compiled blocks accepted and rolled back
     seq = torch.cat([ids, torch.tensor(res.tokens)])
     with torch.no_grad():
         hs = model(seq[None], output_hidden_states=True).hidden_states
@@ -44,6 +45,7 @@ def test_compile_auto_is_lossless_on_cpu():
                    compile="auto")  # blocks
     assert plain.tokens == res.tokens == ref
     assert all(s.tree_tokens > 0 for s in res.stats.trace)
+    assert 0 < res.stats.num_accepted < res.stats.num_draft_tokens
     decoder = target_for(model, 64, compile="auto").decoder
     assert decoder.compiled[True] is not decoder.compiled[False]
 

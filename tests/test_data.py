@@ -515,3 +515,76 @@ def test_a_saved_dataset_reads_as_python_values_whatever_its_format(tmp_path, fm
     ds.set_format(fmt)
     ds.save_to_disk(str(tmp_path / "questions"))
     assert [(e.id, e.prompt) for e in load_hf(str(tmp_path / "questions"))] == [("81", "first"), ("82", "q")]
+
+
+def _content_order(stream, table) -> list[int]:
+    """The row indices of ``table`` in ``stream``'s order, matched by each whole row's JSON (equal rows in their
+    order): the plain reference for :func:`hybridsd.data.shuffled_order`."""
+    where: dict[str, list[int]] = {}
+    for i, row in enumerate(table):
+        where.setdefault(json.dumps(row, sort_keys=True, default=str), []).append(i)
+    return [where[json.dumps(row, sort_keys=True, default=str)].pop(0) for row in stream]
+
+
+@pytest.mark.parametrize("layout", ["one file", "empty shard", "saved"])
+def test_a_seed_matches_equal_rows_as_whole_row_content_does(tmp_path, layout):
+    """Ids in vLLM's stream order are the indices whole-row matching gives: equal rows (many here, some across
+    files) take their indices in order, rows equal but for a number stay apart; a single file, a saved dataset
+    and a folder with an empty file alike."""
+    datasets = pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    n = 2500  # over the shuffle buffer, and read in several batches
+    table = datasets.Dataset.from_dict({"code": [f"x = {i % 7}\n" for i in range(n)],
+                                        "change_request": ["c\u00e9" if i % 3 else "c" for i in range(n)],
+                                        "norm_distance": [0.1 if i % 11 else 0.2 for i in range(n)]})
+    path = tmp_path / layout.replace(" ", "_")
+    if layout == "one file":  # JSON: a parquet stream takes seconds to close
+        table.to_json(str(path) + ".jsonl")
+        path = Path(str(path) + ".jsonl")
+    elif layout == "empty shard":
+        (path / "data").mkdir(parents=True)
+        for k, (a, b) in enumerate([(0, 900), (900, 900), (900, n)]):
+            table.select(range(a, b)).to_parquet(str(path / "data" / f"train-{k:05d}-of-00003.parquet"))
+    else:
+        table.save_to_disk(str(path))
+    seed = len(layout)
+    if layout == "saved":
+        stream = datasets.load_from_disk(str(path)).to_iterable_dataset(num_shards=1).shuffle(seed=seed)
+    else:
+        stream = datasets.load_dataset(str(path.parent) if path.is_file() else str(path),
+                                       data_files=path.name if path.is_file() else None,
+                                       split="train", streaming=True).shuffle(seed=seed)
+    want = _content_order(stream, table.to_list())
+    assert [int(e.id) for e in load_hf(str(path), shuffle_seed=seed)] == want
+    assert sorted(want) == list(range(n)) and want != list(range(n))
+
+
+def test_a_single_file_is_read_only_as_far_as_the_examples_need(tmp_path, monkeypatch):
+    """With a limit, the rows of a single file (one shard) are read into Python only as far as the stream (or
+    the file order) needs them, not all of them."""
+    datasets = pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    n = 6000
+    datasets.Dataset.from_dict({"code": [f"x = {i}\n" for i in range(n)], "change_request": ["c"] * n,
+                                "norm_distance": [0.1] * n}).to_json(str(tmp_path / "edits.jsonl"))
+    read = []
+    each, batches = datasets.Dataset.__iter__, datasets.Dataset.iter
+
+    def counted_rows(self):
+        for row in each(self):
+            read.append(1)
+            yield row
+
+    def counted_batches(self, batch_size, *args, **kwargs):
+        for batch in batches(self, batch_size, *args, **kwargs):
+            read.append(len(next(iter(batch.values()))))
+            yield batch
+
+    monkeypatch.setattr(datasets.Dataset, "__iter__", counted_rows)
+    monkeypatch.setattr(datasets.Dataset, "iter", counted_batches)
+    for seed in (None, 0):
+        read.clear()
+        exs = load_hf(str(tmp_path / "edits.jsonl"), shuffle_seed=seed, limit=5)
+        assert len(exs) == 5 and 0 < sum(read) <= 3000, (seed, sum(read))

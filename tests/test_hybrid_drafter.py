@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -101,27 +103,47 @@ class TwinFirst(NgramDrafter):
         return super().propose(request)
 
 
+def _trained_head(model, kind: str, prompts: list[torch.Tensor]) -> EagleHead:
+    """A head trained (30 CPU steps) on the model's greedy continuations of ``prompts``: right often, wrong often."""
+    from hybridsd.eagle import train
+
+    torch.manual_seed(0)
+    head = EagleHead.from_target(model, kind=kind)
+    if kind == "eagle3":
+        train.init_eagle3_output(head, model)
+    seqs = train.generate_sequences(model, prompts, N_NEW, eos_token_id=None, batch_size=len(prompts))
+    train.train_head(head, model, seqs, steps=30, batch_size=4, lr=1e-2, seq_len=64, log_every=30, ttt_steps=2,
+                     noise=0.0)
+    return head.eval().requires_grad_(False)
+
+
 @pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
 def test_eagle_state_stays_exact_through_ngram_steps(kind):
     """With prefer-ngram, EAGLE skips the steps the n-gram drafts; its drafts on the other steps are those of an
-    EAGLE drafter that drafted every step, and the output is plain greedy's."""
+    EAGLE drafter that drafted every step, and the output is plain greedy's. Both drafters win steps (the head is
+    trained on these prompts), so EAGLE's state is checked after its own accepted drafts and after the n-gram's."""
     model = tiny_target("llama", vocab=V, seed=5, initializer_range=0.2)
-    head = EagleHead.from_target(model, kind=kind)
+    ids_list = prompts(4, vocab=V, seed=7)
+    head = _trained_head(model, kind, ids_list)
     for make in (lambda: EagleDrafter(head, k=3), lambda: EagleTreeDrafter(head, depth=3, top_k=2, nodes=6)):
-        hits = 0
-        for ids in prompts(4, vocab=V, seed=7):
+        hits, won = 0, {}
+        for ids in ids_list:
             eagle = Shadowed(make)
             hyb = HybridDrafter(TwinFirst(eagle, k=4, min_n=1, max_n=3), eagle)
             res = generate(model, ids, hyb, max_new_tokens=N_NEW, eos_token_id=[])
             assert res.tokens == hf_greedy(model, ids, N_NEW)
             assert eagle.diffs == 0 and eagle.calls > 0
             hits += res.stats.steps_by_drafter["ngram"]
+            for src in ("ngram", kind):
+                won[src] = won.get(src, 0) + res.stats.accepted_by_drafter[src]
         assert hits > 0  # the n-gram drafted some steps, which EAGLE skipped
+        assert won["ngram"] > 0 and won[kind] > 0, won
 
 
 @pytest.mark.parametrize("policy", ["prefer-ngram", "tree"])
 def test_steps_are_won_by_the_branch_that_was_accepted(policy):
     model = tiny_target("llama", vocab=V, seed=5)
+    winners = Counter()
     for ids in prompts(4, vocab=V, seed=3):
         ref = hf_greedy(model, ids, N_NEW)
         hyb = HybridDrafter(NgramDrafter(k=5, min_n=1, max_n=3), OracleDrafter(ref, 2, 0.3, vocab=V), policy)
@@ -139,6 +161,8 @@ def test_steps_are_won_by_the_branch_that_was_accepted(policy):
         assert sum(s.steps_won_by.values()) == won
         if policy == "tree":  # both drafts verified in one pass on some steps
             assert any(step.proposed == ("ngram", "oracle") for step in s.trace)
+        winners.update(s.steps_won_by)
+    assert winners["ngram"] > 0 and winners["oracle"] > 0, winners  # each drafter wins steps
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])

@@ -11,8 +11,12 @@ API = ["ngram_propose", "NgramDrafter", "EagleHead", "EagleDrafter", "HybridDraf
 
 
 def test_public_names_exist():
-    for name in API + hsd.__all__:
-        assert getattr(hsd, name) is not None
+    """The documented names are exported, each one hybridsd's own object (not a re-exported dependency's)."""
+    assert set(API) <= set(hsd.__all__) and len(set(hsd.__all__)) == len(hsd.__all__)
+    for name in hsd.__all__:
+        obj = getattr(hsd, name)
+        home = obj.__name__ if isinstance(obj, type(sys)) else obj.__module__
+        assert home.startswith("hybridsd."), (name, home)
 
 
 def _imports(module) -> set[str]:

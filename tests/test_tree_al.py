@@ -70,4 +70,5 @@ def test_recorded_run_gives_each_tree_step_its_path():
     tree_steps = [r for r in res.stats.trace if r.tree_tokens]
     assert len(steps) == len(tree_steps) == len(rec.trees) > 0
     assert [len(path) for _, path in steps] == [r.accepted for r in tree_steps]
+    assert sum(r.accepted for r in tree_steps) > 0  # some paths are not empty
     assert res.tokens == generate(model, ids, max_new_tokens=20, eos_token_id=[]).tokens

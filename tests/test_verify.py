@@ -41,17 +41,33 @@ def test_greedy_chain_matches_reference(draft, data):
     assert toks[: want + 1].tolist() == target[: want + 1]
 
 
+def _sequential_chain(draft, q, logits, temp, g) -> tuple[int, int]:
+    """Rejection sampling token by token (the slow reference), drawing as sample_chain does: one uniform per
+    draft token, then the next token from the first rejection's normalized residual, or from p_k."""
+    p = torch.softmax(logits / temp, -1)
+    u = torch.rand(len(draft), generator=g)
+    for i, tok in enumerate(draft.tolist()):
+        qi = q[i] if q is not None else torch.nn.functional.one_hot(torch.tensor(tok), p.shape[-1]).float()
+        if u[i] * qi[tok] < p[i, tok]:  # accepted with probability min(1, p / q)
+            continue
+        rest = (p[i] - qi).clamp_min(0)
+        return i, int(torch.multinomial(rest if rest.sum() > 0 else p[i], 1, generator=g))
+    return len(draft), int(torch.multinomial(p[-1], 1, generator=g))
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 6), st.integers(0, 2**31 - 1), st.booleans())
-def test_sample_chain_keeps_accepted_prefix(k, seed, with_q):
+@given(st.integers(1, 6), st.integers(0, 2**31 - 1), st.booleans(), st.floats(0.2, 2.0))
+def test_sample_chain_matches_sequential_reference(k, seed, with_q, temp):
+    """The accepted prefix and the next token are the token-by-token walk's on the same draws; drafts of the
+    target's likeliest tokens are accepted often, so long prefixes are checked too."""
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(k + 1, V, generator=g)
+    logits = torch.randn(k + 1, V, generator=g) * 3
     q = torch.softmax(torch.randn(k, V, generator=g), -1) if with_q else None
-    draft = torch.randint(0, V, (k,), generator=g)
-    n, toks = sample_chain(draft, q, logits, 0.7, g)
-    assert 0 <= int(n) <= k
+    draft = torch.where(torch.rand(k, generator=g) < 0.7, logits[:k].argmax(-1), torch.randint(0, V, (k,), generator=g))
+    n, toks = sample_chain(draft, q, logits, temp, torch.Generator().manual_seed(seed))
+    want_n, want_next = _sequential_chain(draft, q, logits, temp, torch.Generator().manual_seed(seed))
+    assert (int(n), int(toks[int(n)])) == (want_n, want_next)
     assert toks[: int(n)].tolist() == draft[: int(n)].tolist()
-    assert 0 <= int(toks[int(n)]) < V
 
 
 def _rows(seed: int, k: int) -> torch.Tensor:

@@ -63,7 +63,9 @@ def test_tokenizer_round_trips_code_exactly(tokenizer):
 
 def test_tokenizer_special_tokens(tokenizer):
     assert tokenizer.bos_token == "<|begin_of_text|>" and tokenizer.eos_token == "<|end_of_text|>"
-    assert tokenizer.pad_token_id is not None
+    config = json.loads((FOLDER / "config.json").read_text())
+    assert tokenizer.pad_token == "<|pad|>" and tokenizer.pad_token_id == config["pad_token_id"]
+    assert tokenizer.pad_token_id not in (tokenizer.bos_token_id, tokenizer.eos_token_id)
     for tok in ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"):
         assert tokenizer.convert_tokens_to_ids(tok) != tokenizer.unk_token_id
         assert len(tokenizer.encode(tok, add_special_tokens=False)) == 1
