@@ -165,9 +165,16 @@ class BenchConfig:
                 paths_to_parents(self.tree_paths)
             except ValueError as e:
                 raise ValueError(f"--tree-paths: {e}") from None
+        defaults = {f.name: f.default for f in fields(self)}
         for name in ("tree_depth", "tree_top_k", "tree_nodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+            if self.tree != "dynamic" and getattr(self, name) != defaults[name]:
+                raise ValueError(f"--{name.replace('_', '-')} shapes only --tree dynamic, got --tree {self.tree}")
+        kind = self.method.split("-")[-1]
+        if self.tree != "none" and self.k.get(kind, DEFAULT_K.get(kind)) != DEFAULT_K.get(kind):
+            raise ValueError(f"--tree {self.tree}: the EAGLE tree's size is --tree-depth and --tree-nodes (dynamic) or "
+                             f"--tree-paths (static), not k ({kind}: {self.k[kind]})")
         if self.exact < 0:
             raise ValueError(f"--exact must be a number of rows >= 1, got {self.exact}")
         if self.exact and self.tree == "dynamic":
