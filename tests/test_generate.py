@@ -12,6 +12,7 @@ from hybridsd.drafters.base import Draft, Drafter
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
+from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.generate import generate
 from hybridsd.kv_cache import StaticKVCache
 
@@ -192,12 +193,27 @@ def test_bad_input_is_rejected(target):
         HybridDrafter(NgramDrafter(), NgramDrafter(), policy="both")
 
 
+# The tiny random targets' logits lie within ~0.2 of each other, so at usual temperatures every draft is rejected;
+# at this one the greedy token is likely but not certain, and replayed greedy drafts are both accepted and rejected.
+SHARP_T = 0.05
+
+
+def _sample_replaying_greedy(target, ids: torch.Tensor, max_new_tokens: int, seed):
+    """A sampled run (``SHARP_T``) drafting the target's greedy continuation, checked to have accepted some draft
+    tokens and rejected others: the seeded accept test and the residual draw both ran."""
+    drafter = ReplayDrafter(hf_greedy(target, ids, max_new_tokens, eos_token_id=[]), 3)
+    res = generate(target, ids, drafter=drafter, max_new_tokens=max_new_tokens, temperature=SHARP_T, seed=seed,
+                   eos_token_id=[])
+    assert res.stats.num_accepted > 0
+    assert any(step.accepted < step.drafted for step in res.stats.trace)
+    return res
+
+
 def test_seed_reproduces_sampling(target):
+    """The seed fixes every draw of speculative sampling: the first token, the accept tests, the residual draws."""
     ids = PROMPTS[1]
-    a = generate(target, ids, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=20, temperature=0.8, seed=7)
-    b = generate(target, ids, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=20, temperature=0.8, seed=7)
-    c = generate(target, ids, drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=20, temperature=0.8, seed=8)
-    assert a.tokens == b.tokens
+    a, b, c = (_sample_replaying_greedy(target, ids, 20, seed) for seed in (7, 7, 8))
+    assert a.tokens == b.tokens and a.stats.trace == b.stats.trace
     assert a.tokens != c.tokens
 
 
@@ -222,8 +238,6 @@ def test_doubled_bos_warns_or_raises(target):
 
 def test_replay_drafter_drafts_what_the_target_accepts(target):
     """Fed the target's own greedy continuation, every draft is accepted: (k + 1) tokens per pass."""
-    from hybridsd.drafters.replay import ReplayDrafter
-
     ids = PROMPTS[1]
     ref = hf_greedy(target, ids, 30)
     res = generate(target, ids, drafter=ReplayDrafter(ref, 4), max_new_tokens=30, eos_token_id=[])
@@ -261,9 +275,8 @@ def test_numpy_seed_is_a_seed(target):
     """A numpy integer seed (e.g. drawn with numpy) seeds the run as the same Python int does."""
     import numpy as np
 
-    kw = dict(drafter=NgramDrafter(k=3, min_n=1), max_new_tokens=12, temperature=0.9, eos_token_id=[])
-    assert generate(target, PROMPTS[1], seed=np.int64(5), **kw).tokens == generate(target, PROMPTS[1], seed=5,
-                                                                                        **kw).tokens
+    assert (_sample_replaying_greedy(target, PROMPTS[1], 12, np.int64(5)).tokens
+            == _sample_replaying_greedy(target, PROMPTS[1], 12, 5).tokens)
 
 
 def test_bad_eos_from_generation_config_says_where_it_came_from():
