@@ -159,15 +159,17 @@ def test_sequence_distribution_matches_plain_sampling(small, temperature, top_k,
     counts = np.zeros(len(keys))
     torch.manual_seed(0)
     head = EagleHead.from_target(small, "eagle1") if "eagle" in kind else None
-    drafted = 0
+    drafted = accepted = 0
     for seed in range(RUNS):
         drafter = _drafter(kind, head)
         res = generate(small, IDS, drafter=drafter, max_new_tokens=3, temperature=temperature, top_k=top_k,
                        top_p=top_p, seed=seed, eos_token_id=[])
         counts[index[tuple(res.tokens[:2])]] += 1
         drafted += res.stats.num_draft_tokens
+        accepted += res.stats.num_accepted
         res.stats.check()
     probs = np.array([exact[k] for k in keys])
     assert counts[probs == 0].sum() == 0
     assert _chi2_ok(counts, probs)
     assert kind == "plain" or drafted > RUNS / 2  # the drafts were verified, not skipped
+    assert kind == "plain" or 0 < accepted < drafted  # and the accept and the reject branches both ran
