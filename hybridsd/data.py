@@ -13,8 +13,10 @@ import json
 import math
 import numbers
 import os
+from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -435,11 +437,32 @@ def _unreachable(path: str, e: Exception) -> ValueError:
                       f"{first[:160]}), nor is it a local file or folder; go online or pass a local copy")
 
 
-def shuffled_order(path: str, table, split: str, seed: int, rows: Sequence[dict] | None = None) -> Iterator[int]:
-    """The row indices of ``table`` (:func:`load_hf_table` of ``path`` and ``split``; ``rows``: its rows, if read
-    already) in the order vLLM's benchmark datasets read the rows, lazily: streamed by ``datasets`` (one shard per
-    data file; a saved dataset as one shard) and shuffled with ``seed`` (``IterableDataset.shuffle``: the shards'
-    order, then a buffer of 1,000 rows). Rows are matched to ``table``'s by content (equal rows in their order)."""
+def _table_rows(table) -> Iterator[dict]:
+    """The rows of ``table`` (a ``datasets.Dataset`` of Python values) in its order, read a batch at a time."""
+    for batch in table.iter(batch_size=1000):
+        for values in zip(*batch.values()):
+            yield dict(zip(batch, values))
+
+
+def _row_digest(row: dict) -> bytes:
+    """A SHA-256 of ``row``'s fields and values: the same for rows whose JSON is the same (sorted keys, other
+    objects as ``str``), text hashed as its UTF-8 bytes."""
+    h = hashlib.sha256()
+    for name in sorted(row):
+        v = row[name]
+        text = isinstance(v, str)
+        b = v.encode("utf-8", "surrogatepass") if text else json.dumps(v, sort_keys=True, default=str).encode()
+        h.update(f"{json.dumps(name)}{'s' if text else 'j'}{len(b)}:".encode())
+        h.update(b)
+    return h.digest()
+
+
+def shuffled_order(path: str, table, split: str, seed: int) -> Iterator[int]:
+    """The row indices of ``table`` (:func:`load_hf_table` of ``path`` and ``split``) in the order vLLM's benchmark
+    datasets read the rows, lazily: streamed by ``datasets`` (one shard per data file; a saved dataset as one
+    shard) and shuffled with ``seed`` (``IterableDataset.shuffle``: the shards' order, then a buffer of 1,000 rows).
+    Rows are matched to ``table``'s by content (equal rows in their order); a single shard's ``table`` is read only
+    as far as the streamed rows need."""
     import datasets
 
     source = _source(path, split)
@@ -453,21 +476,33 @@ def shuffled_order(path: str, table, split: str, seed: int, rows: Sequence[dict]
         except Exception as e:  # offline: streaming needs the Hub
             raise _unreachable(path, e) from e
 
-    def key(row: dict) -> str:
-        return json.dumps(row, sort_keys=True, default=str)
+    unmatched: dict[bytes, deque[int]] = {}  # digest -> indices of the rows read but not streamed yet, ascending
+    rows = enumerate(_table_rows(table))
 
-    where: dict[str, list[int]] = {}
-    for i, row in enumerate(table if rows is None else rows):
-        where.setdefault(key(row), []).append(i)
-    for positions in where.values():
-        positions.reverse()  # popped from the end: equal rows keep their order
+    def read(n: int | None) -> int:
+        """How many of ``n`` more rows of ``table`` (``None``: the rest) there were to read; read in ``table``'s
+        order, so equal rows match in their order."""
+        count = 0
+        for count, (i, row) in enumerate(islice(rows, n), 1):
+            unmatched.setdefault(_row_digest(row), deque()).append(i)
+        return count
+
+    # several shards: the buffer takes rows from several at once (datasets 5), so nearly every row is needed soon;
+    # read them all before streaming (read while streaming, they let the stream's readers run ahead: more memory)
+    if stream.num_shards > 1:
+        read(None)
     streamed = 0
     for row in stream.shuffle(seed=seed):
-        positions = where.get(key(row))
+        key = _row_digest(row)
+        while key not in unmatched:
+            if not read(1000):
+                raise ValueError(f"--dataset-path {path}: the streamed rows differ from the loaded ones")
+        positions = unmatched[key]
+        i = positions.popleft()
         if not positions:
-            raise ValueError(f"--dataset-path {path}: the streamed rows differ from the loaded ones")
+            del unmatched[key]
         streamed += 1
-        yield positions.pop()
+        yield i
     if streamed != len(table):
         raise ValueError(f"--dataset-path {path}: {streamed} rows streamed, {len(table)} loaded")
 
@@ -504,6 +539,24 @@ def hf_kind(path: str, columns: Sequence[str]) -> str:
     raise ValueError(f"--dataset-path {path} has columns {sorted(columns)}; expected the columns of {want}")
 
 
+def _check_utf8(ds, path: str) -> None:
+    """``ValueError`` naming the first row of ``ds`` with a text field that is not UTF-8 (the JSON builder keeps
+    such bytes in a string column; reading the row fails)."""
+    import pyarrow as pa
+
+    try:
+        ds.data.validate(full=True)  # every string UTF-8: no row to name
+        return
+    except pa.ArrowInvalid:
+        pass
+    stream = iter(ds)
+    for i in range(len(ds)):
+        try:
+            next(stream)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} row {i}: a text field is not UTF-8 ({e.reason})") from None
+
+
 def load_hf(path: str, *, min_distance: float | None = None, max_distance: float | None = None,
             split: str = "train", shuffle_seed: int | None = None, limit: int | None = None) -> list[Example]:
     """A Hub dataset (or a local copy of one) as examples prompted as vLLM's benchmarks do: Blazedit
@@ -515,17 +568,17 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
     _check_limit(limit)
     ds = load_hf_table(path, split)
     kind = hf_kind(path, ds.column_names)
+    _check_utf8(ds, path)
     out = []
-    rows, stream = [], iter(ds)
-    for i in range(len(ds)):
-        try:
-            rows.append(next(stream))
-        except UnicodeDecodeError as e:  # pyarrow reads such bytes into a string column and fails here
-            raise ValueError(f"{path} row {i}: a text field is not UTF-8 ({e.reason})") from None
-    for i in range(len(ds)) if shuffle_seed is None else shuffled_order(path, ds, split, shuffle_seed, rows):
+    if shuffle_seed is None:
+        rows = enumerate(_table_rows(ds))
+    else:  # without a limit every row is needed: read a batch at a time, they come faster than one at a time
+        row_at = list(_table_rows(ds)).__getitem__ if limit is None else ds.__getitem__
+        rows = ((i, row_at(i)) for i in shuffled_order(path, ds, split, shuffle_seed))
+    for i, row in rows:
         if limit is not None and len(out) >= limit:
             break
-        where, row = f"{path} row {i}", rows[i]
+        where = f"{path} row {i}"
         rid = next((str(row[k]) for k in ("id", "question_id") if row.get(k) is not None), str(i))
         if kind == "mt-bench":
             out.append(mt_bench_example(row, where, rid))
