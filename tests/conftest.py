@@ -64,24 +64,32 @@ def target(request):
     return tiny_target(request.param)
 
 
-@pytest.fixture(scope="session")
-def trained_heads(target):
-    """EAGLE-1 and EAGLE-3 heads for ``target`` that accept often: trained (60 CPU steps, ~2 s each) on the
-    target's own greedy continuations of ``prompts(8)``, so drafting them exercises acceptance and rollback."""
+def train_heads(model, prompts: list[torch.Tensor], new_tokens: int, steps: int, *, batch_size: int = 8,
+                seq_len: int = 96, kinds=("eagle1", "eagle3")) -> dict:
+    """EAGLE heads of ``kinds`` for ``model``, trained (``steps`` CPU steps from seed 0) on its greedy continuations
+    of ``prompts`` (``new_tokens`` each): drafting those prompts they are right often and wrong often (a random head
+    is never right), so generation exercises acceptance and rollback."""
     from hybridsd.eagle import train
     from hybridsd.eagle.model import EagleHead
 
-    seqs = train.generate_sequences(target, prompts(8), 48, eos_token_id=None, batch_size=8)
+    seqs = train.generate_sequences(model, prompts, new_tokens, eos_token_id=None, batch_size=len(prompts))
     heads = {}
-    for kind in ("eagle1", "eagle3"):
+    for kind in kinds:
         torch.manual_seed(0)
-        head = EagleHead.from_target(target, kind)
+        head = EagleHead.from_target(model, kind)
         if kind == "eagle3":
-            train.init_eagle3_output(head, target)
-        train.train_head(head, target, seqs, steps=60, batch_size=8, lr=1e-2, seq_len=96, log_every=60, ttt_steps=2,
-                         noise=0.0)
+            train.init_eagle3_output(head, model)
+        train.train_head(head, model, seqs, steps=steps, batch_size=batch_size, lr=1e-2, seq_len=seq_len,
+                         log_every=steps, ttt_steps=2, noise=0.0)
         heads[kind] = head.eval().requires_grad_(False)
     return heads
+
+
+@pytest.fixture(scope="session")
+def trained_heads(target):
+    """EAGLE-1 and EAGLE-3 heads for ``target`` that accept often (:func:`train_heads`, 60 steps, ~2 s each, on
+    ``prompts(8)``)."""
+    return train_heads(target, prompts(8), 48, steps=60)
 
 
 def prompts(n: int, vocab: int = VOCAB, seed: int = 0) -> list[torch.Tensor]:

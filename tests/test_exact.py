@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import VOCAB, OracleDrafter, interpreter_env, prompts, tiny_target
+from conftest import VOCAB, OracleDrafter, interpreter_env, prompts, tiny_target, train_heads
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
@@ -98,22 +98,8 @@ PROMPTS = prompts(2, seed=4)
 
 @functools.cache
 def _trained_heads(family: str) -> dict[str, EagleHead]:
-    """EAGLE-1 and EAGLE-3 heads trained (30 CPU steps) on the fp32 target's greedy continuations of ``PROMPTS``:
-    drafting those prompts they are right often and wrong often (a random head is never right)."""
-    from hybridsd.eagle import train
-
-    model = tiny_target(family, seed=3, layers=2)
-    seqs = train.generate_sequences(model, PROMPTS, N_NEW, eos_token_id=None, batch_size=len(PROMPTS))
-    heads = {}
-    for kind in ("eagle1", "eagle3"):
-        torch.manual_seed(0)
-        head = EagleHead.from_target(model, kind)
-        if kind == "eagle3":
-            train.init_eagle3_output(head, model)
-        train.train_head(head, model, seqs, steps=30, batch_size=8, lr=1e-2, seq_len=96, log_every=30, ttt_steps=2,
-                         noise=0.0)
-        heads[kind] = head.eval().requires_grad_(False)
-    return heads
+    """EAGLE-1 and EAGLE-3 heads trained (30 CPU steps) on the fp32 target's greedy continuations of ``PROMPTS``."""
+    return train_heads(tiny_target(family, seed=3, layers=2), PROMPTS, N_NEW, steps=30)
 
 
 def _drafters(k: int, reference: list[int], heads: dict) -> dict:

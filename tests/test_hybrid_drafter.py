@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import OracleDrafter, hf_greedy, prompts, tiny_target
+from conftest import OracleDrafter, hf_greedy, prompts, tiny_target, train_heads
 from hybridsd.drafters.base import Drafter, ProposeRequest
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
@@ -105,16 +105,7 @@ class TwinFirst(NgramDrafter):
 
 def _trained_head(model, kind: str, prompts: list[torch.Tensor]) -> EagleHead:
     """A head trained (30 CPU steps) on the model's greedy continuations of ``prompts``: right often, wrong often."""
-    from hybridsd.eagle import train
-
-    torch.manual_seed(0)
-    head = EagleHead.from_target(model, kind=kind)
-    if kind == "eagle3":
-        train.init_eagle3_output(head, model)
-    seqs = train.generate_sequences(model, prompts, N_NEW, eos_token_id=None, batch_size=len(prompts))
-    train.train_head(head, model, seqs, steps=30, batch_size=4, lr=1e-2, seq_len=64, log_every=30, ttt_steps=2,
-                     noise=0.0)
-    return head.eval().requires_grad_(False)
+    return train_heads(model, prompts, N_NEW, steps=30, batch_size=4, seq_len=64, kinds=(kind,))[kind]
 
 
 @pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
