@@ -37,6 +37,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -676,15 +677,23 @@ FLAG_DATASETS = {"--hf-split": ("hf_split", "train", ("hf",)),
                  "--blazedit-max-distance": ("blazedit_max_distance", None, ("hf", "code-edits", "editeval"))}
 
 
-def unused_flag(a: argparse.Namespace, method: str) -> str | None:
-    """A flag or ``--num-speculative-tokens-per-method`` key given a value other than its default that ``method``
-    (or ``--dataset-name``) does not read, named with the methods (datasets) that do; None when there is none."""
+# vLLM's spec_decode.py takes these with any method and ignores them where the method does not read them
+VLLM_IGNORES = ("--eagle-dir", "--num-speculative-tokens", "--prompt-lookup-min", "--prompt-lookup-max",
+                "--num-speculative-tokens-per-method")
+
+
+def unused_flags(a: argparse.Namespace, method: str) -> list[tuple[str, str, Callable[[], None]]]:
+    """The flags and ``--num-speculative-tokens-per-method`` keys given a value other than their default that
+    ``method`` (or ``--dataset-name``) does not read: (flag, a message naming the methods or datasets that read
+    it, a call that sets ``a``'s value back to the default)."""
+    out = []
     for option, table, chosen in (("--method", FLAG_METHODS, method),
                                   ("--dataset-name", FLAG_DATASETS, a.dataset_name)):
         for flag, (dest, default, users) in table.items():
             if chosen not in users and getattr(a, dest) != default:
                 value = "" if isinstance(default, bool) else f" {getattr(a, dest)}"
-                return f"{flag}{value}: {option} {chosen} does not use it (used by {', '.join(users)})"
+                out.append((flag, f"{flag}{value}: {option} {chosen} does not use it (used by {', '.join(users)})",
+                            lambda dest=dest, default=default: setattr(a, dest, default)))
     per = a.num_speculative_tokens_per_method or {}
     for key, v in per.items():
         name = "eagle" if key == "eagle1" else key
@@ -692,9 +701,13 @@ def unused_flag(a: argparse.Namespace, method: str) -> str | None:
         if name == "eagle" and "eagle3" in per:  # eagle3's own count wins over eagle's for EAGLE-3 methods
             users = ("eagle", "ngram-eagle")
         if method not in users and v != DEFAULT_K[name]:
-            return (f"--num-speculative-tokens-per-method {json.dumps({key: v})}: --method {method} does not use "
-                    f"it (used by {', '.join(users)})")
-    return None
+            out.append(("--num-speculative-tokens-per-method",
+                        (f"--num-speculative-tokens-per-method {json.dumps({key: v})}: --method {method} does not use "
+                        f"it (used by {', '.join(users)})"),
+                        lambda key=key: setattr(a, "num_speculative_tokens_per_method",
+                                                {m: n for m, n in a.num_speculative_tokens_per_method.items()
+                                                 if m != key})))
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -774,8 +787,11 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
     p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
-    if unused := unused_flag(a, method):
-        fail(unused)
+    for flag, message, to_default in unused_flags(a, method):  # vLLM's flags as vLLM takes them; our own refused
+        if flag not in VLLM_IGNORES:
+            fail(message)
+        print(f"spec_bench: {message}; ignored, as vLLM's script ignores it", file=sys.stderr)
+        to_default()  # the run's config (and key) is the one without the flag
     try:
         cfg = BenchConfig(method=method, model=a.model,
                           k=speculative_tokens(method, a.k, a.num_speculative_tokens_per_method),

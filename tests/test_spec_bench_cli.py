@@ -118,20 +118,6 @@ CASES = {
     "output parent is a file": _case(*GOOD, "--method", "ngram", "--output", "{root}/wrong.parquet/new/out.jsonl",
                                      want="cannot make the folder {root}/wrong.parquet/new: {root}/wrong.parquet is "
                                      "a file"),
-    "a head for a method without one": _case(*GOOD, "--method", "ngram", "--eagle-dir", E1,
-                                             want="--eagle-dir {eagle1}: --method ngram does not use it (used by "
-                                             "eagle, eagle3, ngram-eagle, ngram-eagle3)"),
-    "k of a method not run": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1,
-                                   "--num-speculative-tokens-per-method", '{"ngram": 7, "eagle": 3}',
-                                   want='--num-speculative-tokens-per-method {"ngram": 7}: --method eagle does not use '
-                                   "it (used by ngram, ngram-eagle, ngram-eagle3)"),
-    "eagle k beside eagle3's": _case(*GOOD, "--method", "eagle3", "--eagle-dir", E3,
-                                     "--num-speculative-tokens-per-method", '{"eagle": 4, "eagle3": 3}',
-                                     want='{"eagle": 4}: --method eagle3 does not use it (used by eagle, ngram-eagle)'),
-    "k for plain decoding": _case(*GOOD, "--method", "vanilla", "--num-spec-tokens", "4",
-                                  want="--num-speculative-tokens 4: --method none does not use it"),
-    "lookup for eagle": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--prompt_lookup_min", "3",
-                              want="--prompt-lookup-min 3: --method eagle does not use it"),
     "hybrid policy for ngram": _case(*GOOD, "--method", "ngram", "--hybrid-policy", "tree",
                                      want="--hybrid-policy tree: --method ngram does not use it (used by ngram-eagle, "
                                      "ngram-eagle3)"),
@@ -205,13 +191,18 @@ def offline(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
 
 
+def _fill(text: str, inputs: dict) -> str:
+    """``text`` with each ``{name}`` of ``inputs`` replaced by its path (JSON braces left alone)."""
+    for k, v in inputs.items():
+        text = text.replace("{" + k + "}", str(v))
+    return text
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
     argv, want = CASES[name]
     out = tmp_path / "new" / "out.jsonl"
-    for k, v in inputs.items():
-        argv = [a.replace("{" + k + "}", str(v)) for a in argv]
-        want = want.replace("{" + k + "}", str(v))
+    argv, want = [_fill(a, inputs) for a in argv], _fill(want, inputs)
     if "--output" not in argv:
         argv = [*argv, "--output", str(out)]
     with pytest.raises(SystemExit) as exc:
@@ -221,6 +212,41 @@ def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("spec_bench: error: "), err
     assert want in err[0], err[0]
     assert not any(tmp_path.iterdir())  # no work done, not even the output's folder made
+
+
+VLLM_IGNORED = {  # vLLM's script takes these with any method and ignores them where the method does not read them
+    "a head for a method without one": (["--method", "ngram", "--eagle-dir", E1], ("--eagle-dir {eagle1}: --method "
+                                        "ngram does not use it (used by eagle, eagle3, ngram-eagle, ngram-eagle3)")),
+    "k of a method not run": (["--method", "eagle", "--eagle-dir", E1, "--num-speculative-tokens-per-method",
+                               '{"ngram": 7, "eagle": 3}'], ('--num-speculative-tokens-per-method {"ngram": 7}: '
+                              "--method eagle does not use it (used by ngram, ngram-eagle, ngram-eagle3)")),
+    "eagle k beside eagle3's": (["--method", "eagle3", "--eagle-dir", E3, "--num-speculative-tokens-per-method",
+                                 '{"eagle": 4, "eagle3": 3}'],
+                                '{"eagle": 4}: --method eagle3 does not use it (used by eagle, ngram-eagle)'),
+    "k for plain decoding": (["--method", "vanilla", "--num-spec-tokens", "4"],
+                             "--num-speculative-tokens 4: --method none does not use it"),
+    "lookup for eagle": (["--method", "eagle", "--eagle-dir", E1, "--prompt_lookup_min", "3"],
+                         "--prompt-lookup-min 3: --method eagle does not use it"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VLLM_IGNORED))
+def test_vllm_flags_a_method_does_not_read_are_ignored_with_a_note(case, inputs, capsys, monkeypatch):
+    """As vLLM's script does, a vLLM flag the method does not read is ignored, not refused; a note names it, and
+    the run's config (its results key) is the one without the flag."""
+    argv, note = VLLM_IGNORED[case]
+    argv = [_fill(a, inputs) for a in argv]
+    configs = []
+    monkeypatch.setattr(spec_bench, "vllm_speculative_config", lambda cfg, head: configs.append(cfg) or {})
+    base = [_fill(a, inputs) for a in GOOD] + ["--print-vllm-config"]
+    spec_bench.main([*base, *argv])
+    err = capsys.readouterr().err
+    assert _fill(note, inputs) in err and "ignored, as vLLM's script ignores it" in err
+    bare = argv[:argv.index("--method") + 2]
+    if "--eagle-dir" in argv and "ngram" not in argv[1]:
+        bare += ["--eagle-dir", argv[argv.index("--eagle-dir") + 1]]
+    spec_bench.main([*base, *bare])
+    assert configs[0] == configs[1] and configs[0].key() == configs[1].key()
 
 
 @pytest.mark.parametrize("argv", [
