@@ -179,10 +179,13 @@ def normalized_al_from_precision(precision_al, draft_share):
 
 
 def precision_al_from_normalized(seq_al, draft_share):
-    """Inverse of :func:`normalized_al_from_precision`: ``1 + (seq_al - 1) / s`` (NaN where ``s == 0``)."""
+    """Inverse of :func:`normalized_al_from_precision`: ``1 + (seq_al - 1) / s`` (NaN where ``s == 0``: no drafts).
+
+    A share so small that the quotient overflows (a subnormal ``s``) gives ``+-inf``, the quotient rounded, without a
+    warning (``1`` where ``seq_al == 1``)."""
     q, s = np.asarray(seq_al, dtype=float), np.asarray(draft_share, dtype=float)
     _check_share(s)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(s > 0, 1.0 + (q - 1.0) / np.where(s > 0, s, 1.0), np.nan)
 
 
@@ -207,7 +210,7 @@ def precision_al_exact(seq_al, *, num_steps, num_drafts, num_sequences=1, prefil
     n, d, q = (np.asarray(x, dtype=float) for x in (num_steps, num_drafts, num_sequences))
     pre = q if prefill_tokens is None else np.asarray(prefill_tokens, dtype=float)
     accepted = np.asarray(seq_al, dtype=float) * (q + n) - pre - n + truncated
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(d > 0, 1.0 + accepted / np.where(d > 0, d, 1.0), np.nan)
 
 

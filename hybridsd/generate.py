@@ -266,7 +266,7 @@ def generate(
         tree = None
         if drafter is not None and budget > 0:
             request = ProposeRequest(context[: start + 1], budget, device, temperature, generator, top_k, top_p)
-            tree = _proposal(drafter, request)
+            tree = _proposal(drafter, request, vocab)
             tree = tree.clip(budget) if tree is not None else None
         node, new, new_dev, committed = _verify_step(target, last, start, tree, layers, temperature, generator,
                                                      top_k, top_p)
@@ -290,15 +290,27 @@ def generate(
     return GenerateResult(out, stats)
 
 
-def _proposal(drafter: Drafter, request: ProposeRequest) -> DraftTree | None:
-    """``drafter``'s proposal as one tree (None: no draft); a TypeError naming the drafter if its token ids are not
-    integers (a dtype check: no host sync)."""
+def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTree | None:
+    """``drafter``'s proposal as one tree (None: no draft). Errors name the drafter: a TypeError if its token ids
+    are not integers (a dtype check), a ValueError if one lies outside the vocabulary ``[0, vocab)`` and the ids
+    are host tensors (every drafter's on a CPU model). Neither check syncs with an accelerator: ids on one (every
+    drafter's on a CUDA model) are not range-checked, as that would read them back every step; one out of range
+    fails in the target's embedding (a device-side assert on CUDA)."""
     parts = drafter.propose(request)
     for part in [parts] if isinstance(parts, Draft | DraftTree) else parts or ():
-        dtype = part.tokens.dtype
+        tokens = part.tokens  # [n]
+        dtype = tokens.dtype
         if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
             raise TypeError(f"{type(drafter).__name__}.propose returned draft tokens of dtype {dtype}; "
                             "token ids must be an integer tensor (int64)")
+        if tokens.device.type == "cpu" and tokens.numel():  # host ids: checked without a device sync
+            low, high = torch.aminmax(tokens)  # compared as Python ints: uint8 ids would wrap a bound >= 256
+            if int(low) < 0 or int(high) >= vocab:
+                ids = tokens.long()  # [n]
+                i = int(((ids < 0) | (ids >= vocab)).nonzero()[0, 0])
+                source = part.source if isinstance(part, Draft) else part.sources[i]
+                raise ValueError(f"{type(drafter).__name__}.propose returned draft token id {int(tokens[i])} "
+                                 f"(source {source!r}), outside the model's vocabulary [0, {vocab})")
     return DraftTree.join(parts)
 
 

@@ -96,11 +96,17 @@ def test_precision_normalized_round_trip(p, s):
     assert precision_al_from_normalized(q, s) == pytest.approx(p)
 
 
+@pytest.mark.filterwarnings("error")
 def test_precision_normalized_edges():
     assert normalized_al_from_precision(3.63, 0.0) == 1.0
     assert np.isnan(precision_al_from_normalized(1.0, 0.0))
     with pytest.raises(ValueError):
         normalized_al_from_precision(2.0, 1.5)
+    # a subnormal share: the quotient overflows to its rounded value, without a RuntimeWarning
+    tiny = np.nextafter(0.0, 1.0)
+    out = precision_al_from_normalized([2.0, 0.5, 1.0, np.nan], tiny)
+    np.testing.assert_array_equal(out, [np.inf, -np.inf, 1.0, np.nan])
+    assert precision_al_exact(2.0, num_steps=1, num_drafts=tiny) == np.inf
 
 
 @HYP

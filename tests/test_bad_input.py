@@ -179,6 +179,34 @@ def test_non_integer_draft_tokens_name_the_drafter(model, case, make, dtype):
     assert fed == [len(IDS)]  # the prefill only
 
 
+OUT_OF_VOCAB = [  # (case, proposal builder, the bad id, the source named)
+    ("id past the vocabulary", lambda: [Draft(torch.tensor([5, VOCAB + 3]), "a")], VOCAB + 3, "a"),
+    ("negative id", lambda: [Draft(torch.tensor([-1, 5]), "a")], -1, "a"),
+    ("uint8 id past the vocabulary", lambda: [Draft(torch.tensor([5, 200], dtype=torch.uint8), "a")], 200, "a"),
+    ("bad second chain", lambda: [Draft(torch.tensor([5, VOCAB - 1]), "a"), Draft(torch.tensor([VOCAB]), "b")],
+     VOCAB, "b"),
+    ("bad tree node", lambda: DraftTree(torch.tensor([5, 9, VOCAB + 1]), (-1, -1, 0), ("a", "b", "c")), VOCAB + 1, "c"),
+]
+
+
+@pytest.mark.parametrize("case,make,bad,source", OUT_OF_VOCAB, ids=[c[0] for c in OUT_OF_VOCAB])
+def test_out_of_vocabulary_draft_tokens_name_the_drafter(model, case, make, bad, source):
+    """One ValueError naming the drafter class, the id and the draft's source, before the drafts reach the model
+    (not the embedding's bare IndexError); the last id of the vocabulary is taken."""
+    fed = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+    try:
+        with pytest.raises(ValueError, match=rf"_TypedDrafter\.propose .* id {bad} \(source '{source}'\), outside "
+                                             rf"the model's vocabulary \[0, {VOCAB}\)"):
+            generate(model, IDS, drafter=_TypedDrafter(make), max_new_tokens=8)
+    finally:
+        hook.remove()
+    assert fed == [len(IDS)]  # the prefill only
+    res = generate(model, IDS, drafter=_TypedDrafter(lambda: [Draft(torch.tensor([VOCAB - 1]), "a")]),
+                   max_new_tokens=3)
+    assert res.stats.num_drafts > 0
+
+
 class _TypedReplay(ReplayDrafter):
     """Replays the target's own output as ``dtype`` ids, its third token wrong: two accepted, then a rejection."""
 

@@ -198,10 +198,9 @@ def test_bad_input_is_rejected(target):
 SHARP_T = 0.05
 
 
-def _sample_replaying_greedy(target, ids: torch.Tensor, max_new_tokens: int, seed):
-    """A sampled run (``SHARP_T``) drafting the target's greedy continuation, checked to have accepted some draft
-    tokens and rejected others: the seeded accept test and the residual draw both ran."""
-    drafter = ReplayDrafter(hf_greedy(target, ids, max_new_tokens, eos_token_id=[]), 3)
+def _sampled_run(target, ids: torch.Tensor, drafter: Drafter, max_new_tokens: int, seed):
+    """A sampled run (``SHARP_T``), checked to have accepted some draft tokens and rejected others: the seeded
+    accept test and the residual draw both ran."""
     res = generate(target, ids, drafter=drafter, max_new_tokens=max_new_tokens, temperature=SHARP_T, seed=seed,
                    eos_token_id=[])
     assert res.stats.num_accepted > 0
@@ -209,12 +208,41 @@ def _sample_replaying_greedy(target, ids: torch.Tensor, max_new_tokens: int, see
     return res
 
 
+def _sample_replaying_greedy(target, ids: torch.Tensor, max_new_tokens: int, seed):
+    """:func:`_sampled_run` drafting the target's greedy continuation."""
+    drafter = ReplayDrafter(hf_greedy(target, ids, max_new_tokens, eos_token_id=[]), 3)
+    return _sampled_run(target, ids, drafter, max_new_tokens, seed)
+
+
+def _assert_seed_decides(a, b, c) -> None:
+    """``a`` and ``b`` ran with one seed, ``c`` with another."""
+    assert a.tokens == b.tokens and a.stats.trace == b.stats.trace
+    assert a.tokens != c.tokens
+
+
 def test_seed_reproduces_sampling(target):
     """The seed fixes every draw of speculative sampling: the first token, the accept tests, the residual draws."""
     ids = PROMPTS[1]
-    a, b, c = (_sample_replaying_greedy(target, ids, 20, seed) for seed in (7, 7, 8))
-    assert a.tokens == b.tokens and a.stats.trace == b.stats.trace
-    assert a.tokens != c.tokens
+    _assert_seed_decides(*(_sample_replaying_greedy(target, ids, 20, seed) for seed in (7, 7, 8)))
+
+
+def test_seed_reproduces_tree_sampling(target):
+    """The seed fixes tree verification's draws too: two branches (the greedy continuation and a noisy copy of it)
+    side by side, some steps verifying more nodes than their accepted path reaches."""
+    ids = PROMPTS[1]
+    ref = hf_greedy(target, ids, 20, eos_token_id=[])
+    runs = [_sampled_run(target, ids, HybridDrafter(ReplayDrafter(ref, 3), OracleDrafter(ref, 3, err=0.5), "tree"),
+                         20, seed) for seed in (7, 7, 8)]
+    assert any(step.tree_tokens > step.drafted for step in runs[0].stats.trace)  # a tree of two branches
+    _assert_seed_decides(*runs)
+
+
+def test_seed_reproduces_sampled_drafts(target, trained_heads):
+    """The seed fixes the draws of a drafter that samples its own tokens (EAGLE at a temperature) from the run's
+    generator, as well as the verifier's."""
+    ids = PROMPTS[1]
+    _assert_seed_decides(*(_sampled_run(target, ids, EagleDrafter(trained_heads["eagle1"], k=3), 20, seed)
+                           for seed in (7, 7, 8)))
 
 
 def test_cache_is_reused_and_grown():
