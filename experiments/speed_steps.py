@@ -15,7 +15,7 @@ from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.tree import layout
 from hybridsd.generate import _tree_layout
 from hybridsd.kv_cache import bucket
-from hybridsd.target import Target
+from hybridsd.target import Target, cache_kwarg
 
 EXACT_NEW_TOKENS = 256  # exact-mode steps attend over the span of a run generating this many tokens after ctx
 
@@ -81,11 +81,12 @@ def hf_eager_decode_ms(model, ctx: int, iters: int = 20, warmup: int = 5) -> flo
 
     ids = torch.randint(0, 1000, (1, ctx), device=next(model.parameters()).device)
     one = ids[:, :1]
+    kw = cache_kwarg(model)
 
     def prefilled():
         cache = DynamicCache(config=model.config)
-        model(input_ids=ids, past_key_values=cache, use_cache=True)
-        return lambda: model(input_ids=one, past_key_values=cache, use_cache=True)
+        model(input_ids=ids, use_cache=True, **{kw: cache})
+        return lambda: model(input_ids=one, use_cache=True, **{kw: cache})
 
     with torch.inference_mode():
         throwaway = prefilled()
@@ -105,10 +106,10 @@ def hf_static_compiled_ms(model, ctx: int, q: int) -> float | str:
         ids = torch.randint(0, 1000, (1, ctx), device="cuda")
         step_ids = ids[:, :q]
         fwd = torch.compile(model.forward, mode="reduce-overhead")
+        kw = cache_kwarg(model)
         with torch.inference_mode():
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
-            return cuda_median_ms(lambda: fwd(input_ids=step_ids, past_key_values=cache, use_cache=True),
-                                  iters=10, warmup=5)
+            model(input_ids=ids, use_cache=True, **{kw: cache})
+            return cuda_median_ms(lambda: fwd(input_ids=step_ids, use_cache=True, **{kw: cache}), iters=10, warmup=5)
     except Exception as e:  # noqa: BLE001 - the baseline's failure is itself a result
         return f"failed: {type(e).__name__}: {str(e)[:200]}"
 

@@ -53,7 +53,7 @@ class _SlotCache(Cache):
         return self.kv.num_layers
 
 
-def _cache_kwarg(model: torch.nn.Module) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """Name of the forward argument that takes the cache (``cache`` from transformers 5.2x on)."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -233,7 +233,7 @@ class Target:
             raise ValueError(f"exact mode needs the fused decoder: a model of type {DECODER_TYPES}")
         self.decoder = Decoder(model, compile=compile, attention=self.attention) if use_decoder else None
         if self.decoder is None:  # model(...) with an HF-facing view of our cache
-            self._cache, self._cache_kwarg = _SlotCache(self.kv), _cache_kwarg(model)
+            self._cache, self._cache_kwarg = _SlotCache(self.kv), cache_kwarg(model)
             self._hf_steps = {one: f for one, (f,) in compile_by_block((self._hf_forward,), compile).items()}
         self._graphs: dict[tuple, _GraphedStep] = {}
         self.signature = weights_signature(model)  # the weights its graphs and fused layers read

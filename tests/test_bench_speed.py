@@ -3,6 +3,8 @@ timing (speed_loop), diagnostics (speed_diagnostics) and closing table (bench_sp
 
 from __future__ import annotations
 
+import functools
+
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +15,7 @@ import hybridsd as hsd
 from experiments import bandwidth_floor, bench_speed, speed_diagnostics, speed_loop, speed_steps
 from hybridsd.drafters.replay import ReplayDrafter
 from hybridsd.kv_cache import bucket
-from hybridsd.target import Target
+from hybridsd.target import Target, cache_kwarg
 
 
 def test_accepted_continuation_is_a_fixed_point_in_bf16():
@@ -199,11 +201,12 @@ def test_hf_eager_decode_times_only_key_lengths_met_before(monkeypatch):
     model = LlamaForCausalLM(cfg).eval()
     lengths, forward = [], model.forward  # per prefilled cache, the cache's length at each decode step
 
+    @functools.wraps(forward)  # the signature names the cache argument of this transformers version
     def recorded(*a, **k):
         if k["input_ids"].shape[1] > 1:
             lengths.append([])
         else:
-            lengths[-1].append(k["past_key_values"].get_seq_length())
+            lengths[-1].append(k[cache_kwarg(model)].get_seq_length())
         return forward(*a, **k)
 
     monkeypatch.setattr(model, "forward", recorded)
