@@ -292,7 +292,7 @@ def generate(
 
 def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTree | None:
     """``drafter``'s proposal as one tree (None: no draft). Errors name the drafter: a TypeError if its token ids
-    are not integers (a dtype check), a ValueError if one lies outside the vocabulary ``[0, vocab)`` and the ids
+    are not integers (a dtype check), a ValueError if they are not on the model's device, or if one lies outside the vocabulary ``[0, vocab)`` and the ids
     are host tensors (every drafter's on a CPU model). Neither check syncs with an accelerator: ids on one (every
     drafter's on a CUDA model) are not range-checked, as that would read them back every step; one out of range
     fails in the target's embedding (a device-side assert on CUDA)."""
@@ -303,6 +303,9 @@ def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTre
         if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
             raise TypeError(f"{type(drafter).__name__}.propose returned draft tokens of dtype {dtype}; "
                             "token ids must be an integer tensor (int64)")
+        if tokens.device != request.device:
+            raise ValueError(f"{type(drafter).__name__}.propose returned draft tokens on {tokens.device}; the model "
+                             f"is on {request.device} (ProposeRequest.device)")
         if tokens.device.type == "cpu" and tokens.numel():  # host ids: checked without a device sync
             low, high = torch.aminmax(tokens)  # compared as Python ints: uint8 ids would wrap a bound >= 256
             if int(low) < 0 or int(high) >= vocab:

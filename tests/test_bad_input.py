@@ -179,6 +179,14 @@ def test_non_integer_draft_tokens_name_the_drafter(model, case, make, dtype):
     assert fed == [len(IDS)]  # the prefill only
 
 
+def test_draft_tokens_on_another_device_name_the_drafter(model):
+    """Ids on another device than the model's (here the meta device; on a CUDA model, host ids) are one ValueError
+    naming the drafter and both devices, before the drafts reach the model."""
+    with pytest.raises(ValueError, match=r"_TypedDrafter\.propose returned draft tokens on meta; the model is on cpu"):
+        generate(model, IDS, drafter=_TypedDrafter(lambda: [Draft(torch.tensor([5, 9], device="meta"), "a")]),
+                 max_new_tokens=8)
+
+
 OUT_OF_VOCAB = [  # (case, proposal builder, the bad id, the source named)
     ("id past the vocabulary", lambda: [Draft(torch.tensor([5, VOCAB + 3]), "a")], VOCAB + 3, "a"),
     ("negative id", lambda: [Draft(torch.tensor([-1, 5]), "a")], -1, "a"),

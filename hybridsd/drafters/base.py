@@ -118,6 +118,7 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, request: ProposeRequest) -> list[Draft] | DraftTree:
         """Draft chains (or one tree) continuing ``request.tokens``; empty list or empty drafts mean none. Token ids
-        are integer tensors (``generate`` raises TypeError naming the drafter otherwise) in ``[0, vocab)`` (on a CPU
+        are integer tensors on ``request.device`` (``generate`` raises TypeError or ValueError naming the drafter
+        otherwise) in ``[0, vocab)`` (on a CPU
         model a ValueError naming the drafter otherwise; ids on CUDA are not checked, and one out of range fails in
         the target's embedding)."""
