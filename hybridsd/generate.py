@@ -292,10 +292,10 @@ def generate(
 
 def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTree | None:
     """``drafter``'s proposal as one tree (None: no draft). Errors name the drafter: a TypeError if its token ids
-    are not integers (a dtype check), a ValueError if they are not on the model's device, or if one lies outside the vocabulary ``[0, vocab)`` and the ids
-    are host tensors (every drafter's on a CPU model). Neither check syncs with an accelerator: ids on one (every
-    drafter's on a CUDA model) are not range-checked, as that would read them back every step; one out of range
-    fails in the target's embedding (a device-side assert on CUDA)."""
+    are not integers (a dtype check), a ValueError if they are not on the model's device, or if one lies outside
+    the vocabulary ``[0, vocab)`` and the ids are host tensors (every drafter's on a CPU model). No check syncs
+    with an accelerator: ids on one (every drafter's on a CUDA model) are not range-checked, as that would read
+    them back every step; one out of range fails in the target's embedding (a device-side assert on CUDA)."""
     parts = drafter.propose(request)
     for part in [parts] if isinstance(parts, Draft | DraftTree) else parts or ():
         tokens = part.tokens  # [n]

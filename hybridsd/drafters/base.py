@@ -119,6 +119,5 @@ class Drafter(ABC):
     def propose(self, request: ProposeRequest) -> list[Draft] | DraftTree:
         """Draft chains (or one tree) continuing ``request.tokens``; empty list or empty drafts mean none. Token ids
         are integer tensors on ``request.device`` (``generate`` raises TypeError or ValueError naming the drafter
-        otherwise) in ``[0, vocab)`` (on a CPU
-        model a ValueError naming the drafter otherwise; ids on CUDA are not checked, and one out of range fails in
-        the target's embedding)."""
+        otherwise) in ``[0, vocab)`` (checked for host ids, i.e. on a CPU model; ids on CUDA are not checked, and one
+        out of range fails in the target's embedding)."""
