@@ -29,6 +29,7 @@ by ``bench_sweep_ranks``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -202,35 +203,46 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{stem}.jsonl  key={cfg.key()}  k={cfg.k}  output_len={cfg.output_len}")
         dp.finish()
         return
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    shared = dp.gpu_sharing(a.device)
-    launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
-    call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(sys.argv[1:] if argv is None
-                                                                                           else argv),
-            "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(a.device),
-            **({"world_size": world} if world > 1 else {}), **({"ranks_per_gpu": shared} if shared > 1 else {}),
-            "configs": []}
-    if lead:  # a call killed in its first config is on record too
-        record_call(out_dir / "sweep.json", call)
-    t_all = time.perf_counter()
-    missing = 0
-    for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0, disable=not lead):
-        t = time.perf_counter()
-        path = out_dir / f"{stem}.jsonl"
-        n = sb.run(cfg, examples[cfg.dataset_name], path)  # all ranks: sharded, merged by rank 0
-        if not lead:
-            continue
-        done = sb.done_keys(path)
-        left = [e.id for e in examples[cfg.dataset_name] if (cfg.key(), e.id) not in done]
-        missing += len(left)
-        call["configs"].append({"file": path.name, "config_key": cfg.key(), "prompts": len(examples[cfg.dataset_name]),
-                                "rows_written": n, "seconds": round(time.perf_counter() - t, 2),
-                                **({"prompts_without_row": left} if left else {})})
-        call["seconds"] = round(time.perf_counter() - t_all, 1)
-        record_call(out_dir / "sweep.json", call)
+    lock = contextlib.ExitStack()  # the lead holds sweep.json's lock: a second sweep into the folder stops at once
     if lead:
-        size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
-        print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)
+        try:
+            lock.enter_context(dp.exclusive(out_dir / "sweep.json"))
+        except dp.Busy as e:
+            p.error(str(e))
+    with lock:
+        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        shared = dp.gpu_sharing(a.device)
+        launcher = f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', world)}" if world > 1 else "python"
+        args = sys.argv[1:] if argv is None else argv
+        call = {"started": started, "command": f"{launcher} -m experiments.sweep " + " ".join(args),
+                "preset": a.preset, "preset_spec": asdict(preset), "data_dir": data_dir, "run_info": run_info(a.device),
+                **({"world_size": world} if world > 1 else {}), **({"ranks_per_gpu": shared} if shared > 1 else {}),
+                "configs": []}
+        if lead:  # a call killed in its first config is on record too
+            record_call(out_dir / "sweep.json", call)
+        t_all = time.perf_counter()
+        missing = 0
+        for stem, cfg in tqdm(runs, desc=f"sweep {a.preset}", unit="config", position=0, disable=not lead):
+            t = time.perf_counter()
+            path = out_dir / f"{stem}.jsonl"
+            try:
+                n = sb.run(cfg, examples[cfg.dataset_name], path)  # all ranks: sharded, merged by rank 0
+            except dp.Busy as e:  # a spec_bench run writing the same file
+                p.error(str(e))
+            if not lead:
+                continue
+            done = sb.done_keys(path)
+            left = [e.id for e in examples[cfg.dataset_name] if (cfg.key(), e.id) not in done]
+            missing += len(left)
+            call["configs"].append({"file": path.name, "config_key": cfg.key(),
+                                    "prompts": len(examples[cfg.dataset_name]), "rows_written": n,
+                                    "seconds": round(time.perf_counter() - t, 2),
+                                    **({"prompts_without_row": left} if left else {})})
+            call["seconds"] = round(time.perf_counter() - t_all, 1)
+            record_call(out_dir / "sweep.json", call)
+        if lead:
+            size = sum(f.stat().st_size for f in out_dir.glob("*.jsonl"))
+            print(f"done in {time.perf_counter() - t_all:.0f}s; {size / 1e6:.2f} MB under {out_dir}", file=sys.stderr)
     dp.finish()
     if missing:  # their prompts failed (tracebacks above) or did not fit the model's context; a rerun retries them
         print(f"sweep: {missing} prompt(s) have no row (prompts_without_row in {out_dir / 'sweep.json'}); "

@@ -290,6 +290,9 @@ def generate(
     return GenerateResult(out, stats)
 
 
+TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)  # what the embedding takes as ids
+
+
 def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTree | None:
     """``drafter``'s proposal as one tree (None: no draft). Errors name the drafter: a TypeError if its token ids
     are not integers (a dtype check), a ValueError if they are not on the model's device, or if one lies outside
@@ -300,7 +303,7 @@ def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTre
     for part in [parts] if isinstance(parts, Draft | DraftTree) else parts or ():
         tokens = part.tokens  # [n]
         dtype = tokens.dtype
-        if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+        if dtype not in TOKEN_DTYPES:
             raise TypeError(f"{type(drafter).__name__}.propose returned draft tokens of dtype {dtype}; "
                             "token ids must be an integer tensor (int64)")
         if tokens.device != request.device:

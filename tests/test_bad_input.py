@@ -163,6 +163,7 @@ PROPOSALS = [  # (case, proposal builder, dtype it holds)
      "torch.float64"),
     ("bool Draft", lambda: [Draft(_ids(torch.bool), "f")], "torch.bool"),
     ("float DraftTree", lambda: DraftTree(_ids(torch.float16), (-1, -1), ("f", "f")), "torch.float16"),
+    ("uint32 Draft", lambda: [Draft(_ids(torch.uint32), "u")], "torch.uint32"),
 ]
 
 

@@ -486,10 +486,47 @@ def test_a_killed_save_leaves_one_whole_checkpoint(tmp_path, target, monkeypatch
     want = old if kill_at < 2 else new  # the two syncs come before the marker, the two renames after
     assert back.config == want.config
     assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), want.state_dict().values()))
-    assert (tmp_path / ".model.safetensors.tmp").exists() == (kill_at < 2)  # a load leaves a writer's files be
+    assert any(tmp_path.glob(".model.safetensors.*.tmp")) == (kill_at < 2)  # a load leaves a writer's files be
     new.save_pretrained(tmp_path)  # the next save cleans up whatever is left
     assert sorted(f.name for f in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
     assert EagleHead.from_pretrained(tmp_path, target=target).config == new.config
+
+
+def test_a_late_finisher_of_an_old_save_leaves_the_next_save_alone(tmp_path, target, monkeypatch):
+    """A load that found an old save's marker and finishes it late, while the next save is writing its files,
+    touches only the old save's files: the next save completes, whole."""
+    old = random_head(target, "eagle1", seed=1)
+    new = random_head(target, "eagle1", seed=2, rope_theta=500000.0)
+    old.save_pretrained(tmp_path)
+    stale = tmp_path / ".save.0123456789ab.pending"  # the marker of a save that another writer since finished
+    sync = loader._sync
+
+    def sync_beside_a_late_load(file):
+        if not stale.exists() and not any(tmp_path.glob(".save.*.pending")):
+            stale.touch()
+            loader._finish_save(tmp_path)  # the late load, between the next save's writes and its marker
+        return sync(file)
+
+    monkeypatch.setattr(loader, "_sync", sync_beside_a_late_load)
+    new.save_pretrained(tmp_path)
+    back = EagleHead.from_pretrained(tmp_path, target=target)
+    assert back.config == new.config
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), new.state_dict().values()))
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_a_cut_save_in_a_folder_that_cannot_be_finished_is_named(tmp_path, target, monkeypatch):
+    """A marker whose renames fail (a read-only folder) is an OSError naming the folder, not a mixed pair."""
+    random_head(target, "eagle1", seed=1).save_pretrained(tmp_path)
+    (tmp_path / ".model.safetensors.0123456789ab.tmp").write_bytes(b"x")
+    (tmp_path / ".save.0123456789ab.pending").touch()
+
+    def read_only(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(loader.os, "replace", read_only)
+    with pytest.raises(OSError, match="a save of this EAGLE head was cut short .*Permission denied"):
+        EagleHead.from_pretrained(tmp_path, target=target)
 
 
 def _load_error(tmp_path, target, kind, sd, cfg) -> str:

@@ -161,6 +161,31 @@ def test_a_call_is_on_record_from_its_start(fake_sweep, monkeypatch):
     assert call["configs"] == [] and "--preset cpu-small" in call["command"] and call["run_info"]["commit"]
 
 
+def test_a_second_sweep_into_the_same_folder_stops_at_once(fake_sweep, monkeypatch, capsys):
+    """While a sweep holds its folder's sweep.json, a second one is one line and exit 2, before it records a call
+    (its record would race the first's); so is a sweep whose config file a spec_bench run is writing."""
+    from experiments import distributed as dp
+
+    argv, calls, manifest = fake_sweep
+    manifest.parent.mkdir(parents=True)
+    with dp.exclusive(manifest):
+        with pytest.raises(SystemExit) as e:
+            sweep.main([*argv, "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and "sweep.json: another run is writing it" in err[-1]
+    assert not calls and not manifest.exists()
+
+    def busy(cfg, examples, path):
+        raise dp.Busy(f"{path}: another run is writing it")
+
+    monkeypatch.setattr(sweep.sb, "run", busy)
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*argv, "--device", "cpu"])
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert e.value.code == 2 and len(err) == 1 and "none.jsonl: another run is writing it" in err[0]
+    assert not (manifest.parent / "sweep.json.lock").exists()  # the lead's lock went with it
+
+
 @pytest.mark.parametrize("argv, words", [(["--device", "nonsense"], "--device: not a torch device"),
                                          (["--device", "cuda:99"], "--device cuda:99: no such CUDA device"),
                                          (["--device", "cpu", "--methods", "eagle3"], "needs an eagle3 head")])

@@ -265,7 +265,6 @@ def config_json(c: EagleConfig, dtype: torch.dtype) -> dict:
     return out
 
 
-PENDING = ".save.pending"  # in a head's folder: both files of a save are written, not yet all renamed in place
 SAVED = ("model.safetensors", "config.json")  # what write_checkpoint writes, in the order it renames them
 
 
@@ -273,41 +272,48 @@ def write_checkpoint(path: str | Path, config: dict, state_dict: dict[str, torch
     """Write ``model.safetensors`` (the tensors in their dtypes) and ``config.json`` into the folder ``path`` as one
     change: each to a temporary file in the folder (synced), then a marker file saying both are complete, then
     both renamed over the old ones. A kill leaves the old pair, or the new one once the next write or load has
-    done the renames (:func:`_finish_save`)."""
+    done the renames (:func:`_finish_save`). The files and marker of a save carry its own random token."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    _finish_save(path, drop_unfinished=True)
+    _finish_save(path, writer=True)
     sd = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}  # host copies
-    weights, cfg = (_temporary(path, name) for name in SAVED)
+    token = os.urandom(6).hex()
+    weights, cfg = (_temporary(path, name, token) for name in SAVED)
     save_file(sd, str(weights), metadata={"format": "pt"})
     cfg.write_text(json.dumps(config, indent=2) + "\n")
     for f in (weights, cfg):
         _sync(f)
-    (path / PENDING).touch()
+    (path / f".save.{token}.pending").touch()
     _finish_save(path)
 
 
-def _finish_save(folder: Path, drop_unfinished: bool = False) -> None:
-    """Complete a :func:`write_checkpoint` into ``folder`` that a kill cut short after its marker: rename the files
-    it left in place. ``drop_unfinished`` (for a writer, which owns the folder): delete temporary files written
-    before the marker. Safe to run beside a writer that is finishing the same save."""
-    pending = folder / PENDING
-    if pending.exists():
+def _finish_save(folder: Path, writer: bool = False) -> None:
+    """Complete every :func:`write_checkpoint` into ``folder`` that a kill cut short after its marker: rename that
+    save's files in place, then remove its marker. A call that found a marker only touches that save's files
+    (its token), so a late one beside a writer leaves the writer's next save alone. ``writer`` (a writer owns the
+    folder): also delete the temporary files of saves killed before their marker. A load from a folder it cannot
+    finish a save in (read-only) is an OSError naming it, not a mixed pair."""
+    for marker in sorted(folder.glob(".save.*.pending")):
+        token = marker.name.split(".")[2]
         for name in SAVED:
             try:
-                os.replace(_temporary(folder, name), folder / name)
+                os.replace(_temporary(folder, name, token), folder / name)
             except FileNotFoundError:  # renamed already
                 pass
-        pending.unlink(missing_ok=True)
-    elif drop_unfinished:
+            except OSError as e:
+                raise OSError(f"{folder}: a save of this EAGLE head was cut short ({marker.name}), and finishing it "
+                              f"failed ({e.strerror or type(e).__name__}); load it once from a writable copy") from e
+        marker.unlink(missing_ok=True)
+    if writer:
         for name in SAVED:
-            _temporary(folder, name).unlink(missing_ok=True)
+            for f in folder.glob(f".{name}.*.tmp"):
+                f.unlink(missing_ok=True)
 
 
-def _temporary(folder: Path, name: str) -> Path:
-    return folder / f".{name}.tmp"
+def _temporary(folder: Path, name: str, token: str) -> Path:
+    return folder / f".{name}.{token}.tmp"
 
 
 def _sync(file: Path) -> None:
