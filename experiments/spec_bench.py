@@ -509,7 +509,15 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     throughout: :class:`distributed.Busy` at once, before any loading, while another run holds it.
     """
     rank, world = dp.init(cfg.device)
-    with dp.exclusive(out) if rank == 0 else contextlib.nullcontext():
+    with contextlib.ExitStack() as lock:
+        busy = None
+        if rank == 0:
+            try:
+                lock.enter_context(dp.exclusive(out))
+            except dp.Busy as e:
+                busy = str(e)
+        if busy := dp.broadcast(busy):  # every rank stops, before any loading, when rank 0 has no lock
+            raise dp.Busy(busy)
         return _run(cfg, examples, out, rank, world, progress, print_output, failed)
 
 

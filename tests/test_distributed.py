@@ -70,6 +70,12 @@ def test_spec_bench_torchrun_matches_one_process(tmp_path, monkeypatch):
     assert par.read_text() == before  # finds every row the two ranks wrote done
     assert not dp.shard_paths(par)
 
+    with dp.exclusive(par):  # ranks started while another run holds the output: each stops with one line
+        r = subprocess.run(torchrun, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("spec_bench: error:")]
+    assert r.returncode != 0 and len(errors) == 2 and all("another run is writing it" in e for e in errors), r.stderr
+    assert par.read_text() == before and not dp.shard_paths(par)
+
 
 def _line(cfg: str, eid: str, v: int = 0) -> str:
     return json.dumps({"config_key": cfg, "example_id": eid, "v": v}) + "\n"
