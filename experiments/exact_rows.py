@@ -1,10 +1,12 @@
-"""Exact-mode grid rows into the results file: ``tests/test_cuda.py`` appends one JSON line per configuration and
-mode (``exact_same`` or ``nonexact_same``) to ``$HYBRIDSD_EXACT_JSON``; this merges such files into
-``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts and, per mode, the
-``run_info`` (commit, device, torch, date, command) of the run its count came from. Runs later on the command line
-replace earlier ones' counts for the same configuration and mode. A results file can be a run too (its rows keep
-their own ``run_info``; the COMMIT and COMMAND given with it are not used), so that one mode can be measured anew
-and the other kept: ``--run FILE:exact_same ...`` takes that mode's counts of FILE only.
+"""Exact-mode grid rows into the results file: ``tests/test_cuda.py`` appends one JSON line per configuration and mode
+(``exact_same`` or ``nonexact_same``) to ``$HYBRIDSD_EXACT_JSON``; this merges such files into
+``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts (``<mode>_same``: prompts
+equal to plain decoding; where the grid records them, ``<mode>_accepted``: draft tokens accepted by the drafter that
+proposed them, and ``<mode>_drafted``) and, per mode, the ``run_info`` (commit, device, torch, date, command) of the run
+its count came from. Runs later on the command line replace earlier ones' counts for the same configuration and mode. A
+results file can be a run too (its rows keep their own ``run_info``; the COMMIT and COMMAND given with it are not used),
+so that one mode can be measured anew and the other kept: ``--run FILE:exact_same ...`` takes that mode's counts of FILE
+only.
 
     python -m experiments.exact_rows --run tiny.jsonl 6f5600a "pytest tests/test_cuda.py -k ..." \\
         --run zoo.jsonl 5ff2dfd "pytest ..." --out experiments/results/exact/exact_match.jsonl
@@ -22,6 +24,8 @@ from experiments.cli import Parser
 from experiments.distributed import write_atomic
 
 MODES = ("exact_same", "nonexact_same")
+# each mode's fields (``exact_same`` -> exact_same, exact_accepted, exact_drafted)
+MODE_OF = {f"{m.removesuffix('_same')}_{f}": m for m in MODES for f in ("same", "accepted", "drafted")}
 CONFIG = ("model", "compile", "drafter", "k")
 
 
@@ -39,6 +43,8 @@ def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
             own = line.get("run_info", {})
             if "commit" in own:  # one run_info for the row's every mode (as this file wrote rows before)
                 own = {m: own for m in MODES}
+            for k in [k for k in row if MODE_OF.get(k) in line]:  # a mode measured anew: none of its old fields
+                del row[k]
             row.update({k: v for k, v in line.items() if k != "run_info"})
             for mode in MODES:
                 if mode in line:
@@ -67,7 +73,7 @@ def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
         missing = [c for c in (*CONFIG, "device", "torch") if c not in row]
         if missing or not any(m in row for m in MODES):
             raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
-        row = {k: v for k, v in row.items() if k not in MODES or k in modes}
+        row = {k: v for k, v in row.items() if MODE_OF.get(k, modes[0]) in modes}
         if any(m in row for m in MODES):
             lines.append(row)
     return lines

@@ -66,9 +66,10 @@ def target(request):
 
 def train_heads(model, prompts: list[torch.Tensor], new_tokens: int, steps: int, *, batch_size: int = 8,
                 seq_len: int = 96, kinds=("eagle1", "eagle3")) -> dict:
-    """EAGLE heads of ``kinds`` for ``model``, trained (``steps`` CPU steps from seed 0) on its greedy continuations
-    of ``prompts`` (``new_tokens`` each): drafting those prompts they are right often and wrong often (a random head
-    is never right), so generation exercises acceptance and rollback."""
+    """EAGLE heads of ``kinds`` for ``model``, trained (``steps`` steps from seed 0, on the model's device) on its
+    greedy continuations of ``prompts`` (``new_tokens`` each): drafting those prompts they are right often and wrong
+    often (a random head is never right), so generation exercises acceptance and rollback."""
+
     from hybridsd.eagle import train
     from hybridsd.eagle.model import EagleHead
 

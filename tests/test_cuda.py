@@ -5,6 +5,7 @@ Skipped without CUDA; run on the GPU machine with ``python -m pytest tests/test_
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import OracleDrafter, hf_greedy, prompts, tiny_target
+from conftest import OracleDrafter, hf_greedy, prompts, tiny_target, train_heads
 from hybridsd.drafters.eagle import EagleDrafter
 from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
@@ -48,24 +49,38 @@ def test_graph_replay_equals_eager(gpu_target):
         torch.testing.assert_close(t.kv.keys[0][:, :, : n + 5], eager.kv.keys[0][:, :, : n + 5])
 
 
+@pytest.fixture(scope="module")
+def gpu_heads(gpu_target):
+    """EAGLE-1 and EAGLE-3 heads trained on ``gpu_target``'s continuations of the test prompts (60 steps on the
+    GPU): they are right often and wrong often, so the graphed paths accept and roll back EAGLE drafts."""
+    return train_heads(gpu_target, [p.cuda() for p in prompts(8)], 48, steps=60)
+
+
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("k", [1, 3, 8])
-def test_greedy_is_lossless_on_gpu(gpu_target, graphs, k):
-    heads = {kind: EagleHead.from_target(gpu_target, kind=kind) for kind in ("eagle1", "eagle3")}
+def test_greedy_is_lossless_on_gpu(gpu_target, gpu_heads, graphs, k):
+    """Every drafter kind and both hybrid policies give plain greedy's tokens, eager and from CUDA graphs, and every
+    drafter and hybrid child gets draft tokens accepted over the prompts."""
+    by_source = collections.Counter()  # (drafter, step source) -> tokens accepted
     for ids in PROMPTS:
         ids = ids.cuda()
         ref = hf_greedy(gpu_target, ids, 32)
-        drafters = [
-            NgramDrafter(k=k, min_n=1, max_n=3),
-            EagleDrafter(heads["eagle1"], k=k),
-            OracleDrafter(ref, k, err=0.2),
-            HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), EagleDrafter(heads["eagle3"], k=k)),
-            HybridDrafter(NgramDrafter(k=k, min_n=1, max_n=3), OracleDrafter(ref, k, 0.4), "tree"),
-        ]
-        for d in drafters:
+        drafters = {
+            "ngram": NgramDrafter(k=k, min_n=1, max_n=3),
+            "eagle1": EagleDrafter(gpu_heads["eagle1"], k=k),
+            "oracle": OracleDrafter(ref, k, err=0.2),
+            "ngram-eagle3": HybridDrafter(NgramDrafter(k=k, min_n=2, max_n=3), EagleDrafter(gpu_heads["eagle3"], k=k)),
+            "tree": HybridDrafter(NgramDrafter(k=k, min_n=1, max_n=3), OracleDrafter(ref, k, 0.4), "tree"),
+        }
+        for name, d in drafters.items():
             res = generate(gpu_target, ids, drafter=d, max_new_tokens=32, eos_token_id=[], cuda_graphs=graphs)
-            assert res.tokens == ref, (type(d).__name__, k, graphs)
+            assert res.tokens == ref, (name, k, graphs)
             res.stats.check()
+            for source, n in res.stats.accepted_by_drafter.items():
+                by_source[name, source] += n
+    sources = {"ngram": ["ngram"], "eagle1": ["eagle1"], "oracle": ["oracle"], "ngram-eagle3": ["ngram", "eagle3"],
+               "tree": ["ngram", "oracle"]}
+    assert {(n, s) for n, srcs in sources.items() for s in srcs if by_source[n, s] == 0} == set(), (k, by_source)
 
 
 def test_bf16_match_rate_is_recorded(gpu_target, record_property):
@@ -448,25 +463,33 @@ def _match_grid(model, heads, prompts_, new_tokens: int, compile, name: str) -> 
             if exact not in plain:
                 plain[exact] = [generate(model, ids, exact=exact, **common).tokens for ids in prompts_]
             for dname, drafter in _exact_drafters(k, heads).items():
-                same = [generate(model, ids, drafter=drafter, exact=exact, **common).tokens == ref
-                        for ids, ref in zip(prompts_, plain[exact])]
+                runs = [generate(model, ids, drafter=drafter, exact=exact, **common) for ids in prompts_]
+                same = [r.tokens == ref for r, ref in zip(runs, plain[exact])]
+                by_source = sum((r.stats.accepted_by_drafter for r in runs), collections.Counter())
                 _record({"model": name, "dtype": str(model.dtype), "compile": compile, "drafter": dname, "k": k,
                          "exact_rows": rows_of[k], "prompts": len(prompts_), "new_tokens": new_tokens,
                          "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                         f"{mode}_same": f"{sum(same)}/{len(same)}"})
+                         f"{mode}_same": f"{sum(same)}/{len(same)}",
+                         f"{mode}_accepted": dict(sorted(by_source.items())),
+                         f"{mode}_drafted": sum(r.stats.num_draft_tokens for r in runs)})
                 if exact and not all(same):
                     failures.append(f"{dname} k={k} compile={compile}: {sum(same)}/{len(same)}")
+                children = dname.removesuffix("-tree").split("-")
+                if {c: by_source[c] for c in children if by_source[c] == 0}:  # every drafter and child drafts right
+                    failures.append(f"{dname} k={k} compile={compile} {mode}: none accepted from {children} "
+                                    f"({dict(by_source)})")
     return failures
 
 
 @pytest.mark.parametrize("compile", [False, "auto"])
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_exact_mode_bf16_equals_plain_on_tiny_models(family, compile):
+    """Tiny random Llama and Qwen2 in bf16, 6 prompts x 48 tokens, every drafter and k: exact mode equals plain
+    decoding on every prompt, and every drafter (each hybrid's children too) gets draft tokens accepted (EAGLE heads
+    trained 60 steps on the model's own continuations)."""
     model = tiny_target(family, seed=6).cuda().to(torch.bfloat16)
-    heads = {kind: EagleHead.from_target(model, kind=kind) for kind in ("eagle1", "eagle3")}
-    for head in heads.values():
-        head.reset_parameters(std=0.2)  # confident, varied drafts
     prompts_ = [p.cuda() for p in PROMPTS]
+    heads = train_heads(model, prompts_, 48, steps=60)
     failures = _match_grid(model, heads, prompts_, 48, compile, f"tiny-{family}")
     assert not failures, failures
 

@@ -48,6 +48,23 @@ def test_a_results_file_keeps_its_provenance_and_one_mode_can_be_taken(tmp_path)
     assert json.loads((tmp_path / "again.jsonl").read_text()) == row
 
 
+def test_each_modes_acceptance_travels_with_its_count(tmp_path):
+    """A mode's accepted and drafted tokens come and go with its count: a run that measures a mode anew replaces
+    them (or drops them, if it has none), and taking one mode of a file leaves the other's behind."""
+    first = dict(_line("a", 1, "exact_same", "6/6"), exact_accepted={"ngram": 40}, exact_drafted=90,
+                 nonexact_same="5/6", nonexact_accepted={"ngram": 38}, nonexact_drafted=88)
+    [row] = merge([([first], {"commit": "c1"}), ([_line("a", 1, "exact_same", "6/6")], {"commit": "c2"})])
+    assert "exact_accepted" not in row and "exact_drafted" not in row  # the newer exact run recorded none
+    assert row["nonexact_accepted"] == {"ngram": 38} and row["nonexact_drafted"] == 88
+    grid = tmp_path / "grid.jsonl"
+    grid.write_text(json.dumps(first) + "\n")
+    out = tmp_path / "out.jsonl"
+    main(["--run", f"{grid}:nonexact_same", "c3", "pytest", "--out", str(out)])
+    row = json.loads(out.read_text())
+    assert row["nonexact_accepted"] == {"ngram": 38} and row["exact_rows"] == 16
+    assert not {"exact_same", "exact_accepted", "exact_drafted"} & set(row)
+
+
 def test_cli_writes_the_merged_file(tmp_path):
     run = tmp_path / "grid.jsonl"
     run.write_text("".join(json.dumps(x) + "\n" for x in (_line("a", 1, "exact_same", "6/6"),
