@@ -496,10 +496,11 @@ def prefill_ms(model, ids: list[int], cfg: BenchConfig, repeats: int = 5) -> flo
 
 
 def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: bool = True,
-        print_output: bool = False, failed: list[str] | None = None) -> int:
+        print_output: bool = False, failed: list[str] | None = None, there: dict | None = None) -> int:
     """Generate for every example not yet in ``out``; append one JSON row each. Returns the rows this run made
     (every rank's); the ids of prompts whose generation raised (no row: a rerun retries them) are appended to
-    ``failed``.
+    ``failed``; ``there`` gets the rows found under the lock before any was made: ``"before"`` in ``out``,
+    ``"carried"`` only in an earlier run's shards.
 
     Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.part``
     (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
@@ -518,11 +519,11 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
                 busy = str(e)
         if busy := dp.broadcast(busy):  # every rank stops, before any loading, when rank 0 has no lock
             raise dp.Busy(busy)
-        return _run(cfg, examples, out, rank, world, progress, print_output, failed)
+        return _run(cfg, examples, out, rank, world, progress, print_output, failed, there)
 
 
 def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, world: int, progress: bool,
-         print_output: bool, failed: list[str] | None) -> int:
+         print_output: bool, failed: list[str] | None, there: dict | None) -> int:
     """:func:`run`'s work, under the lock."""
     shards = dp.shard_paths(out)
     sharded = world > 1 or bool(shards)
@@ -540,6 +541,8 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
     info = {**provenance.run_info(device), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
             "model_dtype": loaded.dtype, **({"ranks_per_gpu": shared} if shared > 1 else {})}  # timings shared
     have, carried = rows_there(out)
+    if there is not None:
+        there.update(before=len(have), carried=len(carried))
     seen = have | carried
     key = cfg.key()
     label = examples[0].source if examples else ""
@@ -841,16 +844,15 @@ def main(argv: list[str] | None = None) -> None:
     if a.num_prompts and len(examples) < a.num_prompts and os.environ.get("RANK", "0") == "0":  # before dp.init
         print(f"spec_bench: --num-prompts {a.num_prompts} but the dataset has {len(examples)} prompts after the "
               f"filters; running {len(examples)} (--no-oversample)", file=sys.stderr)
-    failed = []
-    have, carried = rows_there(out)
+    failed, found = [], {"before": 0, "carried": 0}
     try:
-        n = run(cfg, examples, out, print_output=a.print_output, failed=failed)
+        n = run(cfg, examples, out, print_output=a.print_output, failed=failed, there=found)
     except (HeadMismatch, dp.Busy) as e:  # the head's weights, checked once the target is loaded; another run
         fail(str(e))
     if dp.rank() == 0:
-        there = [f"{len(have)} there before"] if have else []
-        if carried:
-            there.append(f"{len(carried)} merged from an earlier run's shards")
+        there = [f"{found['before']} there before"] if found["before"] else []
+        if found["carried"]:
+            there.append(f"{found['carried']} merged from an earlier run's shards")
         print(f"wrote {n} new row{'s' * (n != 1)} to {out}" + (f" ({'; '.join(there)})" if there else ""),
               file=sys.stderr)
     dp.finish()

@@ -165,6 +165,27 @@ def test_a_resume_says_which_rows_it_made_and_which_were_there(tmp_path, capsys)
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"wrote 1 new row to {out} (3 there before)"
 
 
+def test_rows_counted_as_there_are_those_found_under_the_lock(tmp_path, capsys, monkeypatch):
+    """Rows another run finished after this one read its prompts, but before it took the lock, are counted as there
+    before (and not made again)."""
+    out = tmp_path / "mt.jsonl"
+    argv = [*ARGS, "--dataset-name", "mt-bench", "--output", str(out)]
+    spec_bench.main([*argv, "--num-prompts", "2"])
+    rows = out.read_text()
+    out.write_text(rows.splitlines(keepends=True)[0])
+    real_run = spec_bench.run
+
+    def late_rows_then_run(*a, **kw):  # the other run's second row lands before this run takes the lock
+        out.write_text(rows)
+        return real_run(*a, **kw)
+
+    monkeypatch.setattr(spec_bench, "run", late_rows_then_run)
+    capsys.readouterr()
+    spec_bench.main([*argv, "--num-prompts", "3"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"wrote 1 new row to {out} (2 there before)"
+    assert len(_rows(out)) == 3
+
+
 def test_a_second_run_on_the_same_output_stops_at_once(tmp_path, capsys):
     """While a run holds the output's lock another run on it is one line and exit code 2, before the model is
     loaded; the lock goes with the run (its file too)."""
