@@ -102,3 +102,15 @@ def test_paper_builds_and_first_page_renders(tmp_path):
     assert img.width > 400 and img.height > 500
     dark = sum(img.histogram()[:128]) / (img.width * img.height)
     assert 0.01 < dark < 0.5, dark  # text on a white page: neither blank nor black
+
+
+def test_exact_acceptance_sentence_counts_the_rows_that_record_it():
+    from paper.sections.exact import accepted_sentence
+
+    row = {"model": "tiny-llama", "drafter": "ngram-eagle1-tree", "exact_accepted": {"ngram": 5, "eagle1": 3},
+           "exact_drafted": 20}
+    starved = dict(row, drafter="ngram-eagle3", exact_accepted={"ngram": 7}, exact_drafted=10)
+    text = accepted_sentence([row, starved, {"model": "tiny-coder", "drafter": "ngram"}])
+    assert "over the 2 configurations of tiny-llama" in text and "15 of 30 draft tokens" in text
+    assert "in 1 of them every drafter" in text  # the hybrid whose EAGLE child had none accepted is not counted
+    assert accepted_sentence([{"model": "m", "drafter": "ngram", "exact_same": "6/6"}]) == ""

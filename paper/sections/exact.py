@@ -60,6 +60,24 @@ def match() -> None:
     nonex = [_same(r["nonexact_same"]) for r in rows if "nonexact_same" in r]
     num("nonexactSame", of_n(sum(a for a, _ in nonex), sum(b for _, b in nonex)), "{}")
     num("nonexactDiffer", "; ".join(differ) or "none", "{}")
+    num("exactAcceptedSentence", accepted_sentence(rows), "{}")
+
+
+def accepted_sentence(rows: list[dict]) -> str:
+    """A sentence on the draft tokens accepted in exact mode, from the rows that record them (``exact_accepted``, by
+    source, and ``exact_drafted``): how many of those drafted, and in how many configurations every drafter and
+    every hybrid's child had tokens accepted; empty when no row records them."""
+    rec = [r for r in rows if "exact_accepted" in r]
+    if not rec:
+        return ""
+    accepted = sum(sum(r["exact_accepted"].values()) for r in rec)
+    drafted = sum(r["exact_drafted"] for r in rec)
+    every = sum(all(r["exact_accepted"].get(c, 0) > 0 for c in r["drafter"].removesuffix("-tree").split("-"))
+                for r in rec)
+    models = ", ".join(tex_escape(m) for m in dict.fromkeys(r["model"] for r in rec))
+    return (f"In exact mode, over the {len(rec)} configurations of {models} whose run records it, {accepted:,} of "
+            f"{drafted:,} draft tokens were accepted, and in {every} of them every drafter and each hybrid's children "
+            "had tokens accepted, so the grid checks acceptance and rollback, not only rejection.")
 
 
 def cost() -> None:
