@@ -113,6 +113,22 @@ def exclusive(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def exclusive_for_all(out: Path) -> Iterator[None]:
+    """:func:`exclusive` for a whole torchrun run: rank 0 holds the lock for the block; when it cannot take it, every
+    rank raises :class:`Busy` with rank 0's message (broadcast) before any work. Outside torchrun: :func:`exclusive`."""
+    with contextlib.ExitStack() as held:
+        busy = None
+        if rank() == 0:
+            try:
+                held.enter_context(exclusive(out))
+            except Busy as e:
+                busy = str(e)
+        if (busy := broadcast(busy)) is not None:
+            raise Busy(busy)
+        yield
+
+
 def gpu_of(rank: int, n_gpus: int) -> int:
     """The GPU of local rank ``rank`` on a host of ``n_gpus``: round robin."""
     if n_gpus < 1:

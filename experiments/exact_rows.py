@@ -73,7 +73,7 @@ def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
         missing = [c for c in (*CONFIG, "device", "torch") if c not in row]
         if missing or not any(m in row for m in MODES):
             raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
-        row = {k: v for k, v in row.items() if MODE_OF.get(k, modes[0]) in modes}
+        row = {k: v for k, v in row.items() if k not in MODE_OF or MODE_OF[k] in modes}  # the modes taken
         if any(m in row for m in MODES):
             lines.append(row)
     return lines

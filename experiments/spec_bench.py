@@ -27,7 +27,6 @@ so the file holds the rows a one-process run writes (timings and run_info aside)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import math
@@ -510,15 +509,7 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
     throughout: :class:`distributed.Busy` at once, before any loading, while another run holds it.
     """
     rank, world = dp.init(cfg.device)
-    with contextlib.ExitStack() as lock:
-        busy = None
-        if rank == 0:
-            try:
-                lock.enter_context(dp.exclusive(out))
-            except dp.Busy as e:
-                busy = str(e)
-        if busy := dp.broadcast(busy):  # every rank stops, before any loading, when rank 0 has no lock
-            raise dp.Busy(busy)
+    with dp.exclusive_for_all(out):  # every rank stops, before any loading, when rank 0 has no lock
         return _run(cfg, examples, out, rank, world, progress, print_output, failed, there)
 
 

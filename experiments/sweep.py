@@ -204,11 +204,10 @@ def main(argv: list[str] | None = None) -> None:
         dp.finish()
         return
     lock = contextlib.ExitStack()  # the lead holds sweep.json's lock: a second sweep into the folder stops at once
-    if lead:
-        try:
-            lock.enter_context(dp.exclusive(out_dir / "sweep.json"))
-        except dp.Busy as e:
-            p.error(str(e))
+    try:  # (every rank of it)
+        lock.enter_context(dp.exclusive_for_all(out_dir / "sweep.json"))
+    except dp.Busy as e:
+        p.error(str(e))
     with lock:
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         shared = dp.gpu_sharing(a.device)

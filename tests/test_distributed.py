@@ -3,6 +3,7 @@ shard merge survives crashes (torn lines, leftover shards, rows already merged).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -235,3 +236,39 @@ def test_the_output_lock_is_one_run_at_a_time_and_dies_with_it(tmp_path):
             with dp.exclusive(out):  # one run at a time within a process too
                 pass
     assert not any((tmp_path / "runs").iterdir())
+
+
+def _lock_rank(r: int, out: str, port: int, report: str) -> None:
+    """One rank of :func:`test_exclusive_for_all_stops_every_rank`: joins a 2-rank gloo group and records what
+    ``exclusive_for_all`` does."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2)
+    try:
+        with dp.exclusive_for_all(Path(out)):
+            outcome = "held"
+    except dp.Busy as e:
+        outcome = f"busy: {e}"
+    finally:
+        dist.destroy_process_group()
+    Path(report + str(r)).write_text(outcome)
+
+
+@pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="no torch.distributed gloo")
+def test_exclusive_for_all_stops_every_rank(tmp_path):
+    """While another run holds the output's lock, every rank of a torchrun run raises Busy with rank 0's message (the
+    rank that does not lock would otherwise go on to work alone); once it is free, the run goes ahead."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    out, report = tmp_path / "o.jsonl", str(tmp_path / "rank")
+    for held in (True, False):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with dp.exclusive(out) if held else contextlib.nullcontext():
+            mp.spawn(_lock_rank, args=(str(out), port, report), nprocs=2, join=True)
+        outcomes = [Path(report + str(r)).read_text() for r in (0, 1)]
+        if held:
+            assert outcomes[0] == outcomes[1] and outcomes[0].startswith("busy: ") and "another run" in outcomes[0]
+        else:
+            assert outcomes == ["held", "held"]
