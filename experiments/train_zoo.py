@@ -32,7 +32,9 @@ Subcommands:
             lines at a changed place (:func:`resync_batch`: going back to copying after writing the change);
             ``--repair-mode both``, the two terms in every step; ``--repair-mode drift``, the input's
             continuation where the model's own whole answers leave the copy away from the reference's changes
-            (:func:`drift_batch`: skipped, repeated or rewritten stretches and early ends).
+            (:func:`decision_batch`: skipped, repeated or rewritten stretches and early ends);
+            ``--repair-mode skip``, the reference's change where those answers copy through a place it changes
+            (omitted changes); ``--repair-mode decisions``, the first of the two in each answer.
 ``gate``    the quality gate on a saved target, on the validation split (``pallets/click``, held out of training to
             choose among checkpoints) or the evaluation split.
 ``split``   write ``eval_split.json`` (the evaluation rows held out of all training) only.
@@ -87,7 +89,9 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
 
 
-REPAIR_MODES = ("loops", "resync", "both", "drift")
+REPAIR_MODES = ("loops", "resync", "both", "drift", "skip", "decisions")
+ANSWER_MODES = {"drift": ("drift",), "skip": ("skip",), "decisions": ("drift", "skip")}  # modes that repair the
+# model's own whole answers: the decision_batch kinds of each
 
 
 @dataclass(frozen=True)
@@ -141,11 +145,13 @@ class TargetConfig:
     repair_steps: int = 0               # at most this many repair steps (0: the time budget alone)
     repair_mode: str = "loops"          # loops: unlikelihood of greedy repeats; resync: the answer after the
     # model's own new lines (see resync_batch); both: the two terms in every step; drift: the input's continuation
-    # where the model's own answers leave the copy away from the changes (see drift_batch)
+    # where the model's own answers leave the copy away from the changes; skip: the reference's change where they
+    # copy through it; decisions: the first of the two in each answer (see decision_batch)
     repair_copy_share: float = 0.0      # resync, both: share of its places that are kept lines
     repair_early_stop: int = 0          # loops, both: also lower a stop this many or more tokens before the
     # reference's end (0: never), see loop_batch
-    resync_weight: float = 1.0          # resync, both, drift: weight of the loss after the model's own text
+    resync_weight: float = 1.0          # resync, both, drift, skip, decisions: weight of the loss after the
+    # model's own text
     repair_fp32: bool = False           # repair in fp32 on a GPU too (no bf16 autocast): a CPU repair's arithmetic
     sft_max_len: int = 4096
     sft_batch_tokens: int = 65_536
@@ -595,14 +601,38 @@ def drift_point(before: list[int], answer: list[int], output: list[int], margin:
     return None
 
 
-def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: dict, device, supervised: int = 64,
-                max_len: int = 2048, half: bool = True):
+def skip_point(before: list[int], answer: list[int], output: list[int], margin: int = 8) -> tuple[int, int] | None:
+    """Where ``output`` (the model's answer, token ids, cut before its stop) copies ``before`` through a place the
+    reference ``answer`` changes: ``(j, aj)``, ``output[:j]`` the model's text up to the place and ``answer[aj:]``
+    the reference from it, for the first such place of ``output``; None if it makes (or leaves) every change. A
+    place is where a run the reference copies ends (difflib's matching blocks, but the run that ends both); the
+    output copies through it when one of its copied runs holds at least ``margin`` input tokens on each side of it:
+    an omitted change."""
+    ref_blocks = matching_blocks(before, answer)[:-1]  # the last block is difflib's sentinel
+    places = [(bi + size, bj + size) for bi, bj, size in ref_blocks
+              if (bi + size, bj + size) != (len(before), len(answer))]
+    found = [(oj + i - bo, aj) for bo, oj, size in matching_blocks(before, output)[:-1]
+             for i, aj in places if bo + margin <= i <= bo + size - margin]
+    return min(found) if found else None
+
+
+DECISION_KINDS = ("drift", "skip")  # decision_batch: departures from the copy where the reference copies, omissions
+
+
+def decision_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: dict, device,
+                   kinds: tuple[str, ...] = ("drift",), supervised: int = 64, max_len: int = 2048,
+                   half: bool = True):
     """The model's own whole answers to ``triples``' ``(before, request, after)`` prompts (greedy, up to the gate's
-    cap + 16 tokens), and, for each that leaves the copy where the reference copies (:func:`drift_point`), what
-    the reference copies from there, at most ``supervised`` tokens of it (and the end of turn where the reference
-    ends with it): ``(inputs, targets, share)``, inputs the prompt + the model's text up to there + those tokens,
-    targets those tokens (else -100), share the answers with such a departure. It teaches the way back to the
-    copy from the states a greedy answer reaches, which teacher forcing on the references never shows."""
+    cap + 16 tokens), and, at the first wrong copy decision of ``kinds`` in each, what the reference does from
+    there, at most ``supervised`` tokens: ``"drift"``, where the answer leaves the copy where the reference copies
+    (:func:`drift_point`), the input the reference copies from there (and the end of turn where the reference ends
+    with it); ``"skip"``, where the answer copies through a place the reference changes (:func:`skip_point`), the
+    reference from that place (its change, then what follows, and the end of turn where it ends within
+    ``supervised``). ``(inputs, targets, share)``: inputs the prompt + the model's text up to there + those
+    tokens, targets those tokens (else -100), share the answers with such a decision. It teaches the decisions from
+    the states a greedy answer reaches, which teacher forcing on the references never shows."""
+    if not kinds or set(kinds) - set(DECISION_KINDS):
+        raise ValueError(f"kinds must be some of {DECISION_KINDS}, got {kinds!r}")
     stop_ids = [special["eot"], special["eos"]]
     items = []
     for before, request, after in triples:
@@ -619,11 +649,17 @@ def drift_batch(model, tokenizer, triples: list[tuple[str, str, str]], special: 
     for (prompt, b, a, cap), out in zip(items, outputs):
         out = out[:cap]
         out = out[: next((k for k, t in enumerate(out) if t in stop_ids), len(out))]
-        point = drift_point(b, a, out)
-        if point is not None:
+        taught = []  # (output position, the tokens taught there)
+        if "drift" in kinds and (point := drift_point(b, a, out)) is not None:
             i, j, stop, last = point
-            copy = b[i: min(stop, i + supervised)] + ([special["eot"]] if last and stop - i < supervised else [])
-            rows.append((prompt + out[:j] + copy, len(prompt) + j))
+            taught.append((j, b[i: min(stop, i + supervised)] + ([special["eot"]] if last and stop - i < supervised
+                                                                 else [])))
+        if "skip" in kinds and (point := skip_point(b, a, out)) is not None:
+            j, aj = point
+            taught.append((j, (a[aj:] + [special["eot"]])[:supervised]))
+        if taught:
+            j, tokens = min(taught, key=lambda x: x[0])
+            rows.append((prompt + out[:j] + tokens, len(prompt) + j))
     return supervised_rows(rows, special["pad"], len(items))
 
 
@@ -638,7 +674,9 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     the model's own new lines at a changed place of ``cfg.repair_batch`` of ``triples`` (:func:`resync_batch`,
     with ``tokenizer``); ``"both"`` takes the two terms in every step; ``"drift"`` trains (weight
     ``cfg.resync_weight``) on the input's continuation where the model's own whole answers to ``cfg.repair_batch``
-    of ``triples`` leave the copy away from the reference's changes (:func:`drift_batch`). Logs each term's share
+    of ``triples`` leave the copy away from the reference's changes, ``"skip"`` on the reference's change where
+    they copy through a place it changes and ``"decisions"`` on the first of the two in each answer
+    (:func:`decision_batch`). Logs each term's share
     (of repeated tokens in the continuations before the update; of places used; of answers that leave the copy).
     ``after_step(steps)``, when given, is called after every step; its time does not count against the budget."""
     import torch
@@ -651,19 +689,20 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
     stop = [special["eot"], special["eos"]]
     start, steps, paused = time.time(), 0, 0.0
     loops, resync = cfg.repair_mode in ("loops", "both"), cfg.repair_mode in ("resync", "both")
-    drift = cfg.repair_mode == "drift"
-    if (resync or drift) and (tokenizer is None or not triples):
+    answers = ANSWER_MODES.get(cfg.repair_mode)  # the decision kinds repaired on whole answers, or None
+    if (resync or answers) and (tokenizer is None or not triples):
         raise ValueError(f"repair_mode {cfg.repair_mode!r} needs the tokenizer and the repair set's (before, "
                          "request, after)")
-    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync), ("drift_share", drift),
+    shares = {k: [] for k, on in (("repeated_share", loops), ("resync_share", resync),
+                                  (f"{cfg.repair_mode}_share", answers),
                                   ("early_stop_share", loops and cfg.repair_early_stop > 0)) if on}
     while ((pool if loops else triples) and time.time() - start - paused < cfg.repair_time_s
            and not 0 < cfg.repair_steps <= steps):
         synced = repeats = None  # (inputs, targets, share), (inputs, avoided tokens, share)
-        if drift:  # the way back to the copy from the model's own answers
+        if answers:  # the copy decisions of the model's own answers
             picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
-            synced = drift_batch(model, tokenizer, picked, special, device, max_len=cfg.sft_max_len,
-                                 half=not cfg.repair_fp32)
+            synced = decision_batch(model, tokenizer, picked, special, device, answers, max_len=cfg.sft_max_len,
+                                    half=not cfg.repair_fp32)
         if resync:  # the answer after the model's own new lines
             picked = rng.sample(triples, min(cfg.repair_batch, len(triples)))
             synced = resync_batch(model, tokenizer, picked, cfg.repair_new_tokens, special, device, rng,
@@ -696,7 +735,8 @@ def loop_repair(model, opt, examples: list[tuple], cfg: TargetConfig, special: d
         opt.step()
         opt.zero_grad(set_to_none=True)
         steps += 1
-        for kind, batch_ in (("drift_share" if drift else "resync_share", synced), ("repeated_share", repeats)):
+        for kind, batch_ in ((f"{cfg.repair_mode}_share" if answers else "resync_share", synced),
+                             ("repeated_share", repeats)):
             if batch_ is not None:
                 shares[kind].append(round(batch_[2], 4))
         if "early_stop_share" in shares:
@@ -950,7 +990,7 @@ def save_target(model, out: Path, tok_dir, special: dict, device):
 REPAIR_OPTIONS = ("repair_time_s", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_weight",
                   "repair_mode", "repair_copy_share", "resync_weight", "repair_early_stop", "repair_fp32",
                   "gate_prompts", "sft_batch_tokens", "sft_max_len", "unlikelihood_weight", "decision_weight",
-                  "span_share", "copy_margin_weight", "copy_margin")
+                  "span_share", "copy_margin_weight", "copy_margin", "seed")
 
 
 # ``repair``'s defaults: a small repair set (CPU-sized anchor batches), gates of 64 prompts (a 32-prompt gate's
@@ -1081,9 +1121,10 @@ REPAIR_HELP = {
     "repair_weight": "loops, both: weight of the repeats' unlikelihood",
     "repair_mode": "loops: unlikelihood of greedy repeats; resync: the answer after the model's own new lines; "
                    "both: the two in every step; drift: the input's continuation where the model's own whole "
-                   "answers leave the copy away from the changes",
+                   "answers leave the copy away from the changes; skip: the reference's change where they copy "
+                   "through it; decisions: the first of the two in each answer",
     "repair_copy_share": "resync, both: share of its places that are kept lines (where the model should copy)",
-    "resync_weight": "resync, both, drift: weight of the loss after the model's own text",
+    "resync_weight": "resync, both, drift, skip, decisions: weight of the loss after the model's own text",
     "repair_early_stop": "loops, both: also lower a stop this many or more tokens before the reference's end "
                          "(0: never)",
     "repair_fp32": "repair in fp32 on a GPU too (no bf16 autocast; the arithmetic of a repair on the CPU)",

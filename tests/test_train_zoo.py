@@ -740,7 +740,48 @@ def test_drift_point_is_a_departure_after_a_copied_run_inside_a_reference_copy(b
     assert len(run) == 1 and stop == run[0].a + run[0].size and last == (run[0].b + run[0].size == len(answer))
 
 
-def test_drift_batch_teaches_the_input_after_the_models_own_answer_where_it_leaves_the_copy():
+@pytest.mark.parametrize("output, want", [
+    (list(range(100)), (50, 50)),                             # copies the input through the change
+    (list(range(30)) + list(range(40, 100)), (40, 50)),       # ... after skipping a stretch
+    (list(range(50)) + [999] + list(range(51, 100)), None),   # the reference itself
+    (list(range(50)) + [7, 7] + list(range(51, 100)), None),  # changes the place, in its own words
+    (list(range(45)), None),                                  # stops before the change
+    (list(range(55)) + [777] * 5, None),                      # copies fewer than the margin's tokens past it
+])
+def test_skip_point_finds_where_the_output_copies_through_a_change(output, want):
+    before = list(range(100))
+    answer = before[:50] + [999] + before[51:]  # the reference replaces token 50
+    assert tz.skip_point(before, answer, output) == want
+
+
+def test_skip_point_is_the_first_change_the_output_omits():
+    before = list(range(100))
+    answer = before[:20] + [900] + before[20:60] + [901] + before[61:]  # inserts at 20, replaces 60
+    assert tz.skip_point(before, answer, answer[:21] + before[20:]) == (61, 61)  # makes the first only
+    assert tz.skip_point(before, answer, before) == (20, 20)
+    assert tz.skip_point(before, answer, before[:20] + [5] + before[20:]) == (61, 61)  # the first in its own words
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=60), st.lists(st.integers(0, 3), max_size=60),
+       st.lists(st.integers(0, 3), max_size=60), st.integers(1, 6))
+def test_skip_point_is_a_copy_through_the_end_of_a_reference_run(before, answer, output, margin):
+    """Where it says the output omits a change, the reference's copied run (difflib's blocks) ends there, short of
+    ending both sequences, and the output copies the input's ``margin`` tokens on each side of that place; the
+    reference itself omits none."""
+    assert tz.skip_point(before, answer, answer, margin) is None
+    point = tz.skip_point(before, answer, output, margin)
+    if point is None:
+        return
+    j, aj = point
+    ends = [b.a + b.size for b in difflib.SequenceMatcher(None, before, answer, autojunk=False).get_matching_blocks()
+            if b.size and b.b + b.size == aj and (b.a + b.size, aj) != (len(before), len(answer))]
+    assert len(ends) == 1
+    i = ends[0]
+    assert i >= margin and output[j - margin: j + margin] == before[i - margin: i + margin]
+
+
+def test_decision_batch_teaches_the_input_after_the_models_own_answer_where_it_leaves_the_copy():
     """A model whose answer copies the input's first lines and then stops: the row is the prompt, its answer, then
     the input's next tokens as targets; an answer that is the reference gives no row."""
     from transformers import AutoTokenizer
@@ -765,28 +806,47 @@ def test_drift_batch_teaches_the_input_after_the_models_own_answer_where_it_leav
     after = "".join(lines[:2] + ["changed = True\n"] + lines[3:20] + ["also = False\n"] + lines[21:])
     triple = (before, "replace line 3", after)
     cpu = torch.device("cpu")
-    inputs, targets, share = tz.drift_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=8)
+    inputs, targets, share = tz.decision_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=8)
     assert inputs.shape[0] == 1 and share == 1.0
     first = int((targets[0] != -100).nonzero()[0])
     want = tok.encode("".join(lines[12:]), add_special_tokens=False)[:8]
     assert targets[0][targets[0] != -100].tolist() == want
     assert tok.decode(inputs[0, : first + 1]).endswith("".join(lines[:12]))
     # up to the reference's next change only (its copied run's end, within the token before line 20's change)
-    _, targets, _ = tz.drift_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=400)
+    _, targets, _ = tz.decision_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, supervised=400)
     taught = tok.decode(targets[0][targets[0] != -100])
     assert "".join(lines[12:20]).startswith(taught) and len(taught) > len("".join(lines[12:19]))
     # at the reference's last run the end of turn is taught after it
-    _, targets, _ = tz.drift_batch(Writes("".join(lines[:22])), tok, [triple], special, cpu, supervised=400)
+    _, targets, _ = tz.decision_batch(Writes("".join(lines[:22])), tok, [triple], special, cpu, supervised=400)
     taught = targets[0][targets[0] != -100].tolist()
     assert taught == tok.encode("".join(lines[22:]), add_special_tokens=False) + [special["eot"]]
-    assert tz.drift_batch(Writes(after), tok, [triple], special, cpu) == (None, None, 0.0)
+    assert tz.decision_batch(Writes(after), tok, [triple], special, cpu) == (None, None, 0.0)
+    # an answer that copies the input through the first change: skip teaches the reference's change there, and
+    # decisions the earlier of that and its early end
+    ref = tok.encode(after, add_special_tokens=False)
+    first_change = next(k for k, (x, y) in enumerate(zip(tok.encode(before, add_special_tokens=False), ref)) if x != y)
+    for kinds in (("skip",), ("drift", "skip")):
+        inputs, targets, share = tz.decision_batch(Writes("".join(lines[:12])), tok, [triple], special, cpu, kinds,
+                                                   supervised=400)
+        first = int((targets[0] != -100).nonzero()[0])
+        assert share == 1.0 and targets[0][targets[0] != -100].tolist() == ref[first_change:] + [special["eot"]]
+        assert tok.decode(inputs[0, : first + 1]).endswith("".join(lines[:2]))
+    made_first = "".join(lines[:2] + ["changed = True\n"] + lines[3:12])  # makes the first change, then stops
+    assert tz.decision_batch(Writes(made_first), tok, [triple], special, cpu, ("skip",)) == (None, None, 0.0)
+    _, targets, _ = tz.decision_batch(Writes(made_first), tok, [triple], special, cpu, ("drift", "skip"), 8)
+    assert targets[0][targets[0] != -100].tolist() == tok.encode("".join(lines[12:]), add_special_tokens=False)[:8]
+    assert tz.decision_batch(Writes(after), tok, [triple], special, cpu, ("drift", "skip")) == (None, None, 0.0)
+    for kinds in ((), ("drift", "loops")):
+        with pytest.raises(ValueError, match="kinds"):
+            tz.decision_batch(Writes(after), tok, [triple], special, cpu, kinds)
 
 
 @pytest.mark.parametrize("mode", tz.REPAIR_MODES)
 def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     """Every repair step adds to the edit-tuning loss the terms its mode names: the repeats' unlikelihood (weight
     ``repair_weight``) for loops and both, the answer after the model's own lines (weight ``resync_weight``) for
-    resync and both, the input after the model's own answer where it leaves the copy (the same weight) for drift;
+    resync and both, the input after the model's own answer where it leaves the copy (the same weight) for drift,
+    the reference's change where it copies through it for skip, the first of the two for decisions;
     each term's share is logged."""
     from dataclasses import replace
 
@@ -803,9 +863,11 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     seq = torch.tensor([[5, 6, 7, 8]])
     labels = torch.tensor([[-100, 7, 8, -100]])
     halves = []  # the half-precision switch of each generation and training step: off with repair_fp32
+    kinds = []  # the decision kinds each whole-answer step asked for
     monkeypatch.setattr(tz, "resync_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.25))
     monkeypatch.setattr(tz, "loop_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.5))
-    monkeypatch.setattr(tz, "drift_batch", lambda *a, **k: halves.append(k["half"]) or (seq, labels, 0.75))
+    monkeypatch.setattr(tz, "decision_batch", lambda *a, **k: halves.append(k["half"]) or kinds.append(a[5]) or (
+        seq, labels, 0.75))
     autocast = tz.bf16
     monkeypatch.setattr(tz, "bf16", lambda device, on=True: halves.append(on) or autocast(device, on))
     calls = []
@@ -820,15 +882,17 @@ def test_repair_mode_picks_the_terms_of_every_step(mode, monkeypatch):
     log = []
     out = tz.loop_repair(model, opt, examples, cfg, special, torch.device("cpu"), log, tokenizer=tok,
                          triples=triples)
-    resync, loops, drift = mode in ("resync", "both"), mode in ("loops", "both"), mode == "drift"
-    per_step = [("masked", calls[0][1])] + [("masked", 1)] * (resync or drift) + [("unlikely", 1)] * loops
+    resync, loops, answers = mode in ("resync", "both"), mode in ("loops", "both"), mode in tz.ANSWER_MODES
+    per_step = [("masked", calls[0][1])] + [("masked", 1)] * (resync or answers) + [("unlikely", 1)] * loops
     assert out["steps"] == 2 and len(calls) == 2 * len(per_step) and [c[0] for c in calls[: len(per_step)]] == [
         c[0] for c in per_step]
     assert ("resync_share" in log[0]) == resync and ("repeated_share" in log[0]) == loops
-    assert ("drift_share" in log[0]) == drift
-    assert (out.get("resync_share_last"), out.get("repeated_share_last"), out.get("drift_share_last")) == (
-        [0.25, 0.25] if resync else None, [0.5, 0.5] if loops else None, [0.75, 0.75] if drift else None)
-    assert len(halves) == 2 * (resync + loops + drift + 1) and set(halves) == {not cfg.repair_fp32}
+    assert all((f"{m}_share" in log[0]) == (m == mode) for m in tz.ANSWER_MODES)
+    assert (out.get("resync_share_last"), out.get("repeated_share_last")) == (
+        [0.25, 0.25] if resync else None, [0.5, 0.5] if loops else None)
+    assert all(out.get(f"{m}_share_last") == ([0.75, 0.75] if m == mode else None) for m in tz.ANSWER_MODES)
+    assert kinds == [tz.ANSWER_MODES[mode]] * 2 if answers else not kinds
+    assert len(halves) == 2 * (resync + loops + answers + 1) and set(halves) == {not cfg.repair_fp32}
 
 
 def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
