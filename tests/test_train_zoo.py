@@ -1342,6 +1342,52 @@ def test_recorded_drift_repairs_are_the_recorded_command():
 
 
 
+def test_recorded_decision_repairs_are_the_recorded_script():
+    """zoo/decision_repair_cpu/: the repairs' recorded configs are what call.sh's command lines parse to (at the
+    recorded seed), the averages are of the installed target's shards and the repaired ones at the script's weights,
+    and runs.json's gates and comparisons are the gate records'."""
+    import hashlib
+    import json
+
+    from experiments import zoo_gate
+
+    folder = tz.REPO / "experiments" / "results" / "zoo" / "decision_repair_cpu"
+    runs = json.loads((folder / "runs.json").read_text())
+    script = (folder / "call.sh").read_text()
+    decisions, loops = (c for c in _script_commands(script, "-m experiments.train_zoo") if c[0] == "repair")
+    installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                 for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+    weights = [float(a[a.index("--weight") + 1]) for a in _script_commands(script, "-m experiments.weight_average")]
+    assert runs["draws"] and set(runs["gates"]["eval96"]) == set(runs["gates"]["val160"])
+    gated = set(runs["gates"]["eval96"]) - {"installed"}
+    for draw, seed in runs["draws"].items():
+        assert draw in gated
+        for argv, name in ((decisions, draw), (loops, f"{draw}_loops")):
+            if name != draw and not (folder / name).is_dir():
+                continue  # this draw's loop repair did not run
+            recorded = json.loads((folder / name / "repair_config.json").read_text())
+            argv = [str(seed) if a == "$SEED" else a for a in argv]
+            assert _as_recorded(tz.repair_config, argv, recorded["config"]) == recorded["config"]
+        assert json.loads((folder / draw / "repair_config.json").read_text())["config"]["repair_mode"] == "decisions"
+        for suffix, weight in zip(("_loops_avg0.75", "_avg0.5"), weights, strict=True):  # call.sh's order
+            if f"{draw}{suffix}" in gated:
+                avg = json.loads((folder / f"{draw}{suffix}" / "average_config.json").read_text())
+                assert avg["weight"] == weight and avg["a"]["shards"] == installed and avg["b"]["shards"] != installed
+    assert gated <= {f"{d}{s}" for d in runs["draws"] for s in ("", "_avg0.5", "_loops_avg0.75")}
+    for prompts in ("eval96", "val160"):
+        base = zoo_gate.read_gate(folder / f"installed_gate_{prompts}_cpu.json")
+        for variant, row in runs["gates"][prompts].items():
+            gate = base if variant == "installed" else zoo_gate.read_gate(folder / variant / f"gate_{prompts}_cpu.json")
+            q = gate["quality_gate"]
+            assert row == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4), q["loops"]]
+            assert "cpu" in gate["run_info"]["device"]
+            if variant != "installed":
+                c = zoo_gate.compare_gates(base, gate)
+                assert runs["compare"][variant][prompts] == {
+                    "spearman_b_minus_a": round(c["spearman_b_minus_a"], 4), "ci95": [round(v, 4) for v in c["ci95"]],
+                    "share_not_above_0": round(c["share_not_above_0"], 4)}
+
+
 def test_recorded_resync_repairs_are_the_recorded_script():
     """zoo/resync_repair_h200/: each variant's repair config is what call.sh's command line parses to with its kept-
     line share, at the call's commit; the runs' gates are the gate records', and its paired comparisons are

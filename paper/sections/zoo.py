@@ -32,6 +32,7 @@ RENAME = RESULTS / "zoo" / "rename_tuning_h200"
 SHAPES = RESULTS / "zoo" / "target_shapes_h200"
 MARGIN = RESULTS / "zoo" / "copy_margin_h200"
 RESYNC = RESULTS / "zoo" / "resync_repair_h200"
+DECISIONS = RESULTS / "zoo" / "decision_repair_cpu"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -774,6 +775,44 @@ def resync_repair() -> None:
         num(f"zooResyncInstLoops{tag}", zoo_gate.read_gate(installed_gate(prompts))["quality_gate"]["loops"], "{:d}")
 
 
+def decision_repair() -> None:
+    """decision_repair_cpu/: the installed target repaired in the decisions mode (train_zoo repair --repair-mode
+    decisions) on a CPU, then averaged with the installed target and, as the recipe does, loop-repaired and averaged,
+    and another draw of the repair and its average: the repair's settings, each product's CPU gates paired with the
+    installed target's CPU gates on the same prompts, and the kinds of misses on the evaluation prompts
+    (``zooFirstDec...``)."""
+    draw = "decisions_seed0"
+    record = json.loads((DECISIONS / draw / "repair_config.json").read_text())
+    cfg = record["config"]
+    num("zooFirstDecBatch", cfg["repair_batch"], "{:d}")
+    num("zooFirstDecSteps", record["repair"]["steps"], "{:d}")
+    num("zooFirstDecLr", cfg["repair_lr"], "{:g}")
+    num("zooFirstDecDw", cfg["decision_weight"], "{:g}")
+    num("zooFirstDecChosen", record["selection"]["chosen_step"], "{:d}")
+    num("zooFirstDecProv", provenance(record["run_info"]), "{}")
+    loops = json.loads((DECISIONS / f"{draw}_loops" / "repair_config.json").read_text())
+    num("zooFirstDecLoopsChosen", loops["selection"]["chosen_step"], "{:d}")
+    installed = lambda prompts: DECISIONS / f"installed_gate_{prompts}_cpu.json"  # noqa: E731
+    for tag, folder in (("Inst", None), ("", draw), ("Avg", f"{draw}_avg0.5"), ("LoopsAvg", f"{draw}_loops_avg0.75")):
+        if folder is None:
+            for gtag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+                gate_numbers(f"zooFirstDecInst{gtag}", zoo_gate.read_gate(installed(prompts))["quality_gate"])
+        else:
+            product_gates(f"zooFirstDec{tag}", DECISIONS / folder, "cpu", {"Inst": installed})
+        if folder and folder != draw:
+            average = json.loads((DECISIONS / folder / "average_config.json").read_text())
+            num(f"zooFirstDec{tag}Weight", average["weight"], "{:g}")
+        miss = zoo_gate.misses(zoo_gate.read_gate(installed("eval96") if folder is None else
+                                                  DECISIONS / folder / "gate_eval96_cpu.json"))
+        num(f"zooFirstDec{tag}EvalShort", miss["short"], "{:d}")
+        num(f"zooFirstDec{tag}EvalLong", miss["long"], "{:d}")
+    for tag, folder in (("Two", "decisions_seed1"), ("TwoAvg", "decisions_seed1_avg0.5")):  # another draw
+        product_gates(f"zooFirstDec{tag}", DECISIONS / folder, "cpu", {"Inst": installed})
+    second = json.loads((DECISIONS / "decisions_seed1" / "repair_config.json").read_text())
+    num("zooFirstDecTwoSeed", second["config"]["seed"], "{:d}")
+    num("zooFirstDecTwoChosen", second["selection"]["chosen_step"], "{:d}")
+
+
 def make() -> None:
     model()
     weight_average()
@@ -783,5 +822,6 @@ def make() -> None:
     shapes()
     copy_margin()
     resync_repair()
+    decision_repair()
     compile_speed()
     eagle3_gate()
