@@ -652,8 +652,8 @@ def decision_batch(model, tokenizer, triples: list[tuple[str, str, str]], specia
         taught = []  # (output position, the tokens taught there)
         if "drift" in kinds and (point := drift_point(b, a, out)) is not None:
             i, j, stop, last = point
-            taught.append((j, b[i: min(stop, i + supervised)] + ([special["eot"]] if last and stop - i < supervised
-                                                                 else [])))
+            end = [special["eot"]] if last and stop - i < supervised else []  # the reference ends with this run
+            taught.append((j, b[i: min(stop, i + supervised)] + end))
         if "skip" in kinds and (point := skip_point(b, a, out)) is not None:
             j, aj = point
             taught.append((j, (a[aj:] + [special["eot"]])[:supervised]))

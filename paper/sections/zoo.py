@@ -263,6 +263,16 @@ def selection_numbers(prefix: str, selection: dict) -> None:
     num(f"{prefix}Chosen", selection["chosen_step"], "{:d}")
 
 
+def repair_settings(prefix: str, record: dict) -> None:
+    """A repair record's (``repair_config.json``) batch, steps, learning rate and decision weight as ``prefix``Batch,
+    Steps, Lr and Dw."""
+    cfg = record["config"]
+    num(f"{prefix}Batch", cfg["repair_batch"], "{:d}")
+    num(f"{prefix}Steps", record["repair"]["steps"], "{:d}")
+    num(f"{prefix}Lr", cfg["repair_lr"], "{:g}")
+    num(f"{prefix}Dw", cfg["decision_weight"], "{:g}")
+
+
 def paired_difference(name: str, a: dict, b: dict) -> None:
     """Gate ``b``'s Spearman correlation minus gate ``a``'s on the same prompts, with its paired 95% interval."""
     c = zoo_gate.compare_gates(a, b)
@@ -754,11 +764,7 @@ def resync_repair() -> None:
     assert {k: v for k, v in changed["config"].items() if k != "repair_copy_share"} == \
         {k: v for k, v in kept["config"].items() if k != "repair_copy_share"}
     assert changed["config"]["repair_mode"] == "resync" and changed["repair"]["steps"] == kept["repair"]["steps"]
-    cfg = changed["config"]
-    num("zooResyncBatch", cfg["repair_batch"], "{:d}")
-    num("zooResyncSteps", changed["repair"]["steps"], "{:d}")
-    num("zooResyncLr", cfg["repair_lr"], "{:g}")
-    num("zooResyncDw", cfg["decision_weight"], "{:g}")
+    repair_settings("zooResync", changed)
     num("zooResyncKeptShare", kept["config"]["repair_copy_share"], "{:g}")
     runs = json.loads((RESYNC / "runs.json").read_text())
     num("zooResyncProv", calls_provenance(runs["calls"], changed["run_info"]), "{}")
@@ -783,34 +789,29 @@ def decision_repair() -> None:
     (``zooFirstDec...``)."""
     draw = "decisions_seed0"
     record = json.loads((DECISIONS / draw / "repair_config.json").read_text())
-    cfg = record["config"]
-    num("zooFirstDecBatch", cfg["repair_batch"], "{:d}")
-    num("zooFirstDecSteps", record["repair"]["steps"], "{:d}")
-    num("zooFirstDecLr", cfg["repair_lr"], "{:g}")
-    num("zooFirstDecDw", cfg["decision_weight"], "{:g}")
+    repair_settings("zooFirstDec", record)
     num("zooFirstDecChosen", record["selection"]["chosen_step"], "{:d}")
     num("zooFirstDecProv", provenance(record["run_info"]), "{}")
     loops = json.loads((DECISIONS / f"{draw}_loops" / "repair_config.json").read_text())
     num("zooFirstDecLoopsChosen", loops["selection"]["chosen_step"], "{:d}")
-    installed = lambda prompts: DECISIONS / f"installed_gate_{prompts}_cpu.json"  # noqa: E731
-    for tag, folder in (("Inst", None), ("", draw), ("Avg", f"{draw}_avg0.5"), ("LoopsAvg", f"{draw}_loops_avg0.75")):
-        if folder is None:
-            for gtag, prompts in (("Eval", "eval96"), ("Val", "val160")):
-                gate_numbers(f"zooFirstDecInst{gtag}", zoo_gate.read_gate(installed(prompts))["quality_gate"])
-        else:
-            product_gates(f"zooFirstDec{tag}", DECISIONS / folder, "cpu", {"Inst": installed})
-        if folder and folder != draw:
-            average = json.loads((DECISIONS / folder / "average_config.json").read_text())
-            num(f"zooFirstDec{tag}Weight", average["weight"], "{:g}")
-        miss = zoo_gate.misses(zoo_gate.read_gate(installed("eval96") if folder is None else
-                                                  DECISIONS / folder / "gate_eval96_cpu.json"))
-        num(f"zooFirstDec{tag}EvalShort", miss["short"], "{:d}")
-        num(f"zooFirstDec{tag}EvalLong", miss["long"], "{:d}")
-    for tag, folder in (("Two", "decisions_seed1"), ("TwoAvg", "decisions_seed1_avg0.5")):  # another draw
-        product_gates(f"zooFirstDec{tag}", DECISIONS / folder, "cpu", {"Inst": installed})
     second = json.loads((DECISIONS / "decisions_seed1" / "repair_config.json").read_text())
     num("zooFirstDecTwoSeed", second["config"]["seed"], "{:d}")
     num("zooFirstDecTwoChosen", second["selection"]["chosen_step"], "{:d}")
+    installed = lambda prompts: DECISIONS / f"installed_gate_{prompts}_cpu.json"  # noqa: E731
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
+        gate_numbers(f"zooFirstDecInst{tag}", zoo_gate.read_gate(installed(prompts))["quality_gate"])
+    products = {"": draw, "Avg": f"{draw}_avg0.5", "LoopsAvg": f"{draw}_loops_avg0.75",
+                "Two": "decisions_seed1", "TwoAvg": "decisions_seed1_avg0.5"}  # Two: another draw
+    for tag, folder in products.items():
+        product_gates(f"zooFirstDec{tag}", DECISIONS / folder, "cpu", {"Inst": installed})
+        if "_avg" in folder:
+            average = json.loads((DECISIONS / folder / "average_config.json").read_text())
+            num(f"zooFirstDec{tag}Weight", average["weight"], "{:g}")
+    for tag, gate in (("Inst", installed("eval96")), *((t, DECISIONS / f / "gate_eval96_cpu.json")
+                                                        for t, f in products.items())):
+        miss = zoo_gate.misses(zoo_gate.read_gate(gate))
+        num(f"zooFirstDec{tag}EvalShort", miss["short"], "{:d}")
+        num(f"zooFirstDec{tag}EvalLong", miss["long"], "{:d}")
 
 
 def make() -> None:
