@@ -457,7 +457,8 @@ def replay_timing(model, ids: list[int], res, first_wall: float, drafter, kw: di
 
     k = cfg.k.get("replay", DEFAULT_K["eagle"])
     ctx = len(ids) + len(res.tokens) // 2
-    target = target_for(model, ctx + k + 2, cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile])  # generate's
+    graphs = cfg.cuda_graphs and next(model.parameters()).device.type == "cuda"  # as generate's None
+    target = target_for(model, ctx + k + 2, cuda_graphs=graphs, compile=COMPILE[cfg.compile])  # generate's
     fwd = ours_ms(target, ctx, [1, k + 1])
     al = res.stats.seq_normalized_al
     pre = prefill_ms(model, ids, cfg)
@@ -480,8 +481,8 @@ def prefill_ms(model, ids: list[int], cfg: BenchConfig, repeats: int = 5) -> flo
     from hybridsd.target import target_for
 
     prompt = torch.tensor(ids, device=next(model.parameters()).device)
-    target = target_for(model, len(ids) + 1, cuda_graphs=cfg.cuda_graphs, compile=COMPILE[cfg.compile])
     cuda = prompt.device.type == "cuda"
+    target = target_for(model, len(ids) + 1, cuda_graphs=cfg.cuda_graphs and cuda, compile=COMPILE[cfg.compile])
     times = []
     for _ in range(repeats + 1):
         if cuda:

@@ -145,8 +145,8 @@ def zoo_speed(n_prompts: int = 8, max_new: int = 512, device: str = "cuda") -> d
            if len(e.input_text) < 3000][:n_prompts]
     eos = [tok.convert_tokens_to_ids("<|eot_id|>"), tok.eos_token_id]
     with torch.inference_mode():
-        fwd = ours_ms(target_for(model, model.config.max_position_embeddings, cuda_graphs=True), 1024,
-                      list(range(1, 10)))
+        target = target_for(model, model.config.max_position_embeddings, cuda_graphs=device.startswith("cuda"))
+        fwd = ours_ms(target, 1024, list(range(1, 10)))
     ng = lambda: hsd.NgramDrafter(k=5, min_n=2, max_n=5)  # noqa: E731
     eagle = lambda kind="eagle1": hsd.EagleDrafter(heads[kind], k=3)  # noqa: E731
     methods = {"plain": lambda: None, "ngram": ng, "eagle": eagle, "eagle3": lambda: eagle("eagle3"),

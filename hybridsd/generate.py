@@ -230,9 +230,6 @@ def generate(
     eos = _eos_set(model, eos_token_id, vocab)
     device = next(model.parameters()).device
     check_options(device, cuda_graphs, compile, attention)
-    if cuda_graphs and device.type != "cuda":
-        raise ValueError(f"cuda_graphs=True needs a CUDA model, but the model is on {device.type}; pass None "
-                         "(graphs on CUDA only) or False")
     layers = drafter.hidden_layers if drafter is not None else ()
     draft_rows = drafter.max_tokens if drafter is not None else 0
     headroom = draft_rows + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded

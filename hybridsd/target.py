@@ -104,8 +104,8 @@ GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that ca
 
 def check_options(device: torch.device, cuda_graphs, compile, attention) -> None:
     """``TypeError`` / ``ValueError`` naming the first of a target's options that is not one: ``cuda_graphs``
-    (None or a bool), ``compile`` (a bool or one of :data:`COMPILE_MODES`), ``attention`` (None or one of
-    :data:`~hybridsd.attention.KERNELS`; ``"split"`` on CUDA only)."""
+    (None or a bool; True on CUDA only), ``compile`` (a bool or one of :data:`COMPILE_MODES`), ``attention`` (None
+    or one of :data:`~hybridsd.attention.KERNELS`; ``"split"`` on CUDA only)."""
     if cuda_graphs is not None and not isinstance(cuda_graphs, bool):
         raise TypeError(f"cuda_graphs must be None, True or False, got {cuda_graphs!r}")
     if compile in GRAPH_MODES:
@@ -114,6 +114,9 @@ def check_options(device: torch.device, cuda_graphs, compile, attention) -> None
         raise ValueError(f"compile must be True, False or one of {COMPILE_MODES}, got {compile!r}")
     if attention is not None and attention not in KERNELS:
         raise ValueError(f"attention must be one of {KERNELS}, got {attention!r}")
+    if cuda_graphs and torch.device(device).type != "cuda":
+        raise ValueError(f"cuda_graphs=True needs a CUDA model, but the model is on {torch.device(device).type}; pass "
+                         "None (graphs on CUDA only) or False")
     if attention == "split" and torch.device(device).type != "cuda":
         raise ValueError("attention='split' is a CUDA kernel; use 'sdpa' on other devices")
 
@@ -225,7 +228,7 @@ class Target:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)  # q x buckets
         self._slot_ids = torch.arange(self.kv.capacity, device=self.device)  # [S]
         self._neg = torch.finfo(self.dtype).min
-        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.cuda_graphs = bool(cuda_graphs)
         self.compiled = compile
         use_decoder = decoder if decoder is not None else _has_decoder_layout(model)
         self.attention = attention or default_attention(self.device)
@@ -433,7 +436,7 @@ def target_for(model: torch.nn.Module, capacity: int, *, cuda_graphs: bool = Fal
     t = _TARGETS.get(model)
     need = bucket(capacity) if exact else capacity
     if (t is None or t.capacity < need or t.device != p.device or t.dtype != p.dtype
-            or t.cuda_graphs != (cuda_graphs and p.device.type == "cuda") or t.compiled != compile
+            or t.cuda_graphs != bool(cuda_graphs) or t.compiled != compile
             or t.attention != (attention or default_attention(p.device)) or t.exact != exact
             or t.signature != weights_signature(model)):
         t = Target(model, capacity, cuda_graphs=cuda_graphs, compile=compile, attention=attention, exact=exact)

@@ -137,3 +137,10 @@ def test_unknown_attention_kernel_is_refused(target):
 def test_compile_modes_with_their_own_graphs_are_refused(target):
     with pytest.raises(ValueError, match="no-cudagraphs"):
         Target(target, 8, compile="reduce-overhead")
+
+
+def test_cuda_graphs_on_the_cpu_are_refused(target):
+    """A CPU target asked for CUDA graphs says so instead of running without them."""
+    with pytest.raises(ValueError, match="cuda_graphs=True needs a CUDA model, but the model is on cpu"):
+        Target(target, 8, cuda_graphs=True)
+    assert not Target(target, 8, cuda_graphs=False).cuda_graphs
