@@ -1345,7 +1345,8 @@ def test_recorded_drift_repairs_are_the_recorded_command():
 def test_recorded_decision_repairs_are_the_recorded_script():
     """zoo/decision_repair_cpu/: the repairs' recorded configs are what call.sh's command lines parse to (at the
     recorded seed), the averages are of the installed target's shards and the repaired ones at the script's weights,
-    and runs.json's gates and comparisons are the gate records'."""
+    the soup (call_soup.sh) of the installed target's and both draws' repaired shards at its weights, and runs.json's
+    gates and comparisons are the gate records'."""
     import hashlib
     import json
 
@@ -1373,7 +1374,13 @@ def test_recorded_decision_repairs_are_the_recorded_script():
             if f"{draw}{suffix}" in gated:
                 avg = json.loads((folder / f"{draw}{suffix}" / "average_config.json").read_text())
                 assert avg["weight"] == weight and avg["a"]["shards"] == installed and avg["b"]["shards"] != installed
-    assert gated <= {f"{d}{s}" for d in runs["draws"] for s in ("", "_avg0.5", "_loops_avg0.75")}
+    soup = json.loads((folder / "decisions_soup" / "average_config.json").read_text())  # call_soup.sh's
+    (argv,) = _script_commands((folder / "call_soup.sh").read_text(), "-m experiments.weight_average")
+    draws = [json.loads((folder / f"{d}_avg0.5" / "average_config.json").read_text())["b"]["shards"]
+             for d in ("decisions_seed0", "decisions_seed1")]  # each draw's repaired weights, as its average read
+    assert soup["weights"] == [float(w) for w in argv[argv.index("--weights") + 1:][:3]] == [0.5, 0.25, 0.25]
+    assert [m["shards"] for m in soup["models"]] == [installed, *draws]
+    assert gated <= {f"{d}{s}" for d in runs["draws"] for s in ("", "_avg0.5", "_loops_avg0.75")} | {"decisions_soup"}
     for prompts in ("eval96", "val160"):
         base = zoo_gate.read_gate(folder / f"installed_gate_{prompts}_cpu.json")
         for variant, row in runs["gates"][prompts].items():

@@ -152,11 +152,23 @@ def eagle3_gate() -> None:
     lines += [r"\bottomrule", r"\end{tabular}"]
     table("gate", lines)
     num("gateGain", al.loc["eagle3"].seq_al - al.loc["eagle"].seq_al)
-    log = GPU_TESTS.read_text()
-    m = re.search(r"(\d+) passed", log)
+    runs = re.split(r"^(?=# )", GPU_TESTS.read_text(), flags=re.M)[1:]  # each run: its command line, its outcomes
+    m = re.search(r"(\d+) passed", runs[0])
     num("gpuTestsPassed", m.group(1) if m else "?", "{}")
-    num("gpuTestsFailed", "no" if not re.search(r"\d+ failed", log) else re.search(r"(\d+) failed", log).group(1),
+    num("gpuTestsFailed", "no" if not re.search(r"\d+ failed", runs[0]) else re.search(r"(\d+) failed", runs[0])[1],
         "{}")
+    num("gpuTestsLater", " ".join(later_tests(run) for run in runs[1:]), "{}")
+
+
+def later_tests(run: str) -> str:
+    """A sentence on a later run appended to the GPU tests' log: its selection, commit, card and outcome."""
+    head = run.splitlines()[0]
+    sel, commit, card = re.search(r"-k (\S+) at ([0-9a-f]{7,40}) on one (\S+)", head).groups()
+    passed, failed = (int(m[1]) if (m := re.search(rf"(\d+) {w}", run)) else 0 for w in ("passed", "failed"))
+    what = re.search(r"\((.*)\)$", head)
+    return (f"At \\code{{{commit[:7]}}} the tests selected by \\code{{{tex_escape(sel)}}}"
+            f"{' (' + tex_escape(what[1]) + ')' if what else ''} ran on an {card}: {passed} passed, "
+            f"{failed} failed.")
 
 
 # ----------------------------------------------------------------------------- GPU speed
@@ -785,8 +797,8 @@ def decision_repair() -> None:
     """decision_repair_cpu/: the installed target repaired in the decisions mode (train_zoo repair --repair-mode
     decisions) on a CPU, then averaged with the installed target and, as the recipe does, loop-repaired and averaged,
     and another draw of the repair and its average: the repair's settings, each product's CPU gates paired with the
-    installed target's CPU gates on the same prompts, and the kinds of misses on the evaluation prompts
-    (``zooFirstDec...``)."""
+    installed target's CPU gates on the same prompts, the two draws' soup with the installed target, and the kinds of
+    misses on the evaluation prompts (``zooFirstDec...``)."""
     draw = "decisions_seed0"
     record = json.loads((DECISIONS / draw / "repair_config.json").read_text())
     repair_settings("zooFirstDec", record)
@@ -801,12 +813,15 @@ def decision_repair() -> None:
     for tag, prompts in (("Eval", "eval96"), ("Val", "val160")):
         gate_numbers(f"zooFirstDecInst{tag}", zoo_gate.read_gate(installed(prompts))["quality_gate"])
     products = {"": draw, "Avg": f"{draw}_avg0.5", "LoopsAvg": f"{draw}_loops_avg0.75",
-                "Two": "decisions_seed1", "TwoAvg": "decisions_seed1_avg0.5"}  # Two: another draw
+                "Two": "decisions_seed1", "TwoAvg": "decisions_seed1_avg0.5",  # Two: another draw
+                "Soup": "decisions_soup"}  # 0.5 x the installed target + 0.25 x each draw
     for tag, folder in products.items():
         product_gates(f"zooFirstDec{tag}", DECISIONS / folder, "cpu", {"Inst": installed})
         if "_avg" in folder:
             average = json.loads((DECISIONS / folder / "average_config.json").read_text())
             num(f"zooFirstDec{tag}Weight", average["weight"], "{:g}")
+    soup = json.loads((DECISIONS / "decisions_soup" / "average_config.json").read_text())
+    num("zooFirstDecSoupWeights", " and ".join(f"{w:g}" for w in soup["weights"][:2]), "{}")  # installed, each draw
     for tag, gate in (("Inst", installed("eval96")), *((t, DECISIONS / f / "gate_eval96_cpu.json")
                                                         for t, f in products.items())):
         miss = zoo_gate.misses(zoo_gate.read_gate(gate))
