@@ -796,7 +796,7 @@ def cmd_target(args) -> None:
     from transformers import AutoTokenizer
 
     cfg = target_config(args)
-    t0 = time.time()
+    t0, started = time.time(), run_info()  # the code and machine as the run starts (the tree may change meanwhile)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -954,7 +954,7 @@ def cmd_target(args) -> None:
                   "data": data_stats, "pretrain": pre_info, "sft": sft_info, "repair": repair_info,
                   "data_prep_s": round(t_data, 1),
                   "wall_s": round(time.time() - t0, 1), "special_token_ids": special,
-                  "blazedit_prompt": BLAZEDIT_TEMPLATE, "run_info": run_info(),
+                  "blazedit_prompt": BLAZEDIT_TEMPLATE, "run_info": started,
                   "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
         write_atomic(out / "training_config.json", json.dumps(record, indent=1) + "\n")
         write_atomic(out / "train_log.json", json.dumps({**log, "quality_gate_samples": gate.get("samples", [])},
@@ -1020,7 +1020,7 @@ def cmd_repair(args) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    t0 = time.time()
+    t0, started = time.time(), run_info()  # as the run starts
     cfg = repair_config(args)
     if args.smoke:
         for name, value in SMOKE_REPAIR_SET.items():
@@ -1067,7 +1067,7 @@ def cmd_repair(args) -> None:
               "data": {"real_rows": len(real), "synthetic_edits": len(synth), "examples": len(examples),
                        **{k: getattr(args, k) for k in ("max_before_chars", "max_example_tokens", "real_rows",
                                                          "synthetic_sources", "synthetic_edits")}},
-              "wall_s": round(time.time() - t0, 1), "run_info": run_info(),
+              "wall_s": round(time.time() - t0, 1), "run_info": started,
               "quality_gate": {k: v for k, v in gate.items() if k != "samples"}}
     write_atomic(args.out / "repair_config.json", json.dumps(record, indent=1) + "\n")
     write_atomic(args.out / "repair_log.json", json.dumps({**log, "quality_gate_samples": gate["samples"]}) + "\n")
@@ -1085,6 +1085,7 @@ def cmd_gate(args) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    started = run_info()  # as the gate starts
     tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = as_saved(AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True), device).to(device)
@@ -1095,7 +1096,7 @@ def cmd_gate(args) -> None:
     record = {"model": str(args.model), "rows": args.rows,
               "repos": list(cfg.validation_repos if args.rows == "validation" else EVAL_REPOS), "device": str(device),
               "command": f"python -m experiments.train_zoo gate --model {args.model} --rows {args.rows} --prompts "
-                         f"{args.prompts} --out {args.out}", "run_info": run_info(), "quality_gate": gate}
+                         f"{args.prompts} --out {args.out}", "run_info": started, "quality_gate": gate}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 

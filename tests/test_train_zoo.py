@@ -952,10 +952,10 @@ def test_gate_every_must_not_be_negative(capsys):
     assert e.value.code == 2 and "--gate-every" in capsys.readouterr().err
 
 
-def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
+def test_repair_smoke_writes_a_changed_gated_target(tmp_path, monkeypatch):
     """``train_zoo repair --smoke --gate-every 1`` on the zoo target: the weights of the better gated step (the
     initial ones or the one repair step's, which change them) are written, and the folder loads, with its record (the
-    final gate on held-out prompts only) beside it."""
+    final gate on held-out prompts only; the run_info taken as the repair started) beside it."""
     import json
 
     from safetensors.torch import load_file
@@ -966,9 +966,11 @@ def test_repair_smoke_writes_a_changed_gated_target(tmp_path):
     if not any(p.exists() for p in edit_corpus.EDITS_CANDIDATES) or \
             not (init / "model.safetensors.index.json").is_file():
         pytest.skip("code_edits_dev.jsonl or the zoo weights not available")
+    monkeypatch.setattr(tz, "run_info", lambda *a: {"weights_saved": any(tmp_path.glob("*.safetensors"))})
     tz.main(["repair", "--init", str(init), "--out", str(tmp_path), "--smoke", "--gate-every", "1"])
     record = json.loads((tmp_path / "repair_config.json").read_text())
     assert record["smoke"] and record["repair"]["steps"] == 1 and record["quality_gate"]["n"] == 2
+    assert record["run_info"] == {"weights_saved": False}  # taken before the repair's work, not as it was written
     selection = record["selection"]  # the initial weights and the one step's, gated on training edits
     assert [g["step"] for g in selection["gates"]] == [0, 1] and selection["chosen_step"] in (0, 1)
     held_out = set(json.loads((init / "eval_split.json").read_text())["ids"])
