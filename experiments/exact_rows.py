@@ -3,7 +3,7 @@
 ``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts (``<mode>_same``: prompts
 equal to plain decoding; where the grid records them, ``<mode>_accepted``: draft tokens accepted by the drafter that
 proposed them, and ``<mode>_drafted``) and, per mode, the ``run_info`` (commit, device, torch, date, command) of the run
-its count came from. Runs later on the command line replace earlier ones' counts for the same configuration and mode. A
+its count came from (a row's modes may come from different machines, so the row names none of its own). Runs later on the command line replace earlier ones' counts for the same configuration and mode. A
 results file can be a run too (its rows keep their own ``run_info``; the COMMIT and COMMAND given with it are not used),
 so that one mode can be measured anew and the other kept: ``--run FILE:exact_same ...`` takes that mode's counts of FILE
 only.
@@ -27,6 +27,7 @@ MODES = ("exact_same", "nonexact_same")
 # each mode's fields (``exact_same`` -> exact_same, exact_accepted, exact_drafted)
 MODE_OF = {f"{m.removesuffix('_same')}_{f}": m for m in MODES for f in ("same", "accepted", "drafted")}
 CONFIG = ("model", "compile", "drafter", "k")
+RUN_FIELDS = ("run_info", "device", "torch")  # a grid line's run, kept per mode in the row's run_info only
 
 
 def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
@@ -45,7 +46,7 @@ def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
                 own = {m: own for m in MODES}
             for k in [k for k in row if MODE_OF.get(k) in line]:  # a mode measured anew: none of its old fields
                 del row[k]
-            row.update({k: v for k, v in line.items() if k != "run_info"})
+            row.update({k: v for k, v in line.items() if k not in RUN_FIELDS})  # the machine: per mode, below
             for mode in MODES:
                 if mode in line:
                     infos[mode] = own.get(mode) or dict(info, device=line["device"], torch=line["torch"])
@@ -70,7 +71,7 @@ def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
             raise ValueError(f"{path} line {i}: not JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path} line {i}: not a JSON object")
-        missing = [c for c in (*CONFIG, "device", "torch") if c not in row]
+        missing = [c for c in (*CONFIG, *(() if "run_info" in row else ("device", "torch"))) if c not in row]
         if missing or not any(m in row for m in MODES):
             raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
         row = {k: v for k, v in row.items() if k not in MODE_OF or MODE_OF[k] in modes}  # the modes taken

@@ -30,6 +30,14 @@ def test_merge_joins_modes_and_later_runs_replace_earlier_counts():
     assert list(rows[0])[-1] == "run_info"
 
 
+def test_a_rows_modes_keep_their_own_machines():
+    """Each mode's machine is in its run_info; the row itself names none (its modes may have run on two)."""
+    h100 = dict(_line("a", 1, "nonexact_same", "3/6"), device="H100", torch="2.11")
+    [row] = merge([([_line("a", 1, "exact_same", "6/6")], {"commit": "c1"}), ([h100], {"commit": "c2"})])
+    assert row["run_info"]["exact_same"]["device"] == "H200" and row["run_info"]["nonexact_same"]["device"] == "H100"
+    assert "device" not in row and "torch" not in row
+
+
 def test_a_results_file_keeps_its_provenance_and_one_mode_can_be_taken(tmp_path):
     """An earlier results file as a run: its rows keep their run_info (a single one, as rows were written before,
     or one per mode); ``FILE:mode`` keeps that mode's counts only, so one mode is measured anew and the other kept."""

@@ -30,8 +30,6 @@ def match() -> None:
     num("exactDrafters", len({r["drafter"] for r in rows}), "{:d}")
     num("exactKs", " and ".join(str(k) for k in sorted({r["k"] for r in rows})), "{}")
     num("exactBlockRows", " and ".join(str(n) for n in sorted({r["exact_rows"] for r in rows})), "{}")
-    num("exactDevice", tex_escape(rows[0]["device"]), "{}")
-    num("exactTorch", tex_escape(rows[0]["torch"]), "{}")
     num("exactDtype", rows[0]["dtype"].replace("torch.", ""), "{}")
     prov = []
     for mode, what in (("exact_same", "exact mode"), ("nonexact_same", "without it")):  # each mode's runs
