@@ -3,10 +3,10 @@
 ``exact/exact_match.jsonl``, one row per (model, compile, drafter, k) with both modes' counts (``<mode>_same``: prompts
 equal to plain decoding; where the grid records them, ``<mode>_accepted``: draft tokens accepted by the drafter that
 proposed them, and ``<mode>_drafted``) and, per mode, the ``run_info`` (commit, device, torch, date, command) of the run
-its count came from (a row's modes may come from different machines, so the row names none of its own). Runs later on the command line replace earlier ones' counts for the same configuration and mode. A
-results file can be a run too (its rows keep their own ``run_info``; the COMMIT and COMMAND given with it are not used),
-so that one mode can be measured anew and the other kept: ``--run FILE:exact_same ...`` takes that mode's counts of FILE
-only.
+its count came from (a row's modes may come from different machines, so the row names none of its own). Runs later on
+the command line replace earlier ones' counts for the same configuration and mode. A results file can be a run too
+(its rows keep their own ``run_info``; the COMMIT and COMMAND given with it are not used), so that one mode can be
+measured anew and the other kept: ``--run FILE:exact_same ...`` takes that mode's counts of FILE only.
 
     python -m experiments.exact_rows --run tiny.jsonl 6f5600a "pytest tests/test_cuda.py -k ..." \\
         --run zoo.jsonl 5ff2dfd "pytest ..." --out experiments/results/exact/exact_match.jsonl

@@ -1397,6 +1397,46 @@ def test_recorded_decision_repairs_are_the_recorded_script():
                     "share_not_above_0": round(c["share_not_above_0"], 4)}
 
 
+def test_recorded_gpu_decision_repairs_are_the_recorded_script():
+    """zoo/decision_repair_h200/: each draw's repair config is what call.sh's command line parses to at its seed, the
+    averages' logs are the script's weight, and runs.json's gates, comparisons and misses are those of the gate
+    records, paired with the installed target's GPU gates."""
+    import json
+
+    from experiments import zoo_gate
+
+    folder = tz.REPO / "experiments" / "results" / "zoo" / "decision_repair_h200"
+    runs = json.loads((folder / "runs.json").read_text())
+    script = (folder / "call.sh").read_text()
+    (repair,) = (c for c in _script_commands(script, "-m experiments.train_zoo") if c[0] == "repair")
+    (average,) = _script_commands(script, "-m experiments.weight_average")
+    installed = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200"
+    for draw, seed in runs["draws"].items():
+        recorded = json.loads((folder / draw / "repair_config.json").read_text())
+        argv = [w.replace("$s", str(seed)) for w in repair]
+        assert _as_recorded(tz.repair_config, argv, recorded["config"]) == recorded["config"]
+        assert recorded["config"]["repair_mode"] == "decisions" and recorded["config"]["repair_batch"] == 96
+        assert recorded["repair"]["steps"] == runs["call"]["steps"][draw]
+        weight = float(average[average.index("--weight") + 1])
+        log = (folder / f"{draw}_avg0.5" / "average.log").read_text()
+        assert f"weights [{1 - weight}, {weight}] of 2 models" in log
+    for prompts in ("eval96", "val160"):
+        base = zoo_gate.read_gate(installed / f"installed_gate_{prompts}_h200.json.gz")
+        assert set(runs["gates"][prompts]) == {"installed", *runs["draws"], *(f"{d}_avg0.5" for d in runs["draws"])}
+        for variant, row in runs["gates"][prompts].items():
+            path = folder / variant / f"gate_{prompts}_h200.json"
+            gate = base if variant == "installed" else zoo_gate.read_gate(path)
+            q = gate["quality_gate"]
+            assert row == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4), q["loops"]]
+            assert gate["run_info"]["device"] == "NVIDIA H200"
+            assert runs["misses"][variant][prompts]["rho"] == round(zoo_gate.misses(gate)["rho"], 4)
+            if variant != "installed":
+                c = zoo_gate.compare_gates(base, gate)
+                assert runs["compare"][variant][prompts] == {
+                    "spearman_b_minus_a": round(c["spearman_b_minus_a"], 4), "ci95": [round(v, 4) for v in c["ci95"]],
+                    "share_not_above_0": round(c["share_not_above_0"], 4)}
+
+
 def test_recorded_resync_repairs_are_the_recorded_script():
     """zoo/resync_repair_h200/: each variant's repair config is what call.sh's command line parses to with its kept-
     line share, at the call's commit; the runs' gates are the gate records', and its paired comparisons are

@@ -72,7 +72,8 @@ def accepted_sentence(rows: list[dict]) -> str:
     drafted = sum(r["exact_drafted"] for r in rec)
     every = sum(all(r["exact_accepted"].get(c, 0) > 0 for c in r["drafter"].removesuffix("-tree").split("-"))
                 for r in rec)
-    models = ", ".join(tex_escape(m) for m in dict.fromkeys(r["model"] for r in rec))
+    names = [tex_escape(m) for m in dict.fromkeys(r["model"] for r in rec)]
+    models = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
     return (f"In exact mode, over the {len(rec)} configurations of {models} whose run records it, {accepted:,} of "
             f"{drafted:,} draft tokens were accepted, and in {every} of them every drafter and each hybrid's children "
             "had tokens accepted, so the grid checks acceptance and rollback, not only rejection.")

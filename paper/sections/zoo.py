@@ -33,6 +33,7 @@ SHAPES = RESULTS / "zoo" / "target_shapes_h200"
 MARGIN = RESULTS / "zoo" / "copy_margin_h200"
 RESYNC = RESULTS / "zoo" / "resync_repair_h200"
 DECISIONS = RESULTS / "zoo" / "decision_repair_cpu"
+DECISIONS_GPU = RESULTS / "zoo" / "decision_repair_h200"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -310,9 +311,10 @@ def installed_gate(prompts: str):
 def calls_provenance(calls: list[dict], run_info: dict) -> str:
     """``commits abc1234 and def5678, NVIDIA H200, torch 2.x, 2026-11-29``: the calls' commits, in order, with one
     record's machine."""
-    commits = " and ".join(f"\\texttt{{{c}}}" for c in dict.fromkeys(c["commit"] for c in calls))
-    return (f"commits {commits}, {tex_escape(run_info['device'])}, torch {tex_escape(run_info['torch'])}, "
-            f"{run_info['date'][:10]}")
+    shas = list(dict.fromkeys(c["commit"] for c in calls))
+    commits = " and ".join(f"\\texttt{{{c}}}" for c in shas)
+    return (f"commit{'s' if len(shas) > 1 else ''} {commits}, {tex_escape(run_info['device'])}, "
+            f"torch {tex_escape(run_info['torch'])}, {run_info['date'][:10]}")
 
 
 def spurious_ratio(c: dict) -> str:
@@ -829,6 +831,29 @@ def decision_repair() -> None:
         num(f"zooFirstDec{tag}EvalLong", miss["long"], "{:d}")
 
 
+def decision_repair_gpu() -> None:
+    """decision_repair_h200/: the decisions repair at the GPU's batch, two draws side by side, and each one's average
+    with the installed target: the settings, each product's GPU gates paired with the installed target's, and the
+    kinds of misses on the evaluation prompts (``zooGpuDec...``)."""
+    runs = json.loads((DECISIONS_GPU / "runs.json").read_text())
+    first, second = (json.loads((DECISIONS_GPU / d / "repair_config.json").read_text()) for d in runs["draws"])
+    assert {k: v for k, v in first["config"].items() if k != "seed"} == \
+        {k: v for k, v in second["config"].items() if k != "seed"}
+    repair_settings("zooGpuDec", first)
+    num("zooGpuDecTwoSteps", second["repair"]["steps"], "{:d}")
+    num("zooGpuDecTime", first["config"]["repair_time_s"], "{:.0f}")
+    num("zooGpuDecProv", calls_provenance([runs["call"]], first["run_info"]), "{}")
+    products = {"": "seed0", "Two": "seed1", "Avg": "seed0_avg0.5", "TwoAvg": "seed1_avg0.5"}
+    for tag, folder in products.items():
+        product_gates(f"zooGpuDec{tag}", DECISIONS_GPU / folder, "h200", {"Inst": installed_gate})
+        miss = zoo_gate.misses(zoo_gate.read_gate(DECISIONS_GPU / folder / "gate_eval96_h200.json"))
+        num(f"zooGpuDec{tag}EvalShort", miss["short"], "{:d}")
+        num(f"zooGpuDec{tag}EvalLong", miss["long"], "{:d}")
+    miss = zoo_gate.misses(zoo_gate.read_gate(installed_gate("eval96")))
+    num("zooGpuDecInstEvalShort", miss["short"], "{:d}")
+    num("zooGpuDecInstEvalLong", miss["long"], "{:d}")
+
+
 def make() -> None:
     model()
     weight_average()
@@ -839,5 +864,6 @@ def make() -> None:
     copy_margin()
     resync_repair()
     decision_repair()
+    decision_repair_gpu()
     compile_speed()
     eagle3_gate()
