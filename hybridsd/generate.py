@@ -6,7 +6,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -124,7 +124,9 @@ def _eos_set(model: torch.nn.Module, eos_token_id, vocab: int) -> frozenset[int]
             raise TypeError(f"{name} must be a token id or a sequence of them, got a {ids.dtype} array")
         ids = [int(e) for e in ids.reshape(-1).tolist()]
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | torch.Tensor | np.ndarray) or any(
-            isinstance(e, bool) or not isinstance(e, numbers.Integral | torch.Tensor | np.integer) for e in ids):
+            isinstance(e, bool) or not isinstance(e, numbers.Integral | torch.Tensor | np.integer)
+            or isinstance(e, torch.Tensor) and (e.numel() != 1 or e.dtype.is_floating_point or e.dtype.is_complex
+                                                or e.dtype == torch.bool) for e in ids):
         raise TypeError(f"{name} must be a token id or a sequence of them, got {eos_token_id!r}")
     for e in ids:
         if not 0 <= int(e) < vocab:
@@ -291,30 +293,60 @@ TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8) 
 
 
 def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTree | None:
-    """``drafter``'s proposal as one tree (None: no draft). Errors name the drafter: a TypeError if its token ids
-    are not integers (a dtype check), a ValueError if they are not on the model's device, or if one lies outside
-    the vocabulary ``[0, vocab)`` and the ids are host tensors (every drafter's on a CPU model). No check syncs
-    with an accelerator: ids on one (every drafter's on a CUDA model) are not range-checked, as that would read
-    them back every step; one out of range fails in the target's embedding (a device-side assert on CUDA)."""
+    """``drafter``'s proposal as one tree (None: no draft), its ids int64. Errors name the drafter: a TypeError if
+    its token ids are not integers or its draft probabilities not floats (dtype checks), a ValueError if either is
+    not on the model's device, if the probabilities are not ``[n, vocab]``, or, for host tensors (every drafter's
+    on a CPU model), if an id lies outside the vocabulary ``[0, vocab)`` or a row of probabilities the verifier
+    samples against is not a distribution (finite, >= 0, summing to 1). No check syncs with an accelerator: ids and
+    probabilities on one (every drafter's on a CUDA model) are not value-checked, as that would read them back every
+    step; an id out of range fails in the target's embedding (a device-side assert on CUDA)."""
     parts = drafter.propose(request)
+    name = type(drafter).__name__
     for part in [parts] if isinstance(parts, Draft | DraftTree) else parts or ():
         tokens = part.tokens  # [n]
         dtype = tokens.dtype
         if dtype not in TOKEN_DTYPES:
-            raise TypeError(f"{type(drafter).__name__}.propose returned draft tokens of dtype {dtype}; "
+            raise TypeError(f"{name}.propose returned draft tokens of dtype {dtype}; "
                             "token ids must be an integer tensor (int64)")
         if tokens.device != request.device:
-            raise ValueError(f"{type(drafter).__name__}.propose returned draft tokens on {tokens.device}; the model "
+            raise ValueError(f"{name}.propose returned draft tokens on {tokens.device}; the model "
                              f"is on {request.device} (ProposeRequest.device)")
+        if part.probs is not None:
+            _check_probs(name, part, vocab, request.device, values=request.temperature > 0)
         if tokens.device.type == "cpu" and tokens.numel():  # host ids: checked without a device sync
             low, high = torch.aminmax(tokens)  # compared as Python ints: uint8 ids would wrap a bound >= 256
             if int(low) < 0 or int(high) >= vocab:
                 ids = tokens.long()  # [n]
                 i = int(((ids < 0) | (ids >= vocab)).nonzero()[0, 0])
                 source = part.source if isinstance(part, Draft) else part.sources[i]
-                raise ValueError(f"{type(drafter).__name__}.propose returned draft token id {int(tokens[i])} "
+                raise ValueError(f"{name}.propose returned draft token id {int(tokens[i])} "
                                  f"(source {source!r}), outside the model's vocabulary [0, {vocab})")
-    return DraftTree.join(parts)
+    tree = DraftTree.join(parts)
+    if tree is not None and tree.tokens.dtype != torch.int64:  # narrower ids: the verifier indexes with them
+        tree = replace(tree, tokens=tree.tokens.long())
+    return tree
+
+
+def _check_probs(name: str, part: Draft | DraftTree, vocab: int, device: torch.device, values: bool) -> None:
+    """A proposal's draft probabilities (see :func:`_proposal`): one float row of ``vocab`` per node, on ``device``,
+    and, with ``values`` (sampling, where the verifier reads them) on the host, a distribution in every row the
+    verifier samples against (a sum within 1e-2 of 1: rows rounded to bf16 pass, logits do not)."""
+    probs = part.probs  # [n, V]
+    if not probs.dtype.is_floating_point:
+        raise TypeError(f"{name}.propose returned draft probabilities of dtype {probs.dtype}; they must be floats")
+    if probs.ndim != 2 or probs.shape[1] != vocab:
+        raise ValueError(f"{name}.propose returned draft probabilities of shape {tuple(probs.shape)}; they must be "
+                         f"[{len(part)}, {vocab}]: one row over the model's vocabulary per draft token")
+    if probs.device != device:
+        raise ValueError(f"{name}.propose returned draft probabilities on {probs.device}; the model is on {device}")
+    if values and device.type == "cpu":  # host rows: checked without a device sync
+        rows = probs if isinstance(part, Draft) else probs[torch.tensor(part.sampled, dtype=torch.bool)]
+        rows = rows.double()  # [m, V]
+        sums = rows.sum(-1)  # [m]
+        if not (bool(torch.isfinite(rows).all()) and bool((rows >= 0).all())
+                and bool(((sums - 1).abs() <= 1e-2).all())):
+            raise ValueError(f"{name}.propose returned draft probabilities that are not distributions (each row "
+                             "must be finite, >= 0 and sum to 1)")
 
 
 TREE_SIZES = 16  # with CUDA graphs or compile, a tree block of more rows is padded to a multiple of this (few graphs)

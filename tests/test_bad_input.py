@@ -248,6 +248,68 @@ def test_integer_draft_tokens_of_any_width_are_taken(model, dtype):
         assert res.stats.num_accepted > 0
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_narrow_integer_draft_tokens_are_sampled_like_int64_ones(model, dtype):
+    """Sampling (temperature > 0) takes narrow ids too, chains and trees: the same tokens as int64 ids at a seed."""
+    want = generate(model, IDS, max_new_tokens=12).tokens
+    for tree in (False, True):
+        runs = [generate(model, IDS, drafter=_TypedReplay(want, d, tree), max_new_tokens=12, temperature=1.0, seed=3)
+                for d in (dtype, torch.int64)]
+        assert runs[0].tokens == runs[1].tokens and runs[0].stats.num_accepted == runs[1].stats.num_accepted
+
+
+def _probs_drafter(rows, sampled=None):
+    """A drafter proposing ids 5, 9, 12 with the draft probabilities ``rows()`` (a chain, or a tree with ``sampled``
+    flags)."""
+    tokens = torch.tensor([5, 9, 12])
+    if sampled is None:
+        return _TypedDrafter(lambda: [Draft(tokens, "p", rows())])
+    return _TypedDrafter(lambda: DraftTree(tokens, (-1, 0, 1), ("p",) * 3, rows(), sampled))
+
+
+def _uniform(n=3, width=VOCAB):
+    return torch.full((n, width), 1.0 / width)
+
+
+BAD_PROBS = [  # (case, drafter, exception, words of its message)
+    ("negative rows", lambda: _probs_drafter(lambda: -_uniform()), ValueError, "not distributions"),
+    ("logits", lambda: _probs_drafter(lambda: torch.randn(3, VOCAB)), ValueError, "not distributions"),
+    ("rows not summing to 1", lambda: _probs_drafter(lambda: 2 * _uniform()), ValueError, "not distributions"),
+    ("NaN", lambda: _probs_drafter(lambda: _uniform().index_fill(1, torch.tensor([0]), float("nan"))), ValueError,
+     "not distributions"),
+    ("too wide", lambda: _probs_drafter(lambda: _uniform(width=VOCAB + 3)), ValueError,
+     f"shape (3, {VOCAB + 3}); they must be [3, {VOCAB}]"),
+    ("integer", lambda: _probs_drafter(lambda: torch.ones(3, VOCAB, dtype=torch.long)), TypeError, "torch.int64"),
+    ("a sampled tree node's row", lambda: _probs_drafter(lambda: torch.cat([_uniform(2), -_uniform(1)]),
+                                                         (True, True, True)), ValueError, "not distributions"),
+]
+
+
+@pytest.mark.parametrize("case,make,exc,words", BAD_PROBS, ids=[c[0] for c in BAD_PROBS])
+def test_bad_draft_probabilities_name_the_drafter(model, case, make, exc, words):
+    """Draft probabilities the verifier cannot sample against (on a CPU model) are one error naming the drafter,
+    before the drafts reach the model; at temperature 0, where they are unused, only their dtype and shape count."""
+    fed = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+    try:
+        with pytest.raises(exc, match=r"_TypedDrafter\.propose returned draft probabilities") as e:
+            generate(model, IDS, drafter=make(), max_new_tokens=8, temperature=1.0, seed=0)
+    finally:
+        hook.remove()
+    assert words in str(e.value) and fed == [len(IDS)]
+    if "not distributions" in words:
+        generate(model, IDS, drafter=make(), max_new_tokens=8)  # greedy: unused values pass
+
+
+def test_good_draft_probabilities_are_taken(model):
+    """Distributions pass, bf16-rounded ones too, and a tree's rows of unsampled nodes are not read."""
+    for drafter in (_probs_drafter(_uniform), _probs_drafter(lambda: _uniform().bfloat16().float()),
+                    _probs_drafter(lambda: torch.cat([_uniform(1), -_uniform(2)]), (True, False, False))):
+        res = generate(model, IDS, drafter=drafter, max_new_tokens=8, temperature=1.0, seed=0)
+        res.stats.check()
+        assert res.stats.num_drafts > 0
+
+
 @pytest.mark.parametrize("k", [0, -1])
 def test_draft_length_must_be_positive(model, k):
     for build in (lambda: NgramDrafter(k=k), lambda: _eagle(model, k=k)):
@@ -388,17 +450,21 @@ def test_drafter_constructors_check_their_counts_and_children(model):
         EagleDrafter(head, k=2.0)
     with pytest.raises(TypeError, match="HybridDrafter's eagle must be a hybridsd Drafter, got str"):
         HybridDrafter(NgramDrafter(), "x")
-    from hybridsd.drafters.replay import ReplayDrafter
-
     with pytest.raises(TypeError, match="k must be an int"):
         ReplayDrafter([1, 2, 3], k=1.5)
+    with pytest.raises(TypeError, match="continuation must hold integer token ids"):
+        ReplayDrafter([1.7, 2.9], k=2)  # not truncated to the ids 1 and 2
+    assert ReplayDrafter(np.array([3, 4], dtype=np.int16), k=2).continuation == [3, 4]
 
 
 def test_eos_ids_as_tensors_and_arrays():
     model = tiny_target("llama")
     want = generate(model, IDS, max_new_tokens=12, eos_token_id=[7]).tokens
-    for eos in (torch.tensor(7), torch.tensor([7]), np.int64(7), np.array([7])):
+    for eos in (torch.tensor(7), torch.tensor([7]), np.int64(7), np.array([7]), [torch.tensor(7)]):
         assert generate(model, IDS, max_new_tokens=12, eos_token_id=eos).tokens == want
+    for bad in ([torch.tensor(7.9)], [torch.tensor([7, 8])], [torch.tensor(True)]):  # not truncated to 7: refused
+        with pytest.raises(TypeError, match="eos_token_id must be a token id or a sequence of them"):
+            generate(model, IDS, max_new_tokens=12, eos_token_id=bad)
 
 
 def _link_out(folder, name):

@@ -109,6 +109,21 @@ def test_dtypes(dtype):
     assert arr.tolist() == ctx  # input untouched
 
 
+@pytest.mark.parametrize("context", [[1.9, 2.2, 7.5, 1.1, 2.8], np.array([1.0, 2.0, 1.0]), [True, False, True],
+                                     torch.tensor([1.0, 2.0, 1.0])])
+def test_non_integer_context_is_refused(context):
+    """Float or bool ids are refused, not truncated to other ids (a TypeError naming the context)."""
+    with pytest.raises(TypeError, match="context must hold integer token ids"):
+        ngram_propose(context, 1, 2, 3)
+
+
+def test_ids_beyond_int64_are_refused_and_tensors_taken():
+    with pytest.raises(ValueError, match="beyond int64"):
+        ngram_propose(np.array([5, 2**64 - 1], dtype=np.uint64), 1, 2, 2)
+    assert ngram_propose(torch.tensor([5, 6, 7, 5, 6], dtype=torch.int32), 2, 2, 2).tolist() == [7, 5]
+    assert ngram_propose([], 1, 2, 2).tolist() == []
+
+
 def test_draft_does_not_alias_input():
     arr = np.array([1, 2, 3, 1, 2], dtype=np.int64)
     got = ngram_propose(arr, 1, 2, 3)

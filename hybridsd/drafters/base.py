@@ -38,6 +38,20 @@ def check_count(name: str, value, least: int = 1) -> None:
         raise ValueError(f"{name} must be >= {least}, got {value}")
 
 
+def token_array(name: str, ids) -> np.ndarray:
+    """``ids`` (a sequence of ints, or an integer numpy array or tensor) as a 1-D int64 array; ``TypeError`` naming
+    ``name`` for ids that are not integers (floats would be truncated, bools are not ids), ``ValueError`` for ids
+    not 1-D or beyond int64."""
+    a = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    if a.size and a.dtype.kind not in "iu":  # bools and floats; an empty list reads as float64
+        raise TypeError(f"{name} must hold integer token ids, got {a.dtype} values")
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: token id {int(a.max())} is beyond int64")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Draft:
     """One chain of draft tokens that continues the committed sequence.

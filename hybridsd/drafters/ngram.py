@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count, token_array
 
 
 @njit(cache=True, nogil=True)
@@ -59,9 +59,7 @@ def ngram_propose(context, min_n: int, max_n: int, k: int) -> np.ndarray:
     ``context``: a 1-D sequence of integer token ids (list, or numpy array of any integer dtype).
     """
     _check(k, min_n, max_n)
-    tokens = np.ascontiguousarray(context, dtype=np.int64)
-    if tokens.ndim != 1:
-        raise ValueError(f"context must be 1-D, got shape {tokens.shape}")
+    tokens = token_array("context", context)  # [T] int64 (the loop's host ids as they are, no copy)
     end, n = _match(tokens, max_n)
     if n < min_n:
         return np.empty(0, dtype=np.int64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count, token_array
 
 
 class ReplayDrafter(Drafter):
@@ -19,7 +19,7 @@ class ReplayDrafter(Drafter):
 
     def __init__(self, continuation: list[int], k: int) -> None:
         check_count("k", k)
-        self.continuation, self.k = list(continuation), k
+        self.continuation, self.k = token_array("continuation", continuation).tolist(), k
         self.prompt_len = 0
 
     @property
