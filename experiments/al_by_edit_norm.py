@@ -270,10 +270,8 @@ def mixed_configs(df, k: dict) -> str | None:
         if len(keys) > 1:
             return (f"variant {variant!r} holds rows of {len(keys)} configs (config keys {', '.join(keys)}; "
                     f"files {', '.join(sorted(set(part['file'])))}); give one config per method")
-        twice = part["example_id"][part["example_id"].duplicated()]
-        if len(twice):
-            return (f"variant {variant!r} holds prompt {twice.iloc[0]!r} more than once (files "
-                    f"{', '.join(sorted(set(part['file'])))})")
+        if (twice := results.repeated_prompt(part)) is not None:
+            return twice
     for drafter in ("ngram", "eagle"):
         drafted = sorted({int(v) for v in df[f"k_{drafter}"].dropna()})
         if drafted and drafted != [k[drafter]]:
@@ -424,6 +422,15 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
     return {"splits": splits, "seed": seed, "prompts": len(ids), "summary": summary}
 
 
+def load_rows(paths, flag: str = "", **kw):
+    """:func:`results.load_runs` of ``paths`` (given after ``flag``); ``ValueError`` naming them when they hold no
+    row (a spec_bench run killed before its first row leaves an empty file)."""
+    df = results.load_runs(paths, **kw)
+    if df.empty:
+        raise ValueError(f"{flag}{' '.join(map(str, paths))}: no results rows")
+    return df
+
+
 def main(argv=None) -> int:
     ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="spec_bench JSONL files (paths, folders or globs)")
@@ -472,9 +479,9 @@ def main(argv=None) -> int:
             ap.error(f"{flag} {path}: not a simulate_al.json with fits ({type(e).__name__}: {e})")
     sim_doc = sim_docs.get("sim_")
     try:  # every results file read before any work: a missing one, or a line that is not a row, is one error line
-        df = results.load_runs(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
-        left_out = set(results.load_runs(a.exclude_prompts)["example_id"]) if a.exclude_prompts else set()
-        fit_df = results.load_runs(a.fit_runs) if a.fit_runs else None
+        df = load_rows(a.runs, trace=True)  # the traces: EAGLE's acceptance by n-gram state
+        left_out = set(load_rows(a.exclude_prompts, "--exclude-prompts ")["example_id"] if a.exclude_prompts else ())
+        fit_df = load_rows(a.fit_runs, "--fit-runs ") if a.fit_runs else None
     except (FileNotFoundError, ValueError) as e:
         ap.error(str(e))
     excluded = set(df["example_id"]) & left_out

@@ -42,14 +42,16 @@ class Parser(argparse.ArgumentParser):
             self.error(f"{flag} {p}: cannot write in {near} ({e.strerror or type(e).__name__})")
 
     def check_device(self, value: str, flag: str = "--device"):
-        """``value`` as a ``torch.device``, before any work: one line and exit 2 when it names none, or a CUDA device
-        this machine does not have."""
+        """``value`` as a ``torch.device``, before any work: one line and exit 2 when it names none, one other than
+        the CPU or CUDA (mps, meta, cpu:1), or a CUDA device this machine does not have."""
         import torch
 
         try:
             device = torch.device(value)
         except RuntimeError:
             self.error(f"{flag}: not a torch device: {value!r}")
+        if device.type not in ("cpu", "cuda") or device.type == "cpu" and device.index:
+            self.error(f"{flag} {value}: runs on cuda (cuda:N) or cpu only")
         if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
             self.error(f"{flag} {value}: no such CUDA device here ({torch.cuda.device_count()} visible; {flag} cpu "
                        "runs on the CPU)")

@@ -38,9 +38,10 @@ CONFIG_DEFAULTS = {"prompt_lookup_min": 2, "prompt_lookup_max": 5, "change_reque
                    "dataset_path": None, "hf_split": "train", "dataset_digest": None, "compile": "none",
                    "tree_depth": 6, "tree_top_k": 10, "tree_nodes": 60, "tree_paths": None, "exact": 0,
                    "hf_shuffle": None}
-# a speculative row and a plain row compare when these agree (the config minus the drafter's settings)
-MATCH_KEYS = ("model", "dataset", "split", "hf_split", "change_request", "bos_mode", "chat_template", "temperature",
-              "seed", "output_len", "device", "dtype", "example_id")
+# a speculative row and a plain row compare when these agree (the config minus the drafter's settings; the data
+# set's identity too, since an hf data set's prompt ids are its row numbers)
+MATCH_KEYS = ("model", "dataset", "dataset_path", "dataset_digest", "split", "hf_split", "change_request", "bos_mode",
+              "chat_template", "temperature", "seed", "output_len", "device", "dtype", "example_id")
 MATCH_BY = ("dataset", "variant", "k", "bos_mode", "device", "dtype")
 
 
@@ -89,6 +90,8 @@ def _frozen(value):
 
 def _flatten(r: dict, file: str, trace: bool) -> dict:
     cfg, st, info = r["config"], r["stats"], r.get("run_info", {})
+    if st["num_target_steps"] < 1:  # a real run's prefill is one
+        raise ValueError(f"num_target_steps is {st['num_target_steps']!r}, not a positive count")
     m = cfg["method"]
     kd = cfg.get("k", {})
     kn = kd.get("ngram") if m == "ngram" or m in HYBRIDS else None
@@ -145,9 +148,9 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     ``output_tokens`` (None in rows that did not store them),
     and provenance (``run_device``, ``commit``, ``torch``, ``transformers``, ``file``). ``trace=True`` adds
     the per-step trace. A torn last line (an interrupted run) is skipped. Any other line that is not a results
-    row raises ``ValueError`` naming the file and line, or, with ``on_bad_line`` (a function taking that
-    message), is reported to it and skipped. A file that cannot be read as (gzip-compressed) UTF-8 text raises
-    ``ValueError`` naming it.
+    row (one without target passes too) raises ``ValueError`` naming the file and line, or, with ``on_bad_line``
+    (a function taking that message), is reported to it and skipped. A file that cannot be read as
+    (gzip-compressed) UTF-8 text raises ``ValueError`` naming it.
     """
     import pandas as pd
 
@@ -163,7 +166,7 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
                 continue
             try:
                 rows.append(_flatten(json.loads(line), str(p), trace))
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:  # ValueError: JSONDecodeError too
                 if i == len(lines) - 1 and isinstance(e, json.JSONDecodeError):
                     continue  # torn by an interrupted run
                 msg = f"{p} line {i + 1}: not a spec_bench row ({type(e).__name__}: {e})"
@@ -171,6 +174,18 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
                     raise ValueError(msg) from None
                 on_bad_line(msg + "; skipped")
     return pd.DataFrame(rows)
+
+
+def repeated_prompt(df) -> str | None:
+    """A prompt that :func:`load_runs`' rows ``df`` hold more than once under one config (a file read twice, or a
+    file and its ``.gz`` copy), in words naming its variant and files; None when there is none."""
+    twice = df[df.duplicated(["config_key", "example_id"], keep=False)]
+    if twice.empty:
+        return None
+    first = twice.iloc[0]
+    files = twice.file[(twice.config_key == first.config_key) & (twice.example_id == first.example_id)]
+    return (f"variant {first.variant!r} holds prompt {first.example_id!r} more than once in config "
+            f"{first.config_key} (files {', '.join(dict.fromkeys(files))})")
 
 
 def bin_edit_norm(df, bins: Sequence[float] = EDIT_BINS, column: str = "ref_edit_norm"):
@@ -256,7 +271,7 @@ def drafter_steps(df, by: Sequence[str] = ("dataset", "variant", "k")):
 
 
 def match_rows(df, keys: Sequence[str] = MATCH_KEYS):
-    """Speculative rows beside the plain run (method "none") of the same prompt and config (``keys``):
+    """Speculative rows beside the plain run (method "none") of the same prompt, data and config (``keys``):
     ``same`` says whether the outputs are equal, ``compared_by`` how it was decided: "tokens" when both
     rows stored their output tokens, else "length+edit_norm" (output length and output edit norm against
     the input, a weaker proxy for rows written before tokens were stored). Rows without a plain partner are

@@ -9,8 +9,9 @@ corpus ALs, bootstrap CIs from resampling examples within bins) and scored per b
     python -m experiments.simulate_al            # all 3,724 examples
     python -m experiments.simulate_al --limit 400
 
-``--out`` is the stem of two files: ``.json`` (the tables, fits, predictions and errors, with the config and
-run_info) and ``.csv`` (one row per split, bin and policy: the ALs and held-out predictions, the config and run_info).
+``--out`` is the stem of two files (a ``.json`` or ``.csv`` ending of its own is dropped; other dots are kept):
+``.json`` (the tables, fits, predictions and errors, with the config and run_info) and ``.csv`` (one row per split,
+bin and policy: the ALs and held-out predictions, the config and run_info).
 """
 
 from __future__ import annotations
@@ -123,6 +124,12 @@ def boot_bins(idx, n_bins, members, r, n_boot, rng) -> np.ndarray:
     return out
 
 
+def out_file(stem: Path, suffix: str) -> Path:
+    """The ``suffix`` file of the ``--out`` stem: ``rates0.65`` -> ``rates0.65.json``, ``sim.json`` -> ``sim.csv``."""
+    base = stem.with_suffix("") if stem.suffix in (".json", ".csv") else stem
+    return base.with_name(base.name + suffix)
+
+
 def main(argv=None) -> int:
     ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="code_edits_dev.jsonl (default: the shared data dir)")
@@ -147,7 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "simulation" / "simulate_al")
     args = ap.parse_args(argv)
     for suffix in (".json", ".csv"):  # --out is the stem of both files
-        ap.check_output(args.out.with_suffix(suffix))
+        ap.check_output(out_file(args.out, suffix))
     if args.limit is not None and args.limit < 4:
         ap.error(f"--limit must be >= 4 (half of them to fit, at least two, half to score), got {args.limit}")
     if args.bins < 10:
@@ -374,7 +381,7 @@ def _write(c: dict) -> None:
                                for p, ps in c["preds"].items()},
         "seconds": c["seconds"],
     }
-    write_atomic(args.out.with_suffix(".json"), json.dumps(json_safe(doc), indent=1) + "\n")
+    write_atomic(out_file(args.out, ".json"), json.dumps(json_safe(doc), indent=1) + "\n")
     table = io.StringIO(newline="")
     w = csv.writer(table)
     # every row carries the run's config and run_info, after the table's own columns
@@ -391,7 +398,7 @@ def _write(c: dict) -> None:
                 w.writerow(["" if isinstance(v, float) and not np.isfinite(v) else
                             (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v) for v in row]
                            + ["" if v is None else v for v in setting.values()])
-    write_atomic(args.out.with_suffix(".csv"), table.getvalue())
+    write_atomic(out_file(args.out, ".csv"), table.getvalue())
 
 
 def _fmt(v, nd=2):

@@ -242,13 +242,21 @@ def data_digest(dataset_name: str, dataset_path: str | None) -> str | None:
 
 
 def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head folder>") -> dict | None:
-    """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's; ``None`` for
-    plain decoding and for ``replay``, which vLLM has no counterpart of)."""
+    """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's; a static EAGLE
+    tree is vLLM's ``speculative_token_tree``); ``None`` where vLLM has no counterpart: plain decoding, ``replay``,
+    the dynamic (EAGLE-2) tree, and a hybrid that verifies a tree (``--hybrid-policy tree``, or a tree for its EAGLE
+    child)."""
     lookup = {"prompt_lookup_min": cfg.prompt_lookup_min, "prompt_lookup_max": cfg.prompt_lookup_max}
-    if cfg.method in ("none", "replay"):
+    hybrid = cfg.method not in ("none", "replay", "ngram", "eagle", "eagle3")
+    if cfg.method in ("none", "replay") or cfg.tree == "dynamic" or hybrid and (cfg.hybrid_policy == "tree"
+                                                                                 or cfg.tree != "none"):
         return None
     if cfg.method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k["ngram"], **lookup}
+    if cfg.method in ("eagle", "eagle3") and cfg.tree == "static":  # vLLM: one token per node of the tree
+        paths = [tuple(path) for path in cfg.tree_paths]
+        return {"method": cfg.method, "model": head_path, "num_speculative_tokens": len(paths),
+                "speculative_token_tree": str(paths)}
     if cfg.method in ("eagle", "eagle3"):
         return {"method": cfg.method, "model": head_path, "num_speculative_tokens": cfg.k[cfg.method]}
     eagle = cfg.method.split("-", 1)[1]
@@ -366,7 +374,8 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
     ``per_bin``: at most that many from each ``bin_width``-wide edit-norm bin over [0, 0.6], 0: every prompt inside
     the bins; without it, an ``hf`` dataset is read no further than its first ``num_prompts`` prompts, as vLLM
     reads it). ``num_prompts`` beyond the dataset adds prompts drawn from it with replacement, as vLLM does
-    (``random.Random(seed).choice`` once per missing prompt; a prompt's repeats get ids ``#2``, ``#3``, ...), unless
+    (``random.Random(seed).choice`` once per missing prompt; a prompt's repeats get ids ``#2``, ``#3``, ..., past
+    any the dataset has itself), unless
     ``oversample`` is false. ``ValueError`` when two prompts read have one id (results rows are keyed by it)."""
     file = Path(data_dir) / DATA_FILES[cfg.dataset_name] if data_dir and cfg.dataset_name != "hf" else None
     if cfg.dataset_name == "hf":
@@ -403,12 +412,33 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
         raise ValueError(f"no prompts left in {cfg.dataset_path or cfg.dataset_name} after the filters")
     if num_prompts and num_prompts > len(exs) and oversample:  # as vLLM: random.seed(seed), random.choice a prompt
         base, rng, times = exs, random.Random(cfg.seed), Counter(e.id for e in exs)
-        exs = list(base)
+        exs, taken = list(base), {e.id for e in base}
         for _ in range(num_prompts - len(base)):
             e = rng.choice(base)
             times[e.id] += 1
+            while f"{e.id}#{times[e.id]}" in taken:  # a dataset id of that form already: the next free one
+                times[e.id] += 1
+            taken.add(f"{e.id}#{times[e.id]}")
             exs.append(replace(e, id=f"{e.id}#{times[e.id]}"))
     return exs[:num_prompts] if num_prompts else exs
+
+
+def check_results_file(out: Path) -> None:
+    """``ValueError`` unless rows can be appended to ``out``: a plain (not gzip) file that is missing, empty, or
+    holds results rows (a killed run's torn last line is repaired when the run starts). Any other file (a dataset,
+    notes, a compressed record) is refused rather than moved aside row by row as damaged."""
+    if out.name.endswith(".gz"):
+        raise ValueError(f"--output {out}: rows are appended to a plain .jsonl file; a .gz one cannot be appended "
+                         "(compress it once the run is done)")
+    if not out.is_file() or not out.stat().st_size:
+        return
+    with out.open("rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        lines = f.read().split(b"\n")
+    if head == b"\x1f\x8b" or (len(lines) > 1 and not any(dp.row_key(line) for line in lines)):
+        raise ValueError(f"--output {out}: an existing file that holds no results rows; name a new file, or one "
+                         "an earlier run of spec_bench wrote")
 
 
 def done_keys(path: Path) -> set[tuple[str, str]]:
@@ -814,11 +844,20 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:
-        print(json.dumps(vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")))
+        vllm = vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")
+        if vllm is None and cfg.method not in ("none", "replay"):
+            what = ("the dynamic EAGLE-2 tree" if cfg.tree == "dynamic" else
+                    "a hybrid with a tree" if cfg.tree != "none" else "a hybrid verifying both drafts as a tree")
+            print(f"spec_bench: vLLM has no counterpart of {what}; no --speculative-config", file=sys.stderr)
+        print(json.dumps(vllm))
         return
     stem = cfg.dataset_name if cfg.dataset_name != "hf" else Path(str(cfg.dataset_path)).name
     out = a.output or Path("experiments/results/runs") / f"{stem}-{cfg.method}-{cfg.key()}.jsonl"
     p.check_output(out, flag="--output")
+    try:
+        check_results_file(out)
+    except ValueError as e:
+        fail(str(e))
     from huggingface_hub.utils import logging as hub_logging
 
     hub_logging.set_verbosity_error()  # no "Retrying in Ns" lines before an unreachable Hub id's one-line error

@@ -8,15 +8,16 @@ edit-norm bin, and output match rates.
 
 The PR-style table (``--table pr``; also last in ``all``): per dataset, method (and k) the prompts ``n``,
 ``seq_al``, ``precision_al``, median ``tpot_ms`` and the per-position acceptance ``r1, r2, ...``, as vLLM PR
-#24344 reports them. A line of a results file that is not a spec_bench row is reported (file and line) and
-skipped. Rows of different configs are not pooled: every table also splits its cells by each setting of
-``SETTINGS`` that differs among the rows (BOS mode, dtype, model, split, output length, change request, n-gram
-lookup, tree shape, exact mode, ...: every config field the tables do not show).
+#24344 reports them. A line of a results file that is not a spec_bench row (or a damaged one, without target
+passes) is reported (file and line) and skipped; a prompt that the rows hold twice under one config (a file named
+twice, or beside its .gz copy) is refused. Rows of different configs are not pooled: every table also splits its
+cells by each setting of ``SETTINGS`` that differs among the rows (BOS mode, dtype, model, split, output length,
+change request, n-gram lookup, tree shape, exact mode, ...: every config field the tables do not show).
 
 Corpus AL = sum of tokens / sum of target passes over the rows in a cell (seq-normalized); precision AL =
 1 + sum accepted / sum drafts. ``--by output`` bins by the edit norm of the model's own output against the
 input file (what the n-gram drafter sees); ``--by reference`` by the reference edit's. The match rate is the
-share of prompts whose output equals the plain run's (method ``none``, same prompt and config): by stored
+share of prompts whose output equals the plain run's (method ``none``, same prompt, data and config): by stored
 tokens, or by output length and output edit norm for rows without tokens (a weaker proxy; the
 ``compared_by`` column says which). The logic lives in :mod:`experiments.results`.
 """
@@ -59,7 +60,7 @@ def pr_table(df) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="summarize_runs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", help="JSONL files (.jsonl, .jsonl.gz), folders of them or glob patterns")
     p.add_argument("--by", choices=("output", "reference"), default="output")
     p.add_argument("--bins", choices=("coarse", "fine"), default="coarse",
@@ -68,13 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     pd.set_option("display.width", 200)
     try:
-        df = results.load_runs(a.paths, on_bad_line=lambda msg: print(f"summarize_runs: {msg}", file=sys.stderr))
+        df = results.load_runs(a.paths, on_bad_line=lambda msg: print(f"{p.prog}: {msg}", file=sys.stderr))
     except (FileNotFoundError, ValueError) as e:  # ValueError: a file that is not readable text
-        print(f"summarize_runs: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        p.error(str(e))
     if df.empty:
-        print("summarize_runs: error: no spec_bench rows in " + " ".join(a.paths), file=sys.stderr)
-        raise SystemExit(2)
+        p.error("no spec_bench rows in " + " ".join(a.paths))
+    if (twice := results.repeated_prompt(df)) is not None:  # a file named twice, or beside its .gz copy
+        p.error(twice)
     df = df.assign(**{c: df[c].map(_text) for c in varying(df)})
     pr = f"PR-style table (seq-normalized AL, precision AL, median TPOT, per-position acceptance):\n{pr_table(df)}"
     if a.table == "pr":

@@ -412,3 +412,18 @@ def test_the_cpu_analysis_records_the_cpu(runs, tmp_path, monkeypatch):
     out = tmp_path / "al.json"
     assert ab.main([*runs, "--no-sim", "--n-boot", "0", "--bins", "8", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["run_info"]["device"].startswith("cpu (")
+
+
+@pytest.mark.parametrize("flag", [None, "--exclude-prompts", "--fit-runs"])
+def test_an_empty_results_file_is_refused_before_any_work(flag, runs, tmp_path, capsys, monkeypatch):
+    """An empty results file (a spec_bench run killed before its first row), as the runs, --exclude-prompts or
+    --fit-runs: one line naming it, exit code 2, before any table."""
+    monkeypatch.setattr(ab, "bin_table", lambda *a, **k: pytest.fail("made a table"))
+    empty = tmp_path / "killed.jsonl"
+    empty.write_text("")
+    argv = [str(empty)] if flag is None else [*runs, flag, str(empty)]
+    out = tmp_path / "al.json"
+    with pytest.raises(SystemExit) as exit_:
+        ab.main([*argv, "--no-sim", "--out", str(out)])
+    assert f"{'' if flag is None else flag + ' '}{empty}: no results rows" in _refused(capsys, exit_)
+    assert not out.exists()

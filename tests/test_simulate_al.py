@@ -151,3 +151,13 @@ def test_an_interrupted_cache_write_leaves_no_cache(no_project_tokenizer, monkey
     with pytest.raises(OSError):
         simulate_al.load_tokenizer(["def f(x):\n    return x\n"] * 10, 300)
     assert not list(no_project_tokenizer.glob("bpe*.json"))
+
+
+def test_out_stems_keep_their_dots():
+    """Two stems that differ after a dot name different files; a .json or .csv ending names the same pair."""
+    from pathlib import Path
+
+    assert simulate_al.out_file(Path("d/rates0.65"), ".json") == Path("d/rates0.65.json")
+    assert simulate_al.out_file(Path("d/rates0.5"), ".csv") == Path("d/rates0.5.csv")
+    assert simulate_al.out_file(Path("d/sim.json"), ".csv") == Path("d/sim.csv")
+    assert simulate_al.out_file(Path("d/sim"), ".json") == Path("d/sim.json")

@@ -168,6 +168,12 @@ CASES = {
     "device unknown": _case(*GOOD, "--method", "ngram", "--device", "foo", want="--device: not a torch device: 'foo'"),
     "device cuda absent": _case(*GOOD, "--method", "ngram", "--device", "cuda:99",
                                 want="--device cuda:99: no such CUDA device here"),
+    "device neither CPU nor CUDA": _case(*GOOD, "--method", "ngram", "--device", "mps",
+                                         want="--device mps: runs on cuda (cuda:N) or cpu only"),
+    "device a second CPU": _case(*GOOD, "--method", "ngram", "--device", "cpu:1",
+                                 want="--device cpu:1: runs on cuda (cuda:N) or cpu only"),
+    "gzip output": _case(*GOOD, "--method", "ngram", "--output", "{root}/new/out.jsonl.gz",
+                         want="a .gz one cannot be appended"),
     "head hub id offline": _case(*GOOD, "--method", "eagle", "--eagle-dir", "nobody/no-such-head",
                                  want="could not fetch the EAGLE head 'nobody/no-such-head'"),
     "hf split of a file": _case(*GOOD, "--method", "ngram", "--hf-split", "test",
@@ -212,6 +218,22 @@ def test_bad_input_is_one_line_exit_2(name, inputs, offline, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("spec_bench: error: "), err
     assert want in err[0], err[0]
     assert not any(tmp_path.iterdir())  # no work done, not even the output's folder made
+
+
+@pytest.mark.parametrize("content", [b"line one\nline two\n", b'{"question_id": 1, "turns": ["hi"]}\n',
+                                     b"\x1f\x8b\x08\x00rest of a gzip file"], ids=["notes", "a dataset", "gzip"])
+def test_an_output_file_without_results_rows_is_refused_untouched(content, inputs, tmp_path, capsys):
+    """An existing --output that holds no results rows (notes, a dataset, compressed rows under a plain name) is one
+    line and exit 2 before any work, and stays as it was; a killed run's file with a torn first row is taken."""
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        spec_bench.main([_fill(a, inputs) for a in GOOD] + ["--method", "ngram", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "an existing file that holds no results rows" in err[0], err
+    assert out.read_bytes() == content and sorted(tmp_path.iterdir()) == [out]
+    out.write_bytes(b'{"config_key": "a", "example_id": "1", "num_tok')  # torn: repaired when the run starts
+    spec_bench.check_results_file(out)
 
 
 VLLM_IGNORED = {  # vLLM's script takes these with any method and ignores them where the method does not read them
@@ -261,6 +283,20 @@ def test_flags_at_their_defaults_or_in_use_are_taken(argv, capsys):
     such flags); the flags the run reads take any value."""
     spec_bench.main([*argv, "--device", "cpu", "--print-vllm-config"])
     assert capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["--method", "eagle", "--tree", "static", "--tree-paths", "[[0],[1],[0,0],[1,0],[0,0,0]]"],
+     {"method": "eagle", "model": "<eagle head folder>", "num_speculative_tokens": 5,
+      "speculative_token_tree": "[(0,), (1,), (0, 0), (1, 0), (0, 0, 0)]"}),
+    (["--method", "eagle3", "--tree", "dynamic"], None),
+    (["--method", "ngram-eagle", "--hybrid-policy", "tree"], None)])
+def test_the_vllm_config_of_a_tree(argv, want, capsys):
+    """A static EAGLE tree is vLLM's speculative_token_tree (a token per node); drafts vLLM has no counterpart of
+    print null, with a note saying so."""
+    spec_bench.main([*argv, "--device", "cpu", "--print-vllm-config"])
+    out = capsys.readouterr()
+    assert json.loads(out.out) == want and ("no counterpart" in out.err) == (want is None)
 
 
 def test_subprocess_prints_one_line_and_no_traceback(inputs, tmp_path):

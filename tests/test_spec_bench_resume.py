@@ -100,6 +100,19 @@ def test_hub_datasets_take_their_prompts_as_vllm_shuffles_them(tmp_path, monkeyp
     assert ids[2:] == [f"{d}#{drawn[: j + 1].count(d) + 1}" for j, d in enumerate(drawn)]  # each repeat numbered
 
 
+def test_oversampled_ids_pass_over_the_datasets_own(tmp_path, monkeypatch):
+    """A dataset whose ids look like repeats ("5#2") keeps them, and the repeats drawn get the next free number:
+    every prompt of the run has its own id (rows are keyed and resumed by it)."""
+    ran = []
+    monkeypatch.setattr(spec_bench, "run", lambda cfg, examples, *a, **kw: ran.append(examples) or 0)
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question_id": q, "turns": ["Hi?"]}) + "\n" for q in ("5#2", "5", "5#3")))
+    spec_bench.main([*ARGS, "--dataset-name", "hf", "--dataset-path", str(data), "--num-prompts", "8",
+                     "--disable-shuffle", "--output", str(tmp_path / "o.jsonl")])
+    ids = [e.id for e in ran[-1]]
+    assert ids[:3] == ["5#2", "5", "5#3"] and len(set(ids)) == len(ids) == 8
+
+
 def test_rows_are_standard_json_and_read_back_as_nan(tmp_path):
     """MT-Bench has no edit norm and plain decoding no precision AL: null in the row, not a bare NaN (not JSON);
     experiments.results reads them as NaN, and still reads the NaN of files written before."""

@@ -75,3 +75,73 @@ def test_configs_that_differ_in_a_field_without_a_column_are_not_pooled(setting,
     lines = sorted((line.split() for line in out[2:]), key=lambda words: words[3] == str(value))
     assert [(words[3], words[header.index("n")], words[header.index("seq_al")]) for words in lines] == [
         (str(summarize_runs.results.CONFIG_DEFAULTS[field]), "2", "2.0"), (str(value), "2", "5.0")]
+
+
+def _refused(capsys, exit_) -> str:
+    """The one error line of a refused call (exit code 2, no traceback)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize("field, values", [("dataset_path", ("/data/a.parquet", "/data/b.parquet")),
+                                           ("dataset_digest", ("3f79ec3847ae", "0123456789ab"))])
+def test_the_match_rate_pairs_only_rows_of_the_same_data(field, values, tmp_path, capsys):
+    """A plain and an n-gram run on one data set (equal outputs) and an n-gram run on another whose prompts have
+    the same ids (other outputs), in one file: the n-gram run on the other data has no plain partner, so the
+    match rate holds one line, the first data's, at 1.0."""
+    rows = []
+    for method, value, shift in (("none", values[0], 0), ("ngram", values[0], 0), ("ngram", values[1], 1)):
+        for p in ("0", "1", "2"):
+            r = _row(method, p, 10, 5)
+            r["config"][field] = value
+            r["config_key"] += f"-{value}"
+            r["tokens"] = [t + shift for t in r["tokens"]]
+            rows.append(r)
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summarize_runs.main([str(tmp_path / "a.jsonl")])
+    out = capsys.readouterr().out
+    table = out[out.index("(match rate):"):].split("\n\n")[0].splitlines()[1:]
+    header = table[0].split()
+    assert [dict(zip(header, line.split()))["match_rate"] for line in table[1:]] == ["1.0"]
+    assert values[0] in table[1]
+
+
+def test_a_row_read_twice_is_refused(tmp_path, capsys, monkeypatch):
+    """The same file named twice (relative and absolute), or a folder holding a results file and its gzip copy:
+    one line naming the repeated prompt and both files, not every prompt counted twice."""
+    import gzip
+
+    text = "".join(json.dumps(_row("eagle", p, 10, 5)) + "\n" for p in ("p1", "p2"))
+    (tmp_path / "c.jsonl").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        summarize_runs.main(["c.jsonl", str(tmp_path / "c.jsonl")])
+    line = _refused(capsys, exit_)
+    assert "prompt 'p1' more than once" in line and f"c.jsonl, {tmp_path / 'c.jsonl'}" in line
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt") as f:
+        f.write(text)
+    with pytest.raises(SystemExit) as exit_:
+        summarize_runs.main([str(tmp_path)])
+    line = _refused(capsys, exit_)
+    assert "prompt 'p1' more than once" in line and f"{tmp_path / 'c.jsonl'}, {tmp_path / 'c.jsonl.gz'}" in line
+
+
+def test_a_row_without_target_passes_is_named_and_skipped(tmp_path, capsys):
+    """A damaged row with ``num_target_steps: 0`` (no AL to take) is named (file and line) and skipped, as any line
+    that is not a spec_bench row; a file of nothing else is refused (exit code 2) after that line."""
+    rows = [_row("eagle", p, 10, 5) for p in ("p1", "p2", "p3")]
+    rows[1]["stats"]["num_target_steps"] = 0
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summarize_runs.main([str(path), "--table", "pr"])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and f"{path} line 2: not a spec_bench row" in err[0] and "num_target_steps" in err[0]
+    assert [line[3] for line in (line.split() for line in captured.out.splitlines()[2:])] == ["2"]  # n
+    path.write_text(json.dumps(rows[1]) + "\n")
+    with pytest.raises(SystemExit) as exit_:
+        summarize_runs.main([str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 2 and f"{path} line 1: not a spec_bench row" in err[0]
+    assert err[1] == f"summarize_runs: error: no spec_bench rows in {path}"

@@ -188,7 +188,11 @@ def test_a_second_sweep_into_the_same_folder_stops_at_once(fake_sweep, monkeypat
 
 @pytest.mark.parametrize("argv, words", [(["--device", "nonsense"], "--device: not a torch device"),
                                          (["--device", "cuda:99"], "--device cuda:99: no such CUDA device"),
-                                         (["--device", "cpu", "--methods", "eagle3"], "needs an eagle3 head")])
+                                         (["--device", "mps"], "--device mps: runs on cuda (cuda:N) or cpu only"),
+                                         (["--device", "cpu", "--methods", "eagle3"], "needs an eagle3 head"),
+                                         (["--device", "cpu", "--methods", "replay"],
+                                          ("has no config for --datasets mt-bench and --methods replay; it runs "
+                                           "datasets code-edits, editeval, mt-bench and methods eagle, eagle3,"))])
 def test_a_device_or_head_mistake_is_one_line_before_any_config(argv, words, fake_sweep, monkeypatch, capsys):
     argv0, calls, manifest = fake_sweep
     real = sweep.sb.checkpoint.zoo_heads
