@@ -789,7 +789,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=BenchConfig.device)
     p.add_argument("--dtype", default="auto", choices=checkpoint.DTYPES,
                    help="auto: the checkpoint's dtype on a GPU, fp32 on CPU")
-    p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--no-cuda-graphs", "--enforce-eager", dest="no_cuda_graphs", action="store_true",
+                   help="eager steps, without CUDA graphs (vLLM's --enforce-eager)")
+    p.add_argument("--top-p", type=float, default=1.0, help="taken and ignored, as vLLM's spec_decode.py ignores it")
+    p.add_argument("--top-k", type=int, default=-1, help="taken and ignored, as vLLM's spec_decode.py ignores it")
+    p.add_argument("--enable-chunked-prefill", action="store_true",
+                   help="taken and ignored: one sequence's prefill is one pass")
     p.add_argument("--compile", default="none", choices=tuple(COMPILE), help="generate(compile=...)")
     p.add_argument("--tree", default="none", choices=TREES,
                    help="EAGLE drafts a tree: EAGLE-2's dynamic tree or a static one (--tree-paths)")
@@ -820,6 +825,10 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
     p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
+    for flag, given in (("--top-p", a.top_p != 1.0), ("--top-k", a.top_k != -1),
+                        ("--enable-chunked-prefill", a.enable_chunked_prefill)):
+        if given:  # vLLM's script samples with the temperature alone; chunking does not change one sequence
+            print(f"spec_bench: {flag}: ignored, as vLLM's spec_decode.py ignores it", file=sys.stderr)
     for flag, message, to_default in unused_flags(a, method):  # vLLM's flags as vLLM takes them; our own refused
         if flag not in VLLM_IGNORES:
             fail(message)

@@ -277,12 +277,27 @@ def test_vllm_flags_a_method_does_not_read_are_ignored_with_a_note(case, inputs,
     ["--method", "none", "--num-speculative-tokens-per-method", '{"ngram": 5, "eagle3": 3}'],  # device_run.sh real8b
     ["--method", "replay", "--num-spec-tokens", "3", "--prompt_lookup_max", "5", "--hybrid-policy", "prefer-ngram"],
     ["--method", "ngram-eagle3", "--num-speculative-tokens-per-method", '{"eagle": 4}', "--hybrid-policy", "tree"],
-    ["--method", "eagle", "--dataset-name", "hf", "--dataset-path", "x", "--hf-split", "test", "--disable-shuffle"]])
+    ["--method", "eagle", "--dataset-name", "hf", "--dataset-path", "x", "--hf-split", "test", "--disable-shuffle"],
+    ["--method", "eagle", "--temp", "0", "--enforce-eager", "--top-p", "1.0", "--top-k", "-1"]])  # vLLM's spelling
 def test_flags_at_their_defaults_or_in_use_are_taken(argv, capsys):
     """A flag a method or dataset does not read is taken at its default value (the repository's scripts pass
     such flags); the flags the run reads take any value."""
     spec_bench.main([*argv, "--device", "cpu", "--print-vllm-config"])
     assert capsys.readouterr().out.strip()
+
+
+def test_vllms_eager_and_sampling_flags(capsys, monkeypatch):
+    """--enforce-eager is --no-cuda-graphs; --top-p, --top-k and --enable-chunked-prefill, which vLLM's script does
+    not pass on, are ignored with a note, and the run's config is the one without them."""
+    configs = []
+    monkeypatch.setattr(spec_bench, "vllm_speculative_config", lambda cfg, head: configs.append(cfg) or {})
+    spec_bench.main(["--method", "eagle", "--device", "cpu", "--print-vllm-config", "--enforce-eager"])
+    spec_bench.main(["--method", "eagle", "--device", "cpu", "--print-vllm-config", "--no-cuda-graphs", "--top-p",
+                     "0.9", "--top-k", "20", "--enable-chunked-prefill"])
+    err = capsys.readouterr().err
+    assert configs[0] == configs[1] and configs[0].cuda_graphs is False
+    assert all(f"{f}: ignored, as vLLM's spec_decode.py ignores it" in err
+               for f in ("--top-p", "--top-k", "--enable-chunked-prefill"))
 
 
 @pytest.mark.parametrize("argv,want", [
