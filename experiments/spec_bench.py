@@ -27,6 +27,7 @@ so the file holds the rows a one-process run writes (timings and run_info aside)
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import math
@@ -676,6 +677,20 @@ def tree_paths(text: str) -> tuple:
     return tuple(tuple(p) for p in paths)
 
 
+def spec_token_tree(text: str) -> tuple:
+    """vLLM's ``--spec-token-tree`` (a Python list of tuples, e.g. '[(0,), (1,), (0, 0)]') as :func:`tree_paths`'
+    tuple of tuples, ordered as vLLM orders it (by depth, then path)."""
+    try:
+        paths = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        paths = None
+    if not isinstance(paths, list | tuple) or not all(isinstance(q, tuple | list) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in q) for q in paths):
+        raise argparse.ArgumentTypeError(f"want a list of tuples of child ranks, e.g. '[(0,), (1,), (0, 0)]', "
+                                         f"got {text!r}")
+    return tuple(sorted((tuple(q) for q in paths), key=lambda q: (len(q), q)))
+
+
 def speculative_tokens(method: str, k: int | None, per: dict | None) -> dict:
     """The config's ``k`` from vLLM's ``num_speculative_tokens`` (every drafter of the method) and
     ``num_speculative_tokens_per_method`` (wins; ``eagle`` also sets ``eagle3`` for an EAGLE-3 method)."""
@@ -803,6 +818,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tree-nodes", type=int, default=60)
     p.add_argument("--tree-paths", type=tree_paths, default=None,
                    help="static tree as vLLM's speculative_token_tree, e.g. '[[0],[1],[0,0]]'")
+    p.add_argument("--spec-token-tree", type=spec_token_tree, default=None,
+                   help="vLLM's spelling of a static tree, e.g. '[(0,), (1,), (0, 0)]': --tree static --tree-paths "
+                   "of it (--num-spec-tokens, when given, must be its size, as vLLM asserts)")
     p.add_argument("--exact", type=int, nargs="?", const=16, default=0, metavar="ROWS",
                    help="exact mode: every step a block of ROWS (16) rows, bf16 output identical to plain decoding")
     p.add_argument("--check-lossless", action="store_true", help="also decode plainly and compare tokens")
@@ -825,6 +843,13 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
     p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
+    if a.spec_token_tree is not None:  # vLLM's spelling of --tree static --tree-paths
+        if a.tree != "none" or a.tree_paths is not None:
+            fail("--spec-token-tree is a static tree: give it or --tree/--tree-paths, not both")
+        if a.k is not None and a.k != len(a.spec_token_tree):
+            fail(f"--spec-token-tree has {len(a.spec_token_tree)} nodes but --num-spec-tokens is {a.k}; vLLM "
+                 "requires them equal")
+        a.tree, a.tree_paths, a.k = "static", a.spec_token_tree, None
     for flag, given in (("--top-p", a.top_p != 1.0), ("--top-k", a.top_k != -1),
                         ("--enable-chunked-prefill", a.enable_chunked_prefill)):
         if given:  # vLLM's script samples with the temperature alone; chunking does not change one sequence

@@ -172,6 +172,14 @@ CASES = {
                                          want="--device mps: runs on cuda (cuda:N) or cpu only"),
     "device a second CPU": _case(*GOOD, "--method", "ngram", "--device", "cpu:1",
                                  want="--device cpu:1: runs on cuda (cuda:N) or cpu only"),
+    "spec token tree not tuples": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--spec-token-tree", "[0, 1]",
+                                        want="argument --spec-token-tree: want a list of tuples of child ranks"),
+    "spec token tree of another size": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--spec-token-tree",
+                                             "[(0,), (1,), (0, 0)]", "--num-spec-tokens", "2",
+                                             want="--spec-token-tree has 3 nodes but --num-spec-tokens is 2"),
+    "spec token tree beside tree paths": _case(*GOOD, "--method", "eagle", "--eagle-dir", E1, "--spec-token-tree",
+                                               "[(0,)]", "--tree", "static", "--tree-paths", "[[0]]",
+                                               want="give it or --tree/--tree-paths, not both"),
     "gzip output": _case(*GOOD, "--method", "ngram", "--output", "{root}/new/out.jsonl.gz",
                          want="a .gz one cannot be appended"),
     "head hub id offline": _case(*GOOD, "--method", "eagle", "--eagle-dir", "nobody/no-such-head",
@@ -308,10 +316,14 @@ def test_vllms_eager_and_sampling_flags(capsys, monkeypatch):
     (["--method", "ngram-eagle", "--hybrid-policy", "tree"], None)])
 def test_the_vllm_config_of_a_tree(argv, want, capsys):
     """A static EAGLE tree is vLLM's speculative_token_tree (a token per node); drafts vLLM has no counterpart of
-    print null, with a note saying so."""
+    print null, with a note saying so; vLLM's --spec-token-tree gives the same run as --tree static --tree-paths."""
     spec_bench.main([*argv, "--device", "cpu", "--print-vllm-config"])
     out = capsys.readouterr()
     assert json.loads(out.out) == want and ("no counterpart" in out.err) == (want is None)
+    if want and "speculative_token_tree" in want:  # vLLM's own flag, its paths in any order, with its k
+        spec_bench.main(["--method", "eagle", "--spec-token-tree", "[(1, 0), (0,), (0, 0), (1,), (0, 0, 0)]",
+                         "--num-spec-tokens", "5", "--device", "cpu", "--print-vllm-config"])
+        assert json.loads(capsys.readouterr().out) == want
 
 
 def test_subprocess_prints_one_line_and_no_traceback(inputs, tmp_path):
