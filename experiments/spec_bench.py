@@ -59,6 +59,7 @@ from experiments.cli import Parser
 from experiments.speed_loop import accepted_continuation
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
+HYBRIDS = ("ngram-eagle", "ngram-eagle3")
 METHOD_ALIASES = {"vanilla": "none"}
 DATASETS = ("code-edits", "editeval", "mt-bench", "hf")
 DEFAULT_K = {"ngram": 5, "eagle": 3, "eagle3": 3}
@@ -242,15 +243,24 @@ def data_digest(dataset_name: str, dataset_path: str | None) -> str | None:
     return None if digest == PROJECT_DIGESTS[dataset_name] else digest
 
 
+def vllm_lacks(cfg: BenchConfig) -> str | None:
+    """The draft of ``cfg`` that vLLM has no ``--speculative-config`` for, in words (None: it has one, or the
+    method drafts nothing vLLM would: plain decoding, ``replay``)."""
+    if cfg.tree == "dynamic":
+        return "the dynamic EAGLE-2 tree"
+    if cfg.method in HYBRIDS and cfg.tree != "none":
+        return "a hybrid with a tree"
+    if cfg.method in HYBRIDS and cfg.hybrid_policy == "tree":
+        return "a hybrid verifying both drafts as a tree"
+    return None
+
+
 def vllm_speculative_config(cfg: BenchConfig, head_path: str = "<eagle head folder>") -> dict | None:
     """vLLM's ``--speculative-config`` for the same method (``ngram-eagle`` is vLLM PR #24344's; a static EAGLE
-    tree is vLLM's ``speculative_token_tree``); ``None`` where vLLM has no counterpart: plain decoding, ``replay``,
-    the dynamic (EAGLE-2) tree, and a hybrid that verifies a tree (``--hybrid-policy tree``, or a tree for its EAGLE
-    child)."""
+    tree is vLLM's ``speculative_token_tree``); ``None`` for plain decoding, ``replay`` and what :func:`vllm_lacks`
+    names."""
     lookup = {"prompt_lookup_min": cfg.prompt_lookup_min, "prompt_lookup_max": cfg.prompt_lookup_max}
-    hybrid = cfg.method not in ("none", "replay", "ngram", "eagle", "eagle3")
-    if cfg.method in ("none", "replay") or cfg.tree == "dynamic" or hybrid and (cfg.hybrid_policy == "tree"
-                                                                                 or cfg.tree != "none"):
+    if cfg.method in ("none", "replay") or vllm_lacks(cfg):
         return None
     if cfg.method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k["ngram"], **lookup}
@@ -433,11 +443,9 @@ def check_results_file(out: Path) -> None:
                          "(compress it once the run is done)")
     if not out.is_file() or not out.stat().st_size:
         return
-    with out.open("rb") as f:
-        head = f.read(2)
-        f.seek(0)
-        lines = f.read().split(b"\n")
-    if head == b"\x1f\x8b" or (len(lines) > 1 and not any(dp.row_key(line) for line in lines)):
+    data = out.read_bytes()
+    lines = data.split(b"\n")  # one line without a newline: a first row torn by a kill, repaired as damaged
+    if data.startswith(b"\x1f\x8b") or (len(lines) > 1 and not any(dp.row_key(line) for line in lines)):
         raise ValueError(f"--output {out}: an existing file that holds no results rows; name a new file, or one "
                          "an earlier run of spec_bench wrote")
 
@@ -714,7 +722,7 @@ FLAG_METHODS = {"--eagle-dir": ("eagle_dir", None, EAGLE_METHODS),
                 "--num-speculative-tokens": ("k", None, tuple(m for m in METHODS if m != "none")),
                 "--prompt-lookup-min": ("lookup_min", 2, NGRAM_METHODS),
                 "--prompt-lookup-max": ("lookup_max", 5, NGRAM_METHODS),
-                "--hybrid-policy": ("hybrid_policy", "prefer-ngram", ("ngram-eagle", "ngram-eagle3"))}
+                "--hybrid-policy": ("hybrid_policy", "prefer-ngram", HYBRIDS)}
 KEY_METHODS = {"ngram": NGRAM_METHODS, "eagle": EAGLE_METHODS, "eagle3": ("eagle3", "ngram-eagle3")}
 # the datasets that read a flag (the project's JSONL sets have no splits; MT-Bench has no edit norm)
 FLAG_DATASETS = {"--hf-split": ("hf_split", "train", ("hf",)),
@@ -878,12 +886,9 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:
-        vllm = vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")
-        if vllm is None and cfg.method not in ("none", "replay"):
-            what = ("the dynamic EAGLE-2 tree" if cfg.tree == "dynamic" else
-                    "a hybrid with a tree" if cfg.tree != "none" else "a hybrid verifying both drafts as a tree")
-            print(f"spec_bench: vLLM has no counterpart of {what}; no --speculative-config", file=sys.stderr)
-        print(json.dumps(vllm))
+        if (lacks := vllm_lacks(cfg)) is not None:
+            print(f"spec_bench: vLLM has no counterpart of {lacks}; no --speculative-config", file=sys.stderr)
+        print(json.dumps(vllm_speculative_config(cfg, cfg.eagle_dir or "<eagle head folder>")))
         return
     stem = cfg.dataset_name if cfg.dataset_name != "hf" else Path(str(cfg.dataset_path)).name
     out = a.output or Path("experiments/results/runs") / f"{stem}-{cfg.method}-{cfg.key()}.jsonl"

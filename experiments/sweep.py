@@ -176,14 +176,14 @@ def main(argv: list[str] | None = None) -> None:
             preset = replace(preset, per_bin=a.per_bin)
         except ValueError as e:
             p.error(f"--per-bin: {e}")
-    runs = [(s, c) for s, c in grid(preset, device=a.device, dtype=a.dtype, split=a.split)
+    whole = grid(preset, device=a.device, dtype=a.dtype, split=a.split)
+    runs = [(s, c) for s, c in whole
             if (a.datasets is None or c.dataset_name in a.datasets) and (a.methods is None or c.method in a.methods)]
     if not runs:  # filters that leave nothing of the preset's grid: a mistake, not an empty sweep
-        whole = [c for _, c in grid(preset, device=a.device, dtype=a.dtype, split=a.split)]
         asked = [f"--{name} {' '.join(v)}" for name, v in (("datasets", a.datasets), ("methods", a.methods)) if v]
         p.error(f"--preset {a.preset} has no config for {' and '.join(asked)}; it runs datasets "
-                f"{', '.join(sorted({c.dataset_name for c in whole}))} and methods "
-                f"{', '.join(sorted({c.method for c in whole}))}")
+                f"{', '.join(sorted({c.dataset_name for _, c in whole}))} and methods "
+                f"{', '.join(sorted({c.method for _, c in whole}))}")
     examples = {}
     try:  # a missing data folder or file is one line, before any process group or model
         data_dir = str(a.dataset_path or default_data_dir())

@@ -340,9 +340,8 @@ def _check_probs(name: str, part: Draft | DraftTree, vocab: int, device: torch.d
     if probs.device != device:
         raise ValueError(f"{name}.propose returned draft probabilities on {probs.device}; the model is on {device}")
     if values and device.type == "cpu":  # host rows: checked without a device sync
-        rows = probs if isinstance(part, Draft) else probs[torch.tensor(part.sampled, dtype=torch.bool)]
-        rows = rows.double()  # [m, V]
-        sums = rows.sum(-1)  # [m]
+        rows = probs if isinstance(part, Draft) else probs[torch.tensor(part.sampled, dtype=torch.bool)]  # [m, V]
+        sums = rows.sum(-1, dtype=torch.float64)  # [m]
         if not (bool(torch.isfinite(rows).all()) and bool((rows >= 0).all())
                 and bool(((sums - 1).abs() <= 1e-2).all())):
             raise ValueError(f"{name}.propose returned draft probabilities that are not distributions (each row "
