@@ -1495,12 +1495,14 @@ def test_recorded_resync_repairs_are_the_recorded_script():
 @pytest.mark.parametrize("folder, variable, variants", [
     ("seed_soup_h200", "s", {"seed1": "1", "seed2": "2", "seed3": "3"}),
     ("rename_tuning_h200", "r", {"rename0.5": "0.5", "rename1.0": "1.0"}),
+    ("margin_recipe_h200", "s", {"seed0": "0", "seed1": "1"}),
 ])
 def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
-    """zoo/seed_soup_h200/ and zoo/rename_tuning_h200/: each variant's stage-6 and stage-7 configs are what the
-    recorded script's command lines parse to with its seed or renamed share, at the calls' commit; its stage-8
-    average is of the base target (the installed target's first parent) at weight 0.75; the soup is the mean of the
-    installed target and the draws' averages, at the script's weights; the runs' gates are the gate records'."""
+    """zoo/seed_soup_h200/, zoo/rename_tuning_h200/ and zoo/margin_recipe_h200/: each variant's stage-6 and stage-7
+    configs are what the recorded script's command lines parse to with its seed or renamed share, at the calls'
+    commit; its stage-8 average is of the base target (the installed target's first parent) at weight 0.75; the soup
+    is the mean of the installed target and the draws' averages, at the script's weights; the runs' gates are the
+    gate records', and (margin_recipe_h200) the paired comparisons those of the gates with the installed target's."""
     import hashlib
     import json
 
@@ -1532,6 +1534,16 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
             q = zoo_gate.read_gate(root / variant / f"gate_{prompts}_h200.json")["quality_gate"]
             assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4),
                                                        q["loops"]]
+    if folder == "margin_recipe_h200":
+        installed = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200"
+        for prompts in ("eval96", "val160"):
+            base_gate = zoo_gate.read_gate(installed / f"installed_gate_{prompts}_h200.json.gz")
+            for variant in variants:
+                c = zoo_gate.compare_gates(base_gate, zoo_gate.read_gate(root / variant / f"gate_{prompts}_h200.json"))
+                assert runs["compare"][prompts][variant] == [round(c["spearman_b_minus_a"], 4),
+                                                             [round(v, 4) for v in c["ci95"]]]
+        assert json.loads((root / "seed0" / "stage6_training_config.json").read_text())["config"][
+            "copy_margin_weight"] == 4
     if folder == "seed_soup_h200":
         soup = json.loads((root / "soup" / "average_config.json").read_text())
         (argv,) = [a for a in _script_commands(script, "-m experiments.weight_average") if "--weights" in a]

@@ -8,6 +8,8 @@ import gzip
 import json
 import re
 
+from scipy.stats import spearmanr
+
 from experiments import results, zoo_gate
 from experiments.zoo_data import RENAMED_NAMES_SHARE
 from paper.sections import edit_norm
@@ -34,6 +36,8 @@ MARGIN = RESULTS / "zoo" / "copy_margin_h200"
 RESYNC = RESULTS / "zoo" / "resync_repair_h200"
 DECISIONS = RESULTS / "zoo" / "decision_repair_cpu"
 DECISIONS_GPU = RESULTS / "zoo" / "decision_repair_h200"
+MARGIN_RECIPE = RESULTS / "zoo" / "margin_recipe_h200"
+MARGIN_SWEEP = RESULTS / "sweeps" / "edit_norm_margin_seed0_h200_bf16"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -556,9 +560,9 @@ def edit_places() -> None:
     labels = {"installed": "Inst", "tuned": "Tuned", "repaired": "Rep", "repaired_weak": "Weak",
               "installed_average": "Avg"}  # "installed" in the first files: the base target, installed when they ran
     for tag, name in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):
-        record = json.loads((PLACES / f"{name}.json").read_text())
+        record = zoo_gate.read_gate(PLACES / f"{name}.json")  # stored gzipped
         num(f"zooPlaces{tag}N", record["prompts"], "{:d}")
-        average = json.loads((PLACES / f"installed_average_{name}.json").read_text())
+        average = zoo_gate.read_gate(PLACES / f"installed_average_{name}.json")
         for model in record["models"] + average["models"]:
             s = model["summary"]
             num(f"zooPlaces{tag}{labels[model['label']]}Found", 100 * s["found_share"], "{:.0f}")
@@ -854,6 +858,43 @@ def decision_repair_gpu() -> None:
     num("zooGpuDecInstEvalLong", miss["long"], "{:d}")
 
 
+def margin_recipe() -> None:
+    """margin_recipe_h200/: stages 6-8 from the base target with the copy-margin hinge in stage 6, two draws: the
+    hinge's weight, each draw's GPU gates paired with the installed target's and its misses on the evaluation prompts;
+    then seed 0's product swept as the study's edit-norm sweep (MARGIN_SWEEP): its plain outputs' Spearman and
+    count ending before the cap, and n-gram's and EAGLE-1's fall to the top bins (``zooMr...``; the installed
+    target's sweep gives ``en...``). The sweep's numbers must equal runs.json's summary of it."""
+    runs = json.loads((MARGIN_RECIPE / "runs.json").read_text())
+    first = json.loads((MARGIN_RECIPE / "seed0" / "stage6_training_config.json").read_text())
+    num("zooMrWeight", first["config"]["copy_margin_weight"], "{:g}")
+    num("zooMrProv", calls_provenance(runs["calls"], first["run_info"]), "{}")
+    num("zooMrWeightsCommit", f"\\texttt{{{runs['product_seed0']['weights_commit']}}}", "{}")
+    for tag, folder in (("", "seed0"), ("Two", "seed1")):
+        product_gates(f"zooMr{tag}", MARGIN_RECIPE / folder, "h200", {"Inst": installed_gate})
+        miss = zoo_gate.misses(zoo_gate.read_gate(MARGIN_RECIPE / folder / "gate_eval96_h200.json"))
+        num(f"zooMr{tag}EvalShort", miss["short"], "{:d}")
+        num(f"zooMr{tag}EvalLong", miss["long"], "{:d}")
+    df = results.load_runs(MARGIN_SWEEP)
+    plain = df[df.variant == "none"]
+    rho = spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic
+    stopped = int((plain.tokens < plain.output_len).sum())
+    recorded = runs["product_seed0"]["sweep"]["seed0"]
+    if (recorded["prompts"], recorded["ended_before_cap"], recorded["spearman_ref_out"]) != \
+            (len(plain), stopped, round(rho, 4)):
+        raise ValueError(f"{MARGIN_RECIPE}/runs.json's sweep summary is not {MARGIN_SWEEP}'s")
+    num("zooMrSweepRho", rho)
+    num("zooMrSweepStopped", of_n(stopped, len(plain)), "{}")
+    edit_norm.high_bins(df, prefix="zooMrSweep")
+    for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+        by: dict = {}
+        for r in results.bin_table(df[df.variant != "none"], edit_norm.EDGES, binning, n_boot=1000):
+            by.setdefault(r["variant"], {})[r["bin"]] = r
+        wins = edit_norm.hybrid_wins(by)
+        if wins != recorded[binning]["hybrid_cells_reaching_better_part"]:
+            raise ValueError(f"{MARGIN_RECIPE}/runs.json's hybrid cells ({binning}) are not {MARGIN_SWEEP}'s")
+        num(f"zooMrSweep{tag}HybWins", wins, "{}")
+
+
 def make() -> None:
     model()
     weight_average()
@@ -865,5 +906,6 @@ def make() -> None:
     resync_repair()
     decision_repair()
     decision_repair_gpu()
+    margin_recipe()
     compile_speed()
     eagle3_gate()
