@@ -1544,6 +1544,9 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
                                                              [round(v, 4) for v in c["ci95"]]]
         assert json.loads((root / "seed0" / "stage6_training_config.json").read_text())["config"][
             "copy_margin_weight"] == 4
+        c = zoo_gate.compare_gates(zoo_gate.read_gate(installed / "installed_gate_eval274_cpu.json.gz"),
+                                   zoo_gate.read_gate(root / "seed0" / "gate_eval274_cpu.json"))
+        assert runs["eval274_cpu"]["compare"] == [round(c["spearman_b_minus_a"], 4), [round(v, 4) for v in c["ci95"]]]
     if folder == "seed_soup_h200":
         soup = json.loads((root / "soup" / "average_config.json").read_text())
         (argv,) = [a for a in _script_commands(script, "-m experiments.weight_average") if "--weights" in a]

@@ -874,6 +874,15 @@ def margin_recipe() -> None:
         miss = zoo_gate.misses(zoo_gate.read_gate(MARGIN_RECIPE / folder / "gate_eval96_h200.json"))
         num(f"zooMr{tag}EvalShort", miss["short"], "{:d}")
         num(f"zooMr{tag}EvalLong", miss["long"], "{:d}")
+    installed_all = zoo_gate.read_gate(AVERAGE / "installed_gate_eval274_cpu.json")  # all 274 evaluation edits
+    seed0_all = zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / "gate_eval274_cpu.json")
+    gate_numbers("zooMrAllEval", seed0_all["quality_gate"])
+    gate_numbers("zooMrAllEvalInst", installed_all["quality_gate"])
+    paired_difference("zooMrAllDiffEvalInst", installed_all, seed0_all)
+    for tag, gate in (("", seed0_all), ("Inst", installed_all)):
+        miss = zoo_gate.misses(gate)
+        num(f"zooMrAll{tag}Short", miss["short"], "{:d}")
+        num(f"zooMrAll{tag}Long", miss["long"], "{:d}")
     df = results.load_runs(MARGIN_SWEEP)
     plain = df[df.variant == "none"]
     rho = spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic
