@@ -904,7 +904,8 @@ def main(argv: list[str] | None = None) -> None:
         import datasets
 
         datasets.disable_progress_bars()  # small local reads; a user mistake stays one line
-        datasets.logging.set_verbosity_error()
+        # the JSON builder logs its own "Failed to load JSON" line (ERROR) before raising: the one line is ours
+        datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:  # mistakes in the model, head or data: one line, before the target's weights are read
         preflight(cfg)
         examples = load_examples(cfg, None if a.dataset_name == "hf" else a.dataset_path, a.num_prompts,

@@ -352,6 +352,15 @@ def _bad_json_line(files: Sequence[str]) -> str | None:
     return None
 
 
+def _no_rows(files: Sequence[str]) -> bool:
+    """Whether the JSONL ``files`` hold no line but blank ones."""
+    for f in files:
+        with open(f, "rb") as fh:
+            if any(line.strip() for line in fh):
+                return False
+    return True
+
+
 def _split_files(p: Path, files: list[str]) -> dict[str, list[str]]:
     """The local data ``files`` of ``p`` by split, as ``datasets`` splits a Hub repository's files: by the split
     named in their paths (``data/test-00000.parquet``: ``test``), all ``train`` when none names one (and a lone
@@ -419,6 +428,8 @@ def load_hf_table(path: str, split: str = "train"):
             if bad:
                 raise ValueError(f"--dataset-path: {bad} is not a JSON object (one UTF-8 JSON object a line)"
                                  ) from None
+            if builder == "json" and _no_rows(files):
+                raise ValueError(f"--dataset-path {path}: no rows (its JSONL files are empty)") from None
             raise ValueError(f"--dataset-path {path}: cannot read it ({type(e).__name__}: {e})") from e
     else:
         try:

@@ -326,6 +326,10 @@ def test_hub_dataset_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"turns": ["a"]}\n{"turns": \n')
     with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not a JSON object"):
         load_hf(str(tmp_path / "bad.jsonl"))
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=rf"{name}: no rows \(its JSONL files are empty\)$"):
+            load_hf(str(tmp_path / name))
     (tmp_path / "bytes.jsonl").write_bytes(b'{"turns": ["a"]}\n{"turns": ["\xff"]}\n')
     with pytest.raises(ValueError, match=r"bytes.jsonl row 1: a text field is not UTF-8"):
         load_hf(str(tmp_path / "bytes.jsonl"))

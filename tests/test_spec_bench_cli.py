@@ -336,6 +336,21 @@ def test_subprocess_prints_one_line_and_no_traceback(inputs, tmp_path):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "nobody/no-such-model" in r.stderr
 
 
+@pytest.mark.parametrize("content, want", [(b"\xff\xfe not json\n", "bad.jsonl line 1 is not a JSON object"),
+                                           (b"", "bad.jsonl: no rows (its JSONL files are empty)")])
+def test_a_bad_local_jsonl_is_one_line_in_a_subprocess(content, want, tmp_path):
+    """A local JSONL that is not JSON, or is empty: one line of ours, without the datasets JSON builder's own logged
+    error line before it (a subprocess: the builder's log handler writes to the real stderr)."""
+    data = tmp_path / "bad.jsonl"
+    data.write_bytes(content)
+    argv = [sys.executable, "-m", "experiments.spec_bench", "--method", "ngram", "--dataset-name", "hf",
+            "--dataset-path", str(data), "--device", "cpu", "--output", str(tmp_path / "o.jsonl")]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                       timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and want in r.stderr, r.stderr
+
+
 def test_hub_retries_are_not_logged(inputs, offline, tmp_path, capsys):
     """An unreachable Hub id is one line, without huggingface_hub's / datasets' "Retrying in Ns" warnings first."""
     import logging
