@@ -1547,6 +1547,15 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
         c = zoo_gate.compare_gates(zoo_gate.read_gate(installed / "installed_gate_eval274_cpu.json.gz"),
                                    zoo_gate.read_gate(root / "seed0" / "gate_eval274_cpu.json"))
         assert runs["eval274_cpu"]["compare"] == [round(c["spearman_b_minus_a"], 4), [round(v, 4) for v in c["ci95"]]]
+        from experiments import edit_places
+
+        places = tz.REPO / "experiments" / "results" / "zoo" / "edit_places_cpu_fp32"
+        for prompts in ("eval96", "val160", "train96"):
+            a, b = (zoo_gate.read_gate(f) for f in (places / f"installed_average_{prompts}.json",
+                                                    root / "seed0" / f"edit_places_{prompts}_cpu.json"))
+            c = edit_places.compare_places(a["models"][0]["samples"], b["models"][0]["samples"])
+            assert runs["edit_places"][prompts]["departures_b_over_a"] == [
+                round(c["spurious_b_over_a"], 4), [round(v, 4) for v in c["spurious_ci95"]]]
     if folder == "seed_soup_h200":
         soup = json.loads((root / "soup" / "average_config.json").read_text())
         (argv,) = [a for a in _script_commands(script, "-m experiments.weight_average") if "--weights" in a]

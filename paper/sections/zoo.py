@@ -883,6 +883,10 @@ def margin_recipe() -> None:
         miss = zoo_gate.misses(gate)
         num(f"zooMrAll{tag}Short", miss["short"], "{:d}")
         num(f"zooMrAll{tag}Long", miss["long"], "{:d}")
+    for tag, prompts in (("Eval", "eval96"), ("Val", "val160"), ("Train", "train96")):  # teacher-forced places
+        c = zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / f"edit_places_{prompts}_vs_installed_cpu.json")
+        num(f"zooMrPlaces{tag}Spur", spurious_ratio(c), "{}")
+        num(f"zooMrPlaces{tag}Found", found_points(c), "{}")
     df = results.load_runs(MARGIN_SWEEP)
     plain = df[df.variant == "none"]
     rho = spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic
