@@ -1551,9 +1551,10 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
 
         places = tz.REPO / "experiments" / "results" / "zoo" / "edit_places_cpu_fp32"
         for prompts in ("eval96", "val160", "train96"):
-            a, b = (zoo_gate.read_gate(f) for f in (places / f"installed_average_{prompts}.json",
-                                                    root / "seed0" / f"edit_places_{prompts}_cpu.json"))
-            c = edit_places.compare_places(a["models"][0]["samples"], b["models"][0]["samples"])
+            (_, a), (_, b) = (edit_places.read_side(f"{path}.json.gz:{label}") for path, label in (
+                (places / f"installed_average_{prompts}", "installed_average"),
+                (root / "seed0" / f"edit_places_{prompts}_cpu", "hinge_seed0")))
+            c = edit_places.compare_places(a, b)
             assert runs["edit_places"][prompts]["departures_b_over_a"] == [
                 round(c["spurious_b_over_a"], 4), [round(v, 4) for v in c["spurious_ci95"]]]
     if folder == "seed_soup_h200":

@@ -184,6 +184,14 @@ def hybrid_wins(by: dict) -> str:
     return of_n(wins, total)
 
 
+def binned_hybrid_wins(df, binning: str) -> str:
+    """:func:`hybrid_wins` over the bins of ``binning`` (a column of edit norms) of ``df``'s speculative rows."""
+    by: dict = {}
+    for r in results.bin_table(df[df.variant != "none"], EDGES, binning, n_boot=1000):
+        by.setdefault(r["variant"], {})[r["bin"]] = r
+    return hybrid_wins(by)
+
+
 def all_held_out() -> None:
     """The same configurations (no dynamic trees) on every held-out edit in the bins (ALL_HELD_OUT): its prompts per
     bin of the reference's norm, the plain outputs' Spearman and EOS share, the outputs' match with plain decoding,
@@ -205,10 +213,7 @@ def all_held_out() -> None:
     num("enAllSameTree", of_n(int(mr.loc["ngram-eagle tree"].n_same), int(mr.loc["ngram-eagle tree"].n)), "{}")
     high_bins(df, prefix="enAll", drop_fmt="{:.1f}")
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
-        by = {}
-        for r in results.bin_table(df[df.variant != "none"], EDGES, binning, n_boot=1000):
-            by.setdefault(r["variant"], {})[r["bin"]] = r
-        num(f"enAll{tag}HybWins", hybrid_wins(by), "{}")
+        num(f"enAll{tag}HybWins", binned_hybrid_wins(df, binning), "{}")
 
 
 def failures(rho: float, n: int) -> None:

@@ -899,10 +899,7 @@ def margin_recipe() -> None:
     num("zooMrSweepStopped", of_n(stopped, len(plain)), "{}")
     edit_norm.high_bins(df, prefix="zooMrSweep")
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
-        by: dict = {}
-        for r in results.bin_table(df[df.variant != "none"], edit_norm.EDGES, binning, n_boot=1000):
-            by.setdefault(r["variant"], {})[r["bin"]] = r
-        wins = edit_norm.hybrid_wins(by)
+        wins = edit_norm.binned_hybrid_wins(df, binning)
         if wins != recorded[binning]["hybrid_cells_reaching_better_part"]:
             raise ValueError(f"{MARGIN_RECIPE}/runs.json's hybrid cells ({binning}) are not {MARGIN_SWEEP}'s")
         num(f"zooMrSweep{tag}HybWins", wins, "{}")
