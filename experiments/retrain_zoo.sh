@@ -14,7 +14,7 @@
 #   5           the same loop repair on the GPU in fp32 (unless the CPU repair ran: INIT=its folder and
 #               NO_FP32_REPAIR=1); no heads (stage 8 trains the installed target's)
 #   6           decision tuning of stage 5's target: the loss where the answer leaves or resumes the copy weighted 16
-#               instead of 4 (1,862 steps, about 3 minutes of training)
+#               instead of 4, and the copy-margin hinge at weight 4 (1,862 steps, about 3 minutes of training)
 #   7           loop repair of stage 6's target with the repeats' unlikelihood weighted 0.1 (fp32, 24 steps; the best
 #               of the validation gates after 0, 12 and 24 steps kept): on the GPU where there is one (104 s with its
 #               gates on an H200), else on the CPU (11 minutes on 2 cores; the installed target's was)
@@ -22,8 +22,8 @@
 #               BASE= names stage 5's folder when it is not $WORK_ROOT/zoo_stage5/tiny-coder), then its EAGLE-1
 #               and EAGLE-3 heads, started from hybridsd/models/tiny-coder's where they fit (below)
 # Stages 6-8 repeat the calls that made the installed target from its base (the base target, which stages 1-5
-# retrain): zoo/decision_tuning_h200/runs.json (stage 6 and, on the CPU, stage 7) and zoo/weight_average_h200/runs.json
-# (stage 8).
+# retrain): zoo/margin_recipe_h200/ (seed 0: stage 6 with the hinge, stage 7 on the GPU, stage 8's average and its
+# heads; its call.sh ran two draws side by side, so stage 6 had a longer time limit there).
 #
 # The whole recipe, three calls back to back on one H200 (each within the machine's idle window of the one before):
 #   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 1,2 $OUT      # about 7.2 minutes
@@ -134,7 +134,8 @@ run_stage() {
        [ -n "${NO_FP32_REPAIR:-}" ] || extra="$LOOPS --repair-fp32 $SELECT" ;;
     6) extra="--no-gate --compile-layers --data-cache $WORK_ROOT/zoo_data_cache --sft-max-len 4096 --real-epochs 1 \
          --synthetic-examples 20000 --span-share 0.5 --pretrain-chars 30000000 --decision-weight 16 --sft-lr 3e-4 \
-         --sft-steps 1862 --sft-time-s 220 --deadline-s $(deadline 340) --unlikelihood-weight 1 --repeat-share 0.3" ;;
+         --sft-steps 1862 --sft-time-s 220 --deadline-s $(deadline 340) --unlikelihood-weight 1 --repeat-share 0.3 \
+         --copy-margin-weight 4" ;;
     7) extra="--repair-batch 6 --repair-new-tokens 96 --repair-steps 24 --repair-time-s 1500 --repair-weight 0.1 \
          --repair-fp32 $SELECT" ;;
     8) extra="--weight 0.75" ;;
