@@ -11,7 +11,7 @@ hand):
 - zoo          hybridsd/models/tiny-coder/ (training_config*.json, heads_training_*): the zoo model, its heads;
                EAGLE-3 against EAGLE-1 in the edit-norm sweep
 - edit_norm    experiments/results/sweeps/edit_norm_h200_bf16/ (GPU): AL per edit-norm bin, the corpus table; the same
-               configurations on every held-out edit (sweeps/edit_norm_all_heldout_h200_bf16/)
+               configurations on every held-out edit (sweeps/edit_norm_all_heldout_h100_bf16/)
 - sweep        experiments/results/sweeps/zoo_cpu_fp32/ (CPU): data sets x methods x k, doubled BOS
 - theory       the GPU edit-norm sweep's code edits against the analytic models (also reads the data directory's
                code_edits_dev.jsonl for the input files and tiny-coder's tokenizer); EAGLE by n-gram state from

@@ -1164,9 +1164,10 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
 
 def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_path):
     """Stages 6-8 of ``retrain_zoo.sh`` (PRINT_ONLY) take the options of the calls that made the installed target from
-    its base, as recorded: the decision tuning (zoo/decision_tuning_h200/training_config.json), the weak loop repair
-    (weak_repair_config.json) and the weight average (tiny-coder/average_config.json); stage 8 without stage 5's
-    target is one line and exit 2."""
+    its base, as recorded in zoo/margin_recipe_h200/seed0/: the decision tuning with the copy-margin hinge
+    (stage6_training_config.json; there with a longer time limit, two draws sharing the GPU), the weak loop repair
+    (stage7_repair_config.json) and the weight average (average_config.json, tiny-coder's); stage 8 without stage
+    5's target is one line and exit 2."""
     import json
     import subprocess
 
@@ -1176,14 +1177,15 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
                          env={**env, "PRINT_ONLY": "1"}, capture_output=True, text=True, check=True).stdout.splitlines()
     options = {line.split(":")[0]: line.split(" OPTIONS=")[1].split() for line in out}
     assert list(options) == ["stage 6", "stage 7", "stage 8"]
-    results = tz.REPO / "experiments" / "results" / "zoo" / "decision_tuning_h200"
-    tuning = json.loads((results / "training_config.json").read_text())
+    results = tz.REPO / "experiments" / "results" / "zoo" / "margin_recipe_h200" / "seed0"
+    tuning = json.loads((results / "stage6_training_config.json").read_text())
     cfg = tz.target_config(tz.parse_args(["target", "--out", str(tmp_path), "--init", "x", *options["stage 6"]]))
     for name in ("decision_weight", "sft_lr", "synthetic_examples", "pretrain_chars", "sft_max_len", "real_epochs",
-                 "span_share", "unlikelihood_weight", "repeat_share", "compile_layers", "sft_time_s"):
+                 "span_share", "unlikelihood_weight", "repeat_share", "compile_layers", "copy_margin_weight",
+                 "copy_margin"):
         assert getattr(cfg, name) == tuning["config"][name], name
-    assert cfg.sft_steps == tuning["sft"]["steps"] == 1862
-    weak = json.loads((results / "weak_repair_config.json").read_text())
+    assert cfg.sft_steps == tuning["sft"]["steps"] == 1862 and cfg.copy_margin_weight == 4
+    weak = json.loads((results / "stage7_repair_config.json").read_text())
     args = tz.parse_args(["repair", "--init", "x", "--out", "y", *options["stage 7"]])
     cfg = tz.repair_config(args)
     for name in ("repair_weight", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_mode",
@@ -1191,6 +1193,7 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
         assert getattr(cfg, name) == weak["config"][name], name
     assert args.gate_every == weak["selection"]["every"] and args.gate_after == weak["selection"]["after"]
     average = json.loads((tz.MODEL_DIR / "average_config.json").read_text())
+    assert average == json.loads((results / "average_config.json").read_text())
     assert options["stage 8"] == ["--weight", str(average["weight"])]
     run = subprocess.run(["bash", script, "8", str(tmp_path), str(tz.MODEL_DIR)], cwd=tz.REPO, env=env,
                          capture_output=True, text=True)
@@ -1274,6 +1277,15 @@ def _as_recorded(make, argv: list[str], recorded: dict) -> dict:
     return {k: v for k, v in parsed.items() if k in recorded}
 
 
+def _weight_average_shards() -> dict:
+    """The weight-average target's shards (zoo/weight_average_h200/average_config.json): the installed target when
+    the variants paired with it ran."""
+    import json
+
+    record = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200" / "average_config.json"
+    return json.loads(record.read_text())["shards"]
+
+
 def _script_commands(script: str, marker: str) -> list[list[str]]:
     """The argument lists after ``marker`` of a shell script's commands that contain it (continued lines joined,
     stopping at the first redirection)."""
@@ -1296,7 +1308,6 @@ def test_recorded_drift_repairs_are_the_recorded_command():
     drift mode, its batch, steps, time, rate and weights), run at the call's commit, and the runs' gates are the
     recorded products' gates; the third call's configs are what its recorded script's command lines parse to, and its
     averages are of the installed target's shards and the repaired ones, at the script's weights."""
-    import hashlib
     import json
 
     from experiments import zoo_gate
@@ -1331,8 +1342,7 @@ def test_recorded_drift_repairs_are_the_recorded_command():
         assert _as_recorded(tz.repair_config, argv, recorded["config"]) == recorded["config"]
         assert recorded["run_info"]["commit"] == runs["calls"][-1]["commit"]
     assert runs["repair"][rerun]["loop_repair"]["chosen_step"] == 0  # the loop repair kept the drift product
-    installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                 for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+    installed = _weight_average_shards()  # the installed target when these ran
     weights = [float(a[a.index("--weight") + 1]) for a in _script_commands(script, "-m experiments.weight_average")]
     assert sorted(weights) == sorted(averages.values())
     repaired = set()
@@ -1349,7 +1359,6 @@ def test_recorded_decision_repairs_are_the_recorded_script():
     recorded seed), the averages are of the installed target's shards and the repaired ones at the script's weights,
     the soup (call_soup.sh) of the installed target's and both draws' repaired shards at its weights, and runs.json's
     gates and comparisons are the gate records'."""
-    import hashlib
     import json
 
     from experiments import zoo_gate
@@ -1358,8 +1367,7 @@ def test_recorded_decision_repairs_are_the_recorded_script():
     runs = json.loads((folder / "runs.json").read_text())
     script = (folder / "call.sh").read_text()
     decisions, loops = (c for c in _script_commands(script, "-m experiments.train_zoo") if c[0] == "repair")
-    installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                 for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+    installed = _weight_average_shards()  # the installed target when these ran
     weights = [float(a[a.index("--weight") + 1]) for a in _script_commands(script, "-m experiments.weight_average")]
     assert runs["draws"] and set(runs["gates"]["eval96"]) == set(runs["gates"]["val160"])
     gated = set(runs["gates"]["eval96"]) - {"installed"}
@@ -1480,11 +1488,8 @@ def test_recorded_resync_repairs_are_the_recorded_script():
     average = json.loads((folder / "copy0.5_loops_avg0.75" / "average_config.json").read_text())
     (argv,) = _script_commands(text, "-m experiments.weight_average")
     assert average["weight"] == float(argv[argv.index("--weight") + 1]) == 0.75
-    import hashlib
-
-    installed_shards = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                        for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
-    assert average["a"]["shards"] == installed_shards
+    weight_average = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200" / "average_config.json"
+    assert average["a"]["shards"] == json.loads(weight_average.read_text())["shards"]  # installed when it ran
     for variant in ("copy0.5_loops", "copy0.5_loops_avg0.75"):
         for prompts in ("eval96", "val160"):
             q = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json.gz")["quality_gate"]
@@ -1503,7 +1508,6 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
     commit; its stage-8 average is of the base target (the installed target's first parent) at weight 0.75; the soup
     is the mean of the installed target and the draws' averages, at the script's weights; the runs' gates are the
     gate records', and (margin_recipe_h200) the paired comparisons those of the gates with the installed target's."""
-    import hashlib
     import json
 
     from experiments import zoo_gate
@@ -1544,6 +1548,14 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
                                                              [round(v, 4) for v in c["ci95"]]]
         assert json.loads((root / "seed0" / "stage6_training_config.json").read_text())["config"][
             "copy_margin_weight"] == 4
+        import hashlib  # seed 0's product, its heads and its average's record are the installed target's
+
+        shards = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in tz.MODEL_DIR.glob("model*.safetensors")}
+        assert shards == runs["product_seed0"]["shards_sha256"]
+        assert json.loads((tz.MODEL_DIR / "average_config.json").read_text()) == json.loads(
+            (root / "seed0" / "average_config.json").read_text())
+        assert json.loads((tz.MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text()) == json.loads(
+            (root / "seed0" / "heads_training_eagle1_eagle3.json").read_text())
         c = zoo_gate.compare_gates(zoo_gate.read_gate(installed / "installed_gate_eval274_cpu.json.gz"),
                                    zoo_gate.read_gate(root / "seed0" / "gate_eval274_cpu.json"))
         assert runs["eval274_cpu"]["compare"] == [round(c["spearman_b_minus_a"], 4), [round(v, 4) for v in c["ci95"]]]
@@ -1562,8 +1574,7 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
         (argv,) = [a for a in _script_commands(script, "-m experiments.weight_average") if "--weights" in a]
         i = argv.index("--weights")
         assert soup["weights"] == [float(w) for w in argv[i + 1:i + 6]] and sum(soup["weights"]) == 1.0
-        installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                     for f in tz.MODEL_DIR.glob("model*.safetensors")}
+        installed = _weight_average_shards()  # the installed target when these ran
         assert [m["shards"] for m in soup["models"]] == [installed, base, *draws]
 
 
@@ -1756,7 +1767,6 @@ def test_recorded_copy_margin_runs_are_the_recorded_scripts():
     """zoo/copy_margin_h200/: each tuning's, loop repair's and average's recorded config is what its call's script
     parses to (call.sh's shared options with each variant's hinge weight), at the call's commit; the averages are of
     the installed target's shards; the runs' gates are the gate records'."""
-    import hashlib
     import json
     import re
 
@@ -1765,8 +1775,7 @@ def test_recorded_copy_margin_runs_are_the_recorded_scripts():
     folder = tz.REPO / "experiments" / "results" / "zoo" / "copy_margin_h200"
     runs = json.loads((folder / "runs.json").read_text())
     commit = {c["script"]: c["commit"] for c in runs["calls"]}
-    installed = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                 for f in (tz.REPO / "hybridsd" / "models" / "tiny-coder").glob("model*.safetensors")}
+    installed = _weight_average_shards()  # the installed target when these ran
 
     def check(name: str, argv: list[str], make, script: str) -> dict:
         recorded = json.loads((folder / name).read_text())

@@ -1,7 +1,7 @@
 """AL against the edit norm on the GPU (experiments/results/sweeps/edit_norm_h200_bf16/): the zoo target's held-out
 code edits under the PR's configurations and the trees, per bin of the reference's and of the output's own edit
 norm, with bootstrap CIs; the corpus table beside it; and the same configurations on every held-out edit
-(experiments/results/sweeps/edit_norm_all_heldout_h200_bf16/)."""
+(experiments/results/sweeps/edit_norm_all_heldout_h100_bf16/)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from paper.sections.style import EAGLE_TREE, HYBRID_TREE, VARIANT_COLOR, VARIANT
 from paper.sections.tex import RESULTS, fmt, num, of_n, provenance, table, tex_escape
 
 SWEEP = RESULTS / "sweeps" / "edit_norm_h200_bf16"
-ALL_HELD_OUT = RESULTS / "sweeps" / "edit_norm_all_heldout_h200_bf16"  # every held-out edit in the bins
-FAILURES = RESULTS / "zoo" / "edit_failures_h200"  # experiments.edit_failures of ALL_HELD_OUT (bf16) and of ...
-ALL_HELD_OUT_FP32 = RESULTS / "sweeps" / "edit_norm_all_heldout_h200_fp32"  # ... its plain decoding in fp32
+ALL_HELD_OUT = RESULTS / "sweeps" / "edit_norm_all_heldout_h100_bf16"  # every held-out edit in the bins
+FAILURES = RESULTS / "zoo" / "edit_failures"  # experiments.edit_failures of ALL_HELD_OUT (bf16) and of ...
+ALL_HELD_OUT_FP32 = RESULTS / "sweeps" / "edit_norm_all_heldout_h100_fp32"  # ... its plain decoding in fp32
 FAILURE_TAGS = {"end early": "End", "skipped copy": "Skip", "repeated copy": "Repeat", "new text": "New",
                 "rewrite": "Rewrite"}
 EDGES = list(results.ANALYSIS_BINS)  # 8 bins over [0, 0.6], as the sweep samples them
@@ -192,11 +192,38 @@ def binned_hybrid_wins(df, binning: str) -> str:
     return hybrid_wins(by)
 
 
+def sweep_summary(folder) -> dict:
+    """A sweep folder's plain outputs (count, count ending before the cap, Spearman of the reference's against the
+    output's edit norm) and, by either binning, the corpus seq-AL fall (percent) from the lowest bin to the top bins
+    and the hybrid cells reaching their better part: the form in which zoo/margin_recipe_h200/runs.json records
+    sweeps (the dynamic trees left out)."""
+    df = results.load_runs(folder)
+    df = df[~df.variant.isin([EAGLE_TREE, HYBRID_TREE])]
+    plain = df[df.variant == "none"]
+    out = {"prompts": len(plain), "ended_before_cap": int((plain.tokens < plain.output_len).sum()),
+           "spearman_ref_out": round(float(spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic), 4)}
+    for binning in BINNINGS:
+        e = df[binning]
+        low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
+        high = results.corpus_al(df[(e >= HIGH) & (e <= EDGES[-1])], by=["variant"]).set_index("variant")
+        out[binning] = {"top_bins_prompts": int(high.loc["ngram"].n),
+                        "fall_to_top_bins_percent": {v: round(100 * (1 - high.loc[v].seq_al / low[v]), 1)
+                                                     for v in ("ngram", "eagle", "eagle3", "ngram-eagle",
+                                                               "ngram-eagle3")},
+                        "hybrid_cells_reaching_better_part": binned_hybrid_wins(df, binning)}
+    return out
+
+
 def all_held_out() -> None:
-    """The same configurations (no dynamic trees) on every held-out edit in the bins (ALL_HELD_OUT): its prompts per
-    bin of the reference's norm, the plain outputs' Spearman and EOS share, the outputs' match with plain decoding,
-    the fall to the top bins and the hybrids against their parts (macros ``enAll...``)."""
+    """The same configurations on every held-out edit in the bins (ALL_HELD_OUT; every figure but the dynamic trees'
+    corpus AL without them): its prompts per bin of the reference's norm, the plain outputs' Spearman and EOS share,
+    the outputs' match with plain decoding, the fall to the top bins and the hybrids against their parts (macros
+    ``enAll...``)."""
     df = results.load_runs(ALL_HELD_OUT)
+    dynamic = results.corpus_al(df[df.variant.isin([EAGLE_TREE, HYBRID_TREE])], by=["variant"]).set_index("variant")
+    for var in (EAGLE_TREE, HYBRID_TREE):  # the dynamic trees: their corpus AL only
+        num(f"enAllAL{TAG[var]}", dynamic.loc[var].seq_al)
+    df = df[~df.variant.isin([EAGLE_TREE, HYBRID_TREE])]
     calls = json.loads((ALL_HELD_OUT / "sweep.json").read_text())["calls"]
     num("enAllProv", provenance(calls[-1]["run_info"]), "{}")
     num("enAllSeconds", sum(c["seconds"] for c in calls) / 60, "{:.0f}")

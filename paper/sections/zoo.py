@@ -8,7 +8,6 @@ import gzip
 import json
 import re
 
-from scipy.stats import spearmanr
 
 from experiments import results, zoo_gate
 from experiments.zoo_data import RENAMED_NAMES_SHARE
@@ -37,7 +36,6 @@ RESYNC = RESULTS / "zoo" / "resync_repair_h200"
 DECISIONS = RESULTS / "zoo" / "decision_repair_cpu"
 DECISIONS_GPU = RESULTS / "zoo" / "decision_repair_h200"
 MARGIN_RECIPE = RESULTS / "zoo" / "margin_recipe_h200"
-MARGIN_SWEEP = RESULTS / "sweeps" / "edit_norm_margin_seed0_h200_bf16"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -308,7 +306,8 @@ def product_gates(prefix: str, folder, device: str, against: dict) -> None:
 
 
 def installed_gate(prompts: str):
-    """The installed target's GPU gate record on ``prompts`` (eval96 or val160), the usual pairing partner."""
+    """The weight-average target's GPU gate record on ``prompts`` (eval96 or val160), the pairing partner of the
+    variants below (the installed target before the hinge recipe's product; its macros are tagged ``Inst``)."""
     return AVERAGE / f"installed_gate_{prompts}_h200.json"
 
 
@@ -594,11 +593,11 @@ def data_prep(rerun_run: dict) -> None:
 
 
 def weight_average() -> None:
-    """weight_average_h200/ and tiny-coder/average_config.json: the installed target, the base target's weights
+    """weight_average_h200/ (its average_config.json): the weight-average target, the base target's weights
     averaged with its decision-tuned, weakly repaired descendant's; the validation gates that chose the weight (CPU),
     its gates on the base target's evaluation and validation prompts (GPU), the kinds of misses there, and its paired
     differences from the base target and from the descendant."""
-    record = json.loads((MODEL_DIR / "average_config.json").read_text())
+    record = json.loads((AVERAGE / "average_config.json").read_text())
     num("zooAvgWeight", record["weight"], "{:g}")
     num("zooAvgBaseWeight", 1 - record["weight"], "{:g}")
     num("zooAvgProv", provenance(record["run_info"]), "{}")
@@ -860,10 +859,10 @@ def decision_repair_gpu() -> None:
 
 def margin_recipe() -> None:
     """margin_recipe_h200/: stages 6-8 from the base target with the copy-margin hinge in stage 6, two draws: the
-    hinge's weight, each draw's GPU gates paired with the installed target's and its misses on the evaluation prompts;
-    then seed 0's product swept as the study's edit-norm sweep (MARGIN_SWEEP): its plain outputs' Spearman and
-    count ending before the cap, and n-gram's and EAGLE-1's fall to the top bins (``zooMr...``; the installed
-    target's sweep gives ``en...``). The sweep's numbers must equal runs.json's summary of it."""
+    hinge's weight, each draw's GPU gates paired with the weight-average target's and its misses on the evaluation
+    prompts (``zooMr...``). Seed 0's product is the installed target: its two GPU sweeps (edit_norm.SWEEP and
+    ALL_HELD_OUT) must equal runs.json's summaries of them, beside which runs.json holds the weight-average target's
+    sweeps of the same prompts (``zooAvgSweep...``, ``zooAvgAll...``)."""
     runs = json.loads((MARGIN_RECIPE / "runs.json").read_text())
     first = json.loads((MARGIN_RECIPE / "seed0" / "stage6_training_config.json").read_text())
     num("zooMrWeight", first["config"]["copy_margin_weight"], "{:g}")
@@ -887,22 +886,21 @@ def margin_recipe() -> None:
         c = zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / f"edit_places_{prompts}_vs_installed_cpu.json")
         num(f"zooMrPlaces{tag}Spur", spurious_ratio(c), "{}")
         num(f"zooMrPlaces{tag}Found", found_points(c), "{}")
-    df = results.load_runs(MARGIN_SWEEP)
-    plain = df[df.variant == "none"]
-    rho = spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic
-    stopped = int((plain.tokens < plain.output_len).sum())
-    recorded = runs["product_seed0"]["sweep"]["seed0"]
-    if (recorded["prompts"], recorded["ended_before_cap"], recorded["spearman_ref_out"]) != \
-            (len(plain), stopped, round(rho, 4)):
-        raise ValueError(f"{MARGIN_RECIPE}/runs.json's sweep summary is not {MARGIN_SWEEP}'s")
-    num("zooMrSweepRho", rho)
-    num("zooMrSweepStopped", of_n(stopped, len(plain)), "{}")
-    edit_norm.high_bins(df, prefix="zooMrSweep")
-    for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
-        wins = edit_norm.binned_hybrid_wins(df, binning)
-        if wins != recorded[binning]["hybrid_cells_reaching_better_part"]:
-            raise ValueError(f"{MARGIN_RECIPE}/runs.json's hybrid cells ({binning}) are not {MARGIN_SWEEP}'s")
-        num(f"zooMrSweep{tag}HybWins", wins, "{}")
+    for key, folder in (("sweep", edit_norm.SWEEP), ("all_heldout", edit_norm.ALL_HELD_OUT)):
+        recorded = runs["product_seed0"][key]
+        if recorded["seed0"] != edit_norm.sweep_summary(folder):  # the installed target's sweeps, as recorded
+            raise ValueError(f"{MARGIN_RECIPE}/runs.json's {key} summary is not {folder}'s")
+        tag = {"sweep": "Sweep", "all_heldout": "All"}[key]
+        prev = recorded["weight_average"]  # the weight-average target's sweep of the same prompts (runs.json)
+        num(f"zooAvg{tag}Rho", prev["spearman_ref_out"])
+        num(f"zooAvg{tag}Stopped", of_n(prev["ended_before_cap"], prev["prompts"]), "{}")
+        for binning, side in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
+            falls = prev[binning]["fall_to_top_bins_percent"]
+            num(f"zooAvg{tag}{side}HighN", prev[binning]["top_bins_prompts"], "{:d}")
+            for var, name in (("ngram", "Ngram"), ("eagle", "EagleOne")):
+                num(f"zooAvg{tag}{side}High{name}Drop", falls[var], "{:.1f}" if key == "all_heldout" else "{:.0f}")
+                num(f"zooAvg{tag}{side}High{name}Moves", edit_norm.moves(falls[var]), "{}")
+            num(f"zooAvg{tag}{side}HybWins", prev[binning]["hybrid_cells_reaching_better_part"], "{}")
 
 
 def make() -> None:
