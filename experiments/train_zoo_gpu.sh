@@ -43,10 +43,10 @@
 #   python -m experiments.train_zoo repair --init hybridsd/models/tiny-coder --out REPAIRED --repair-batch 16 \
 #     --repair-new-tokens 128 --repair-steps 8 --repair-time-s 100       # loop repair, GPU: 1 min (repair_config.json)
 # The installed target then averages the base target's weights (0.25) with those of its descendant (0.75), tuned
-# 1,862 steps more with --decision-weight 16 on one GPU (3.7 min) and loop-repaired on the CPU with the repeats'
-# unlikelihood weighted 0.1 (11 min): the commands are in experiments/results/zoo/decision_tuning_h200/runs.json (the
-# descendant) and zoo/weight_average_h200/runs.json (python -m experiments.weight_average; average_config.json):
-#   NO_TARGET=1 bash experiments/train_zoo_gpu.sh $OUT      # the two heads: about 1.5 min (heads_training_eagle1_eagle3.json)
+# 1,862 steps more with --decision-weight 16 and --copy-margin-weight 4 on one GPU and loop-repaired in fp32 with the
+# repeats' unlikelihood weighted 0.1: stages 6-8 of experiments/retrain_zoo.sh, whose run is
+# experiments/results/zoo/margin_recipe_h200/ (seed 0; python -m experiments.weight_average: average_config.json):
+#   NO_TARGET=1 TARGET_DIR=AVERAGE bash experiments/train_zoo_gpu.sh $OUT   # the two heads: 3 min (heads_training_eagle1_eagle3.json)
 #
 # A shorter recipe, the last stages' settings from the start, with the validation repositories
 # (TargetConfig.validation_repos) held out of training: three calls, about 22 GPU-minutes before the heads.

@@ -886,6 +886,9 @@ def margin_recipe() -> None:
         c = zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / f"edit_places_{prompts}_vs_installed_cpu.json")
         num(f"zooMrPlaces{tag}Spur", spurious_ratio(c), "{}")
         num(f"zooMrPlaces{tag}Found", found_points(c), "{}")
+        (own,) = zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / f"edit_places_{prompts}_cpu.json")["models"]
+        num(f"zooMrPlaces{tag}FoundShare", 100 * own["summary"]["found_share"], "{:.0f}")  # the installed target's
+        num(f"zooMrPlaces{tag}SpurN", own["summary"]["spurious_per_1000"], "{:.0f}")
     for key, folder in (("sweep", edit_norm.SWEEP), ("all_heldout", edit_norm.ALL_HELD_OUT)):
         recorded = runs["product_seed0"][key]
         if recorded["seed0"] != edit_norm.sweep_summary(folder):  # the installed target's sweeps, as recorded
@@ -895,12 +898,9 @@ def margin_recipe() -> None:
         num(f"zooAvg{tag}Rho", prev["spearman_ref_out"])
         num(f"zooAvg{tag}Stopped", of_n(prev["ended_before_cap"], prev["prompts"]), "{}")
         for binning, side in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
-            falls = prev[binning]["fall_to_top_bins_percent"]
             num(f"zooAvg{tag}{side}HighN", prev[binning]["top_bins_prompts"], "{:d}")
-            for var, name in (("ngram", "Ngram"), ("eagle", "EagleOne")):
-                num(f"zooAvg{tag}{side}High{name}Drop", falls[var], "{:.1f}" if key == "all_heldout" else "{:.0f}")
-                num(f"zooAvg{tag}{side}High{name}Moves", edit_norm.moves(falls[var]), "{}")
-            num(f"zooAvg{tag}{side}HybWins", prev[binning]["hybrid_cells_reaching_better_part"], "{}")
+            num(f"zooAvg{tag}{side}HighNgramDrop", prev[binning]["fall_to_top_bins_percent"]["ngram"],
+                "{:.1f}" if key == "all_heldout" else "{:.0f}")
 
 
 def make() -> None:
