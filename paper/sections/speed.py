@@ -17,7 +17,7 @@ from paper.sections.tex import RESULTS, commit_of, fmt, num, provenance, table, 
 
 SPEED = RESULTS / "speed"
 STEPS, STEPS_AUTO = SPEED / "steps_and_baselines.json", SPEED / "steps_auto.json"  # the main table; compile="auto"
-LOOP = SPEED / "overhead_zoo.json"  # the loop overhead (timed inside the run) and the weight-average zoo target end to end
+LOOP = SPEED / "overhead_zoo.json"  # the loop overhead (timed in the run), the weight-average zoo target end to end
 LAUNCH, LINEAR, CONDITIONS, OVERHEAD_FIRST = (SPEED / f"{n}.json" for n in ("launch", "bench_linear", "conditions",
                                                                             "overhead"))  # diagnostic runs
 HF_WARM = (SPEED / "hf_eager_warm.json", SPEED / "hf_eager_warm_repeat.json")  # HF's eager decode, timed warm
