@@ -15,7 +15,9 @@ class Parser(argparse.ArgumentParser):
     subcommands' parsers are of this class too."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        # one write, newline included: ranks sharing an unbuffered stderr pipe then keep their lines whole
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.flush()
         raise SystemExit(2)
 
     def check_output(self, path: str | Path | None, flag: str = "--out", folder: bool = False) -> None:

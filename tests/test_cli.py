@@ -26,6 +26,26 @@ def test_an_unknown_option_is_one_line_and_exit_2(module, monkeypatch, capsys):
     assert e.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
 
 
+def test_the_error_line_is_one_write(monkeypatch):
+    """The error line goes to stderr in one write, newline included, so that processes sharing an unbuffered pipe
+    (torchrun's ranks under PYTHONUNBUFFERED) cannot interleave two lines into one."""
+    from experiments.cli import Parser
+
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    with pytest.raises(SystemExit) as e:
+        Parser(prog="tool").parse_args(["--nope"])
+    assert e.value.code == 2 and writes == ["tool: error: unrecognized arguments: --nope\n"]
+
+
 def test_a_subcommand_mistake_is_one_line_too(capsys):
     from experiments import train_zoo
 
