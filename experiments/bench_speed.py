@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
                    "per grid aim (attention_plans) apart, at the first context, before the configurations")
     p.add_argument("--skip", nargs="*", default=[], choices=["hf-compile", "hf-generate", "eagle", "overhead", "zoo"],
                    help="parts to leave out")
+    p.add_argument("--zoo-only", action="store_true", help="only the zoo's tiny-coder end to end (no 8B-shape model)")
     p.add_argument("--compile-mode", default=None, choices=COMPILE_MODES, help="torch.compile mode of our compiled "
                    "steps (default: torch's default mode)")
     p.add_argument("--overhead-configs", nargs="+", default=["graph"], choices=list(COMPILE_OF),
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     p.check_output(a.out)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (it times GPU steps against the memory-bandwidth floor); none here")
+    if a.zoo_only:
+        res = {"run_info": provenance.run_info("cuda"), "args": vars(a) | {"out": str(a.out)}, "zoo": zoo_speed()}
+        write_atomic(a.out, json.dumps(res, indent=1))
+        print(json.dumps(res["zoo"], indent=1))
+        return
     a.configs = ["graph"] + [c for c in a.configs if c != "graph"]
     # configuration name: (chain sizes, tree sizes); each q is one compilation for a compiled configuration
     steps_of = {c.partition("=")[0]: config_steps(c, list(range(1, 10)) if c == "graph" else a.chains, a.trees)

@@ -4,6 +4,7 @@ timing (speed_loop), diagnostics (speed_diagnostics) and closing table (bench_sp
 from __future__ import annotations
 
 import functools
+import json
 
 from types import SimpleNamespace
 
@@ -148,6 +149,23 @@ def test_bad_sizes_and_modes_are_refused_before_any_work(argv, flag, tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and flag in err[0], err
     assert not out.exists()
+
+
+def test_zoo_only_times_the_zoo_alone(tmp_path, monkeypatch):
+    """``--zoo-only`` writes the run's provenance, its arguments and the zoo section, building no 8B-shape model."""
+    def refuse(*a, **k):
+        raise AssertionError("the 8B-shape model was built")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench_speed, "llama8b", refuse)
+    monkeypatch.setattr(bench_speed, "copy_bandwidth", refuse)
+    monkeypatch.setattr(bench_speed.provenance, "run_info", lambda device: {"device": device})
+    monkeypatch.setattr(bench_speed, "zoo_speed", lambda: {"plain": {"tokens_per_s": 1.0}})
+    out = tmp_path / "zoo.json"
+    bench_speed.main(["--zoo-only", "--out", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["zoo"] == {"plain": {"tokens_per_s": 1.0}} and doc["run_info"] == {"device": "cuda"}
+    assert doc["args"]["zoo_only"] is True and set(doc) == {"run_info", "args", "zoo"}
 
 
 def test_loop_overhead_takes_a_failed_forward_as_missing():
