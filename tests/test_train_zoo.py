@@ -1307,7 +1307,7 @@ def test_recorded_drift_repairs_are_the_recorded_command():
     """zoo/drift_repair_h200/: each variant's recorded repair config is what its call's command line parses to (the
     drift mode, its batch, steps, time, rate and weights), run at the call's commit, and the runs' gates are the
     recorded products' gates; the third call's configs are what its recorded script's command lines parse to, and its
-    averages are of the installed target's shards and the repaired ones, at the script's weights."""
+    averages are of the weight-average target's shards and the repaired ones, at the script's weights."""
     import json
 
     from experiments import zoo_gate
@@ -1356,9 +1356,9 @@ def test_recorded_drift_repairs_are_the_recorded_command():
 
 def test_recorded_decision_repairs_are_the_recorded_script():
     """zoo/decision_repair_cpu/: the repairs' recorded configs are what call.sh's command lines parse to (at the
-    recorded seed), the averages are of the installed target's shards and the repaired ones at the script's weights,
-    the soup (call_soup.sh) of the installed target's and both draws' repaired shards at its weights, and runs.json's
-    gates and comparisons are the gate records'."""
+    recorded seed), the averages are of the weight-average target's shards and the repaired ones at the script's
+    weights, the soup (call_soup.sh) of the weight-average target's and both draws' repaired shards at its weights,
+    and runs.json's gates and comparisons are the gate records'."""
     import json
 
     from experiments import zoo_gate
@@ -1408,7 +1408,7 @@ def test_recorded_decision_repairs_are_the_recorded_script():
 def test_recorded_gpu_decision_repairs_are_the_recorded_script():
     """zoo/decision_repair_h200/: each draw's repair config is what call.sh's command line parses to at its seed, the
     averages' logs are the script's weight, and runs.json's gates, comparisons and misses are those of the gate
-    records, paired with the installed target's GPU gates."""
+    records, paired with the weight-average target's GPU gates."""
     import json
 
     from experiments import zoo_gate
@@ -1448,9 +1448,9 @@ def test_recorded_gpu_decision_repairs_are_the_recorded_script():
 def test_recorded_resync_repairs_are_the_recorded_script():
     """zoo/resync_repair_h200/: each variant's repair config is what call.sh's command line parses to with its kept-
     line share, at the call's commit; the runs' gates are the gate records', and its paired comparisons are
-    compare-gates' against the installed target's records; call_loops_average.sh's resync, loop repair and average
+    compare-gates' against the weight-average target's records; call_loops_average.sh's resync, loop repair and average
     records are what its command lines parse to (the resync repair a rerun of copy0.5's), the average of the
-    installed target's shards."""
+    weight-average target's shards."""
     import json
 
     from experiments import zoo_gate
@@ -1488,8 +1488,7 @@ def test_recorded_resync_repairs_are_the_recorded_script():
     average = json.loads((folder / "copy0.5_loops_avg0.75" / "average_config.json").read_text())
     (argv,) = _script_commands(text, "-m experiments.weight_average")
     assert average["weight"] == float(argv[argv.index("--weight") + 1]) == 0.75
-    weight_average = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200" / "average_config.json"
-    assert average["a"]["shards"] == json.loads(weight_average.read_text())["shards"]  # installed when it ran
+    assert average["a"]["shards"] == _weight_average_shards()  # the installed target when it ran
     for variant in ("copy0.5_loops", "copy0.5_loops_avg0.75"):
         for prompts in ("eval96", "val160"):
             q = zoo_gate.read_gate(folder / variant / f"gate_{prompts}_h200.json.gz")["quality_gate"]
@@ -1506,8 +1505,9 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
     """zoo/seed_soup_h200/, zoo/rename_tuning_h200/ and zoo/margin_recipe_h200/: each variant's stage-6 and stage-7
     configs are what the recorded script's command lines parse to with its seed or renamed share, at the calls'
     commit; its stage-8 average is of the base target (the installed target's first parent) at weight 0.75; the soup
-    is the mean of the installed target and the draws' averages, at the script's weights; the runs' gates are the
-    gate records', and (margin_recipe_h200) the paired comparisons those of the gates with the installed target's."""
+    is the mean of the weight-average target and the draws' averages, at the script's weights; the runs' gates are the
+    gate records', and (margin_recipe_h200) the paired comparisons those of the gates with the weight-average
+    target's, and seed 0's product, average record and heads record the installed target's."""
     import json
 
     from experiments import zoo_gate
@@ -1539,9 +1539,9 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
             assert runs["gates"][prompts][variant] == [round(q["eos_share"], 4), round(q["spearman_ref_out"], 4),
                                                        q["loops"]]
     if folder == "margin_recipe_h200":
-        installed = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200"
+        average = tz.REPO / "experiments" / "results" / "zoo" / "weight_average_h200"
         for prompts in ("eval96", "val160"):
-            base_gate = zoo_gate.read_gate(installed / f"installed_gate_{prompts}_h200.json.gz")
+            base_gate = zoo_gate.read_gate(average / f"installed_gate_{prompts}_h200.json.gz")
             for variant in variants:
                 c = zoo_gate.compare_gates(base_gate, zoo_gate.read_gate(root / variant / f"gate_{prompts}_h200.json"))
                 assert runs["compare"][prompts][variant] == [round(c["spearman_b_minus_a"], 4),
@@ -1556,7 +1556,7 @@ def test_recorded_draws_are_the_recorded_script(folder, variable, variants):
             (root / "seed0" / "average_config.json").read_text())
         assert json.loads((tz.MODEL_DIR / "heads_training_eagle1_eagle3.json").read_text()) == json.loads(
             (root / "seed0" / "heads_training_eagle1_eagle3.json").read_text())
-        c = zoo_gate.compare_gates(zoo_gate.read_gate(installed / "installed_gate_eval274_cpu.json.gz"),
+        c = zoo_gate.compare_gates(zoo_gate.read_gate(average / "installed_gate_eval274_cpu.json.gz"),
                                    zoo_gate.read_gate(root / "seed0" / "gate_eval274_cpu.json"))
         assert runs["eval274_cpu"]["compare"] == [round(c["spearman_b_minus_a"], 4), [round(v, 4) for v in c["ci95"]]]
         from experiments import edit_places
@@ -1766,7 +1766,7 @@ def test_corpus_fingerprint_tells_apart_any_change_of_texts_or_order():
 def test_recorded_copy_margin_runs_are_the_recorded_scripts():
     """zoo/copy_margin_h200/: each tuning's, loop repair's and average's recorded config is what its call's script
     parses to (call.sh's shared options with each variant's hinge weight), at the call's commit; the averages are of
-    the installed target's shards; the runs' gates are the gate records'."""
+    the weight-average target's shards; the runs' gates are the gate records'."""
     import json
     import re
 

@@ -128,14 +128,20 @@ def corpus_table(df) -> None:
 HIGH = EDGES[5]  # the top three bins, [0.375, 0.6]: the "0.4-0.6" bins
 
 
+def lowest_and_top_bins(df, binning: str):
+    """Corpus AL per variant of ``df``'s prompts in the lowest bin of ``binning`` (seq AL, a Series) and in the top
+    three bins (edit norm in [HIGH, 0.6]; the corpus_al frame, its ``n`` the prompts)."""
+    e = df[binning]
+    low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
+    return low, results.corpus_al(df[(e >= HIGH) & (e <= EDGES[-1])], by=["variant"]).set_index("variant")
+
+
 def high_bins(df, prefix: str = "en", drop_fmt: str = "{:.0f}") -> None:
     """Corpus AL of the prompts in the top three bins (edit norm >= 0.375) against the lowest bin, by either
     binning: n-gram's and EAGLE-1's fall (percent, as ``drop_fmt``), and each hybrid against its better part there
     (macros ``prefix...``)."""
     for binning, tag in (("ref_edit_norm", "Ref"), ("output_edit_norm", "Out")):
-        e = df[binning]
-        low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
-        high = results.corpus_al(df[(e >= HIGH) & (e <= EDGES[-1])], by=["variant"]).set_index("variant")
+        low, high = lowest_and_top_bins(df, binning)
         num(f"{prefix}{tag}HighN", int(high.loc["ngram"].n), "{:d}")
         for var, name in (("ngram", "Ngram"), ("eagle", "EagleOne"), ("eagle3", "EagleThree"),
                           ("ngram-eagle", "Hyb"), ("ngram-eagle3", "HybThree")):
@@ -203,9 +209,7 @@ def sweep_summary(folder) -> dict:
     out = {"prompts": len(plain), "ended_before_cap": int((plain.tokens < plain.output_len).sum()),
            "spearman_ref_out": round(float(spearmanr(plain.ref_edit_norm, plain.output_edit_norm).statistic), 4)}
     for binning in BINNINGS:
-        e = df[binning]
-        low = results.corpus_al(df[e < EDGES[1]], by=["variant"]).set_index("variant").seq_al
-        high = results.corpus_al(df[(e >= HIGH) & (e <= EDGES[-1])], by=["variant"]).set_index("variant")
+        low, high = lowest_and_top_bins(df, binning)
         out[binning] = {"top_bins_prompts": int(high.loc["ngram"].n),
                         "fall_to_top_bins_percent": {v: round(100 * (1 - high.loc[v].seq_al / low[v]), 1)
                                                      for v in ("ngram", "eagle", "eagle3", "ngram-eagle",

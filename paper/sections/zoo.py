@@ -8,7 +8,6 @@ import gzip
 import json
 import re
 
-
 from experiments import results, zoo_gate
 from experiments.zoo_data import RENAMED_NAMES_SHARE
 from paper.sections import edit_norm
@@ -873,12 +872,12 @@ def margin_recipe() -> None:
         miss = zoo_gate.misses(zoo_gate.read_gate(MARGIN_RECIPE / folder / "gate_eval96_h200.json"))
         num(f"zooMr{tag}EvalShort", miss["short"], "{:d}")
         num(f"zooMr{tag}EvalLong", miss["long"], "{:d}")
-    installed_all = zoo_gate.read_gate(AVERAGE / "installed_gate_eval274_cpu.json")  # all 274 evaluation edits
+    average_all = zoo_gate.read_gate(AVERAGE / "installed_gate_eval274_cpu.json")  # all 274 evaluation edits
     seed0_all = zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / "gate_eval274_cpu.json")
     gate_numbers("zooMrAllEval", seed0_all["quality_gate"])
-    gate_numbers("zooMrAllEvalInst", installed_all["quality_gate"])
-    paired_difference("zooMrAllDiffEvalInst", installed_all, seed0_all)
-    for tag, gate in (("", seed0_all), ("Inst", installed_all)):
+    gate_numbers("zooMrAllEvalInst", average_all["quality_gate"])
+    paired_difference("zooMrAllDiffEvalInst", average_all, seed0_all)
+    for tag, gate in (("", seed0_all), ("Inst", average_all)):
         miss = zoo_gate.misses(gate)
         num(f"zooMrAll{tag}Short", miss["short"], "{:d}")
         num(f"zooMrAll{tag}Long", miss["long"], "{:d}")
