@@ -9,16 +9,22 @@ import subprocess
 from pathlib import Path
 
 
+# what runs write into the tree: changes under these paths leave the code that made a result unchanged
+OUTPUT_PATHS = ("experiments/results",)
+
+
 def git_commit(repo: str | Path | None = None) -> str:
-    """The checked-out commit (with ``-dirty`` when the tree has changes), ``$HYBRIDSD_COMMIT`` where there is
-    no git checkout (a copied working tree on a GPU machine), or ``"unknown"``."""
+    """The checked-out commit (with ``-dirty`` when tracked files outside ``OUTPUT_PATHS`` have changes, so that a
+    chain of runs writing results into the tree names the commit of its code), ``$HYBRIDSD_COMMIT`` where there
+    is no git checkout (a copied working tree on a GPU machine), or ``"unknown"``."""
     if os.environ.get("HYBRIDSD_COMMIT"):
         return os.environ["HYBRIDSD_COMMIT"]
     cwd = Path(repo) if repo else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                                *(f":(top,exclude){p}" for p in OUTPUT_PATHS)],
+                               cwd=cwd, capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")

@@ -210,6 +210,34 @@ def test_run_info_names_the_runs_device(monkeypatch):
     assert provenance.run_info()["device"].startswith("cpu (")
 
 
+def test_git_commit_is_dirty_for_code_changes_not_for_results(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.delenv("HYBRIDSD_COMMIT", raising=False)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    (tmp_path / "experiments" / "results" / "zoo").mkdir(parents=True)
+    code, result = tmp_path / "experiments" / "run.py", tmp_path / "experiments" / "results" / "zoo" / "r.json"
+    code.write_text("x = 1\n")
+    result.write_text("{}\n")
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], cwd=tmp_path, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    where = tmp_path / "experiments"  # asked from a folder below the top, as the module asks from its own
+    assert provenance.git_commit(where) == sha
+    result.write_text('{"al": 2}\n')  # a run wrote its result: the code is the commit's
+    (tmp_path / "experiments" / "results" / "new.json").write_text("{}\n")  # untracked, as a new result file
+    assert provenance.git_commit(where) == sha
+    code.write_text("x = 2\n")
+    assert provenance.git_commit(where) == sha + "-dirty"
+    code.write_text("x = 1\n")
+    (tmp_path / "experiments" / "results_old.py").write_text("")  # a name that merely begins like the folder
+    subprocess.run([*git, "add", "experiments/results_old.py"], cwd=tmp_path, check=True)
+    assert provenance.git_commit(where) == sha + "-dirty"
+    monkeypatch.setenv("HYBRIDSD_COMMIT", "abc1234")  # a copied tree on the GPU machine names what it was given
+    assert provenance.git_commit(where) == "abc1234"
+
+
 def test_bench_ngram_records_the_cpu_it_ran_on(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "FakeGPU")
