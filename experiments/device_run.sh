@@ -72,7 +72,8 @@ for stage in "$@"; do
     gputests) files="tests/test_cuda.py tests/test_generate.py tests/test_trees.py tests/test_attention.py"
               files="$files tests/test_real_models.py tests/test_bad_input.py"
               sel="(cuda or graphed or compiled or exact or another_device or gpu) and not exact_mode_bf16_equals_plain"
-              { echo "# python -m pytest -rA $files -k '$sel' at $HYBRIDSD_COMMIT on one H200 (warnings left out)"
+              card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE "[A-Z][0-9]{2,4}" | head -1)
+              { echo "# python -m pytest -rA $files -k '$sel' at $HYBRIDSD_COMMIT on one ${card:-GPU} (warnings left out)"
                 HYBRIDSD_INSTAFAIL=1 timeout ${TESTS_S:-540} python3 -m pytest -q -p no:cacheprovider -rA --tb=short \
                   $files -k "$sel" 2>&1 | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed)|^E |^!! "; } \
                 > "$OUT/gpu_tests.log"
