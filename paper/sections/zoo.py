@@ -159,6 +159,7 @@ def eagle3_gate() -> None:
     num("gpuTestsPassed", m.group(1) if m else "?", "{}")
     num("gpuTestsFailed", "no" if not re.search(r"\d+ failed", runs[0]) else re.search(r"(\d+) failed", runs[0])[1],
         "{}")
+    num("gpuTestsCard", re.search(r" on one (\S+)", runs[0].splitlines()[0]).group(1), "{}")
     num("gpuTestsLater", " ".join(later_tests(run) for run in runs[1:]), "{}")
 
 
