@@ -1,9 +1,10 @@
 """Weight averaging of checkpoints of one model: WiSE-FT style interpolation between a model and a fine-tuned
-descendant (``(1 - w) * A + w * B``), or a weighted "model soup" of several fine-tunes of one start
-(``w1 * M1 + w2 * M2 + ...``, the weights summing to 1); computed in fp32 per tensor and stored in the first
-model's dtype.
+descendant (``(1 - w) * A + w * B``; with ``--extrapolate``, ``w > 1`` goes past B along the line from A), or a
+weighted "model soup" of several fine-tunes of one start (``w1 * M1 + w2 * M2 + ...``, the weights summing to 1);
+computed in fp32 per tensor and stored in the first model's dtype.
 
     python -m experiments.weight_average A_DIR B_DIR --weight 0.75 --out OUT_DIR
+    python -m experiments.weight_average A_DIR B_DIR --weight 1.25 --extrapolate --out OUT_DIR
     python -m experiments.weight_average M1 M2 M3 M4 --weights 0.4 0.2 0.2 0.2 --out OUT_DIR
 
 OUT_DIR is the first model's folder (every file, its heads and records included) with the averaged weights in its
@@ -213,8 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("models", type=Path, nargs="+",
                         help="model folders, two or more; the first's files and dtype are kept")
     mix = parser.add_mutually_exclusive_group(required=True)
-    mix.add_argument("--weight", type=float, help="for two models A B: B's weight w in (1 - w) * A + w * B, in [0, 1]")
+    mix.add_argument("--weight", type=float, help="for two models A B: B's weight w in (1 - w) * A + w * B, in [0, 1] "
+                     "(with --extrapolate any w >= 0)")
     mix.add_argument("--weights", type=float, nargs="+", help="one weight per model, each in [0, 1], summing to 1")
+    parser.add_argument("--extrapolate", action="store_true",
+                        help="with --weight: allow w > 1, a point past B on the line from A through B")
     parser.add_argument("--out", type=Path, required=True, help="the averaged model's folder (may be the first)")
     args = parser.parse_args(argv)
     if len(args.models) < 2:
@@ -222,10 +226,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.weight is not None:
         if len(args.models) != 2:
             parser.error(f"--weight is for two models (A B), got {len(args.models)}: give --weights instead")
-        if not 0.0 <= args.weight <= 1.0:
-            parser.error(f"--weight must be in [0, 1], got {args.weight}")
+        if args.extrapolate and not 0.0 <= args.weight < float("inf"):
+            parser.error(f"--weight must be finite and >= 0 with --extrapolate, got {args.weight}")
+        if not args.extrapolate and not 0.0 <= args.weight <= 1.0:
+            parser.error(f"--weight must be in [0, 1], got {args.weight} (past B: --extrapolate)")
         weights = [1.0 - args.weight, args.weight]
     else:
+        if args.extrapolate:
+            parser.error("--extrapolate is for --weight (two models A B)")
         weights = args.weights
         if len(weights) != len(args.models):
             parser.error(f"--weights gives {len(weights)} weights for {len(args.models)} models")

@@ -25,13 +25,14 @@ def _weights(folder):
     return out
 
 
-@pytest.mark.parametrize("weight", [0.0, 0.3, 0.75, 1.0])
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.75, 1.0, 4 / 3])
 def test_every_tensor_is_the_weighted_mean_in_a_dtype(tmp_path, weight):
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
     (a / "eagle1").mkdir()
     (a / "eagle1" / "config.json").write_text("{}")  # a head folder, kept as A's
     assert len(wa.shards(a)) > 1  # several shards: the layout is kept shard by shard
-    wa.main([str(a), str(b), "--weight", str(weight), "--out", str(tmp_path / "out")])
+    past_b = ["--extrapolate"] if weight > 1 else []  # beyond B on the line from A: A's weight is negative
+    wa.main([str(a), str(b), "--weight", str(weight), *past_b, "--out", str(tmp_path / "out")])
     out, wa_, wb = (_weights(f) for f in (tmp_path / "out", a, b))
     assert out.keys() == wa_.keys()
     for k, t in out.items():  # the slow reference: element by element in float64, rounded once to bf16
@@ -106,7 +107,9 @@ def test_in_place_on_a_replaces_only_the_weights(tmp_path):
 
 
 @pytest.mark.parametrize("case, message", [
-    ("weight", "--weight must be in [0, 1], got 1.5"),
+    ("weight", "--weight must be in [0, 1], got 1.5 (past B: --extrapolate)"),
+    ("weight_negative_extrapolated", "--weight must be finite and >= 0 with --extrapolate, got -0.5"),
+    ("extrapolate_weights", "--extrapolate is for --weight (two models A B)"),
     ("weights_sum", "--weights must each be in [0, 1] and sum to 1, got [0.5, 0.6]"),
     ("weights_count", "--weights gives 3 weights for 2 models"),
     ("weight_of_three", "--weight is for two models (A B), got 3"),
@@ -143,6 +146,10 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
             p.unlink()
             p.symlink_to(elsewhere / p.name)
     models, mix = [str(a), str(b)], ["--weight", weight]
+    if case == "weight_negative_extrapolated":
+        mix = ["--weight", "-0.5", "--extrapolate"]
+    if case == "extrapolate_weights":
+        mix = ["--weights", "0.5", "0.5", "--extrapolate"]
     if case == "weights_sum":
         mix = ["--weights", "0.5", "0.6"]
     if case == "weights_count":
