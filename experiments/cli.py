@@ -9,6 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# the files that hold a Hugging Face tokenizer's vocabulary (fast, SentencePiece, byte-level BPE, WordPiece)
+TOKENIZER_VOCABULARIES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
+
 
 class Parser(argparse.ArgumentParser):
     """:class:`argparse.ArgumentParser` whose errors are one line (``PROG: error: MESSAGE``) and exit code 2; its
@@ -42,6 +45,26 @@ class Parser(argparse.ArgumentParser):
             tempfile.TemporaryFile(dir=near).close()
         except OSError as e:
             self.error(f"{flag} {p}: cannot write in {near} ({e.strerror or type(e).__name__})")
+
+    def check_model(self, path: str | Path, flag: str = "--model", tokenizer: bool = True,
+                    weights: bool = True) -> Path:
+        """``path`` as a local model folder, before any work: one line and exit 2 unless it is a folder with a
+        ``config.json`` holding a JSON object, and (``weights``) weight files inside it
+        (:func:`hybridsd.checkpoint_files.weight_files`) and (``tokenizer``) a tokenizer's vocabulary."""
+        from hybridsd.checkpoint_files import json_object, weight_files
+
+        p = Path(path)
+        if not p.is_dir():
+            self.error(f"{flag} {p}: {'is a file, not a' if p.exists() else 'no such'} model folder")
+        try:
+            json_object(p / "config.json")
+            if weights:
+                weight_files(p)
+        except (OSError, ValueError) as e:
+            self.error(f"{flag} {p}: not a model folder ({e})")
+        if tokenizer and not any((p / name).is_file() for name in TOKENIZER_VOCABULARIES):
+            self.error(f"{flag} {p}: no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)})")
+        return p
 
     def check_device(self, value: str, flag: str = "--device"):
         """``value`` as a ``torch.device``, before any work: one line and exit 2 when it names none, one other than
