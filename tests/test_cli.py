@@ -301,3 +301,26 @@ def test_an_unreadable_results_file_is_named(module, name, content, words, tmp_p
     line = _one_error_line(capsys, e)
     assert f"{path}: not a readable results file" in line and words in line
     assert not out.exists()
+
+
+def test_check_model_names_what_a_model_folder_lacks(tmp_path, capsys):
+    from experiments.cli import Parser
+
+    m = tmp_path / "m"
+    (tmp_path / "file").write_text("x")
+    steps = [(tmp_path / "none", None, "no such model folder"), (tmp_path / "file", None, "is a file, not a model"),
+             (m, ("config.json", "[1]"), "must hold a JSON object"), (m, ("config.json", "{}"), "no weights"),
+             (m, ("model.safetensors", ""), "no tokenizer")]
+    m.mkdir()
+    for path, write, words in steps:
+        if write:
+            (m / write[0]).write_text(write[1])
+        with pytest.raises(SystemExit) as e:
+            Parser(prog="tool").check_model(path, "--model")
+        line = _one_error_line(capsys, e)
+        assert line.startswith(f"tool: error: --model {path}: ") and words in line, line
+    (m / "tokenizer.json").write_text("{}")
+    assert Parser(prog="tool").check_model(m) == m
+    (m / "tokenizer.json").unlink()
+    (m / "model.safetensors").unlink()
+    assert Parser(prog="tool").check_model(m, tokenizer=False, weights=False) == m
