@@ -89,15 +89,17 @@ PRESETS = {
 }
 
 
-def grid(preset: Preset, **common) -> list[tuple[str, sb.BenchConfig]]:
-    """(file stem, config) for every run of the preset; ``common`` goes to every BenchConfig (device, dtype)."""
+def grid(preset: Preset, split: str = "eval", **common) -> list[tuple[str, sb.BenchConfig]]:
+    """(file stem, config) for every run of the preset; ``split`` goes to the code-edits configs (the only dataset
+    with splits), ``common`` to every BenchConfig (device, dtype)."""
     out = []
 
     def add(stem, **kw):
         out.append((stem, sb.BenchConfig(**common, **kw)))
 
     for ds in preset.datasets:
-        base = dict(dataset_name=ds, output_len=preset.output_len[ds], change_request=preset.change_request)
+        base = dict(dataset_name=ds, output_len=preset.output_len[ds], change_request=preset.change_request,
+                    **({"split": split} if ds == "code-edits" else {}))
         if preset.pr_grid:
             pr = {"ngram": 5, "eagle": 3, "eagle3": 3}
             add(f"{ds}__none", method="none", **base)
@@ -159,8 +161,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dataset-path", default=None, help="folder with the jsonl files (default ../shared/data)")
     p.add_argument("--datasets", nargs="+", choices=DATASETS, default=None, help="only these datasets")
     p.add_argument("--methods", nargs="+", choices=sb.METHODS, default=None, help="only these methods")
-    p.add_argument("--split", default="eval", choices=sb.SPLITS,
-                   help="code edits: the zoo's held-out split, the validation repositories' rows, or all")
+    p.add_argument("--split", default=None, choices=sb.SPLITS,
+                   help="code edits: the zoo's held-out split (eval, the default), the validation repositories' "
+                        "rows, or all")
     p.add_argument("--per-bin", type=int, default=None,
                    help="code edits: prompts per edit-norm bin instead of the preset's (0: every prompt in the bins)")
     p.add_argument("--out-dir", type=Path, default=None, help="default experiments/results/sweeps/<preset>")
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
             preset = replace(preset, per_bin=a.per_bin)
         except ValueError as e:
             p.error(f"--per-bin: {e}")
-    whole = grid(preset, device=a.device, dtype=a.dtype, split=a.split)
+    whole = grid(preset, device=a.device, dtype=a.dtype, split=a.split or "eval")
     runs = [(s, c) for s, c in whole
             if (a.datasets is None or c.dataset_name in a.datasets) and (a.methods is None or c.method in a.methods)]
     if not runs:  # filters that leave nothing of the preset's grid: a mistake, not an empty sweep
@@ -184,6 +187,11 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--preset {a.preset} has no config for {' and '.join(asked)}; it runs datasets "
                 f"{', '.join(sorted({c.dataset_name for _, c in whole}))} and methods "
                 f"{', '.join(sorted({c.method for _, c in whole}))}")
+    if not any(c.dataset_name == "code-edits" for _, c in runs):  # code edits' own options, given for nothing
+        for flag, value in (("--split", a.split), ("--per-bin", a.per_bin)):
+            if value is not None:
+                p.error(f"{flag} {value}: only code-edits reads it, and this sweep runs "
+                        f"{', '.join(sorted({c.dataset_name for _, c in runs}))}")
     examples = {}
     try:  # a missing data folder or file is one line, before any process group or model
         data_dir = str(a.dataset_path or default_data_dir())

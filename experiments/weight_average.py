@@ -148,9 +148,9 @@ def recover(out: Path) -> None:
 
 
 def check_out(out: Path, folders: list[Path]) -> None:
-    """ValueError when ``out`` is a folder this command must not replace: one holding a model to average, a model
-    other than the first (its own files would be lost), or an existing folder that is neither empty nor a model
-    folder (``config.json``)."""
+    """ValueError when ``out`` is a folder this command must not replace or write: one holding a model to average, a
+    model other than the first (its own files would be lost), one inside a model's folder, or an existing folder
+    that is neither empty nor a model folder (``config.json``)."""
     target = out.resolve()
     if target.exists() and not target.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
@@ -160,6 +160,8 @@ def check_out(out: Path, folders: list[Path]) -> None:
         if i > 0 and f.resolve() == target:
             raise ValueError(f"--out {out} is {name}; only the first model's folder may be replaced (the others' "
                              "files would be lost): give the first model or a folder of its own")
+        if target.is_relative_to(f.resolve()) and f.resolve() != target:  # A's copy would hold its older outputs
+            raise ValueError(f"--out {out} lies inside {name} ({f}): give a folder outside the models")
     if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
         raise ValueError(f"--out {out} exists and is not a model folder (no config.json); it would be replaced "
                          "whole: give a new folder or a model folder")

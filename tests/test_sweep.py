@@ -77,6 +77,21 @@ def test_validation_split_draws_the_validation_repositories_rows():
         sweep.main(["--preset", "edit-norm", "--split", "nowhere", "--dry-run"])
 
 
+def test_split_reaches_only_the_code_edit_configs(capsys):
+    """``--split`` (like ``--per-bin``) is code edits' alone: the other datasets' configs, and so their keys and
+    result rows, are the same whatever it is, and a sweep without code edits refuses both in one line."""
+    preset = sweep.PRESETS["cpu-small"]
+    for split in ("validation", "all"):
+        other = dict(sweep.grid(preset, device="cpu", split=split))
+        for stem, cfg in sweep.grid(preset, device="cpu"):
+            assert (cfg.key() == other[stem].key()) == (cfg.dataset_name != "code-edits"), stem
+    for flag, value in (("--split", "all"), ("--split", "eval"), ("--per-bin", "2")):
+        with pytest.raises(SystemExit) as e:
+            sweep.main(["--preset", "cpu-small", "--datasets", "mt-bench", flag, value, "--dry-run", "--device", "cpu"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and f"{flag} {value}: only code-edits reads it" in err[0], err
+
+
 def test_per_bin_zero_takes_every_prompt_in_the_bins(capsys):
     """``per_bin=0`` (``--per-bin 0``): every held-out prompt inside the bins, in bin order; a negative count is
     refused by the preset and, as one line with exit code 2, by the CLI."""

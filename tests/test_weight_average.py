@@ -274,12 +274,13 @@ def test_a_truncated_shard_is_one_line_naming_it(tmp_path, capsys, which):
     assert _files(a) == before
 
 
-@pytest.mark.parametrize("case", ["not_a_model", "holds_a", "a_file", "is_b"])
+@pytest.mark.parametrize("case", ["not_a_model", "holds_a", "a_file", "is_b", "inside_a", "inside_b"])
 def test_an_out_it_must_not_replace_is_refused(tmp_path, capsys, case):
     a, b = _save(tmp_path, "a", 0), _save(tmp_path, "b", 1)
     (b / "eagle1").mkdir()
     (b / "eagle1" / "config.json").write_text("{}")  # B's own head: replacing B by A's files would lose it
-    out = {"not_a_model": tmp_path / "notes", "holds_a": tmp_path, "a_file": tmp_path / "f", "is_b": b}[case]
+    out = {"not_a_model": tmp_path / "notes", "holds_a": tmp_path, "a_file": tmp_path / "f", "is_b": b,
+           "inside_a": a / "avg", "inside_b": b / "eagle1" / "avg"}[case]  # inside A: A's copy would nest it
     if case == "not_a_model":
         out.mkdir()
         (out / "keep.txt").write_text("mine")
