@@ -199,29 +199,40 @@ def main(argv=None) -> int:
         ap.error(f"{flag}: {e}")
     t0 = time.time()
 
+    source = args.data or default_data_dir() / "code_edits_dev.jsonl"
     try:  # a missing or unreadable data file is one line, before any work
-        examples = load_code_edits(args.data or default_data_dir() / "code_edits_dev.jsonl")
+        examples = load_code_edits(source)
     except (OSError, ValueError) as e:
         ap.error(f"{'--data: ' if args.data else ''}{e}")
-    tok, tok_desc = load_tokenizer([t for ex in examples for t in (ex.input_text, ex.reference)], args.vocab,
-                                   str(args.data) if args.data else "code_edits_dev.jsonl")
+    if not examples:
+        ap.error(f"{'--data ' if args.data else ''}{source}: holds no code edits")
+    corpus = [t for ex in examples for t in (ex.input_text, ex.reference)]  # the tokenizer's text: every example
     rng = np.random.default_rng(args.seed)
     if args.limit is not None and args.limit < len(examples):
         examples = [examples[i] for i in np.sort(rng.choice(len(examples), args.limit, replace=False))]
+
+    def inside_bins(e: np.ndarray) -> np.ndarray:
+        """The examples with an edit norm inside the bins; one line and exit 2 when too few for the fits or bins."""
+        inside = np.flatnonzero((e >= 0) & (e <= args.max_e))
+        if inside.size < 4:
+            ap.error(f"{inside.size} of the {len(examples)} examples have an edit norm in [0, --max-e {args.max_e}]; "
+                     "the fits need at least 4")
+        if args.bins > inside.size:
+            ap.error(f"--bins must be <= the {inside.size} examples with an edit norm in [0, --max-e {args.max_e}] "
+                     f"(more bins than examples leaves bins empty), got {args.bins}")
+        return inside
+
+    e_char = np.array([ex.edit_norm for ex in examples])
+    if args.level == "char":  # known before any tokenizing
+        inside_bins(e_char)
+    tok, tok_desc = load_tokenizer(corpus, args.vocab, str(args.data) if args.data else "code_edits_dev.jsonl")
     prompts = encode(tok, [ex.prompt for ex in examples])
     refs = encode(tok, [ex.reference for ex in examples])
     befores = encode(tok, [ex.input_text for ex in examples])
-    e_char = np.array([ex.edit_norm for ex in examples])
     e_tok = np.array([token_edit_norm(b, r) for b, r in zip(befores, refs)])
     e = e_char if args.level == "char" else e_tok
     length = np.array([r.size for r in refs], dtype=float)
-    everyone = np.flatnonzero((e >= 0) & (e <= args.max_e))  # the examples inside the bins
-    if everyone.size < 4:
-        ap.error(f"{everyone.size} of the {len(examples)} examples have an edit norm in [0, --max-e {args.max_e}]; "
-                 "the fits need at least 4")
-    if args.bins > everyone.size:
-        ap.error(f"--bins must be <= the {everyone.size} examples with an edit norm in [0, --max-e {args.max_e}] "
-                 f"(more bins than examples leaves bins empty), got {args.bins}")
+    everyone = inside_bins(e)  # the examples inside the bins
     edges = np.linspace(0.0, args.max_e, args.bins + 1)
     idx = bin_index(e, edges)
     print(f"{len(examples)} examples, tokenizer: {tok_desc} ({time.time() - t0:.0f}s)", file=sys.stderr)

@@ -119,6 +119,25 @@ def test_more_bins_than_examples_is_refused_before_the_simulation(edits, tmp_pat
     assert not list(tmp_path.glob("sim*"))
 
 
+@pytest.mark.parametrize("argv, words", [(["--max-e", "1e-9"], "examples have an edit norm in [0, --max-e 1e-09]"),
+                                         (["--bins", "10", "--max-e", "0.04"], "--bins must be <= the 8 examples")])
+def test_char_level_bins_are_checked_before_the_tokenizer(argv, words, edits, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(simulate_al, "load_tokenizer", lambda *a: pytest.fail("loaded the tokenizer"))
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(edits), "--out", str(tmp_path / "sim"), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and words in err[0], err
+
+
+def test_an_empty_data_file_is_named(tmp_path, capsys):
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(empty), "--out", str(tmp_path / "sim")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"--data {empty}: holds no code edits" in err[0], err
+
+
 @pytest.fixture()
 def no_project_tokenizer(tmp_path, monkeypatch):
     """simulate_al in a tree without the project tokenizer: the fallback BPE, cached under ``tmp_path``."""
