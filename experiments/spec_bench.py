@@ -729,6 +729,7 @@ FLAG_DATASETS = {"--hf-split": ("hf_split", "train", ("hf",)),
                  "--disable-shuffle": ("disable_shuffle", False, ("hf",)),
                  "--split": ("split", "eval", ("code-edits",)),
                  "--change-request": ("change_request", "located", ("code-edits",)),
+                 "--per-bin": ("per_bin", None, ("hf", "code-edits", "editeval")),
                  "--blazedit-min-distance": ("blazedit_min_distance", None, ("hf", "code-edits", "editeval")),
                  "--blazedit-max-distance": ("blazedit_max_distance", None, ("hf", "code-edits", "editeval"))}
 
@@ -849,6 +850,8 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--num-prompts must be >= 1, got {a.num_prompts}")
     if a.hf_output_len is not None and a.hf_output_len < 1:
         fail(f"--hf-output-len must be >= 1, got {a.hf_output_len}")
+    if a.per_bin is None and a.bin_width != p.get_default("bin_width"):
+        fail(f"--bin-width {a.bin_width}: only --per-bin reads it")
     p.check_device(a.device)
     method = METHOD_ALIASES.get(a.method, a.method)
     if a.spec_token_tree is not None:  # vLLM's spelling of --tree static --tree-paths

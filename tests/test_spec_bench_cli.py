@@ -110,6 +110,11 @@ CASES = {
     "unknown method": _case(*GOOD, "--method", "medusa", want="argument --method: invalid choice: 'medusa'"),
     "bin width": _case(*GOOD, "--method", "ngram", "--per-bin", "4", "--bin-width", "0.07",
                        want="--bin-width must divide 0.6 into whole bins, got 0.07"),
+    "bin width without per bin": _case(*GOOD, "--method", "ngram", "--bin-width", "0.1",
+                                       want="--bin-width 0.1: only --per-bin reads it"),
+    "per bin of MT-Bench": _case("--method", "ngram", "--dataset-name", "mt-bench", "--per-bin", "2",
+                                 want="--per-bin 2: --dataset-name mt-bench does not use it (used by hf, code-edits, "
+                                 "editeval)"),
     "per bin negative": _case(*GOOD, "--method", "ngram", "--per-bin", "-1",
                               want="--per-bin must be >= 0 (0: every prompt inside the bins), got -1"),
     "exact with a dynamic tree": _case(*GOOD, "--method", "eagle3", "--tree", "dynamic", "--exact",
