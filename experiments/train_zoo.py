@@ -63,13 +63,14 @@ import math
 import random
 import shutil
 import time
+import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from experiments.cli import Parser
+from experiments.cli import TOKENIZER_VOCABULARIES, Parser
 from experiments.distributed import write_atomic
 from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_messages, change_request,
                                      eval_split_record, load_edits, pretraining_texts, split_edits, split_rows,
@@ -239,6 +240,22 @@ class TargetConfig:
         if self.pretrain_steps < 0 or self.sft_steps < 0:
             raise ValueError(f"pretrain_steps and sft_steps must be >= 0, got {self.pretrain_steps}, "
                              f"{self.sft_steps}")
+        if not 0 <= self.seed < 2 ** 32:  # numpy's seeds
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
+        positive = ("pretrain_lr", "sft_lr", "repair_lr", "gate_time_s")  # the rest: >= 0
+        for name in (*positive, "pretrain_time_s", "sft_time_s", "deadline_s", "reserve_s", "repair_time_s",
+                     "repair_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and (value > 0 if name in positive else value >= 0)):
+                raise ValueError(f"{name} must be a finite number {'>' if name in positive else '>='} 0, got {value}")
+        at_least = {**dict.fromkeys(("pretrain_chars", "synthetic_examples", "real_epochs", "val_sequences",
+                                     "pretrain_warmup_steps", "sft_warmup_steps"), 0),
+                    **dict.fromkeys(("synthetic_sources", "sft_max_len", "sft_batch_tokens", "pretrain_seq_len",
+                                     "pretrain_batch_tokens", "gate_bins", "gate_max_before_chars", "log_every",
+                                     "workers"), 1)}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
 
 
 # Fine-tuning an already pretrained target (``--init``): no pretraining corpus, edit tuning only.
@@ -1145,7 +1162,9 @@ def add_repair_options(parser, defaults: dict | None = None) -> None:
                             **({"choices": REPAIR_MODES} if name == "repair_mode" else {}))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, paths: bool = True) -> argparse.Namespace:
+    """The command's options, checked before any work; with ``paths`` also the model folders it reads and the
+    folders and files it writes (False: the options alone, as a recorded command line is read back)."""
     parser = Parser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("target", help="pretrain + edit-tune the tiny-coder target, then run the quality gate")
@@ -1249,14 +1268,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     c.set_defaults(func=cmd_compare_gates)
     sub.add_parser("split", help="write eval_split.json only").set_defaults(func=cmd_split)
     args = parser.parse_args(argv)
-    if args.cmd == "gate" and not (args.model / "config.json").is_file():
-        parser.error(f"--model: no model folder (config.json) at {args.model}")
     if args.cmd == "gate" and args.prompts < 1:
         parser.error(f"--prompts must be >= 1, got {args.prompts}")
+    if args.cmd == "gate" and not (math.isfinite(args.time_s) and args.time_s > 0):  # 0: no prompt is started
+        parser.error(f"--time-s must be a finite number > 0, got {args.time_s}")
+    if args.cmd == "repair" and min(args.max_before_chars, args.max_example_tokens, args.synthetic_sources) < 1:
+        parser.error(f"--max-before-chars, --max-example-tokens and --synthetic-sources must be >= 1, got "
+                     f"{args.max_before_chars}, {args.max_example_tokens} and {args.synthetic_sources}")
+    if args.cmd == "repair" and (min(args.real_rows, args.synthetic_edits) < 0 or
+                                 args.real_rows + args.synthetic_edits < 1):
+        parser.error(f"--real-rows and --synthetic-edits must be >= 0 and make a repair set (not both 0), got "
+                     f"{args.real_rows} and {args.synthetic_edits}")
     if args.cmd == "compare-gates":  # both records read and compared before anything is printed
         try:
             args.comparison = compare_gates(*map(read_gate, (args.a, args.b)))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as e:
             parser.error(f"compare-gates {args.a} {args.b}: {type(e).__name__}: {e}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
         parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")
@@ -1270,6 +1296,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             configs[args.cmd](args)
         except ValueError as e:
             parser.error(str(e))
+    if paths and args.cmd == "gate":
+        parser.check_model(args.model, "--model")
+        parser.check_output(args.out)
+    if paths and args.cmd == "target":  # --init's weights, and its tokenizer unless --tokenizer names one
+        if args.init is not None:
+            parser.check_model(args.init, "--init", tokenizer=args.tokenizer is None)
+        if args.tokenizer is not None and not any((args.tokenizer / n).is_file() for n in TOKENIZER_VOCABULARIES):
+            parser.error(f"--tokenizer {args.tokenizer}: no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)})")
+        parser.check_output(args.out, folder=True)
+        parser.check_output(args.data_cache, "--data-cache", folder=True)
+    if paths and args.cmd == "repair":
+        parser.check_model(args.init, "--init")
+        parser.check_output(args.out, folder=True)
     return args
 
 

@@ -66,6 +66,32 @@ class Cache:
 '''
 
 
+def _options(argv: list[str]):
+    """``train_zoo``'s options for ``argv``, its paths unchecked (the folders a command line names need not exist)."""
+    return tz.parse_args(argv, paths=False)
+
+
+def _model_folder(folder, tokenizer: bool = True):
+    """A folder that :meth:`Parser.check_model` takes (its files empty: nothing loads them before the work)."""
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    if tokenizer:
+        (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def _refused(capsys, argv: list[str], *words: str) -> str:
+    """The one stderr line of ``train_zoo`` refusing ``argv`` as it parses it: exit code 2, no traceback, naming
+    ``words``."""
+    with pytest.raises(SystemExit) as e:
+        tz.parse_args(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert all(w in err[0] for w in words), err
+    return err[0]
+
+
 @pytest.mark.parametrize("transform", [synthetic_edits.t_rewrite_body, synthetic_edits.t_insert_foreign])
 @pytest.mark.parametrize("seed", range(6))
 def test_donor_transforms_write_text_from_the_other_file(transform, seed):
@@ -145,8 +171,8 @@ def test_seed_option_sets_the_config_and_the_edit_data_key():
     """``target --seed N`` is the run's seed; the cached edit data is keyed by it, so runs of different seeds that
     share a cache do not share synthetic edits."""
     assert tz.target_config(tz.parse_args(["target"])).seed == 0
-    cfg = tz.target_config(tz.parse_args(["target", "--seed", "3", "--init", "x"]))
-    assert cfg == dataclasses.replace(tz.target_config(tz.parse_args(["target", "--init", "x"])), seed=3)
+    cfg = tz.target_config(_options(["target", "--seed", "3", "--init", "x"]))
+    assert cfg == dataclasses.replace(tz.target_config(_options(["target", "--init", "x"])), seed=3)
     keys = {zd.edit_key(dataclasses.replace(cfg, seed=s), tz.MODEL_DIR, [], []) for s in (0, 3)}
     assert len(keys) == 2
 
@@ -459,8 +485,8 @@ def test_copy_margin_hinge_is_added_at_the_copy_positions(margin):
     with pytest.raises(ValueError, match="copy_margin"):
         tz.TargetConfig(copy_margin_weight=-1.0)
     for command in ("target", "repair"):  # both commands take the hinge (the repair: on its edit-tuning anchors)
-        args = tz.parse_args([command, "--init", "m", "--out", "o", "--copy-margin-weight", "4",
-                              "--copy-margin", "1.5"])
+        args = _options([command, "--init", "m", "--out", "o", "--copy-margin-weight", "4",
+                         "--copy-margin", "1.5"])
         cfg = tz.target_config(args) if command == "target" else tz.repair_config(args)
         assert (cfg.copy_margin_weight, cfg.copy_margin) == (4.0, 1.5)
 
@@ -540,8 +566,8 @@ def test_repeated_line_is_ignored_and_its_exit_is_taught(seed):
 
 
 def test_target_options_override_the_presets(capsys):
-    args = tz.parse_args(["target", "--init", "m", "--decision-weight", "4", "--sft-max-len", "2048",
-                          "--sft-lr", "3e-4", "--sft-epochs", "4", "--sft-time-s", "290", "--deadline-s", "400"])
+    args = _options(["target", "--init", "m", "--decision-weight", "4", "--sft-max-len", "2048",
+                     "--sft-lr", "3e-4", "--sft-epochs", "4", "--sft-time-s", "290", "--deadline-s", "400"])
     cfg = tz.target_config(args)
     assert (cfg.decision_weight, cfg.sft_max_len, cfg.sft_lr, cfg.sft_epochs, cfg.sft_time_s, cfg.deadline_s) == \
         (4.0, 2048, 3e-4, 4, 290.0, 400.0)
@@ -907,48 +933,48 @@ def test_unlikelihood_loss_is_the_mean_over_avoided_positions():
 
 
 def test_repair_options(capsys):
-    cfg = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-weight", "0.3",
-                                          "--repair-steps", "23", "--repair-batch", "6", "--repair-new-tokens", "96"]))
+    cfg = tz.repair_config(_options(["repair", "--init", "m", "--out", "o", "--repair-weight", "0.3",
+                                     "--repair-steps", "23", "--repair-batch", "6", "--repair-new-tokens", "96"]))
     assert (cfg.repair_weight, cfg.repair_steps, cfg.repair_batch, cfg.repair_new_tokens) == (0.3, 23, 6, 96)
     assert cfg.sft_batch_tokens == tz.REPAIR_DEFAULTS["sft_batch_tokens"] and cfg.repair_lr == 1e-4
     assert set(tz.REPAIR_OPTIONS) <= set(tz.TargetConfig.__dataclass_fields__)
     with pytest.raises(SystemExit) as e:
-        tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-steps", "-1"])
+        _options(["repair", "--init", "m", "--out", "o", "--repair-steps", "-1"])
     assert e.value.code == 2 and "repair_steps" in capsys.readouterr().err
-    smoke = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--smoke", "--repair-steps", "2"]))
+    smoke = tz.repair_config(_options(["repair", "--init", "m", "--out", "o", "--smoke", "--repair-steps", "2"]))
     assert smoke.repair_steps == 2 and smoke.gate_prompts == tz.SMOKE_REPAIR["gate_prompts"]
     assert smoke.repair_mode == "loops"
-    resync = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "resync"]))
+    resync = tz.repair_config(_options(["repair", "--init", "m", "--out", "o", "--repair-mode", "resync"]))
     assert resync.repair_mode == "resync"
-    both = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "both",
-                                           "--resync-weight", "0.5"]))
+    both = tz.repair_config(_options(["repair", "--init", "m", "--out", "o", "--repair-mode", "both",
+                                      "--resync-weight", "0.5"]))
     assert (both.repair_mode, both.resync_weight) == ("both", 0.5)
-    gated = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--gate-prompts", "48"]))
+    gated = tz.repair_config(_options(["repair", "--init", "m", "--out", "o", "--gate-prompts", "48"]))
     assert gated.gate_prompts == 48  # the selection's gates and the final one
-    assert tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o"])).gate_prompts == 64  # the default
+    assert tz.repair_config(_options(["repair", "--init", "m", "--out", "o"])).gate_prompts == 64  # the default
     assert tz.target_config(tz.parse_args(["target"])).gate_prompts == 32
     for cmd in (["repair", "--init", "m", "--out", "o"], ["target"]):  # a bad value: one line, exit 2, no work
         with pytest.raises(SystemExit) as e:
             tz.parse_args(cmd + ["--gate-prompts" if cmd[0] == "repair" else "--repair-batch", "0"])
         assert e.value.code == 2
     with pytest.raises(SystemExit) as e:
-        tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-mode", "all"])
+        _options(["repair", "--init", "m", "--out", "o", "--repair-mode", "all"])
     assert e.value.code == 2
     # the target command takes every repair option too (its optional repair stage)
     assert set(tz.REPAIR_HELP) <= set(tz.CONFIG_OPTIONS)
     target = tz.target_config(tz.parse_args(["target", "--repair-mode", "resync", "--repair-copy-share", "0.5"]))
     assert (target.repair_mode, target.repair_copy_share) == ("resync", 0.5)
-    early = tz.repair_config(tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-early-stop", "32"]))
-    assert early.repair_early_stop == 32 and tz.repair_config(tz.parse_args(
+    early = tz.repair_config(_options(["repair", "--init", "m", "--out", "o", "--repair-early-stop", "32"]))
+    assert early.repair_early_stop == 32 and tz.repair_config(_options(
         ["repair", "--init", "m", "--out", "o"])).repair_early_stop == 0
     with pytest.raises(SystemExit) as e:
-        tz.parse_args(["repair", "--init", "m", "--out", "o", "--repair-early-stop", "-1"])
+        _options(["repair", "--init", "m", "--out", "o", "--repair-early-stop", "-1"])
     assert e.value.code == 2 and "repair_early_stop" in capsys.readouterr().err
 
 
 def test_gate_every_must_not_be_negative(capsys):
     with pytest.raises(SystemExit) as e:
-        tz.parse_args(["repair", "--init", "m", "--out", "o", "--gate-every", "-1"])
+        _options(["repair", "--init", "m", "--out", "o", "--gate-every", "-1"])
     assert e.value.code == 2 and "--gate-every" in capsys.readouterr().err
 
 
@@ -1011,6 +1037,95 @@ def test_gate_command_names_bad_input(argv, message, capsys):
         tz.parse_args(args + argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--time-s", "-1"], "--time-s"), (["--time-s", "0"], "--time-s"), (["--time-s", "nan"], "--time-s"),
+    (["--time-s", "inf"], "--time-s"), (["--out", "{file}/g.json"], "--out"), (["--out", "{tmp}"], "--out"),
+    (["--model", "{untokenized}"], "--model")])
+def test_gate_command_checks_its_time_output_and_model_before_any_work(argv, flag, tmp_path, capsys):
+    """``gate``: a time limit that is not a finite number > 0 (0 starts no prompt), an output under a file or that is
+    a folder, and a model folder without a tokenizer are one line and exit 2 as the options are parsed."""
+    model, untokenized = _model_folder(tmp_path / "model"), _model_folder(tmp_path / "untokenized", tokenizer=False)
+    (tmp_path / "file").write_text("")
+    given = {"--model": str(model), "--out": str(tmp_path / "g.json")}
+    assert tz.parse_args(["gate", *itertools.chain(*given.items())]).time_s == 3600.0
+    given.update(zip(argv[::2], (a.format(file=tmp_path / "file", tmp=tmp_path, untokenized=untokenized)
+                                 for a in argv[1::2])))
+    _refused(capsys, ["gate", *itertools.chain(*given.items())], flag)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_compare_gates_names_a_damaged_gzipped_record(damage, tmp_path, capsys):
+    """``compare-gates`` with a ``.json.gz`` record cut short or with a flipped byte: one line naming the record."""
+    import gzip
+    import json
+
+    raw = gzip.compress(json.dumps({"quality_gate": {"samples": [
+        {"id": str(i), "ref_norm": i / 10, "out_norm": i / 9, "stopped": True} for i in range(40)]}}).encode())
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    a.write_bytes(raw)
+    b.write_bytes(raw[: len(raw) // 2] if damage == "truncated" else raw[:20] + bytes([raw[20] ^ 0xFF]) + raw[21:])
+    _refused(capsys, ["compare-gates", str(a), str(b)], str(b))
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--seed", "-1"], "seed"), (["--seed", str(2 ** 32)], "seed"), (["--sft-lr", "-1"], "sft_lr"),
+    (["--sft-lr", "nan"], "sft_lr"), (["--repair-lr", "0"], "repair_lr"), (["--sft-time-s", "-5"], "sft_time_s"),
+    (["--pretrain-time-s", "nan"], "pretrain_time_s"), (["--deadline-s", "inf"], "deadline_s"),
+    (["--repair-time-s", "nan"], "repair_time_s"), (["--repair-weight", "-1"], "repair_weight"),
+    (["--synthetic-examples", "-1"], "synthetic_examples"), (["--real-epochs", "-1"], "real_epochs"),
+    (["--pretrain-chars", "-1"], "pretrain_chars"), (["--sft-max-len", "0"], "sft_max_len"),
+    (["--out", "{file}"], "--out"), (["--data-cache", "{file}"], "--data-cache"),
+    (["--tokenizer", "/nonexistent/tok"], "--tokenizer"), (["--tokenizer", "{untokenized}"], "--tokenizer"),
+    (["--init", "/nonexistent/tc"], "--init"), (["--init", "{untokenized}"], "--init")])
+def test_target_checks_its_values_and_paths_before_any_work(argv, said, tmp_path, capsys):
+    """``target``: a seed numpy does not take, learning rates not > 0, time budgets and weights not >= 0 (or not
+    finite), sizes below their least, an output or data cache that is a file, a folder without a tokenizer as
+    ``--tokenizer``, and an ``--init`` that is no model folder (with its tokenizer unless ``--tokenizer`` gives one)
+    are one line and exit 2, nothing written (not even ``--out``)."""
+    model, untokenized = _model_folder(tmp_path / "model"), _model_folder(tmp_path / "untokenized", tokenizer=False)
+    (tmp_path / "file").write_text("")
+    out = ["--out", str(tmp_path / "out")]
+    assert tz.parse_args(["target", *out, "--init", str(untokenized), "--tokenizer", str(model), "--seed",
+                          str(2 ** 32 - 1), "--sft-time-s", "0", "--synthetic-examples", "0"]).init == untokenized
+    _refused(capsys, ["target", *out, *(a.format(file=tmp_path / "file", untokenized=untokenized) for a in argv)],
+             said)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--init", "/nonexistent/tc"], "--init"), (["--init", "{untokenized}"], "--init"), (["--out", "{file}"], "--out"),
+    (["--synthetic-sources", "0"], "--synthetic-sources"), (["--max-example-tokens", "0"], "--max-example-tokens"),
+    (["--max-before-chars", "-1"], "--max-before-chars"), (["--real-rows", "-1"], "--real-rows"),
+    (["--synthetic-edits", "-1"], "--synthetic-edits"), (["--real-rows", "0", "--synthetic-edits", "0"], "not both 0"),
+    (["--seed", "-1"], "seed"), (["--repair-lr", "-1"], "repair_lr")])
+def test_repair_checks_its_sizes_and_paths_before_any_work(argv, said, tmp_path, capsys):
+    """``repair``: an ``--init`` that is no model folder with a tokenizer, an ``--out`` that is a file, repair-set
+    sizes below 1 (the real rows and the synthetic edits: below 0, or both 0) and bad config values are one line and
+    exit 2, before any data is read."""
+    model, untokenized = _model_folder(tmp_path / "model"), _model_folder(tmp_path / "untokenized", tokenizer=False)
+    (tmp_path / "file").write_text("")
+    given = {"--init": str(model), "--out": str(tmp_path / "out")}
+    assert tz.parse_args(["repair", *itertools.chain(*given.items()), "--real-rows", "0"]).real_rows == 0
+    extra = [a.format(file=tmp_path / "file", untokenized=untokenized) for a in argv]
+    _refused(capsys, ["repair", *itertools.chain(*given.items()), *extra], said)
+
+
+def test_recorded_configs_pass_the_config_checks():
+    """Every recorded ``config`` of a target or repair call (experiments/results, the installed target's records)
+    makes a :class:`TargetConfig` (its fields of then)."""
+    import gzip
+    import json
+
+    fields = set(tz.TargetConfig.__dataclass_fields__)
+    records = [p for root in (tz.REPO / "experiments" / "results", tz.MODEL_DIR) for p in root.rglob("*config*.json*")
+               if "training_config" in p.name or "repair_config" in p.name]
+    assert len(records) >= 50
+    for p in records:
+        raw = p.read_bytes()
+        config = json.loads(gzip.decompress(raw) if p.name.endswith(".gz") else raw)["config"]
+        tz.TargetConfig(**{k: v for k, v in config.items() if k in fields})
 
 
 def test_gate_command_writes_its_record(tmp_path):
@@ -1129,12 +1244,12 @@ def test_retrain_stages_pass_options_the_trainer_takes(tmp_path):
         if stage in ("stage 1", "stage 2", "stage 3", "stage 4"):
             init_arg = ["--init", "x"] if stage != "stage 1" else []
             argv = ["target", "--out", str(tmp_path), *init_arg, *options.split()]
-            cfg = configs[stage] = tz.target_config(tz.parse_args(argv))
-            assert cfg.compile_layers and tz.parse_args(argv).no_gate and tz.parse_args(argv).data_cache
+            cfg = configs[stage] = tz.target_config(_options(argv))
+            assert cfg.compile_layers and _options(argv).no_gate and _options(argv).data_cache
             assert (init == "") == (stage == "stage 1")
         else:  # the repair: on the CPU, or its steps on the GPU in fp32; the best of its validation gates kept
             assert ";" not in options
-            args = tz.parse_args(["repair", "--init", "x", "--out", "y"] + options.split())
+            args = _options(["repair", "--init", "x", "--out", "y"] + options.split())
             cfg = tz.repair_config(args)
             assert cfg.repair_steps > 0 and cfg.repair_fp32 == (stage == "stage 5")
             assert args.gate_every > 0 and args.gate_after == 0 and cfg.gate_prompts == 64
@@ -1179,14 +1294,14 @@ def test_retrain_stages_after_the_base_repeat_the_installed_targets_calls(tmp_pa
     assert list(options) == ["stage 6", "stage 7", "stage 8"]
     results = tz.REPO / "experiments" / "results" / "zoo" / "margin_recipe_h200" / "seed0"
     tuning = json.loads((results / "stage6_training_config.json").read_text())
-    cfg = tz.target_config(tz.parse_args(["target", "--out", str(tmp_path), "--init", "x", *options["stage 6"]]))
+    cfg = tz.target_config(_options(["target", "--out", str(tmp_path), "--init", "x", *options["stage 6"]]))
     for name in ("decision_weight", "sft_lr", "synthetic_examples", "pretrain_chars", "sft_max_len", "real_epochs",
                  "span_share", "unlikelihood_weight", "repeat_share", "compile_layers", "copy_margin_weight",
                  "copy_margin"):
         assert getattr(cfg, name) == tuning["config"][name], name
     assert cfg.sft_steps == tuning["sft"]["steps"] == 1862 and cfg.copy_margin_weight == 4
     weak = json.loads((results / "stage7_repair_config.json").read_text())
-    args = tz.parse_args(["repair", "--init", "x", "--out", "y", *options["stage 7"]])
+    args = _options(["repair", "--init", "x", "--out", "y", *options["stage 7"]])
     cfg = tz.repair_config(args)
     for name in ("repair_weight", "repair_steps", "repair_batch", "repair_new_tokens", "repair_lr", "repair_mode",
                  "decision_weight", "gate_prompts"):
@@ -1259,7 +1374,7 @@ def test_retrain_target_options_reach_the_target_stages_only(tmp_path):
     assert variant["stage 7"] == plain["stage 7"] and variant["stage 8"] == plain["stage 8"]
     recorded = json.loads((tz.REPO / "experiments" / "results" / "zoo" / "ambiguity_tuning_h200" /
                            "stage6_training_config.json").read_text())["config"]
-    cfg = tz.target_config(tz.parse_args(["target", "--out", str(tmp_path), "--init", "x", *variant["stage 6"]]))
+    cfg = tz.target_config(_options(["target", "--out", str(tmp_path), "--init", "x", *variant["stage 6"]]))
     assert cfg.ambiguity_weight == recorded["ambiguity_weight"] == 4
     for name in ("decision_weight", "sft_steps", "sft_lr", "unlikelihood_weight"):
         assert getattr(cfg, name) == recorded[name], name
@@ -1271,7 +1386,7 @@ def _as_recorded(make, argv: list[str], recorded: dict) -> dict:
     import json
     from dataclasses import asdict
 
-    parsed = json.loads(json.dumps(asdict(make(tz.parse_args(argv)))))
+    parsed = json.loads(json.dumps(asdict(make(_options(argv)))))
     default = asdict(tz.TargetConfig())
     assert all(parsed[k] == default[k] for k in parsed.keys() - recorded.keys())
     return {k: v for k, v in parsed.items() if k in recorded}
