@@ -178,14 +178,23 @@ FIT_KEYS = ("model", "params", "fitted", "ci", "settings")
 
 def theory_fits(doc) -> dict:
     """The ``fits`` of a simulate_al.json (policy -> model name -> fit record); KeyError or TypeError when it holds
-    no such table."""
+    no such table, or a predictive fit whose model cannot be built or predict."""
     fits = doc["fits"]
     if not isinstance(fits, dict) or not all(isinstance(f, dict) for f in fits.values()):
         raise TypeError("'fits' is not a table of fits per policy")
     for policy, named in fits.items():
         for name, fit in named.items():
+            where = f"fits[{policy!r}][{name!r}]"
             if not isinstance(fit, dict) or any(key not in fit for key in FIT_KEYS):
-                raise TypeError(f"fits[{policy!r}][{name!r}] is not a fit record ({', '.join(FIT_KEYS)})")
+                raise TypeError(f"{where} is not a fit record ({', '.join(FIT_KEYS)})")
+            if not predictive(name, fit):
+                continue
+            if not isinstance(fit["params"], dict):
+                raise TypeError(f"{where}: params is not a table of parameters")
+            try:  # built and tried once here, so that a bad record is found before the binning
+                saved_fit(fit).predict(np.zeros(1), np.ones(1))
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
+                raise TypeError(f"{where}: not a usable fit ({type(e).__name__}: {e})") from None
     return fits
 
 

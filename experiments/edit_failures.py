@@ -153,18 +153,26 @@ def plain_rows(sweep: Path):
     if not files:
         raise ValueError(f"{sweep}: no plain-decoding rows of code edits (code-edits__none.jsonl[.gz])")
     df = load_runs(files)
-    if df.empty or df["output_tokens"].isna().any():
+    if df.empty:
+        raise ValueError(f"{', '.join(map(str, files))}: holds no rows")
+    if df["output_tokens"].isna().any():
         raise ValueError(f"{sweep}: plain rows without output tokens")
     return df
 
 
 def tokenizer_of(model: str):
-    """The tokenizer of a zoo model name, else of a model folder or hub id."""
+    """The tokenizer of a zoo model name, else of a model folder or hub id (in the local cache); ValueError naming
+    the model when it has none."""
     from transformers import AutoTokenizer
 
     from hybridsd import zoo
 
-    return AutoTokenizer.from_pretrained(str(zoo.path(model)) if model in zoo.names() else model)
+    try:
+        return AutoTokenizer.from_pretrained(str(zoo.path(model)) if model in zoo.names() else model,
+                                             local_files_only=True)
+    except (OSError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__  # transformers' messages run over lines
+        raise ValueError(f"model {model}: no tokenizer found ({first})") from None
 
 
 def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> dict:
@@ -175,7 +183,10 @@ def analyse(sweep: Path, data_dir: str | None, near: int, bins: list[float]) -> 
     models = sorted(set(df["model"]))
     if len(models) != 1:
         raise ValueError(f"{sweep}: plain rows of {len(models)} models ({models}); give a folder of one")
-    tok = tokenizer_of(models[0])
+    try:
+        tok = tokenizer_of(models[0])
+    except ValueError as e:
+        raise ValueError(f"{', '.join(sorted(set(df['file'].map(str))))}: the rows' {e}") from None
     path = Path(data_dir) / "code_edits_dev.jsonl" if data_dir is not None else None
     examples = {e.id: e for e in load_code_edits(path, ids=set(df["example_id"]))}
     missing = sorted(set(df["example_id"]) - set(examples))

@@ -26,7 +26,6 @@ from experiments.provenance import run_info
 from experiments.sequence_match import matching_blocks
 from experiments.train_zoo import TargetConfig, special_ids
 from experiments.zoo_gate import as_saved, gate_prompt, gate_rows
-from hybridsd.checkpoint_files import weight_files
 
 
 def copy_places(before: list[int], answer: list[int], end: int) -> tuple[list[tuple[int, int]], list[int]]:
@@ -144,6 +143,9 @@ def rows_of(which: str, prompts: int, cfg) -> list[dict]:
                      cfg.gate_max_before_chars)
 
 
+SAMPLE_KEYS = {"id", "leaves", "found", "first_found", "exact", "copies", "spurious"}  # what a comparison reads
+
+
 def read_side(spec: str) -> tuple[dict, list[dict]]:
     """``RECORD:LABEL`` (a record this command wrote, gzipped or not, and one of its models' labels): the record
     and that model's samples. Raises ValueError naming what is wrong."""
@@ -151,15 +153,20 @@ def read_side(spec: str) -> tuple[dict, list[dict]]:
     if not sep or not path or not label:
         raise ValueError(f"{spec!r} is not RECORD:LABEL")
     opener = gzip.open if path.endswith(".gz") else open
-    try:
+    try:  # EOFError: a truncated .gz
         with opener(path, "rt", encoding="utf-8") as f:
             record = json.load(f)
         models = {m["label"]: m for m in record["models"]}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        record["rows"]
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not an edit_places record ({type(e).__name__}: {e})") from None
     if label not in models:
         raise ValueError(f"{path} has no model labelled {label!r} (it has {sorted(models)})")
-    return record, models[label]["samples"]
+    samples = models[label].get("samples")
+    if not isinstance(samples, list) or not all(isinstance(s, dict) and SAMPLE_KEYS <= s.keys() for s in samples):
+        raise ValueError(f"{path}: model {label!r} has no samples of places (a list of records with "
+                         f"{', '.join(sorted(SAMPLE_KEYS))})")
+    return record, samples
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -197,13 +204,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.rows, args.prompts = args.rows or "eval", 96 if args.prompts is None else args.prompts
     if args.prompts < 1:
         p.error(f"--prompts must be >= 1, got {args.prompts}")
-    for m in args.model:
-        if not (m / "config.json").is_file():
-            p.error(f"--model {m}: no config.json there")
-        try:
-            weight_files(m)
-        except (FileNotFoundError, ValueError) as e:  # no weights, or a weight file outside the folder
-            p.error(f"--model {m}: {e}")
+    for m in args.model:  # every folder checked before the first is loaded
+        p.check_model(m, "--model")
     if args.labels is None:
         args.labels = [str(m) for m in args.model]
     elif len(args.labels) != len(args.model) or len(set(args.labels)) != len(args.labels):

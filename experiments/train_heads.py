@@ -29,7 +29,7 @@ from experiments import provenance
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from hybridsd import data, prompts
-from hybridsd.checkpoint_files import json_object, weight_files
+from hybridsd.checkpoint_files import json_object
 from hybridsd.eagle.loader import read_state_dict
 from hybridsd.eagle.train import (build_draft_vocab, count_tokens, evaluate_head, generate_sequences,
                                   init_eagle3_output, init_from_head, train_head)
@@ -129,17 +129,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not a.gen_seconds >= 0:  # inf: no time limit
         p.error(f"--gen-seconds must be >= 0, got {a.gen_seconds}")
     p.check_device(a.device)
+    flag = "--target" if a.target is not None else "--model"
     if a.target is None:
         try:
             a.target = hsd.zoo.path(a.model)
         except ValueError as e:
             p.error(f"--model: {e}")
+    p.check_model(a.target, flag)  # config, weights and tokenizer
     try:
         config = json_object(a.target / "config.json")
         config = config.get("text_config", config)
         held_out = held_out_ids(a.target / "eval_split.json")
-        weight_files(a.target)
-    except (FileNotFoundError, ValueError) as e:  # no weights, a weight file outside it, a file not as expected
+    except (FileNotFoundError, ValueError) as e:  # a file not as expected
         p.error(f"--target: {e}")
     vocab = config.get("vocab_size")
     if "eagle3" in a.kinds and isinstance(vocab, int) and a.draft_vocab > vocab:
@@ -156,8 +157,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 "has an input that short")
     for kind in a.kinds if a.init_heads is not None else ():
         head = a.init_heads / kind
-        try:
-            weight_files(head)
+        try:  # every weight file read as the run reads it: missing, truncated or not a state dict
+            read_state_dict(head)
             size = json_object(head / "config.json").get("hidden_size")
         except (FileNotFoundError, ValueError) as e:
             p.error(f"--init-heads: {e}")

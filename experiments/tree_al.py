@@ -4,12 +4,13 @@ the accepted length of the others through ``analytic.tree_al``.
     python -m experiments.tree_al --method eagle3 --tree dynamic --num-prompts 8 --output-len 128 \
         --out experiments/results/trees/tree_al.json
 
-The run is spec_bench's (same model, head, prompts and drafter for the same options); every verify step's tree
-and accepted path are recorded. A node's acceptance, given that its parent was accepted and its earlier siblings
-were not, is estimated per (depth, rank among its siblings) on all steps but one fold (steps ``i % folds != f``)
-and turned into each held-out step's expected tokens per pass by ``analytic.tree_al(parents, rates,
-sequential=True)``; the mean of those predictions is compared with the measured mean ``1 + accepted`` of the same
-steps. A (depth, rank) never tried in the fitting steps gets rate 0 (counted in ``unseen_nodes``).
+The run is spec_bench's (same model, head (``--eagle-dir`` as spec_bench's), prompts and drafter for the same
+options); every verify step's tree and accepted path are recorded. A node's acceptance, given that its parent was
+accepted and its earlier siblings were not, is estimated per (depth, rank among its siblings) on all steps but one
+fold (steps ``i % folds != f``) and turned into each held-out step's expected tokens per pass by
+``analytic.tree_al(parents, rates, sequential=True)``; the mean of those predictions is compared with the measured
+mean ``1 + accepted`` of the same steps. A (depth, rank) never tried in the fitting steps gets rate 0 (counted in
+``unseen_nodes``).
 
 In a notebook: ``steps = record(cfg)`` then ``compare(steps)`` (``steps``: ``(parents, accepted path)`` pairs).
 """
@@ -191,6 +192,8 @@ def record(cfg: spec_bench.BenchConfig, data_dir: str | None = None, num_prompts
 def main(argv: list[str] | None = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny-coder")
+    p.add_argument("--eagle-dir", default=None, help="EAGLE head (folder or Hub id) of --method's kind; default: the "
+                   "zoo's heads beside a zoo model")
     p.add_argument("--method", default="eagle3", choices=("eagle", "eagle3", "ngram-eagle", "ngram-eagle3"))
     p.add_argument("--tree", default="dynamic", choices=("dynamic", "static"))
     p.add_argument("--tree-paths", type=spec_bench.tree_paths, default=None,
@@ -217,18 +220,24 @@ def main(argv: list[str] | None = None) -> None:
         cfg = spec_bench.BenchConfig(method=a.method, model=a.model, dataset_name=a.dataset_name,
                                      output_len=a.output_len, device=a.device, tree=a.tree, tree_depth=a.tree_depth,
                                      tree_top_k=a.tree_top_k, tree_nodes=a.tree_nodes, hybrid_policy=a.hybrid_policy,
-                                     tree_paths=a.tree_paths)
+                                     tree_paths=a.tree_paths, eagle_dir=a.eagle_dir)
     except ValueError as e:
         p.error(str(e))
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()  # no "Retrying in Ns" lines before an unreachable Hub id's one-line error
     try:
-        spec_bench.preflight(cfg)  # the model's weight files and config, the head's config
+        spec_bench.preflight(cfg)  # the model's weight files and config, the head's config and weights' shapes
     except (ValueError, FileNotFoundError) as e:  # spec_bench's messages name its flag --model-dir
         p.error(str(e).replace("--model-dir", "--model"))
     try:
         examples = spec_bench.load_examples(cfg, a.data_dir, a.num_prompts)
     except (ValueError, FileNotFoundError) as e:
         p.error(f"--data-dir {a.data_dir}: {e}" if a.data_dir else str(e))
-    steps = record(cfg, examples=examples)
+    try:
+        steps = record(cfg, examples=examples)
+    except spec_bench.HeadMismatch as e:  # the head's weights, checked once the target is loaded
+        p.error(str(e).replace("--model-dir", "--model"))
     if len(steps) < a.folds:  # known only after the run: the tree steps its prompts took
         p.error(f"the run took {len(steps)} tree steps, fewer than --folds {a.folds}: give more --num-prompts or "
                 "--output-len")

@@ -427,3 +427,22 @@ def test_an_empty_results_file_is_refused_before_any_work(flag, runs, tmp_path, 
         ab.main([*argv, "--no-sim", "--out", str(out)])
     assert f"{'' if flag is None else flag + ' '}{empty}: no results rows" in _refused(capsys, exit_)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("params", [[1, 2], {"al_eagle": 2.0}])
+def test_a_theory_whose_params_are_not_a_fit_is_refused_before_any_work(params, runs, tmp_path, capsys,
+                                                                         monkeypatch):
+    """A simulate_al.json (the stored one) whose predictive fits' params are a list, or lack a parameter: one line
+    naming the file and the fit, exit code 2, before any table."""
+    monkeypatch.setattr(ab, "bin_table", lambda *a, **k: pytest.fail("made a table"))
+    doc = json.loads((ab.REPO / "experiments" / "results" / "simulation" / "simulate_al.json").read_text())
+    for fit in doc["fits"]["ngram"].values():
+        fit["params"] = params
+    theory = tmp_path / "sim.json"
+    theory.write_text(json.dumps(doc))
+    out = tmp_path / "al.json"
+    with pytest.raises(SystemExit) as exit_:
+        ab.main([*runs, "--no-sim", "--theory", str(theory), "--out", str(out)])
+    err = _refused(capsys, exit_)
+    assert f"--theory {theory}" in err and "fits['ngram']" in err
+    assert not out.exists()

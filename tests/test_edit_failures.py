@@ -152,3 +152,25 @@ def test_cli_bad_input_is_one_line_and_exit_2(sweep, tmp_path, case):
                            "--out", str(tmp_path / "f.json")], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "error" in proc.stderr
     assert not (tmp_path / "f.json").exists()
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no such model", "code-edits__none.jsonl: the rows' model /tmp/x/nomodel: no tokenizer found"),
+    ("empty rows", "code-edits__none.jsonl: holds no rows")])
+def test_rows_naming_no_model_or_none_are_one_line_naming_the_file(sweep, tmp_path, capsys, case, words):
+    """Rows whose model cannot be found, and an empty file of plain rows: one line naming the file (and the model),
+    exit code 2, nothing written."""
+    data, folder = sweep
+    rows = folder / "code-edits__none.jsonl"
+    if case == "no such model":
+        lines = [json.loads(line) for line in rows.read_text().splitlines()]
+        for r in lines:
+            r["config"]["model"] = "/tmp/x/nomodel"
+        rows.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    else:
+        rows.write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        ef.main([str(folder), "--data-dir", str(data), "--out", str(tmp_path / "f.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert "error: " in err[0] and words in err[0] and not (tmp_path / "f.json").exists()

@@ -268,3 +268,53 @@ def test_compare_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, named)
         ep.parse_args([*make(tmp_path, a), "--out", str(tmp_path / "o.json")])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and named in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_every_model_is_checked_before_the_first_is_loaded(tmp_path, capsys, monkeypatch):
+    """``--model M1 M2`` where M2 has config and weights but no tokenizer: one line naming M2, exit 2, no model
+    loaded."""
+    import shutil
+
+    bare = tmp_path / "no-tokenizer"
+    bare.mkdir()
+    for f in MODEL_DIR.iterdir():
+        if f.name == "config.json" or f.name.startswith("model"):
+            shutil.copy(f, bare / f.name)
+    monkeypatch.setattr(ep, "rows_of", lambda which, n, cfg: pytest.fail("read the prompts"))
+    monkeypatch.setattr(ep, "teacher_forced", lambda *a: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as e:
+        ep.main(["--model", str(MODEL_DIR), str(bare), "--out", str(tmp_path / "places.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and f"--model {bare}: no tokenizer" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("broken, named", [
+    ("no samples", "model 'x' has no samples"),
+    ("no leaves", "model 'x' has no samples"),
+    ("truncated gz", "not an edit_places record (EOFError"),
+])
+def test_a_broken_record_to_compare_is_one_line_naming_it(tmp_path, capsys, broken, named):
+    """A model without samples, samples without their places, and a truncated .gz record: one line naming the
+    file, exit 2, no traceback."""
+    import gzip
+
+    import numpy as np
+
+    a = _record(tmp_path / "a.json", "eval", [("installed", _samples(np.random.default_rng(2), 5))])
+    b = tmp_path / "b.json"
+    if broken == "truncated gz":
+        data = gzip.compress(_record(b, "eval", [("x", _samples(np.random.default_rng(2), 5))]).read_bytes())
+        b = tmp_path / "b.json.gz"
+        b.write_bytes(data[: len(data) // 2])
+    else:
+        doc = json.loads(_record(b, "eval", [("x", _samples(np.random.default_rng(2), 5))]).read_text())
+        for s in doc["models"][0]["samples"]:
+            s.pop("leaves")
+        if broken == "no samples":
+            doc["models"][0].pop("samples")
+        b.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit) as e:
+        ep.parse_args(["--compare", f"{a}:installed", f"{b}:x", "--out", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and f"{b}" in err and named in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -49,3 +49,48 @@ def test_a_run_killed_while_training_keeps_the_old_heads_and_record(tmp_path, mo
     record = json.loads((out / RECORD).read_text())
     assert {k: v["steps"] for k, v in record["heads"].items()} == {"eagle1": 2, "eagle3": 2}
     assert not list(out.rglob("*.tmp"))
+
+
+def _refused(capsys, exit_) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
+    return err[0]
+
+
+def test_a_target_without_a_tokenizer_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    """A --target folder with config, weights and eval_split.json but no tokenizer: one line naming it, exit 2, the
+    target not loaded."""
+    target = tmp_path / "target"
+    target.mkdir()
+    for f in ZOO.iterdir():
+        if f.name in ("config.json", "eval_split.json") or f.name.startswith("model"):
+            shutil.copy(f, target / f.name)
+    monkeypatch.setattr(train_heads, "load_target", lambda *a: pytest.fail("loaded the target"))
+    with pytest.raises(SystemExit) as exit_:
+        train_heads.main(["--target", str(target), "--out", str(tmp_path / "out"), *ARGV])
+    assert f"--target {target}: no tokenizer" in _refused(capsys, exit_)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("broken, words", [("truncated", "cannot read the weights file"),
+                                           ("a list", "holds a list, not a state dict")])
+def test_init_heads_that_do_not_load_are_refused_before_loading(broken, words, tmp_path, capsys, monkeypatch):
+    """--init-heads whose eagle3 weights are truncated, or whose eagle1 weights are a pickled list: one line naming
+    the file, exit 2, before the target is loaded (they were first read after generation)."""
+    import torch
+
+    init = tmp_path / "init"
+    for name in ("eagle1", "eagle3"):
+        shutil.copytree(ZOO / name, init / name)
+    if broken == "truncated":
+        bad = init / "eagle3" / "model.safetensors"
+        bad.write_bytes(bad.read_bytes()[:1000])
+    else:
+        (init / "eagle1" / "model.safetensors").unlink()
+        bad = init / "eagle1" / "pytorch_model.bin"
+        torch.save([1, 2], bad)
+    monkeypatch.setattr(train_heads, "load_target", lambda *a: pytest.fail("loaded the target"))
+    with pytest.raises(SystemExit) as exit_:
+        train_heads.main(["--init-heads", str(init), "--out", str(tmp_path / "out"), *ARGV])
+    err = _refused(capsys, exit_)
+    assert "--init-heads" in err and str(bad) in err and words in err

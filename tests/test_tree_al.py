@@ -72,3 +72,45 @@ def test_recorded_run_gives_each_tree_step_its_path():
     assert [len(path) for _, path in steps] == [r.accepted for r in tree_steps]
     assert sum(r.accepted for r in tree_steps) > 0  # some paths are not empty
     assert res.tokens == generate(model, ids, max_new_tokens=20, eos_token_id=[]).tokens
+
+
+@pytest.fixture(scope="module")
+def non_zoo(tmp_path_factory):
+    """A tiny target folder with its EAGLE heads beside it (not a zoo model), and two MT-Bench questions."""
+    import json
+
+    from tiny_checkpoints import target_folder
+
+    root = tmp_path_factory.mktemp("tree_al")
+    target_folder(root, "llama")
+    (root / "data").mkdir()
+    (root / "data" / "mt_bench.jsonl").write_text("".join(json.dumps({"question_id": i, "turns": [q]}) + "\n" for i, q
+                                                          in enumerate(["Write a haiku.", "What is 2 + 2?"])))
+    return root
+
+
+def _tree_al(root, *extra):
+    return ["--model", str(root / "llama"), "--method", "eagle3", "--dataset-name", "mt-bench", "--data-dir",
+            str(root / "data"), "--num-prompts", "2", "--output-len", "6", "--tree-depth", "3", "--tree-top-k", "3",
+            "--tree-nodes", "8", "--device", "cpu", *extra]
+
+
+def test_a_non_zoo_model_runs_with_its_head_from_eagle_dir(non_zoo, tmp_path):
+    import json
+
+    out = tmp_path / "tree_al.json"
+    tree_al.main(_tree_al(non_zoo, "--eagle-dir", str(non_zoo / "llama-eagle3"), "--out", str(out)))
+    res = json.loads(out.read_text())
+    assert res["steps"] >= 2 and res["args"]["eagle_dir"] == str(non_zoo / "llama-eagle3")
+
+
+@pytest.mark.parametrize("head, want", [(None, "needs an eagle3 head: pass --eagle-dir"),
+                                        ("no-head", "--eagle-dir"), ("llama-eagle1", "holds an eagle1 head")])
+def test_a_missing_or_wrong_head_is_one_line_before_any_work(non_zoo, tmp_path, capsys, monkeypatch, head, want):
+    monkeypatch.setattr(tree_al, "record", lambda *a, **k: pytest.fail("ran the target"))
+    out = tmp_path / "tree_al.json"
+    with pytest.raises(SystemExit) as e:
+        tree_al.main(_tree_al(non_zoo, *(["--eagle-dir", str(non_zoo / head)] if head else []), "--out", str(out)))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
+    assert want in err[0] and (head is None or head in err[0]) and "unrecognized" not in err[0] and not out.exists()
