@@ -3,8 +3,9 @@
 Functions broadcast over numpy arrays and use numpy/scipy only. NaN in a broadcast argument (a missing
 measurement, e.g. in a DataFrame column) gives NaN in the outputs it reaches, not an error, unless a docstring
 says otherwise; a value outside an argument's range raises ValueError naming it. The model constants (scalar
-keyword arguments such as ``k`` or ``resync``) refuse NaN, as do :func:`al_from_rates`, :func:`tree_al` and
-:func:`resync_passes`, which take one draft's or output's measurements as sequences.
+keyword arguments such as ``k`` or ``resync``) must each be one finite real number (TypeError for a string, a
+bool or an array) and refuse NaN, as do :func:`al_from_rates`, :func:`tree_al` and :func:`resync_passes`, which
+take one draft's or output's measurements as sequences.
 
 - :func:`harmonic_al`: the PR's model, ``1 / (e/AL_eagle + (1-e)/AL_ngram)``.
 - :func:`chain_al`, :func:`al_from_rates`: AL of one chain draft from i.i.d. or per-position acceptance;
@@ -140,7 +141,7 @@ def tree_al(parents, accept, *, sequential: bool = False) -> float:
     Returns ``1 + sum_i prod_{j on the path to i} accept[j]``: the target's token plus the expected
     accepted path length; a chain with ``accept = alpha`` gives :func:`chain_al`.
     """
-    parents = [int(p) for p in parents]
+    parents = _whole_numbers(parents, "parents")
     a = np.asarray(accept, dtype=float)
     if a.shape != (len(parents),):
         raise ValueError(f"accept must have one probability per node, got shape {a.shape} for {len(parents)} nodes")
@@ -175,6 +176,7 @@ def normalized_al_from_precision(precision_al, draft_share):
     """
     p, s = np.asarray(precision_al, dtype=float), np.asarray(draft_share, dtype=float)
     _check_share(s)
+    _check_al(p, "precision_al")
     return 1.0 + s * (p - 1.0)
 
 
@@ -185,6 +187,7 @@ def precision_al_from_normalized(seq_al, draft_share):
     warning (``1`` where ``seq_al == 1``)."""
     q, s = np.asarray(seq_al, dtype=float), np.asarray(draft_share, dtype=float)
     _check_share(s)
+    _check_al(q, "seq_al")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(s > 0, 1.0 + (q - 1.0) / np.where(s > 0, s, 1.0), np.nan)
 
@@ -197,18 +200,19 @@ def normalized_al_exact(precision_al, *, num_steps, num_drafts, num_sequences=1,
     passes; ``prefill_tokens``: tokens the prefills emitted (default one per sequence); ``truncated``:
     steps that emitted only their accepted tokens (EOS or the end of the output among them).
     Tokens are ``prefill + steps + accepted - truncated`` with ``accepted = (precision_al - 1) drafts``
-    (zero when there were no drafts, whatever ``precision_al`` is).
+    (zero when there were no drafts, whatever ``precision_al`` >= 1 is). The counts must be finite and >= 0, with
+    at least one pass (``num_sequences + num_steps > 0``); NaN in any argument gives NaN.
     """
-    n, d, q = (np.asarray(x, dtype=float) for x in (num_steps, num_drafts, num_sequences))
-    pre = q if prefill_tokens is None else np.asarray(prefill_tokens, dtype=float)
+    n, d, q, pre = _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated)
+    _check_al(np.asarray(precision_al, dtype=float), "precision_al")
     accepted = np.where(d > 0, (np.asarray(precision_al, dtype=float) - 1.0) * d, 0.0 * d)  # NaN d: NaN
     return (pre + n + accepted - truncated) / (q + n)
 
 
 def precision_al_exact(seq_al, *, num_steps, num_drafts, num_sequences=1, prefill_tokens=None, truncated=0):
-    """Inverse of :func:`normalized_al_exact`: ``1 + accepted / drafts`` (NaN when ``num_drafts == 0``)."""
-    n, d, q = (np.asarray(x, dtype=float) for x in (num_steps, num_drafts, num_sequences))
-    pre = q if prefill_tokens is None else np.asarray(prefill_tokens, dtype=float)
+    """Inverse of :func:`normalized_al_exact`: ``1 + accepted / drafts`` (NaN when ``num_drafts == 0``); the counts
+    as there."""
+    n, d, q, pre = _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated)
     accepted = np.asarray(seq_al, dtype=float) * (q + n) - pre - n + truncated
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(d > 0, 1.0 + accepted / np.where(d > 0, d, 1.0), np.nan)
@@ -217,6 +221,26 @@ def precision_al_exact(seq_al, *, num_steps, num_drafts, num_sequences=1, prefil
 def _check_share(s: np.ndarray) -> None:
     if np.any((s < 0) | (s > 1)):
         raise ValueError("draft_share must lie in [0, 1]")
+
+
+def _check_al(x: np.ndarray, name: str) -> None:
+    """ValueError naming ``name`` where an AL (tokens per pass or per draft) is below 1; NaN passes."""
+    if np.any(x < 1):
+        raise ValueError(f"{name} must be >= 1 (tokens per pass), got {x[x < 1].ravel()[0]}")
+
+
+def _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated):
+    """``(num_steps, num_drafts, num_sequences, prefill tokens)`` as float arrays; ValueError naming a count that is
+    negative or infinite (NaN passes) and when there are no passes at all."""
+    named = {"num_steps": num_steps, "num_drafts": num_drafts, "num_sequences": num_sequences,
+             "prefill_tokens": num_sequences if prefill_tokens is None else prefill_tokens, "truncated": truncated}
+    arrays = {name: np.asarray(x, dtype=float) for name, x in named.items()}
+    for name, x in arrays.items():
+        if np.any((x < 0) | np.isinf(x)):
+            raise ValueError(f"{name} must be finite and >= 0 (a count), got {x[(x < 0) | np.isinf(x)].ravel()[0]}")
+    if np.any(arrays["num_sequences"] + arrays["num_steps"] == 0):
+        raise ValueError("num_sequences + num_steps must be > 0 (no target pass)")
+    return arrays["num_steps"], arrays["num_drafts"], arrays["num_sequences"], arrays["prefill_tokens"]
 
 
 # ----------------------------------------------------------------------------- the re-sync model
@@ -266,10 +290,11 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     length = np.asarray(length, dtype=float).ravel()
     if not np.all((length >= 0) & (length < np.inf)):
         raise ValueError("length must be finite and >= 0")
-    if len(runs) != length.size:
-        raise ValueError(f"runs has {len(runs)} outputs, length {length.size}")
-    counts = np.array([len(r) for r in runs], dtype=int)
-    flat = np.concatenate([np.asarray(r, dtype=float).ravel() for r in runs]) if counts.sum() else np.zeros(0)
+    per = _runs(runs)
+    if len(per) != length.size:
+        raise ValueError(f"runs has {len(per)} outputs, length {length.size}")
+    counts = np.array([r.size for r in per], dtype=int)
+    flat = np.concatenate(per) if counts.sum() else np.zeros(0)
     owner = np.repeat(np.arange(length.size), counts)
     copied = np.bincount(owner, weights=flat, minlength=length.size)
     if np.any(flat < 0) or np.any(flat != np.floor(flat)) or np.any(copied > length):
@@ -284,17 +309,65 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     return 1.0 + np.maximum(body - np.minimum(length, 1.0) / novel_rate, floor)
 
 
+def _runs(runs) -> list[np.ndarray]:
+    """Each output's copied runs as a 1-D float array; TypeError naming ``runs`` unless it is a sequence (one entry
+    per output) of sequences of numbers."""
+    try:
+        per = [np.asarray(r) for r in runs]
+    except (TypeError, ValueError):  # not iterable, or a ragged entry
+        per = None
+    if per is None or isinstance(runs, (str, bytes)) or any(r.ndim != 1 or r.dtype.kind not in "iuf" for r in per):
+        raise TypeError(f"runs must hold one sequence of run lengths per output, got {runs!r:.60}")
+    return [r.astype(float) for r in per]
+
+
+def _whole_numbers(xs, name: str) -> list[int]:
+    """``xs`` as a list of ints; TypeError naming ``name`` unless it is a 1-D sequence of numbers, ValueError unless
+    they are whole numbers."""
+    try:
+        a = np.asarray(xs)
+    except (TypeError, ValueError):  # a ragged sequence
+        a = np.asarray(None)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iuf"):
+        raise TypeError(f"{name} must be a 1-D sequence of integers, got {xs!r:.60}")
+    if not np.all(np.isfinite(a) & (a == np.round(a))):
+        raise ValueError(f"{name} must be integers, got {a[~(np.isfinite(a) & (a == np.round(a)))][0]}")
+    return [int(x) for x in a]
+
+
+def _real(x, name: str, what: str = "a real number") -> float:
+    """``x`` as a float; TypeError naming ``name`` unless it is one real number (not a bool, a string or an array)."""
+    try:
+        ok = np.ndim(x) == 0 and np.asarray(x).dtype.kind in "iuf"
+    except (TypeError, ValueError):  # a ragged sequence
+        ok = False
+    if not ok:
+        raise TypeError(f"{name} must be {what}, got {x!r:.60}")
+    return float(x)
+
+
+def _check_constant(x, name: str, lo: float, hi: float = np.inf, *, above: bool = False) -> None:
+    """TypeError naming ``name`` unless ``x`` (a model constant) is one real number, ValueError unless it is finite
+    and in ``[lo, hi]`` (``(lo, hi]`` with ``above``); NaN fails."""
+    v = _real(x, name)
+    if not (np.isfinite(v) and (v > lo if above else v >= lo) and v <= hi):
+        want = f"in [{lo:g}, {hi:g}]" if hi < np.inf else f"{'>' if above else '>='} {lo:g}"
+        raise ValueError(f"{name} must be finite and {want}, got {x}")
+
+
 def check_k(k, name: str = "k") -> None:
-    """``ValueError`` naming ``name`` unless ``k`` (a draft length) is an integer >= 1."""
-    if not (k >= 1 and int(k) == k):  # NaN fails too
+    """TypeError naming ``name`` unless ``k`` (a draft length) is one real number, ValueError unless it is an
+    integer >= 1 (NaN and infinity fail)."""
+    v = _real(k, name, "an integer >= 1")
+    if not (np.isfinite(v) and v >= 1 and int(v) == v):
         raise ValueError(f"{name} must be an integer >= 1, got {k}")
 
 
 def _check_resync(k, resync, novel_rate, copy_accept) -> None:
     check_k(k)
-    if not (resync >= 0 and novel_rate >= 1 and 0 <= copy_accept <= 1):  # NaN fails too
-        raise ValueError(f"need resync >= 0, novel_rate >= 1 and copy_accept in [0, 1], "
-                         f"got {resync}, {novel_rate} and {copy_accept}")
+    _check_constant(resync, "resync", 0.0)
+    _check_constant(novel_rate, "novel_rate", 1.0)
+    _check_constant(copy_accept, "copy_accept", 0.0, 1.0)
 
 
 def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, copy_accept=1.0, base_edits=0.0):
@@ -323,8 +396,8 @@ def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, cop
     if np.any((e < 0) | (e > 1)):
         raise ValueError("edit_norm must lie in [0, 1]")
     _check_resync(k, resync, novel_rate, copy_accept)
-    if not (segment_len > 0 and base_edits >= 0):  # NaN fails too
-        raise ValueError(f"need segment_len > 0 and base_edits >= 0, got {segment_len} and {base_edits}")
+    _check_constant(segment_len, "segment_len", 0.0, above=True)
+    _check_constant(base_edits, "base_edits", 0.0)
     body = 1e12 if length is None else np.asarray(length, dtype=float) - 1.0  # tokens after the prefill
     if np.any((body < 0) | np.isinf(body)):  # NaN passes: a missing length gives NaN
         raise ValueError("length must be finite and >= 1 (None: the long-output limit)")
@@ -354,6 +427,6 @@ def new_share(edit_norm, *, share_intercept, share_slope):
     e = np.asarray(edit_norm, dtype=float)
     if np.any((e < 0) | (e > 1)):
         raise ValueError("edit_norm must lie in [0, 1]")
-    if not (share_intercept >= 0 and share_slope >= 0):  # NaN fails too
-        raise ValueError(f"share_intercept and share_slope must be >= 0, got {share_intercept}, {share_slope}")
+    _check_constant(share_intercept, "share_intercept", 0.0)
+    _check_constant(share_slope, "share_slope", 0.0)
     return np.clip(share_intercept + share_slope * e, 0.0, 1.0)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from hybridsd.analytic import check_k, harmonic_al, new_share, resync_al, resync_passes
+from hybridsd.analytic import _real, _runs, check_k, harmonic_al, new_share, resync_al, resync_passes
 
 
 def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:
@@ -28,6 +28,11 @@ def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:
     e, ln, n = (np.asarray(x, dtype=float).ravel() for x in (edit_norm, length, n_edits))
     if not e.size == ln.size == n.size or e.size < 2:
         raise ValueError("edit_norm, length and n_edits need one value per output, at least two outputs")
+    if not np.all((e >= 0) & (e <= 1)):  # NaN fails too
+        raise ValueError("edit_norm must lie in [0, 1] (the new-token share)")
+    for name, x in (("length", ln), ("n_edits", n)):
+        if not np.all((x >= 0) & (x < np.inf)):
+            raise ValueError(f"{name} must be finite and >= 0")
     coef, _ = nnls(np.column_stack([np.ones_like(e), e * ln]), n)
     if coef[1] <= 0:
         raise ValueError("edit counts do not grow with e * length: no segment length to fit")
@@ -41,8 +46,9 @@ def fit_new_share(edit_norm, new_share) -> dict[str, float]:
     e, y = (np.asarray(x, dtype=float).ravel() for x in (edit_norm, new_share))
     if e.size != y.size or e.size < 2:
         raise ValueError("edit_norm and new_share need one value per output, at least two outputs")
-    if np.any((e < 0) | (e > 1)) or np.any((y < 0) | (y > 1)):
-        raise ValueError("edit_norm and new_share must lie in [0, 1]")
+    for name, x in (("edit_norm", e), ("new_share", y)):
+        if not np.all((x >= 0) & (x <= 1)):  # NaN fails too
+            raise ValueError(f"{name} must lie in [0, 1]")
     coef, _ = nnls(np.column_stack([np.ones_like(e), e]), y)
     return {"share_intercept": float(coef[0]), "share_slope": float(coef[1])}
 
@@ -71,15 +77,21 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
     w = np.broadcast_to(w.ravel(), (n,))
     if not np.all((w >= 0) & (w < np.inf)):
         raise ValueError("weights must be finite and >= 0")
-    if not 0 < ci < 1:
+    if not 0 < _real(ci, "ci") < 1:
         raise ValueError(f"ci must lie in (0, 1), got {ci}")
-    if n_boot < 0:
-        raise ValueError(f"n_boot must be >= 0, got {n_boot}")
+    nb = _real(n_boot, "n_boot", "an integer >= 0")
+    if not (np.isfinite(nb) and nb >= 0 and nb == int(nb)):
+        raise ValueError(f"n_boot must be an integer >= 0, got {n_boot}")
+    try:
+        rng = np.random.default_rng(seed)
+    except (TypeError, ValueError) as err:  # e.g. a string or a negative number
+        raise type(err)(f"seed must be what numpy.random.default_rng takes (an integer >= 0), got {seed!r:.60}: "
+                        f"{err}") from None
     unknown = set(fixed) - set(names)
     if unknown:
         raise ValueError(f"unknown parameters {sorted(unknown)}; expected some of {list(names)}")
     for p, v in fixed.items():
-        if p in bounds and not bounds[p][0] <= v <= bounds[p][1]:
+        if p in bounds and not bounds[p][0] <= _real(v, p) <= bounds[p][1]:
             raise ValueError(f"{p}={v} lies outside its range [{bounds[p][0]}, {bounds[p][1]}]")
     free = tuple(p for p in names if p not in fixed)
     if len(free) > n:
@@ -108,8 +120,7 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
             raise ValueError(f"boot must have shape [n_boot, {n}], got {reps.shape}")
         draws = [solve(every, rep, [x]) for rep in reps if np.all(np.isfinite(rep))]
     elif free and n_boot > 0:
-        rng = np.random.default_rng(seed)
-        draws = [solve(idx, al, [x]) for idx in (rng.integers(0, n, n) for _ in range(n_boot))]
+        draws = [solve(idx, al, [x]) for idx in (rng.integers(0, n, n) for _ in range(int(n_boot)))]
     if draws:
         q = [(1 - ci) / 2 * 100, (1 + ci) / 2 * 100]
         arr = np.array(draws)
@@ -135,6 +146,7 @@ class ModelFit:
     def __post_init__(self) -> None:
         if self.model not in _MODELS:
             raise ValueError(f"unknown model {self.model!r}; expected one of {sorted(_MODELS)}")
+        _check_fit(self, _MODELS[self.model][1])
 
     def predict(self, edit_norm, length=None):
         """Predicted sequence-normalized AL at ``edit_norm`` (with output ``length``, used by "resync")."""
@@ -159,18 +171,54 @@ class RunsFit:
     n_boot: int = 0
     model: str = "resync_runs"
 
+    def __post_init__(self) -> None:
+        _check_fit(self, _RUNS_PARAMS)
+
     def predict(self, runs, length, groups=None) -> np.ndarray:
         """Predicted AL per output, or with ``groups`` (a group index per output, -1 to skip) the corpus AL
         (total tokens / total passes) of each group ``0..max(groups)`` (NaN for an empty group)."""
         length = np.asarray(length, dtype=float)
+        groups = None if groups is None else _groups(groups, length.size)
         passes = resync_passes(runs, length, k=int(self.settings["k"]), **self.params)
         if groups is None:
             return length / passes
-        return _group_al(length, passes, np.asarray(groups), int(np.max(groups)) + 1)
+        return _group_al(length, passes, groups, int(groups.max(initial=-1)) + 1)
 
     def as_dict(self) -> dict:
         """Plain-dict view for results files."""
         return _as_dict(self)
+
+
+def _check_fit(fit, names: tuple[str, ...]) -> None:
+    """ValueError or TypeError unless ``fit.params`` holds exactly the model's parameters ``names``, each a real
+    number, and a model that needs it has ``settings["k"]`` (the n-gram draft length)."""
+    if not isinstance(fit.params, Mapping) or not isinstance(fit.settings, Mapping):
+        raise TypeError(f"params and settings must be mappings, got {type(fit.params).__name__} and "
+                        f"{type(fit.settings).__name__}")
+    if set(fit.params) != set(names):
+        raise ValueError(f"params of a {fit.model!r} fit must be {list(names)}, got {sorted(fit.params)}")
+    for name in names:
+        _real(fit.params[name], f"params[{name!r}]")
+    if fit.model != "harmonic":
+        if "k" not in fit.settings:
+            raise ValueError(f"settings of a {fit.model!r} fit need k (the n-gram draft length)")
+        check_k(fit.settings["k"], "settings['k']")
+    if len({"share_intercept", "share_slope"} & set(fit.settings)) == 1:
+        raise ValueError("settings must hold both share_intercept and share_slope, or neither")
+
+
+def _groups(groups, n: int) -> np.ndarray:
+    """``groups`` (a group index per output, -1: unused) as integers; TypeError or ValueError naming it unless it
+    holds ``n`` whole numbers >= -1."""
+    g = np.asarray(groups)
+    if g.size and g.dtype.kind not in "iuf":
+        raise TypeError(f"groups must be integers (a group index per output, -1: unused), got dtype {g.dtype}")
+    g = g.ravel()
+    if g.size != n:
+        raise ValueError(f"groups has {g.size} entries for {n} outputs")
+    if not np.all(np.isfinite(g) & (g >= -1) & (g == np.round(g))):
+        raise ValueError("groups must be whole numbers >= -1 (a group index per output, -1: unused)")
+    return g.astype(int)
 
 
 def _as_dict(fit) -> dict:
@@ -207,6 +255,7 @@ _MODELS: dict[str, tuple[Callable, tuple[str, ...], dict, dict]] = {
     "resync": (_resync, ("segment_len", "resync", "novel_rate", "copy_accept", "base_edits"), _RESYNC_BOUNDS,
                _RESYNC_START),
 }
+_RUNS_PARAMS = ("resync", "novel_rate", "copy_accept")  # those of resync_passes, fitted by fit_resync_runs
 
 
 def _points(edit_norm, al, length):
@@ -215,7 +264,10 @@ def _points(edit_norm, al, length):
         raise ValueError(f"edit_norm and al must be non-empty and of one shape, got {e.shape} and {y.shape}")
     if not np.all((e >= 0) & (e <= 1)):  # NaN fails too
         raise ValueError("edit_norm must lie in [0, 1]")
-    ln = None if length is None else np.broadcast_to(np.asarray(length, dtype=float), e.shape)
+    ln = None if length is None else np.asarray(length, dtype=float)
+    if ln is not None and ln.size not in (1, e.size):
+        raise ValueError(f"length must be one number or one per point ({e.size}), got shape {ln.shape}")
+    ln = None if ln is None else np.broadcast_to(ln.ravel(), e.shape)
     if ln is not None and not np.all((ln >= 1) & (ln < np.inf)):
         raise ValueError("length must be finite and >= 1")
     return e, y, ln
@@ -289,10 +341,11 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     """
     check_k(k)
     y = np.asarray(al, dtype=float).ravel()
-    groups = np.asarray(groups).ravel()
     length = np.asarray(length, dtype=float).ravel()
-    if groups.size != length.size or len(runs) != length.size:
-        raise ValueError("runs, length and groups need one entry per output")
+    runs = _runs(runs)
+    if len(runs) != length.size:
+        raise ValueError(f"runs and length need one entry per output, got {len(runs)} and {length.size}")
+    groups = _groups(groups, length.size)
     if groups.max(initial=-1) >= y.size:
         raise ValueError(f"groups index past al ({y.size} groups)")
     empty = np.setdiff1d(np.arange(y.size), groups)
@@ -307,7 +360,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
         passes = resync_passes(runs, length, k=int(k), **params)
         return _group_al(length, passes, groups, y.size)[idx]
 
-    given = {"resync": resync, "novel_rate": novel_rate, "copy_accept": copy_accept}
+    given = dict(zip(_RUNS_PARAMS, (resync, novel_rate, copy_accept)))
     fixed = {n: v for n, v in given.items() if v is not None}
     params, intervals, free, rmse, used = _fit_params(
         tuple(given), _RESYNC_BOUNDS, _RESYNC_START, fixed, predict, y, weights, boot, n_boot, ci,

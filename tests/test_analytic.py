@@ -1,5 +1,7 @@
 """Closed forms, AL conversions and the re-sync model (their fits: test_fit.py)."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,6 +10,7 @@ from hypothesis import strategies as st
 from hybridsd.analytic import (
     al_from_rates,
     chain_al,
+    check_k,
     harmonic_al,
     harmonic_calibrate_ngram,
     new_share,
@@ -17,6 +20,7 @@ from hybridsd.analytic import (
     precision_al_from_normalized,
     resync_al,
     resync_passes,
+    tree_al,
 )
 
 HYP = settings(max_examples=60, deadline=None)
@@ -104,8 +108,8 @@ def test_precision_normalized_edges():
         normalized_al_from_precision(2.0, 1.5)
     # a subnormal share: the quotient overflows to its rounded value, without a RuntimeWarning
     tiny = np.nextafter(0.0, 1.0)
-    out = precision_al_from_normalized([2.0, 0.5, 1.0, np.nan], tiny)
-    np.testing.assert_array_equal(out, [np.inf, -np.inf, 1.0, np.nan])
+    out = precision_al_from_normalized([2.0, 1.0, np.nan], tiny)
+    np.testing.assert_array_equal(out, [np.inf, 1.0, np.nan])
     assert precision_al_exact(2.0, num_steps=1, num_drafts=tiny) == np.inf
 
 
@@ -231,18 +235,19 @@ def test_nan_and_infinite_inputs_are_named():
         al_from_rates([0.5, np.nan])
     base = {"k": 5, "segment_len": 30.0, "resync": 2.0, "novel_rate": 1.0}
     for bad in ({"resync": np.nan}, {"novel_rate": np.nan}, {"copy_accept": np.nan}):
-        with pytest.raises(ValueError, match="need resync"):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be finite"):
             resync_al(0.2, 500, **{**base, **bad})
-        with pytest.raises(ValueError, match="need resync"):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be finite"):
             resync_passes([[10]], [20], **{**{k: v for k, v in base.items() if k != "segment_len"}, **bad})
     for bad in ({"segment_len": np.nan}, {"base_edits": np.nan}):
-        with pytest.raises(ValueError, match="segment_len"):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be finite"):
             resync_al(0.2, 500, **{**base, **bad})
     for length in (np.inf, 0):
         with pytest.raises(ValueError, match="length must be finite"):
             resync_al(0.2, length, **base)
-    for bad in ({"share_intercept": np.nan, "share_slope": 1.0}, {"share_intercept": 0.0, "share_slope": np.nan}):
-        with pytest.raises(ValueError, match="share_intercept and share_slope"):
+    for bad, name in (({"share_intercept": np.nan, "share_slope": 1.0}, "share_intercept"),
+                      ({"share_intercept": 0.0, "share_slope": np.nan}, "share_slope")):
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
             new_share(0.3, **bad)
     for length in (np.nan, np.inf, -1):
         with pytest.raises(ValueError, match="length must be finite"):
@@ -296,3 +301,140 @@ def test_closed_forms_load_without_torch():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- review: bad input gets one error naming the argument, before any work -------------------------------
+
+K_USERS = {  # a function of k alone, the other arguments valid
+    "check_k": check_k,
+    "harmonic_calibrate_ngram": lambda k: harmonic_calibrate_ngram(4.0, 0.2, 1.0, k=k),
+    "resync_al": lambda k: resync_al(0.2, 500, k=k, segment_len=30, resync=2, novel_rate=1),
+    "resync_passes": lambda k: resync_passes([[10]], [20], k=k, resync=2, novel_rate=1),
+}
+NOT_NUMBERS = ["5", b"5", [3, 5], np.array([3, 5]), True, None, {"k": 5}, 2 + 0j]
+
+
+@pytest.mark.parametrize("user", K_USERS)
+@pytest.mark.parametrize("k", [np.inf, -np.inf, np.nan, 0, -1, 2.5, 1e-300])
+def test_k_out_of_range_is_a_value_error_naming_it(user, k):
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        K_USERS[user](k)
+
+
+@pytest.mark.parametrize("user,k", [(u, k) for u in K_USERS for k in NOT_NUMBERS
+                                    if not (k is None and u == "harmonic_calibrate_ngram")],  # None: no cap
+                         ids=lambda x: x if isinstance(x, str) else repr(x))
+def test_k_not_one_number_is_a_type_error_naming_it(user, k):
+    with pytest.raises(TypeError, match="k must be an integer >= 1"):
+        K_USERS[user](k)
+
+
+@HYP
+@given(k=st.one_of(st.floats(), st.integers(-10**6, 10**6)))
+def test_check_k_accepts_exactly_the_whole_numbers_from_one(k):
+    if math.isfinite(k) and k >= 1 and k == int(k):
+        check_k(k)
+        check_k(np.float64(k), "k_ngram")
+    else:
+        with pytest.raises(ValueError, match="k_ngram must be an integer >= 1"):
+            check_k(k, "k_ngram")
+
+
+def test_k_of_any_numeric_type_gives_the_same_result():
+    want = resync_passes([[10, 3]], [20], k=5, resync=2, novel_rate=1.5)
+    for k in (5.0, np.int64(5), np.float32(5), np.array(5)):
+        np.testing.assert_array_equal(resync_passes([[10, 3]], [20], k=k, resync=2, novel_rate=1.5), want)
+
+
+RESYNC_AL_KW = {"k": 4, "segment_len": 30.0, "resync": 2.0, "novel_rate": 1.5, "copy_accept": 0.9, "base_edits": 1.0}
+def _resync_passes(**kw):
+    keep = {n: v for n, v in {**RESYNC_AL_KW, **kw}.items() if n not in ("segment_len", "base_edits")}
+    return resync_passes([[10]], [20], **keep)
+
+
+CONSTANT_USERS = [
+    *[(name, lambda **kw: resync_al(0.2, 500, **{**RESYNC_AL_KW, **kw}))
+      for name in ("resync", "novel_rate", "copy_accept", "segment_len", "base_edits")],
+    *[(name, _resync_passes) for name in ("resync", "novel_rate", "copy_accept")],
+    *[(name, lambda **kw: new_share(0.3, **{"share_intercept": 0.01, "share_slope": 1.5, **kw}))
+      for name in ("share_intercept", "share_slope")],
+]
+
+
+@pytest.mark.parametrize("name,user", CONSTANT_USERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONSTANT_USERS)])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, -1.0])
+def test_a_model_constant_out_of_range_is_a_value_error_naming_it(name, user, bad):
+    """Infinite constants used to give NaN (resync, base_edits) or a silently wrong AL (segment_len, novel_rate)."""
+    with pytest.raises(ValueError, match=f"{name} must be finite"):
+        user(**{name: bad})
+
+
+@pytest.mark.parametrize("name,user", CONSTANT_USERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONSTANT_USERS)])
+@pytest.mark.parametrize("bad", NOT_NUMBERS, ids=repr)
+def test_a_model_constant_not_one_number_is_a_type_error_naming_it(name, user, bad):
+    with pytest.raises(TypeError, match=f"{name} must be a real number"):
+        user(**{name: bad})
+
+
+COUNTS = ("num_steps", "num_drafts", "num_sequences", "prefill_tokens", "truncated")
+EXACT = {"normalized_al_exact": normalized_al_exact, "precision_al_exact": precision_al_exact}
+
+
+@pytest.mark.parametrize("f", EXACT)
+@pytest.mark.parametrize("name", COUNTS)
+@pytest.mark.parametrize("bad", [-5, -0.5, np.inf, -np.inf, [3.0, -1.0]], ids=repr)
+def test_a_negative_or_infinite_count_is_named(f, name, bad):
+    """num_steps=-5 used to give an AL of 0.25 (and a precision AL of -0.33)."""
+    counts = {"num_steps": 10, "num_drafts": 3, "num_sequences": 1, "prefill_tokens": 1, "truncated": 0}
+    with pytest.raises(ValueError, match=f"{name} must be finite and >= 0"):
+        EXACT[f](2.0, **{**counts, name: bad})
+
+
+@pytest.mark.parametrize("f", EXACT)
+def test_no_target_pass_is_refused(f):
+    with pytest.raises(ValueError, match=r"num_sequences \+ num_steps must be > 0"):
+        EXACT[f](2.0, num_steps=[5, 0], num_drafts=0, num_sequences=0)
+
+
+@HYP
+@given(p=st.floats(max_value=1.0, exclude_max=True, allow_nan=False), s=unit, n=counts, d=counts)
+def test_a_precision_al_below_one_is_refused(p, s, n, d):
+    """Precision AL is 1 + accepted / drafts >= 1 (and so is the normalized AL it converts to)."""
+    with pytest.raises(ValueError, match="precision_al must be >= 1"):
+        normalized_al_from_precision(p, s)
+    with pytest.raises(ValueError, match="precision_al must be >= 1"):
+        normalized_al_exact([2.0, p], num_steps=n, num_drafts=d)
+    with pytest.raises(ValueError, match="seq_al must be >= 1"):
+        precision_al_from_normalized(p, s)
+
+
+@pytest.mark.parametrize("parents,err", [([-1, 0.5], ValueError), ([-1, np.nan], ValueError),
+                                         (["a"], TypeError), (None, TypeError), ([[-1], [0]], TypeError),
+                                         ([-1, [0]], TypeError), ([True, False], TypeError)], ids=repr)
+def test_tree_parents_must_be_whole_numbers(parents, err):
+    """A parent 0.5 used to be truncated to 0 without a word."""
+    with pytest.raises(err, match="parents must be"):
+        tree_al(parents, [0.5] * (1 if parents is None else len(parents)))
+
+
+def test_tree_parents_of_any_numeric_type_give_the_same_result():
+    want = tree_al((-1, -1, 0, 0, 2), [0.3, 0.5, 0.2, 0.4, 0.9])
+    for parents in ([-1.0, -1.0, 0.0, 0.0, 2.0], np.array([-1, -1, 0, 0, 2], dtype=np.int32)):
+        assert tree_al(parents, [0.3, 0.5, 0.2, 0.4, 0.9]) == want
+
+
+@pytest.mark.parametrize("runs", [np.array([3]), [3], [[3], 4], ["ab"], None, [[[3]]], [[3, [4]]], [[True]]],
+                         ids=repr)
+def test_runs_must_be_one_sequence_per_output(runs):
+    """A 1-D array of runs used to fail with 'no len()'."""
+    with pytest.raises(TypeError, match="runs must hold one sequence of run lengths per output"):
+        resync_passes(runs, [20], k=5, resync=2, novel_rate=1)
+
+
+def test_runs_as_arrays_give_the_same_result():
+    want = resync_passes([[10, 0, 5], [], [100]], [20, 5, 100], k=5, resync=2, novel_rate=1)
+    got = resync_passes([np.array([10.0, 0.0, 5.0]), np.array([], dtype=int), (100,)], np.array([20, 5, 100]), k=5,
+                        resync=2, novel_rate=1)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(resync_passes(np.array([[10, 5]]), [20], k=5, resync=2, novel_rate=1),
+                                  resync_passes([[10, 5]], [20], k=5, resync=2, novel_rate=1))

@@ -1,11 +1,15 @@
 """Fitting the analytic AL models: parameters recovered from synthetic measurements, bootstrap intervals, bounds
 and errors, and the error summary."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hybridsd.fit as fit_module
 from hybridsd.analytic import harmonic_al, new_share, resync_al, resync_passes
 from hybridsd.fit import (ModelFit, RunsFit, fit_edit_structure, fit_harmonic, fit_new_share, fit_resync,
                           fit_resync_runs, model_error)
@@ -199,3 +203,176 @@ def test_fit_resync_runs_names_a_group_without_outputs():
         fit_resync_runs(runs, length, [0, 0, 2, 2], al, k=5, n_boot=0)
     fit = fit_resync_runs(runs, length, [0, 0, 1, 1], al[[0, 2]], k=5, novel_rate=1.5, n_boot=0)
     assert fit.params["resync"] == pytest.approx(3.0, abs=0.5)
+
+
+# ---- review: bad input gets one error naming the argument, before any fit --------------------------------
+
+E8 = np.linspace(0.02, 0.5, 8)
+RUNS = [[50, 20], [30], [10, 10, 10], [80]]
+LENGTH = np.array([100, 60, 50, 90])
+
+
+def _runs_al(groups=(0, 0, 1, 1)):
+    passes = resync_passes(RUNS, LENGTH, k=5, resync=3, novel_rate=1.5)
+    g = np.asarray(groups)
+    return np.array([LENGTH[g == i].sum() / passes[g == i].sum() for i in range(g.max() + 1)])
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    """Fails a test whose call reaches the least-squares fit: bad input must be refused before it."""
+    monkeypatch.setattr(fit_module, "least_squares", lambda *a, **k: pytest.fail("fitted before refusing"))
+
+
+FITS = {  # fit: a function of keyword arguments overriding valid ones
+    "fit_harmonic": lambda **kw: fit_harmonic(E8, harmonic_al(E8, 2.0, 5.0), **{"n_boot": 0, **kw}),
+    "fit_resync": lambda **kw: fit_resync(E8, harmonic_al(E8, 2.0, 5.0), 500.0,
+                                          **{"k": 5, "segment_len": 30.0, "n_boot": 0, **kw}),
+    "fit_resync_runs": lambda **kw: fit_resync_runs(RUNS, LENGTH, [0, 0, 1, 1], _runs_al(),
+                                                    **{"k": 5, "n_boot": 0, **kw}),
+}
+K_NAME = {"fit_harmonic": "k_ngram", "fit_resync": "k", "fit_resync_runs": "k"}
+
+
+@pytest.mark.parametrize("f", FITS)
+@pytest.mark.parametrize("k,err", [(np.inf, ValueError), (np.nan, ValueError), (0, ValueError), (2.5, ValueError),
+                                   ("5", TypeError), ([3, 5], TypeError), (True, TypeError)], ids=repr)
+def test_fits_name_a_bad_draft_length(f, k, err, no_fit):
+    """k = inf used to raise OverflowError; a string or an array a raw comparison error."""
+    with pytest.raises(err, match=f"{K_NAME[f]} must be an integer >= 1"):
+        FITS[f](**{K_NAME[f]: k})
+
+
+@pytest.mark.parametrize("f", FITS)
+@pytest.mark.parametrize("kw,err,msg", [
+    ({"n_boot": 2.5}, ValueError, "n_boot must be an integer >= 0"),
+    ({"n_boot": np.inf}, ValueError, "n_boot must be an integer >= 0"),
+    ({"n_boot": "5"}, TypeError, "n_boot must be an integer >= 0"),
+    ({"ci": "0.9"}, TypeError, "ci must be a real number"),
+    ({"seed": "x"}, TypeError, "seed must be"),
+    ({"seed": -1}, ValueError, "seed must be"),
+], ids=repr)
+def test_fit_settings_are_checked_before_the_fit(f, kw, err, msg, no_fit):
+    """n_boot = 2.5 used to fail only after the main fit, at the bootstrap."""
+    with pytest.raises(err, match=msg):
+        FITS[f](**kw)
+
+
+@pytest.mark.parametrize("f,name", [("fit_harmonic", "al_eagle"), ("fit_resync", "resync"),
+                                    ("fit_resync_runs", "novel_rate")])
+def test_a_fixed_parameter_that_is_not_a_number_is_named(f, name, no_fit):
+    with pytest.raises(TypeError, match=f"{name} must be a real number"):
+        FITS[f](**{name: "2"})
+
+
+def test_float_n_boot_and_whole_float_groups_give_the_same_fit():
+    al = _runs_al()
+    want = fit_resync_runs(RUNS, LENGTH, [0, 0, 1, 1], al, k=5, n_boot=3)
+    got = fit_resync_runs(RUNS, LENGTH, np.array([0.0, 0.0, 1.0, 1.0]), al, k=5.0, n_boot=3.0)
+    assert (got.params, got.ci, got.rmse) == (want.params, want.ci, want.rmse)
+    np.testing.assert_array_equal(got.predict(RUNS, LENGTH, [0.0, 0.0, 1.0, 1.0]),
+                                  want.predict(RUNS, LENGTH, [0, 0, 1, 1]))
+
+
+@pytest.mark.parametrize("groups,err,msg", [
+    ([0, 0.5, 1, 1], ValueError, "groups must be whole numbers >= -1"),
+    ([0, -2, 1, 1], ValueError, "groups must be whole numbers >= -1"),
+    ([0, np.nan, 1, 1], ValueError, "groups must be whole numbers >= -1"),
+    ([0, 0, 1], ValueError, "groups has 3 entries for 4 outputs"),
+    (["a", "a", "b", "b"], TypeError, "groups must be integers"),
+], ids=repr)
+def test_bad_groups_are_named(groups, err, msg, no_fit):
+    """Float groups used to fail with a numpy cast error, groups of the wrong length in predict with IndexError, and a
+    group -2 was skipped like -1."""
+    with pytest.raises(err, match=msg):
+        fit_resync_runs(RUNS, LENGTH, groups, _runs_al(), k=5, n_boot=0)
+    runs_fit = RunsFit(params={"resync": 3.0, "novel_rate": 1.5, "copy_accept": 1.0}, ci={}, fitted=(),
+                       settings={"k": 5})
+    with pytest.raises(err, match=msg):
+        runs_fit.predict(RUNS, LENGTH, groups)
+
+
+@pytest.mark.parametrize("runs", [np.array([3, 4, 5, 6]), [1, 2, 3, 4], None], ids=repr)
+def test_malformed_runs_are_named(runs, no_fit):
+    with pytest.raises(TypeError, match="runs must hold one sequence of run lengths per output"):
+        fit_resync_runs(runs, LENGTH, [0, 0, 1, 1], _runs_al(), k=5, n_boot=0)
+
+
+def test_a_length_of_the_wrong_size_is_named(no_fit):
+    """It used to fail with numpy's broadcast error."""
+    with pytest.raises(ValueError, match=r"length must be one number or one per point \(8\), got shape \(3,\)"):
+        fit_resync(E8, harmonic_al(E8, 2.0, 5.0), [500.0] * 3, k=5, segment_len=30.0, n_boot=0)
+
+
+GOOD_STRUCTURE = {"edit_norm": [0.05, 0.1, 0.2, 0.3], "length": [100.0, 200.0, 150.0, 120.0],
+                  "n_edits": [2.0, 4.0, 6.0, 7.0]}
+
+
+@pytest.mark.parametrize("name", GOOD_STRUCTURE)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0], ids=repr)
+def test_fit_edit_structure_names_a_bad_value(name, bad):
+    """NaN and inf used to reach scipy ('array must not contain infs or NaNs'); negative lengths were fitted."""
+    args = {**GOOD_STRUCTURE, name: [bad, *GOOD_STRUCTURE[name][1:]]}
+    with pytest.raises(ValueError, match=f"{name} must"):
+        fit_edit_structure(**args)
+
+
+def test_fit_edit_structure_refuses_a_share_above_one():
+    with pytest.raises(ValueError, match="edit_norm must lie in"):
+        fit_edit_structure([0.5, 1.5, 2.0], [100.0, 200.0, 300.0], [2.0, 4.0, 6.0])
+
+
+@pytest.mark.parametrize("name", ["edit_norm", "new_share"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -0.1, 1.1], ids=repr)
+def test_fit_new_share_names_a_bad_value(name, bad):
+    args = {"edit_norm": [0.1, 0.2, 0.3], "new_share": [0.2, 0.3, 0.5]}
+    args[name] = [bad, *args[name][1:]]
+    with pytest.raises(ValueError, match=f"{name} must lie in"):
+        fit_new_share(**args)
+
+
+HARMONIC = {"al_eagle": 2.0, "al_ngram": 5.0}
+RESYNC = {"segment_len": 30.0, "resync": 3.0, "novel_rate": 1.5, "copy_accept": 1.0, "base_edits": 1.0}
+
+
+@pytest.mark.parametrize("model,params,settings_,err,msg", [
+    ("harmonic", {}, {}, ValueError, "params of a 'harmonic' fit must be"),
+    ("harmonic", {"al_eagle": 2.0}, {}, ValueError, "params of a 'harmonic' fit must be"),
+    ("harmonic", {**HARMONIC, "resync": 3.0}, {}, ValueError, "params of a 'harmonic' fit must be"),
+    ("harmonic", {**HARMONIC, "al_ngram": "5"}, {}, TypeError, r"params\['al_ngram'\] must be a real number"),
+    ("harmonic", [2.0, 5.0], {}, TypeError, "params and settings must be mappings"),
+    ("resync", HARMONIC, {"k": 5}, ValueError, "params of a 'resync' fit must be"),
+    ("resync", RESYNC, {}, ValueError, "settings of a 'resync' fit need k"),
+    ("resync", RESYNC, {"k": 5.5}, ValueError, r"settings\['k'\] must be an integer >= 1"),
+    ("resync", RESYNC, {"k": 5, "share_slope": 1.2}, ValueError, "both share_intercept and share_slope"),
+], ids=repr)
+def test_a_model_fit_that_cannot_predict_is_refused(model, params, settings_, err, msg):
+    """ModelFit("harmonic", params={}) used to be built, and its predict then raised KeyError."""
+    with pytest.raises(err, match=msg):
+        ModelFit(model=model, params=params, ci={}, fitted=(), settings=settings_)
+
+
+def test_a_runs_fit_that_cannot_predict_is_refused():
+    with pytest.raises(ValueError, match="params of a 'resync_runs' fit must be"):
+        RunsFit(params={"resync": 3.0}, ci={}, fitted=(), settings={"k": 5})
+    with pytest.raises(ValueError, match="settings of a 'resync_runs' fit need k"):
+        RunsFit(params={"resync": 3.0, "novel_rate": 1.5, "copy_accept": 1.0}, ci={}, fitted=())
+
+
+SIMULATION = Path(__file__).resolve().parents[1] / "experiments" / "results" / "simulation"
+SAVED = sorted(SIMULATION.glob("simulate_al*.json"))
+
+
+@pytest.mark.parametrize("path", SAVED, ids=lambda p: p.name)
+def test_recorded_fits_still_build_and_predict(path):
+    """Every fit in the recorded simulate_al results builds (as al_by_edit_norm.saved_fit does) and predicts."""
+    fits = json.loads(path.read_text())["fits"]
+    for named in fits.values():
+        for fit in named.values():
+            common = {"params": fit["params"], "fitted": tuple(fit["fitted"]), "settings": fit["settings"],
+                      "ci": {k: tuple(v) for k, v in fit["ci"].items()}}
+            if fit["model"] == "resync_runs":
+                pred = RunsFit(**common).predict(RUNS, LENGTH, [0, 0, 1, 1])
+            else:
+                pred = ModelFit(model=fit["model"], **common).predict(E8, np.full(E8.size, 300.0))
+            assert np.all(np.isfinite(pred) & (np.asarray(pred) >= 1))
