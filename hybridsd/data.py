@@ -104,18 +104,38 @@ def _need(row: dict, where: str, fields: Sequence[str], text: Sequence[str] = ()
 
 def _edit_norm_field(row: dict, name: str, where: str) -> float:
     """``row[name]`` as an edit norm in [0, 1] (float rounding past either end clamped); ``ValueError`` naming
-    ``where`` and the field when it is not a number in that range."""
-    try:
-        e = float(row[name])
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: {name!r} must be a number in [0, 1], got {row[name]!r}") from None
+    ``where`` and the field when it is not a number (an int or float: not text, not a bool) in that range."""
+    v = row[name]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{where}: {name!r} must be a number in [0, 1], got {v!r}")
+    e = float(v)
     if not -1e-9 <= e <= 1 + 1e-9:  # NaN fails too
         raise ValueError(f"{where}: {name!r} must be in [0, 1], got {e}")
     return min(max(e, 0.0), 1.0)
 
 
+def _row_id(row: dict, name: str, where: str) -> str:
+    """``row[name]`` (a string or a number) as an example id; ``ValueError`` naming ``where`` and the field when it
+    is empty or some other value (a list, an object, a bool)."""
+    v = row[name]
+    if isinstance(v, bool) or not isinstance(v, (str, numbers.Real)):
+        raise ValueError(f"{where}: {name!r} must be a string or a number, got {v!r}")
+    if v == "":
+        raise ValueError(f"{where}: {name!r} must not be empty")
+    return str(v)
+
+
+def _check_count(name: str, value, least: int) -> None:
+    """``TypeError`` unless ``value`` is an int (numpy's too, not a bool), ``ValueError`` unless it is >= ``least``;
+    each naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be >= {least}, got {value}")
+
+
 def _check_limit(limit: int | None) -> None:
-    if limit is not None and not (isinstance(limit, int) and limit >= 0):
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0):
         raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
 
 
@@ -175,8 +195,17 @@ def load_code_edits(path: str | Path | None = None, *, min_distance: float | Non
     (:func:`hybridsd.edit_requests.located_request`, at most ``max_places`` places; the zoo's format)."""
     if change_request not in CHANGE_REQUESTS:
         raise ValueError(f"change_request must be one of {CHANGE_REQUESTS}, got {change_request!r}")
+    _check_count("max_places", max_places, 1)
     if isinstance(ids, str):
         raise ValueError(f"ids must be a collection of ids, not one string, got {ids!r}")
+    if ids is not None:
+        if not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be None or a collection of id strings, got {ids!r}")
+        ids = tuple(ids)  # an iterator is read once
+        for i in ids:
+            if not isinstance(i, str):
+                raise TypeError(f"ids must hold id strings (Example.id), got {i!r} ({type(i).__name__})")
+        ids = frozenset(ids)
     _check_bounds(min_distance, max_distance)
     _check_limit(limit)
     from hybridsd.edit_requests import located_request
@@ -190,14 +219,14 @@ def load_code_edits(path: str | Path | None = None, *, min_distance: float | Non
             raise ValueError(f"{w}: {e} (change_request='located' needs an edit)") from None
 
     meta_keys = ("repo", "commit", "path", "license", "instruction")
-    rows = ((w, r, _edit_norm_field(r, "char_edit_norm", w))
+    rows = ((w, r, _row_id(r, "id", w), _edit_norm_field(r, "char_edit_norm", w))
             for w, r in _rows(path, "code_edits_dev.jsonl", ("id", "before", "after", "instruction", "char_edit_norm"),
                               text=("before", "after", "instruction")))
     examples = (
-        Example(id=str(r["id"]), source="code_edits", prompt=blazedit_prompt(r["before"], request(w, r)),
+        Example(id=rid, source="code_edits", prompt=blazedit_prompt(r["before"], request(w, r)),
                 reference=r["after"], edit_norm=e, input_text=r["before"], meta={k: r[k] for k in meta_keys if k in r})
-        for w, r, e in rows
-        if (ids is None or str(r["id"]) in ids) and _inside(e, min_distance, max_distance)
+        for w, r, rid, e in rows
+        if (ids is None or rid in ids) and _inside(e, min_distance, max_distance)
     )
     return _keep(examples, None, None, limit)
 
@@ -209,8 +238,9 @@ def load_editeval(path: str | Path | None = None, *, min_distance: float | None 
     _check_limit(limit)
     meta_keys = ("instruction", "context", "test", "author", "license")
     examples = (
-        Example(id=str(r["task_id"]), source="editeval", prompt=instructcoder_prompt(r["input"], r["instruction"]),
-                reference=r["output"], edit_norm=_edit_norm_field(r, "char_edit_norm", w), input_text=r["input"],
+        Example(id=_row_id(r, "task_id", w), source="editeval",
+                prompt=instructcoder_prompt(r["input"], r["instruction"]), reference=r["output"],
+                edit_norm=_edit_norm_field(r, "char_edit_norm", w), input_text=r["input"],
                 meta={k: r[k] for k in meta_keys if k in r})
         for w, r in _rows(path, "editeval.jsonl", ("task_id", "input", "instruction", "output", "char_edit_norm"),
                           text=("input", "instruction", "output"))
@@ -233,7 +263,7 @@ def mt_bench_example(row: dict, where: str, id: str) -> Example:
 def load_mt_bench(path: str | Path | None = None, *, limit: int | None = None) -> list[Example]:
     """``mt_bench.jsonl``, first turn only (see :func:`mt_bench_example`)."""
     _check_limit(limit)
-    examples = [mt_bench_example(r, w, str(r["question_id"]))
+    examples = [mt_bench_example(r, w, _row_id(r, "question_id", w))
                 for w, r in _rows(path, "mt_bench.jsonl", ("question_id", "turns"))]
     return examples if limit is None else examples[:limit]
 
@@ -273,12 +303,23 @@ def filter_by_edit_norm(examples: Iterable[Example], lo: float, hi: float, level
     return out
 
 
+def _floats(name: str, values) -> np.ndarray:
+    """``values`` as a float array; ``TypeError`` naming ``name`` when they are not numbers."""
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numbers, got {str(values)[:60]}") from None
+
+
 def bin_index(values: Sequence[float], bins: Sequence[float]) -> np.ndarray:
-    """Bin of each value for ascending ``bins`` edges: ``[b_i, b_{i+1})``, the last bin closed; -1 outside."""
-    edges = np.asarray(bins, dtype=float)
-    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
-        raise ValueError("bins must be at least two strictly increasing edges")
-    v = np.asarray(values, dtype=float)
+    """Bin of each value for ascending ``bins`` edges (finite): ``[b_i, b_{i+1})``, the last bin closed; -1
+    outside (and for NaN)."""
+    edges = _floats("bins", bins)
+    if edges.ndim != 1 or edges.size < 2 or not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"bins must be at least two finite, strictly increasing edges, got {str(bins)[:60]}")
+    v = _floats("values", values)
+    if v.ndim == 0:
+        raise TypeError(f"values must be a sequence of numbers, not one number, got {values!r}")
     idx = np.searchsorted(edges, v, side="right") - 1
     idx[v == edges[-1]] = edges.size - 2
     idx[(v < edges[0]) | (v > edges[-1]) | np.isnan(v)] = -1
@@ -288,9 +329,9 @@ def bin_index(values: Sequence[float], bins: Sequence[float]) -> np.ndarray:
 def resample_by_bins(examples: Sequence[Example], bins: Sequence[float], per_bin: int, seed: int = 0) -> list[Example]:
     """Up to ``per_bin`` examples drawn without replacement from each edit-norm bin (all of a bin that has
     fewer), for an even spread; returned by bin, in their original order within a bin. Examples outside
-    the bins are dropped."""
-    if per_bin < 1:
-        raise ValueError(f"per_bin must be >= 1, got {per_bin}")
+    the bins are dropped. ``per_bin``: an int >= 1; ``seed``: an int >= 0."""
+    _check_count("per_bin", per_bin, 1)
+    _check_count("seed", seed, 0)
     idx = bin_index([ex.edit_norm for ex in examples], bins)
     rng = np.random.default_rng(seed)
     out: list[Example] = []
@@ -577,6 +618,8 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
     ``limit``: the first that many examples (as vLLM, the stream is read no further)."""
     _check_bounds(min_distance, max_distance)
     _check_limit(limit)
+    if shuffle_seed is not None:
+        _check_count("shuffle_seed", shuffle_seed, 0)
     ds = load_hf_table(path, split)
     kind = hf_kind(path, ds.column_names)
     _check_utf8(ds, path)
@@ -590,7 +633,7 @@ def load_hf(path: str, *, min_distance: float | None = None, max_distance: float
         if limit is not None and len(out) >= limit:
             break
         where = f"{path} row {i}"
-        rid = next((str(row[k]) for k in ("id", "question_id") if row.get(k) is not None), str(i))
+        rid = next((_row_id(row, k, where) for k in ("id", "question_id") if row.get(k) is not None), str(i))
         if kind == "mt-bench":
             out.append(mt_bench_example(row, where, rid))
             continue

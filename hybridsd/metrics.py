@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ class StepRecord:
     the output (``accepted`` plus the target's own token, unless EOS among the accepted
     tokens ended the sequence first). ``source``: the drafter of the last accepted node,
     i.e. the branch the accepted path came from (``None`` when none was accepted).
-    ``tree_tokens``: draft nodes verified in the pass (the tree's size).
+    ``tree_tokens``: draft nodes verified in the pass (the tree's size). Counts are ints (not bools) >= 0;
+    ``proposed`` is a tuple of drafter names.
     """
 
     proposed: tuple[str, ...]
@@ -31,6 +33,14 @@ class StepRecord:
     tree_tokens: int = 0  # draft nodes fed to the target in this pass (all branches)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.proposed, tuple) or not all(isinstance(p, str) for p in self.proposed):
+            raise TypeError(f"proposed must be a tuple of drafter names, got {self.proposed!r}")
+        for name in ("drafted", "accepted", "emitted", "tree_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{name} must be an int, got {v!r}")
+            if v < 0:
+                raise ValueError(f"{name} must be >= 0, got {v}")
         if not 0 <= self.accepted <= self.drafted:
             raise ValueError(f"accepted={self.accepted} outside [0, drafted={self.drafted}]")
         if self.tree_tokens and self.drafted > self.tree_tokens:

@@ -11,8 +11,9 @@ ids, and ``bos_token`` / ``bos_token_id`` / ``chat_template`` attributes, as HF 
 
 from __future__ import annotations
 
+import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 BOS_MODES = ("single", "doubled")
 
@@ -34,6 +35,25 @@ def _messages(text_or_messages, system: str | None) -> list[dict]:
 def _ids(encoded) -> list[int]:
     """Token ids from an ``encode`` result (a list, or an object with ``.ids``)."""
     return [int(t) for t in getattr(encoded, "ids", encoded)]
+
+
+def _prompt_ids(ids) -> list[int]:
+    """The token ids of one prompt: a list of ints, a 1-D tensor or array, or one sequence of a batch (``[1, T]``, as
+    ``apply_chat_template(..., return_tensors="pt")`` gives), or an encoding holding them as ``input_ids``;
+    ``TypeError`` for anything else."""
+    if isinstance(ids, Mapping) and "input_ids" in ids:  # apply_chat_template's BatchEncoding (return_dict=True)
+        ids = ids["input_ids"]
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be the token ids of one prompt, got {type(ids).__name__}")
+    shape = getattr(ids, "shape", None)
+    seq = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    if isinstance(seq, list) and len(seq) == 1 and isinstance(seq[0], (list, tuple)):
+        seq = list(seq[0])  # [1, T]
+    if not isinstance(seq, list) or any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in seq):
+        what = f"shape {tuple(shape)}, dtype {getattr(ids, 'dtype', None)}" if shape is not None else str(ids)[:60]
+        raise TypeError(f"ids must be integer token ids of one prompt (a list, a 1-D tensor or a [1, T] tensor), "
+                        f"got {type(ids).__name__} {what}")
+    return [int(t) for t in seq]
 
 
 def build_prompt_ids(tokenizer, text_or_messages: str | Sequence[dict], *, chat: bool = True,
@@ -75,7 +95,8 @@ def _expects_bos(tokenizer) -> bool:
 
 
 def check_bos(ids: Sequence[int], tokenizer, on_error: str = "warn", expect_bos: bool | None = None) -> str | None:
-    """Find a doubled BOS (two at the start) or a missing one in prompt ``ids``.
+    """Find a doubled BOS (two at the start) or a missing one in prompt ``ids`` (a list of ints, a 1-D tensor, or
+    a ``[1, T]`` tensor or its encoding, as ``apply_chat_template(..., return_tensors="pt")`` returns).
 
     A BOS is expected when ``expect_bos`` says so, or (``None``) when the tokenizer's chat template
     writes it or its plain encoding adds it. Returns the problem (``None`` when there is none) after
@@ -84,10 +105,10 @@ def check_bos(ids: Sequence[int], tokenizer, on_error: str = "warn", expect_bos:
     """
     if on_error not in ("warn", "raise", "ignore"):
         raise ValueError(f"on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
+    ids = _prompt_ids(ids)
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
         return None
-    ids = [int(t) for t in ids]
     problem = None
     if ids[:2] == [bos, bos]:
         problem = (f"prompt starts with a doubled BOS ({bos} {bos}): the chat template already wrote it and "

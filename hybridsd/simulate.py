@@ -12,6 +12,7 @@ are the reference's, and the target's output does not depend on how it was draft
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -56,9 +57,15 @@ class SimConfig:
         if not 1 <= self.min_n <= self.max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={self.min_n}, max_n={self.max_n}")
         for name in ("eagle_rates", "eagle_rates_novel"):
-            if getattr(self, name) is None:
+            given = getattr(self, name)
+            if given is None:
                 continue
-            rates = tuple(float(r) for r in getattr(self, name))
+            if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+                raise TypeError(f"{name} must be a sequence of rates (numbers), got {given!r}")
+            given = tuple(given)
+            if any(isinstance(r, (bool, np.bool_)) or not isinstance(r, numbers.Real) for r in given):
+                raise TypeError(f"{name} must be a sequence of rates (numbers), got {given!r}")
+            rates = tuple(float(r) for r in given)
             object.__setattr__(self, name, rates)
             if self.uses_eagle:
                 if len(rates) < self.k_eagle:
@@ -105,12 +112,21 @@ def _ids(name: str, ids) -> np.ndarray:
     return a.astype(np.int64)
 
 
+def _check_config(config) -> None:
+    """``TypeError`` unless ``config`` is a :class:`SimConfig`."""
+    if not isinstance(config, SimConfig):
+        raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
+
+
 def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int] | np.ndarray,
              config: SimConfig, rng: np.random.Generator | None = None) -> SpecStats:
     """Counters of one simulated generation of ``reference_ids`` after ``prompt_ids``.
 
-    ``rng`` draws EAGLE's acceptances (default ``np.random.default_rng(config.seed)``).
+    ``rng`` (a ``np.random.Generator``) draws EAGLE's acceptances (default ``np.random.default_rng(config.seed)``).
     """
+    _check_config(config)
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be None or a numpy Generator (np.random.default_rng(seed)), got {rng!r}")
     prompt, ref = _ids("prompt_ids", prompt_ids), _ids("reference_ids", reference_ids)
     rng = np.random.default_rng(config.seed) if rng is None else rng
     full = np.concatenate([prompt, ref])
@@ -170,8 +186,9 @@ def simulate(prompt_ids: Sequence[int] | np.ndarray, reference_ids: Sequence[int
 def iter_simulate(pairs: Iterable[tuple[Sequence[int], Sequence[int]]], config: SimConfig) -> Iterator[SpecStats]:
     """:func:`simulate` over ``(prompt_ids, reference_ids)`` pairs, lazily; pair ``i`` draws from
     ``np.random.default_rng((config.seed, i))``, so results do not depend on batching."""
-    for i, (prompt, ref) in enumerate(pairs):
-        yield simulate(prompt, ref, config, np.random.default_rng((config.seed, i)))
+    _check_config(config)  # now, not at the first pair
+    return (simulate(prompt, ref, config, np.random.default_rng((config.seed, i)))
+            for i, (prompt, ref) in enumerate(pairs))
 
 
 def simulate_batch(pairs: Iterable[tuple[Sequence[int], Sequence[int]]], config: SimConfig) -> list[SpecStats]:

@@ -592,3 +592,156 @@ def test_a_single_file_is_read_only_as_far_as_the_examples_need(tmp_path, monkey
         read.clear()
         exs = load_hf(str(tmp_path / "edits.jsonl"), shuffle_seed=seed, limit=5)
         assert len(exs) == 5 and 0 < sum(read) <= 3000, (seed, sum(read))
+
+
+# ---- bad arguments and values: one clear error naming them, before any work ---------------------------------
+@pytest.mark.parametrize("bins", [[0, math.nan, 1], [0, math.inf], [-math.inf, 0, 1], [0.5], [0.2, 0.1], [[0, 1]]])
+def test_bin_edges_must_be_finite_and_increasing(bins):
+    """A NaN edge used to put every value in bin 0."""
+    with pytest.raises(ValueError, match="bins must be at least two finite, strictly increasing edges"):
+        bin_index([0.1, 0.5, 0.9], bins)
+
+
+@pytest.mark.parametrize("values, bins, error, match", [
+    (0.3, [0, 0.5, 1], TypeError, "values must be a sequence of numbers, not one number"),
+    (["a"], [0, 1], TypeError, "values must be numbers"),
+    ([0.1], ["a", "b"], TypeError, "bins must be numbers"),
+])
+def test_bin_index_names_bad_values(values, bins, error, match):
+    with pytest.raises(error, match=match):
+        bin_index(values, bins)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"per_bin": 1.5}, TypeError, "per_bin must be an int, got 1.5"),
+    ({"per_bin": "2"}, TypeError, "per_bin must be an int"),
+    ({"per_bin": True}, TypeError, "per_bin must be an int"),
+    ({"per_bin": 0}, ValueError, "per_bin must be >= 1, got 0"),
+    ({"per_bin": 1, "seed": "x"}, TypeError, "seed must be an int, got 'x'"),
+    ({"per_bin": 1, "seed": 1.0}, TypeError, "seed must be an int"),
+    ({"per_bin": 1, "seed": -1}, ValueError, "seed must be >= 0, got -1"),
+])
+def test_resample_names_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        resample_by_bins(_examples([0.1, 0.15, 0.5]), [0, 0.5, 1], **kwargs)
+
+
+@HYP
+@given(norms=st.lists(st.floats(0, 1), max_size=20), per_bin=st.integers(1, 3), seed=st.integers(0, 2**63))
+def test_resample_takes_numpy_ints(norms, per_bin, seed):
+    import numpy as np
+
+    exs = _examples(norms)
+    assert resample_by_bins(exs, [0, 0.5, 1], np.int64(per_bin), np.uint64(seed)) == \
+        resample_by_bins(exs, [0, 0.5, 1], per_bin, seed)
+
+
+@pytest.mark.parametrize("value, words", [
+    ('"0.2"', "'char_edit_norm' must be a number in [0, 1], got '0.2'"),
+    ("true", "'char_edit_norm' must be a number in [0, 1], got True"),
+    ("null", "the row has no field 'char_edit_norm'"),
+    ("[0.2]", "'char_edit_norm' must be a number in [0, 1], got [0.2]"),
+    ("-0.5", "'char_edit_norm' must be in [0, 1], got -0.5"),
+    ("Infinity", "'char_edit_norm' must be in [0, 1], got inf"),
+])
+def test_edit_norms_must_be_numbers_in_range(tmp_path, value, words):
+    """Text and bools used to pass as numbers ("0.2" -> 0.2, true -> 1.0)."""
+    ee = {"task_id": "t", "input": "a", "instruction": "i", "output": "b", "char_edit_norm": 1.0}
+    for name, loader, row in (("e.jsonl", load_code_edits, _edit_row(0, "a", "b")), ("ee.jsonl", load_editeval, ee)):
+        good = json.dumps(row)
+        bad = good.replace('"char_edit_norm": 1.0', f'"char_edit_norm": {value}')
+        assert bad != good
+        (tmp_path / name).write_text(good + "\n" + bad + "\n")
+        with pytest.raises(ValueError) as e:
+            loader(tmp_path / name)
+        assert f"{name} line 2: {words}" in str(e.value)
+    rows = [_edit_row(0, "a", "b"), dict(_edit_row(1, "a", "a"), char_edit_norm=0),
+            dict(_edit_row(2, "a", "b"), char_edit_norm=1)]
+    assert [e.edit_norm for e in load_code_edits(_write(tmp_path / "ok.jsonl", rows))] == [1.0, 0.0, 1.0]  # ints
+
+
+@pytest.mark.parametrize("value, words", [('"0.1"', "must be a number in [0, 1], got '0.1'"),
+                                          ("true", "must be a number in [0, 1], got True")])
+def test_hub_edit_norms_must_be_numbers(tmp_path, value, words):
+    pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    (tmp_path / "hub.jsonl").write_text(f'{{"code": "a", "change_request": "x", "norm_distance": {value}}}\n')
+    with pytest.raises(ValueError) as e:
+        load_hf(str(tmp_path / "hub.jsonl"))
+    assert f"hub.jsonl row 0: 'norm_distance' {words}" in str(e.value)
+
+
+@pytest.mark.parametrize("value, words", [('""', "must not be empty"), ("[1]", "must be a string or a number"),
+                                          ("{}", "must be a string or a number"), ("true", "must be a string or a")])
+def test_bad_ids_name_file_line_and_field(tmp_path, value, words):
+    """An empty id used to fail in Example without the file or line; a list or object became its text."""
+    path = tmp_path / "e.jsonl"
+    good = json.dumps(_edit_row(0, "a", "b"))
+    path.write_text(good + "\n" + good.replace('"id": "r0"', f'"id": {value}') + "\n")
+    with pytest.raises(ValueError, match=rf"e.jsonl line 2: 'id' {words}"):
+        load_code_edits(path)
+    mt = tmp_path / "mt.jsonl"
+    mt.write_text(f'{{"question_id": 1, "turns": ["a"]}}\n{{"question_id": {value}, "turns": ["b"]}}\n')
+    with pytest.raises(ValueError, match=rf"mt.jsonl line 2: 'question_id' {words}"):
+        load_mt_bench(mt)
+    ee = tmp_path / "ee.jsonl"
+    ee.write_text(f'{{"task_id": {value}, "input": "a", "instruction": "i", "output": "b", "char_edit_norm": 0.5}}\n')
+    with pytest.raises(ValueError, match=rf"ee.jsonl line 1: 'task_id' {words}"):
+        load_editeval(ee)
+
+
+def test_an_empty_hub_id_names_the_row(tmp_path):
+    pytest.importorskip("datasets")
+    from hybridsd.data import load_hf
+
+    (tmp_path / "hub.jsonl").write_text('{"id": "a", "code": "a", "change_request": "x", "norm_distance": 0.1}\n'
+                                        '{"id": "", "code": "b", "change_request": "y", "norm_distance": 0.1}\n')
+    with pytest.raises(ValueError, match=r"hub.jsonl row 1: 'id' must not be empty"):
+        load_hf(str(tmp_path / "hub.jsonl"))
+
+
+@pytest.mark.parametrize("ids, error, match", [
+    (5, TypeError, "ids must be None or a collection of id strings, got 5"),
+    ({1, 2}, TypeError, r"ids must hold id strings \(Example.id\), got 1"),
+    (["r0", None], TypeError, "ids must hold id strings"),
+    ("r0", ValueError, "ids must be a collection of ids, not one string"),
+])
+def test_ids_are_checked_before_reading(tmp_path, ids, error, match):
+    """Checked before the file is read (a missing one is not reached); int ids used to match nothing."""
+    with pytest.raises(error, match=match):
+        load_code_edits(tmp_path / "missing.jsonl", ids=ids)
+
+
+def test_ids_may_be_any_iterable_of_strings(tmp_path):
+    path = _write(tmp_path / "e.jsonl", [_edit_row(i, "a", "b") for i in range(4)])
+    for ids in (["r2", "r0"], ("r0", "r2"), iter(["r2", "r0"]), {"r0": 1, "r2": 2}.keys(), frozenset({"r0", "r2"})):
+        assert [e.id for e in load_code_edits(path, ids=ids)] == ["r0", "r2"]
+
+
+@pytest.mark.parametrize("max_places, error, match", [
+    ("3", TypeError, "max_places must be an int, got '3'"), (2.5, TypeError, "max_places must be an int, got 2.5"),
+    (True, TypeError, "max_places must be an int"), (0, ValueError, "max_places must be >= 1, got 0"),
+    (-1, ValueError, "max_places must be >= 1, got -1"),
+])
+@pytest.mark.parametrize("mode", CHANGE_REQUESTS)
+def test_max_places_is_checked_before_reading(tmp_path, max_places, error, match, mode):
+    """It used to fail per row ('needs an edit' for 0) or deep in edit_requests ('3')."""
+    with pytest.raises(error, match=match):
+        load_code_edits(tmp_path / "missing.jsonl", change_request=mode, max_places=max_places)
+
+
+@pytest.mark.parametrize("limit", [True, -1, 1.5, "2"])
+def test_limit_must_be_an_int(tmp_path, limit):
+    with pytest.raises(ValueError, match="limit must be None or an int >= 0"):
+        load_code_edits(tmp_path / "missing.jsonl", limit=limit)
+
+
+@pytest.mark.parametrize("seed, error, match", [("x", TypeError, "shuffle_seed must be an int, got 'x'"),
+                                                (1.5, TypeError, "shuffle_seed must be an int"),
+                                                (-1, ValueError, "shuffle_seed must be >= 0, got -1")])
+def test_shuffle_seed_is_checked_before_loading(tmp_path, seed, error, match):
+    from hybridsd.data import load_hf
+
+    with pytest.raises(error, match=match):  # the missing path is never reached
+        load_hf(str(tmp_path / "missing.jsonl"), shuffle_seed=seed)

@@ -71,3 +71,31 @@ def test_step_record_refuses_impossible_steps(kwargs, match):
     full = {"proposed": ("ngram",), "source": "ngram" if kwargs["accepted"] else None, **kwargs}
     with pytest.raises(ValueError, match=match):
         StepRecord(**full)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"proposed": "ngram", "source": "n"}, TypeError, "proposed must be a tuple of drafter names"),  # "n" in "ngram"
+    ({"proposed": ["ngram"]}, TypeError, "proposed must be a tuple"),
+    ({"proposed": ("ngram", 3)}, TypeError, "proposed must be a tuple"),
+    ({"accepted": 1.5, "emitted": 2.5}, TypeError, "accepted must be an int, got 1.5"),
+    ({"accepted": True}, TypeError, "accepted must be an int, got True"),
+    ({"drafted": 3.0}, TypeError, "drafted must be an int"),
+    ({"emitted": "2"}, TypeError, "emitted must be an int"),
+    ({"tree_tokens": 4.0}, TypeError, "tree_tokens must be an int"),
+    ({"tree_tokens": -5}, ValueError, "tree_tokens must be >= 0, got -5"),
+    ({"drafted": -1, "accepted": 0, "emitted": 1, "source": None}, ValueError, "drafted must be >= 0"),
+])
+def test_step_record_refuses_bad_types(kwargs, error, match):
+    """A string of drafter names used to pass the source check by a substring match ('n' in 'ngram')."""
+    full = {"proposed": ("ngram",), "drafted": 3, "accepted": 1, "emitted": 2, "source": "ngram", **kwargs}
+    with pytest.raises(error, match=match):
+        StepRecord(**full)
+
+
+def test_step_record_counts_keep_their_values():
+    import numpy as np
+
+    step = StepRecord(("ngram", "eagle"), np.int64(3), 2, 3, "eagle", tree_tokens=5)
+    s = SpecStats()
+    s.record_step(step)
+    assert s.summary()["steps_by_drafter"] == {"ngram+eagle": 1} and s.num_accepted == 2

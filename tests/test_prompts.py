@@ -105,3 +105,34 @@ def test_tokenizers_without_template_or_bos():
     assert check_bos(ids, no_bos, on_error="raise") is None  # nothing to check without a BOS token
     with pytest.raises(ValueError):
         check_bos([1, 2], no_bos, on_error="loud")
+
+
+def test_check_bos_takes_the_shapes_apply_chat_template_returns(tok):
+    """``apply_chat_template(..., return_tensors="pt")`` gives a ``[1, T]`` tensor (or its encoding): one prompt."""
+    torch = pytest.importorskip("torch")
+    messages = [{"role": "user", "content": "hello world"}]
+    ids = build_prompt_ids(tok, "hello world")
+    bos = tok.bos_token_id
+    doubled = [bos] + ids
+    for form in (torch.tensor([doubled]), torch.tensor(doubled), [doubled], tuple(doubled),
+                 {"input_ids": torch.tensor([doubled])}):
+        assert "doubled" in check_bos(form, tok, on_error="ignore")
+    assert check_bos(torch.tensor([ids]), tok, on_error="raise") is None
+    out = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    assert check_bos(out, tok, on_error="raise") is None
+    if isinstance(out, torch.Tensor) or "input_ids" in out:
+        flat = out if isinstance(out, torch.Tensor) else out["input_ids"]
+        assert flat.shape[0] == 1 and check_bos(flat, tok, on_error="raise") is None
+
+
+@pytest.mark.parametrize("ids", ["<s>hi", 5, None, [[1, 2], [3, 4]], [1.0, 2.0], [True, 2]])
+def test_check_bos_refuses_what_is_not_one_prompt(tok, ids):
+    with pytest.raises(TypeError, match="ids must be"):
+        check_bos(ids, tok)
+
+
+def test_check_bos_refuses_tensors_of_other_shapes(tok):
+    torch = pytest.importorskip("torch")
+    for ids in (torch.tensor(5), torch.ones(2, 3, dtype=torch.long), torch.tensor([1.0, 2.0])):
+        with pytest.raises(TypeError, match=r"one prompt \(a list, a 1-D tensor or a \[1, T\] tensor\), got Tensor"):
+            check_bos(ids, tok)

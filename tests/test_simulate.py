@@ -273,3 +273,35 @@ def test_tree_policy_counters_match_the_engine():
         assert sim.num_draft_tokens == res.stats.num_draft_tokens and sim.num_tree_tokens == res.stats.num_tree_tokens
         won.update(res.stats.accepted_by_drafter)
     assert won["ngram"] > 0 and won["eagle"] > 0, won  # both branches win steps
+
+
+@pytest.mark.parametrize("name", ["eagle_rates", "eagle_rates_novel"])
+@pytest.mark.parametrize("value", [0.5, "0.5", b"ab", (0.6, "0.4", 0.2), (0.6, True, 0.2), (0.6, None, 0.2)])
+def test_rates_must_be_a_sequence_of_numbers(name, value):
+    """A bare number used to fail as "'float' object is not iterable", naming no field."""
+    with pytest.raises(TypeError, match=f"{name} must be a sequence of rates"):
+        SimConfig(**{name: value})
+
+
+@HYP
+@given(rates=st.lists(st.floats(0, 1), min_size=3, max_size=5).map(lambda r: sorted(r, reverse=True)),
+       kind=st.sampled_from([tuple, list, np.array, iter]))
+def test_rates_in_any_sequence_read_the_same(rates, kind):
+    assert SimConfig(eagle_rates=kind(rates)).eagle_rates == tuple(rates)
+
+
+@pytest.mark.parametrize("config", [None, {"policy": "ngram"}, "ngram"])
+def test_simulate_takes_a_sim_config(config):
+    with pytest.raises(TypeError, match="config must be a SimConfig"):
+        simulate([1, 2], [3, 4], config)
+    with pytest.raises(TypeError, match="config must be a SimConfig"):
+        iter_simulate([([1, 2], [3, 4])], config)  # when called, not at the first pair
+    with pytest.raises(TypeError, match="config must be a SimConfig"):
+        simulate_batch([], config)
+
+
+@pytest.mark.parametrize("rng", [5, "seed", np.random.RandomState(0)])
+def test_rng_must_be_a_generator(rng):
+    with pytest.raises(TypeError, match="rng must be None or a numpy Generator"):
+        simulate([1, 2], [3, 4], SimConfig(), rng=rng)
+    assert simulate([1, 2], [3, 4], SimConfig(), rng=np.random.default_rng(0)).num_tokens == 2
