@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from hybridsd.drafters.base import Draft, Drafter, ProposeRequest
+from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
 from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
 from hybridsd.sampling import sampling_params
@@ -56,6 +56,10 @@ def _prompt_ids(input_ids, vocab: int) -> torch.Tensor:
         raise ValueError("empty prompt: input_ids has no tokens")
     if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
         raise TypeError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
+    if ids.dtype == torch.uint64:  # ids >= 2**63 would wrap to negative int64 ones: report them as given
+        big = next((i for i in ids.to("cpu").reshape(-1).tolist() if i >= vocab), None)
+        if big is not None and big >= 2**63:
+            raise ValueError(f"input_ids holds token id {big}, outside the model's vocabulary [0, {vocab})")
     ids = ids.to("cpu", torch.long)  # host copy: checked here, moved to the model's device by the caller
     if ids.ndim == 2:
         if ids.shape[0] != 1:
@@ -143,6 +147,26 @@ def _check_number(name: str, value, *, integer: bool = False, low: float = 0.0) 
         raise ValueError(f"{name} must be a finite number >= {low:g}, got {value!r}")
 
 
+def _check_drafter(drafter: Drafter, model: torch.nn.Module) -> tuple[int, ...]:
+    """The drafter's declared ``max_tokens`` and ``max_branches`` (ints >= 1) and ``hidden_layers`` checked, each error
+    naming the drafter; returns ``hidden_layers`` as a tuple of ints, each an index into the model's HF
+    ``hidden_states`` (``-(L + 1) .. L`` for a model of L layers: 0 the embeddings, L or -1 the final-normed output)."""
+    name = type(drafter).__name__
+    check_count(f"{name}.max_tokens", drafter.max_tokens)
+    check_count(f"{name}.max_branches", drafter.max_branches)
+    layers = drafter.hidden_layers
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or any(
+            isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in layers):
+        raise TypeError(f"{name}.hidden_layers must be a tuple of ints (indices into the model's hidden_states), "
+                        f"got {layers!r}")
+    L = getattr(model.config, "num_hidden_layers", None)
+    bad = [i for i in layers if L is not None and not -(L + 1) <= i <= L]
+    if bad:
+        raise ValueError(f"{name}.hidden_layers holds {bad[0]}, but the model has {L} layers: its hidden_states are "
+                         f"indexed {-(L + 1)}..{L} (0: the embeddings, {L} or -1: the final-normed output)")
+    return tuple(int(i) for i in layers)
+
+
 def _tree_layout(lengths: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Positions ``[q]``, visibility ``[q, q]`` and row offsets of chains laid side by side after one root token."""
     parents, offsets = [], []
@@ -212,10 +236,12 @@ def generate(
         _check_number("seed", seed, integer=True, low=-(2**63))
         if seed >= 2**64:
             raise ValueError(f"seed must lie in [-2**63, 2**64), got {seed}")
+    layers = ()  # the hidden states the drafter observes
     if drafter is not None:
         if not isinstance(drafter, Drafter):
             raise TypeError(f"drafter must be a hybridsd Drafter or None, got {type(drafter).__name__}")
         drafter.check_target(model)
+        layers = _check_drafter(drafter, model)
     limit = context_length(model)
     if limit is not None and ids.numel() + max_new_tokens > limit:
         raise ValueError(
@@ -232,7 +258,6 @@ def generate(
     eos = _eos_set(model, eos_token_id, vocab)
     device = next(model.parameters()).device
     check_options(device, cuda_graphs, compile, attention)
-    layers = drafter.hidden_layers if drafter is not None else ()
     draft_rows = drafter.max_tokens if drafter is not None else 0
     headroom = draft_rows + TREE_SIZES if drafter is not None else 0  # tree blocks may be padded
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
@@ -265,7 +290,7 @@ def generate(
         tree = None
         if drafter is not None and budget > 0:
             request = ProposeRequest(context[: start + 1], budget, device, temperature, generator, top_k, top_p)
-            tree = _proposal(drafter, request, vocab)
+            tree = _proposal(drafter, request, vocab, draft_rows)
             tree = tree.clip(budget) if tree is not None else None
         node, new, new_dev, committed = _verify_step(target, last, start, tree, layers, temperature, generator,
                                                      top_k, top_p)
@@ -292,17 +317,27 @@ def generate(
 TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)  # what the embedding takes as ids
 
 
-def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTree | None:
+def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int, max_tokens: int) -> DraftTree | None:
     """``drafter``'s proposal as one tree (None: no draft), its ids int64. Errors name the drafter: a TypeError if
-    its token ids are not integers or its draft probabilities not floats (dtype checks), a ValueError if either is
-    not on the model's device, if the probabilities are not ``[n, vocab]``, or, for host tensors (every drafter's
-    on a CPU model), if an id lies outside the vocabulary ``[0, vocab)`` or a row of probabilities the verifier
-    samples against is not a distribution (finite, >= 0, summing to 1). No check syncs with an accelerator: ids and
+    it is not a list of :class:`Draft` chains or a :class:`DraftTree`, if its token ids are not integers or its draft
+    probabilities not floats (dtype checks), a ValueError if it has more nodes than the drafter's ``max_tokens`` (which
+    sized the KV cache), if ids or probabilities are not on the model's device, if the probabilities are not
+    ``[n, vocab]``, or, for host tensors (every drafter's on a CPU model), if an id lies outside the vocabulary
+    ``[0, vocab)`` or a row of probabilities the verifier samples against is not a distribution (finite, >= 0,
+    summing to 1). No check syncs with an accelerator: ids and
     probabilities on one (every drafter's on a CUDA model) are not value-checked, as that would read them back every
     step; an id out of range fails in the target's embedding (a device-side assert on CUDA)."""
     parts = drafter.propose(request)
     name = type(drafter).__name__
-    for part in [parts] if isinstance(parts, Draft | DraftTree) else parts or ():
+    if isinstance(parts, Draft | DraftTree):
+        parts = [parts]
+    elif parts is not None and (not isinstance(parts, list | tuple)
+                                or not all(isinstance(p, Draft | DraftTree) for p in parts)):
+        what = type(parts).__name__
+        if isinstance(parts, list | tuple):
+            what += " holding a " + type(next(p for p in parts if not isinstance(p, Draft | DraftTree))).__name__
+        raise TypeError(f"{name}.propose must return a list of Draft chains or one DraftTree, got a {what}")
+    for part in parts or ():
         tokens = part.tokens  # [n]
         dtype = tokens.dtype
         if dtype not in TOKEN_DTYPES:
@@ -322,6 +357,9 @@ def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int) -> DraftTre
                 raise ValueError(f"{name}.propose returned draft token id {int(tokens[i])} "
                                  f"(source {source!r}), outside the model's vocabulary [0, {vocab})")
     tree = DraftTree.join(parts)
+    if tree is not None and len(tree) > max_tokens:
+        raise ValueError(f"{name}.propose returned {len(tree)} draft tokens, more than its max_tokens ({max_tokens}), "
+                         "which sized the KV cache")
     if tree is not None and tree.tokens.dtype != torch.int64:  # narrower ids: the verifier indexes with them
         tree = replace(tree, tokens=tree.tokens.long())
     return tree

@@ -104,6 +104,8 @@ GENERATE_CASES = [
     ("cuda_graphs a string", dict(cuda_graphs="no"), TypeError, ["cuda_graphs", "'no'"]),
     ("cuda_graphs on the CPU", dict(cuda_graphs=True), ValueError, ["cuda_graphs=True", "CUDA", "cpu"]),
     ("eos float tensor", dict(eos_token_id=torch.tensor([2.0])), TypeError, ["eos_token_id", "float"]),
+    ("uint64 id past int64", dict(input_ids=np.array([5, 2**63 + 5], dtype=np.uint64)), ValueError,
+     ["input_ids", str(2**63 + 5), f"[0, {VOCAB})"]),  # as given, not wrapped to a negative int64
 ]
 
 
@@ -139,6 +141,62 @@ def test_drafter_for_another_model_is_rejected_before_any_work(model, other, no_
         generate(model, IDS, drafter=drafter, max_new_tokens=8)
     assert all(w in str(e.value) for w in words), str(e.value)
     assert no_work == []
+
+
+class _Declared(Drafter):
+    """Declares ``attrs`` (hidden_layers, max_tokens, max_branches); proposes nothing; keeps what it observes."""
+
+    def __init__(self, **attrs) -> None:
+        self.attrs, self.seen = {"max_tokens": 1, "max_branches": 1, **attrs}, []
+        self.hidden_layers = attrs.get("hidden_layers", ())
+
+    max_tokens = property(lambda self: self.attrs["max_tokens"])
+    max_branches = property(lambda self: self.attrs["max_branches"])
+
+    def observe(self, hidden, next_tokens) -> None:
+        self.seen.append(hidden)
+
+    def propose(self, request):
+        return []
+
+
+L_TINY = 4  # layers of tiny_target("llama"): hidden_states are indexed -5..4
+DECLARED = [  # (case, declared attributes, exception, words the message must hold)
+    ("hidden layer past the last", dict(hidden_layers=(L_TINY + 1,)), ValueError,
+     ["_Declared.hidden_layers", str(L_TINY + 1), "-5..4"]),
+    ("hidden layer far past the last", dict(hidden_layers=(0, 10)), ValueError, ["_Declared.hidden_layers", "10"]),
+    ("hidden layer before the first", dict(hidden_layers=(-L_TINY - 2,)), ValueError,
+     ["_Declared.hidden_layers", str(-L_TINY - 2), "-5..4"]),
+    ("hidden layer a float", dict(hidden_layers=(1.5,)), TypeError, ["_Declared.hidden_layers", "ints", "1.5"]),
+    ("hidden layer a string", dict(hidden_layers=("a",)), TypeError, ["_Declared.hidden_layers", "ints"]),
+    ("hidden layer a bool", dict(hidden_layers=(True,)), TypeError, ["_Declared.hidden_layers", "ints"]),
+    ("hidden layers an int", dict(hidden_layers=-1), TypeError, ["_Declared.hidden_layers", "tuple"]),
+    ("max_tokens negative", dict(max_tokens=-5), ValueError, ["_Declared.max_tokens", "-5"]),
+    ("max_tokens zero", dict(max_tokens=0), ValueError, ["_Declared.max_tokens", ">= 1"]),
+    ("max_tokens a float", dict(max_tokens=2.5), TypeError, ["_Declared.max_tokens", "int", "2.5"]),
+    ("max_branches a string", dict(max_branches="2"), TypeError, ["_Declared.max_branches", "int"]),
+]
+
+
+@pytest.mark.parametrize("case,attrs,exc,words", DECLARED, ids=[c[0] for c in DECLARED])
+def test_drafter_declarations_are_checked_before_any_work(model, no_work, case, attrs, exc, words):
+    """A drafter's hidden_layers (indices into HF hidden_states: -(L + 1) .. L), max_tokens and max_branches are
+    checked once, naming the drafter: not wrapped around to another layer, not failing deep in the model."""
+    with pytest.raises(exc) as e:
+        generate(model, IDS, drafter=_Declared(**attrs), max_new_tokens=4)
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert no_work == []
+
+
+def test_hidden_layers_at_the_ends_of_the_range_are_the_right_states(model):
+    """-(L + 1) is the embeddings and L the final-normed output (HF hidden_states), as 0 and -1 are."""
+    with torch.no_grad():
+        hs = model(IDS[None], output_hidden_states=True).hidden_states  # L + 1 entries
+    for layers in ((-L_TINY - 1, L_TINY), (0, -1), [2]):
+        d = _Declared(hidden_layers=layers)
+        generate(model, IDS, drafter=d, max_new_tokens=2)
+        want = torch.cat([hs[i][0] for i in layers], -1)
+        torch.testing.assert_close(d.seen[0], want, atol=1e-4, rtol=1e-4)
 
 
 class _TypedDrafter(Drafter):
@@ -216,12 +274,50 @@ def test_out_of_vocabulary_draft_tokens_name_the_drafter(model, case, make, bad,
     assert res.stats.num_drafts > 0
 
 
+BAD_RETURNS = [  # (case, proposal builder, exception, words); _TypedDrafter declares max_tokens = 4
+    ("a tensor", lambda: torch.tensor([5, 9]), TypeError, ["must return a list of Draft chains", "Tensor"]),
+    ("a list of lists", lambda: [[5, 9]], TypeError, ["must return a list of Draft chains", "list holding a list"]),
+    ("a list of tensors", lambda: [torch.tensor([5, 9])], TypeError, ["holding a Tensor"]),
+    ("a Draft and a string", lambda: [Draft(_ids(torch.long), "a"), "b"], TypeError, ["holding a str"]),
+    ("a dict", lambda: {"tokens": _ids(torch.long)}, TypeError, ["got a dict"]),
+    ("a chain longer than max_tokens", lambda: [Draft(torch.full((50,), 5), "a")], ValueError,
+     ["50 draft tokens", "max_tokens (4)"]),
+    ("chains of more nodes than max_tokens", lambda: [Draft(torch.tensor([5, 6, 7]), "a"),
+                                                      Draft(torch.tensor([8, 9]), "b")], ValueError,
+     ["5 draft tokens", "max_tokens (4)"]),
+    ("a 200-node tree", lambda: DraftTree(torch.arange(200) % VOCAB, (-1,) * 200, ("w",) * 200), ValueError,
+     ["200 draft tokens", "max_tokens (4)"]),
+]
+
+
+@pytest.mark.parametrize("case,make,exc,words", BAD_RETURNS, ids=[c[0] for c in BAD_RETURNS])
+def test_bad_proposals_name_the_drafter(model, case, make, exc, words):
+    """What propose returns must be a list of Drafts or a DraftTree of at most max_tokens nodes (which sized the KV
+    cache): one error naming the drafter, before the drafts reach the model (not an AttributeError, a tensor's
+    truth value or a KV cache overflow mid-run)."""
+    fed = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+    try:
+        with pytest.raises(exc) as e:
+            generate(model, IDS, drafter=_TypedDrafter(make), max_new_tokens=300, eos_token_id=[])
+    finally:
+        hook.remove()
+    assert "_TypedDrafter.propose" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+    assert fed == [len(IDS)]  # the prefill only
+    merged = [Draft(torch.tensor([5, 6, 7]), "a"), Draft(torch.tensor([5, 6, 8]), "b")]  # 4 nodes once joined
+    assert generate(model, IDS, drafter=_TypedDrafter(lambda: merged), max_new_tokens=4).stats.num_drafts > 0
+
+
 class _TypedReplay(ReplayDrafter):
     """Replays the target's own output as ``dtype`` ids, its third token wrong: two accepted, then a rejection."""
 
     def __init__(self, continuation: list[int], dtype: torch.dtype, tree: bool) -> None:
         super().__init__(continuation, 4)
         self.dtype, self.tree = dtype, tree
+
+    @property
+    def max_tokens(self) -> int:
+        return self.k + self.tree  # the tree: the chain and one more node
 
     def propose(self, request):
         pos = self.position(request)
@@ -455,6 +551,17 @@ def test_drafter_constructors_check_their_counts_and_children(model):
     with pytest.raises(TypeError, match="continuation must hold integer token ids"):
         ReplayDrafter([1.7, 2.9], k=2)  # not truncated to the ids 1 and 2
     assert ReplayDrafter(np.array([3, 4], dtype=np.int16), k=2).continuation == [3, 4]
+
+
+@pytest.mark.parametrize("head", [None, "path/to/head", 3, {"eagle1": None}], ids=repr)
+@pytest.mark.parametrize("cls", ["EagleDrafter", "EagleTreeDrafter"])
+def test_eagle_drafters_take_a_head(cls, head):
+    """Not an AttributeError on head.config: one TypeError naming the drafter and how to load a head."""
+    from hybridsd.drafters.eagle_tree import EagleTreeDrafter
+
+    build = {"EagleDrafter": EagleDrafter, "EagleTreeDrafter": EagleTreeDrafter}[cls]
+    with pytest.raises(TypeError, match=rf"{cls} takes an EagleHead, got {type(head).__name__}; .*from_pretrained"):
+        build(head)
 
 
 def test_eos_ids_as_tensors_and_arrays():

@@ -197,6 +197,70 @@ def test_config_validation():
     assert EagleConfig(**(base | dict(rope_scaling={"rope_type": "default"}))).rope_scaling is None
 
 
+CONFIG_TYPES = [  # (case, fields beyond a valid eagle1 config, exception, words)
+    ("target_layers an int", dict(target_layers=-1), TypeError, ["target_layers", "tuple of ints", "-1"]),
+    ("target_layers None", dict(target_layers=None), TypeError, ["target_layers", "None"]),
+    ("target_layers a string", dict(target_layers="-1"), TypeError, ["target_layers", "'-1'"]),
+    ("bias a string", dict(bias="no"), TypeError, ["bias", "'no'"]),
+    ("bias an int", dict(bias=1), TypeError, ["bias", "1"]),
+    ("bias None", dict(bias=None), TypeError, ["bias", "None"]),
+    ("draft_vocab_size True", dict(kind="eagle3", target_layers=(1, 2, 3), draft_vocab_size=True), ValueError,
+     ["draft_vocab_size", "int", "True"]),
+]
+
+
+@pytest.mark.parametrize("case,fields,exc,words", CONFIG_TYPES, ids=[c[0] for c in CONFIG_TYPES])
+def test_config_fields_of_the_wrong_type(case, fields, exc, words):
+    """One error naming the field, not "'int' object is not iterable", and no truthy string taken as a bias."""
+    base = dict(kind="eagle1", hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=97, target_layers=(-1,))
+    with pytest.raises(exc) as e:
+        EagleConfig(**(base | fields))
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_from_target_takes_bool_bias_only(target):
+    with pytest.raises(TypeError, match="bias must be True or False, got 'no'"):
+        EagleHead.from_target(target, "eagle1", bias="no")
+    assert EagleHead.from_target(target, "eagle1", bias=True).fc.bias is not None
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=64, n_embd=32, n_layer=2, n_head=2)).eval()
+
+
+BAD_TARGETS = [  # (case, call, exception, words)
+    ("from_target without a model", lambda t: EagleHead.from_target(None), TypeError,
+     ["EagleHead.from_target", "model", "NoneType"]),
+    ("from_target on a path", lambda t: EagleHead.from_target("some/model"), TypeError, ["model", "str"]),
+    ("from_target on gpt2", lambda t: EagleHead.from_target(_gpt2()), ValueError,
+     ["Llama-like", "GPT2Config", "'gpt2'", "intermediate_size"]),
+    ("from_target eagle3 on gpt2", lambda t: EagleHead.from_target(_gpt2(), "eagle3"), ValueError,
+     ["Llama-like", "'gpt2'", "intermediate_size"]),
+    ("from_pretrained without a target", lambda t: EagleHead.from_pretrained(t, target=None), TypeError,
+     ["EagleHead.from_pretrained", "target", "NoneType"]),
+    ("from_pretrained with a config as target", lambda t: EagleHead.from_pretrained(t, target=make_target().config),
+     TypeError, ["target", "LlamaConfig"]),
+]
+
+
+@pytest.mark.parametrize("case,call,exc,words", BAD_TARGETS, ids=[c[0] for c in BAD_TARGETS])
+def test_heads_name_a_target_they_cannot_be_built_for(tmp_path, target, case, call, exc, words):
+    """Not an AttributeError from transformers: one error naming the call, the argument or the target's type."""
+    random_head(target, "eagle1").save_pretrained(tmp_path)
+    with pytest.raises(exc) as e:
+        call(tmp_path)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_from_target_on_gpt2_with_the_missing_size_given():
+    head = EagleHead.from_target(_gpt2(), "eagle1", intermediate_size=64)
+    assert (head.config.hidden_size, head.config.intermediate_size, head.config.vocab_size) == (32, 64, V)
+
+
 def _inv_freq_formula(cfg: EagleConfig) -> torch.Tensor:
     """Rotary inverse frequencies written out from the Llama 3.1 paper's scaling rule (fp32)."""
     d = cfg.head_dim

@@ -322,6 +322,8 @@ def test_eos_in_a_shared_prefix_credits_its_drafter(target):
     is that shared token the kept path is the shared node alone, so the step is the first branch's."""
 
     class TwoBranches(OracleDrafter):
+        max_tokens = property(lambda self: 2 * self.k)  # two chains of k
+
         def propose(self, request):
             r, pos = self.continuation, self.position(request)
             wrong = (r[pos + 1] + 1) % VOCAB

@@ -94,6 +94,30 @@ def test_static_tree_paths():
             paths_to_parents(bad)
 
 
+BAD_PATHS = [  # (case, paths): not a list of tuples of ranks
+    ("ints", [0, 1]),
+    ("a string", "ab"),
+    ("an int", 5),
+    ("None among tuples", [(0,), None]),
+    ("a string among tuples", [(0,), "a"]),
+]
+
+
+@pytest.mark.parametrize("case,paths", BAD_PATHS, ids=[c[0] for c in BAD_PATHS])
+def test_static_tree_paths_of_the_wrong_form(case, paths):
+    """One TypeError naming ``paths`` and its form, not "'int' object is not iterable"."""
+    head = EagleHead.from_target(tiny_target("llama", vocab=SMALL_V), kind="eagle1")
+    for build in (lambda: paths_to_parents(paths), lambda: EagleTreeDrafter(head, paths=paths)):
+        with pytest.raises(TypeError, match=r"paths must be a list of paths, each a tuple of child ranks"):
+            build()
+    assert EagleTreeDrafter(head, paths=iter([(0,), [1], (0, 0)])).max_tokens == 3  # any iterables of ranks
+
+
+def test_draft_tree_tokens_must_be_a_tensor():
+    with pytest.raises(TypeError, match="DraftTree.tokens must be a tensor of token ids, got list"):
+        DraftTree([1, 2], (-1, 0), ("a", "a"))
+
+
 def test_bad_trees_are_rejected():
     with pytest.raises(ValueError, match="parents"):
         DraftTree(torch.tensor([1, 2]), (-1, 1), ("a", "a"))

@@ -51,6 +51,48 @@ def test_import_has_no_heavy_side_effects():
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+@needs_weights
+def test_load_takes_dtype_names():
+    """The names the rest of the library takes (and transformers'), not a TypeError from Module.to after loading."""
+    import torch
+
+    model, _, heads = zoo.load(dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert heads and all(h.fc.weight.dtype == torch.bfloat16 for h in heads.values())
+    assert next(zoo.load(dtype="fp32")[0].parameters()).dtype == torch.float32
+
+
+BAD_LOADS = [  # (case, load kwargs, exception, words)
+    ("dtype name unknown", dict(dtype="half"), ValueError, ["dtype", "'half'", "bfloat16"]),
+    ("dtype an int", dict(dtype=16), TypeError, ["dtype", "16"]),
+    ("dtype not floating", dict(dtype="torch.int64"), ValueError, ["dtype"]),
+    ("device unknown", dict(device="tpu"), ValueError, ["device", "'tpu'"]),
+    ("device a list", dict(device=[0]), TypeError, ["device", "[0]"]),
+]
+
+
+@pytest.mark.parametrize("case,kw,exc,words", BAD_LOADS, ids=[c[0] for c in BAD_LOADS])
+def test_bad_load_arguments_fail_before_loading(monkeypatch, case, kw, exc, words):
+    import transformers
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    with pytest.raises(exc) as e:
+        zoo.load(**kw)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_load_refuses_an_integer_torch_dtype(monkeypatch):
+    import torch
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: 1 / 0)
+    with pytest.raises(TypeError, match="floating torch.dtype"):
+        zoo.load(dtype=torch.int64)
+
+
 def test_unknown_name_lists_names():
     with pytest.raises(ValueError, match="unknown model"):
         zoo.load("no-such-model")

@@ -11,6 +11,13 @@ from hybridsd.kv_cache import StaticKVCache
 from hybridsd.sampling import warp
 
 
+def check_head(drafter: str, head) -> None:
+    """``TypeError`` naming ``drafter`` unless ``head`` is an :class:`EagleHead`."""
+    if not isinstance(head, EagleHead):
+        raise TypeError(f"{drafter} takes an EagleHead, got {type(head).__name__}; load one from a folder or Hub id "
+                        "with EagleHead.from_pretrained(path, target=model)")
+
+
 class EagleDrafter(Drafter):
     """Proposes one chain of up to ``k`` tokens with an :class:`EagleHead`.
 
@@ -30,6 +37,7 @@ class EagleDrafter(Drafter):
     MAX_GRAPHED_PAIRS = 64
 
     def __init__(self, head: EagleHead, k: int = 3, *, cuda_graphs: bool = True) -> None:
+        check_head(type(self).__name__, head)
         check_count("k", k)
         self.head = head
         self.k = k

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from hybridsd.drafters.base import ProposeRequest, check_count
-from hybridsd.drafters.eagle import EagleDrafter, _GraphedDraft
+from hybridsd.drafters.eagle import EagleDrafter, _GraphedDraft, check_head
 from hybridsd.drafters.tree import DraftTree, leaf_count, paths_to_parents
 from hybridsd.eagle.model import EagleHead
 
@@ -46,6 +46,7 @@ class EagleTreeDrafter(EagleDrafter):
     def __init__(self, head: EagleHead, depth: int = 6, top_k: int = 10, nodes: int = 60, *,
                  paths: Sequence[Sequence[int]] | None = None, cuda_graphs: bool = True,
                  compile: bool | str = False) -> None:
+        check_head(type(self).__name__, head)
         for name, v in (("depth", depth), ("top_k", top_k), ("nodes", nodes)):
             check_count(name, v)
         depth, top_k, nodes = int(depth), int(top_k), int(nodes)

@@ -18,7 +18,7 @@ proposal the verifier must account for.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -46,6 +46,8 @@ class DraftTree:
             object.__setattr__(self, "parents", tuple(int(p) for p in self.parents))
         elif type(self.parents) is not tuple:
             object.__setattr__(self, "parents", tuple(self.parents))
+        if not isinstance(self.tokens, torch.Tensor):
+            raise TypeError(f"DraftTree.tokens must be a tensor of token ids, got {type(self.tokens).__name__}")
         if self.tokens.ndim != 1 or self.tokens.shape[0] != n:
             raise ValueError(f"DraftTree.tokens must be 1-D with one entry per parent, got shape "
                              f"{tuple(self.tokens.shape)} for {n} parents")
@@ -209,10 +211,16 @@ def paths_to_parents(paths: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ..
 
     Every prefix of a path must be a path of the tree; ranks are >= 0 and unique per node.
     """
+    form = "a list of paths, each a tuple of child ranks such as [(0,), (1,), (0, 0)]"
+    if isinstance(paths, (str, bytes)) or not isinstance(paths, Iterable):
+        raise TypeError(f"paths must be {form}, got {paths!r}")
+    paths = list(paths)
     if not paths:
         raise ValueError("a static tree needs at least one path")
     norm = []
     for p in paths:
+        if isinstance(p, (str, bytes)) or not isinstance(p, Iterable):
+            raise TypeError(f"paths must be {form}; it holds {p!r}")
         p = tuple(p)
         if not p or any(not isinstance(r, (int, np.integer)) or isinstance(r, bool) or r < 0 for r in p):
             raise ValueError(f"each tree path must be a non-empty tuple of ranks >= 0, got {p!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,10 +68,15 @@ class EagleConfig:
             if not _positive_number(v):
                 raise ValueError(f"{name} must be a positive finite number, got {v!r}")
             object.__setattr__(self, name, float(v))
+        if isinstance(self.target_layers, (str, bytes)) or not isinstance(self.target_layers, Iterable):
+            raise TypeError(f"target_layers must be a tuple of ints (indices into the target's hidden_states), "
+                            f"got {self.target_layers!r}")
         layers = tuple(self.target_layers)
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
             raise ValueError(f"target_layers must be ints, got {self.target_layers!r}")
         object.__setattr__(self, "target_layers", layers)
+        if not isinstance(self.bias, bool):
+            raise TypeError(f"bias must be True or False, got {self.bias!r}")
         want = 1 if self.kind == "eagle1" else 3
         if len(layers) != want:
             raise ValueError(f"{self.kind} reads {want} target layer(s), got target_layers={layers}")
@@ -81,8 +87,9 @@ class EagleConfig:
             if self.bias:
                 raise ValueError("bias is for eagle1 only (the EAGLE-3 fc has no bias)")
             vd = self.draft_vocab_size
-            if not isinstance(vd, int) or not 1 <= vd <= self.vocab_size:
-                raise ValueError(f"eagle3 needs 1 <= draft_vocab_size <= vocab_size={self.vocab_size}, got {vd!r}")
+            if not isinstance(vd, int) or isinstance(vd, bool) or not 1 <= vd <= self.vocab_size:
+                raise ValueError(f"eagle3 needs an int 1 <= draft_vocab_size <= vocab_size={self.vocab_size}, "
+                                 f"got {vd!r}")
         object.__setattr__(self, "rope_scaling", _normalize_rope_scaling(self.rope_scaling))
 
     @property
@@ -145,24 +152,35 @@ def rope_inv_freq(cfg: EagleConfig) -> torch.Tensor:
 
 
 def config_from_target(tc: Any, kind: str = "eagle1", **overrides) -> EagleConfig:
-    """An :class:`EagleConfig` matching an HF (Llama-like) target config ``tc``."""
-    heads = tc.num_attention_heads
+    """An :class:`EagleConfig` matching an HF (Llama-like) target config ``tc``; ``ValueError`` naming the target's
+    model type when ``tc`` lacks a size a head needs (and ``overrides`` do not give it)."""
+    sizes = {k: getattr(tc, k, None) for k in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")}
+    sizes |= {k: overrides[k] for k, v in sizes.items() if v is None and k in overrides}  # what the config lacks
+    L = getattr(tc, "num_hidden_layers", None)
+    missing = [k for k, v in sizes.items() if v is None]
+    if L is None and kind == "eagle3" and "target_layers" not in overrides:
+        missing.append("num_hidden_layers")
+    if missing:
+        hint = ", ".join("target_layers=..." if k == "num_hidden_layers" else f"{k}=..." for k in missing)
+        raise ValueError(f"EAGLE heads are built for Llama-like targets; this target's config "
+                         f"({type(tc).__name__}, model_type {getattr(tc, 'model_type', None)!r}) has no "
+                         f"{', '.join(missing)} (pass {hint} to set it)")
+    heads = sizes["num_attention_heads"]
     rp = getattr(tc, "rope_parameters", None) or getattr(tc, "rope_scaling", None) or {}
     if rp and not isinstance(rp, dict):
         rp = dict(rp)
     theta = rp.get("rope_theta", getattr(tc, "rope_theta", None)) or 10000.0
     scaling = rp if rp.get("rope_type", rp.get("type", "default")) != "default" else None
-    L = tc.num_hidden_layers
-    vocab = tc.vocab_size
+    vocab = sizes["vocab_size"]
     kw = dict(
         kind=kind,
-        hidden_size=tc.hidden_size,
-        intermediate_size=tc.intermediate_size,
+        hidden_size=sizes["hidden_size"],
+        intermediate_size=sizes["intermediate_size"],
         num_attention_heads=heads,
         num_key_value_heads=getattr(tc, "num_key_value_heads", None) or heads,
-        head_dim=getattr(tc, "head_dim", None) or tc.hidden_size // heads,
+        head_dim=getattr(tc, "head_dim", None) or sizes["hidden_size"] // heads,
         vocab_size=vocab,
-        target_layers=(-1,) if kind == "eagle1" else (2, L // 2, L - 3),
+        target_layers=(-1,) if kind == "eagle1" else None if L is None else (2, L // 2, L - 3),
         rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
         rope_theta=float(theta),
         rope_scaling=dict(scaling) if scaling else None,

@@ -137,6 +137,14 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def _check_target(where: str, model, arg: str = "model") -> None:
+    """``TypeError`` naming ``where`` and ``arg`` unless ``model`` is an HF model (a module with a ``config`` and an
+    input embedding) a head can draft for."""
+    if not (isinstance(model, nn.Module) and hasattr(model, "config") and hasattr(model, "get_input_embeddings")):
+        raise TypeError(f"{where}: {arg} must be the HF causal LM the head drafts for (e.g. from "
+                        f"AutoModelForCausalLM.from_pretrained), got {type(model).__name__}")
+
+
 class EagleHead(nn.Module):
     """An EAGLE-1 or EAGLE-3 draft head; see the module docstring for the computation.
 
@@ -177,6 +185,7 @@ class EagleHead(nn.Module):
         ids (set a frequency-based one with :meth:`set_draft_vocab`). The head is
         created on the target embedding's device (or ``device``) in ``dtype``.
         """
+        _check_target("EagleHead.from_target", model)
         cfg = config_from_target(model.config, kind, **overrides)
         emb = model.get_input_embeddings()
         if emb.weight.shape != (cfg.vocab_size, cfg.hidden_size):
@@ -200,6 +209,7 @@ class EagleHead(nn.Module):
         fails. Every error names the file or key: a non-JSON ``config.json`` or one without a required key, a
         shard index entry outside the folder, a truncated weights file, a tensor of the wrong shape.
         """
+        _check_target("EagleHead.from_pretrained", target, "target")
         folder, cfg, sd = loader.read_checkpoint(path_or_hub_id, target, revision)
         emb = target.get_input_embeddings()
         with torch.device("meta"):
