@@ -199,8 +199,8 @@ def main(argv=None) -> int:
         ap.error(f"{flag}: {e}")
     t0 = time.time()
 
-    source = args.data or default_data_dir() / "code_edits_dev.jsonl"
-    try:  # a missing or unreadable data file is one line, before any work
+    try:  # a missing data folder, or a missing or unreadable data file, is one line, before any work
+        source = args.data or default_data_dir() / "code_edits_dev.jsonl"
         examples = load_code_edits(source)
     except (OSError, ValueError) as e:
         ap.error(f"{'--data: ' if args.data else ''}{e}")

@@ -119,8 +119,9 @@ def test_train_heads_checks_before_loading(argv, flag, paths, tmp_path, capsys, 
 ])
 def test_train_heads_refuses_a_target_or_heads_it_cannot_use(case, flag, words, paths, tmp_path, capsys, no_load):
     target, heads = paths["bare"], tmp_path / "heads"
-    if case == "split_without_ids":
+    if case == "split_without_ids":  # a model folder (weights named) whose split record lacks its ids
         (target / "eval_split.json").write_text('{"n": 3}')
+        (target / "model.safetensors").write_bytes(b"")
     if case == "config_a_list":
         (target / "config.json").write_text("[1]")
     shutil.copytree(ZOO / "eagle1", heads / "eagle1")
