@@ -17,8 +17,7 @@ from pathlib import Path
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 DEFAULT = "tiny-coder"
 HEAD_KINDS = ("eagle1", "eagle3")
-DTYPE_NAMES = {"auto": "auto", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "bfloat16": "bf16", "float16": "fp16",
-               "float32": "fp32"}  # names load takes -> hybridsd.checkpoint.torch_dtype's
+DTYPE_NAMES = ("auto", "bf16", "fp16", "fp32", "bfloat16", "float16", "float32")  # the names load takes
 
 
 def names() -> list[str]:
@@ -47,16 +46,13 @@ def load(name: str | None = None, device="cpu", dtype=None):
     """Load a zoo model: ``(model, tokenizer, heads)``.
 
     ``model`` is an ``AutoModelForCausalLM`` in eval mode on ``device``, in ``dtype`` (default: float32 on CPU,
-    bfloat16 on CUDA; a floating ``torch.dtype`` or one of :data:`DTYPE_NAMES`, ``"auto"`` as in
-    :func:`hybridsd.checkpoint.torch_dtype`); ``tokenizer`` the model's tokenizer; ``heads`` maps ``"eagle1"`` /
-    ``"eagle3"`` to an ``hybridsd.eagle.model.EagleHead`` for each head folder it has (:func:`head_folders`; absent
-    keys: no such head).
+    bfloat16 on CUDA, which ``"auto"`` also gives; a floating ``torch.dtype`` or one of :data:`DTYPE_NAMES`);
+    ``tokenizer`` the model's tokenizer; ``heads`` maps ``"eagle1"`` / ``"eagle3"`` to an
+    ``hybridsd.eagle.model.EagleHead`` for each head folder it has (:func:`head_folders`; absent keys: no such head).
     Everything is read from the repository (``local_files_only=True``).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from hybridsd.checkpoint import torch_dtype
 
     folder = path(name)
     try:
@@ -64,14 +60,14 @@ def load(name: str | None = None, device="cpu", dtype=None):
     except (RuntimeError, TypeError) as e:
         raise (ValueError if isinstance(e, RuntimeError) else TypeError)(
             f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
-    if dtype is None:
+    if isinstance(dtype, str) and dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be a floating torch.dtype or one of {DTYPE_NAMES}, got {dtype!r}")
+    if dtype is None or dtype == "auto":
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     elif isinstance(dtype, str):
-        if dtype not in DTYPE_NAMES:
-            raise ValueError(f"dtype must be a floating torch.dtype or one of {tuple(DTYPE_NAMES)}, got {dtype!r}")
-        dtype = torch_dtype(DTYPE_NAMES[dtype], folder, device)
+        dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype))
     elif not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch.dtype or one of {tuple(DTYPE_NAMES)}, got {dtype!r}")
+        raise TypeError(f"dtype must be a floating torch.dtype or one of {DTYPE_NAMES}, got {dtype!r}")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
     model = model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
