@@ -53,7 +53,7 @@ def make() -> None:
     num("replayPredicted", ", ".join(f"{r['predicted_with_prefill_tokens_per_s']:.0f}" for r in rp), "{}")
     gaps = [100 * (1 - r["tokens_per_s"] / r["predicted_with_prefill_tokens_per_s"]) for r in rp]
     num("replayGaps", ", ".join(f"{g:.0f}" for g in gaps), "{}")
-    num("replayGapLow", min(gaps), "{:.0f}")
-    num("replayGapHigh", max(gaps), "{:.0f}")
+    low, high = (f"{g:.0f}" for g in (min(gaps), max(gaps)))
+    num("replayGapRange", low if low == high else f"{low}--{high}", "{}")  # "2", not "2--2"
     num("replayDecodeMs", sum(r["decode_ms"] for r in rp) / len(rp))
     num("replayVerifyMs", sum(r["verify_ms"] for r in rp) / len(rp))
