@@ -99,17 +99,28 @@ def main(argv: list[str] | None = None) -> None:
     if args.seed < 0:
         ap.error(f"--seed must be >= 0, got {args.seed}")
 
+    data, code = data_file(), None
+    if data.exists():
+        if not data.is_file():
+            ap.error(f"{data}: is not a file ({DATA_ENV} names the data folder)")
+        try:
+            code = code_bytes_stream(max(LENGTHS), data)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            ap.error(f"{data}: not JSON lines with before/after texts ({type(e).__name__}: {e})")
+        if code.size < max(LENGTHS):
+            ap.error(f"{data}: holds {code.size} bytes of before/after text, fewer than the longest context "
+                     f"{max(LENGTHS)}")
+    else:
+        print(f"skipping code-bytes: {data} not found")
+
     ngram_propose(np.zeros(16, dtype=np.int64), MIN_N, MAX_N, K)  # compile / load the kernel
     rng = np.random.default_rng(args.seed)
     streams = {
         "iid-random": rng.integers(0, 32000, max(LENGTHS)),
         "copy-random": copy_random_stream(max(LENGTHS), rng),
     }
-    data = data_file()
-    if data.exists():
-        streams["code-bytes"] = code_bytes_stream(max(LENGTHS), data)
-    else:
-        print(f"skipping code-bytes: {data} not found")
+    if code is not None:
+        streams["code-bytes"] = code
 
     results = []
     for name, stream in streams.items():

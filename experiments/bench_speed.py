@@ -118,6 +118,23 @@ def main(argv: list[str] | None = None) -> None:
                                 ("--trees", a.trees, 2)):
         if values and min(values) < least:
             p.error(f"{flag} must be >= {least}, got {min(values)}")
+    specs: dict[str, set[str]] = {}
+    for c in a.configs:
+        specs.setdefault(c.partition("=")[0], set()).add(c)
+    for name, given in specs.items():
+        if len(given) > 1:
+            p.error(f"--configs: {name} given with different steps ({', '.join(sorted(given))})")
+
+    def changed(*dests: str) -> str:  # the flags among dests given other than their defaults
+        return ", ".join("--" + d.replace("_", "-") for d in dests if getattr(a, d) != p.get_default(d))
+
+    if a.zoo_only and "zoo" in a.skip:
+        p.error("--zoo-only with --skip zoo: nothing left to run")
+    if a.zoo_only and (given := changed("layers", "contexts", "configs", "chains", "trees", "kernels", "compile_mode",
+                                        "overhead_configs", "conditions", "profile")):
+        p.error(f"--zoo-only runs the zoo alone (no 8B-shape model), so {given} would be ignored")
+    if "overhead" in a.skip and (given := changed("overhead_configs", "conditions")):  # --profile: its step part
+        p.error(f"--skip overhead drops {given} (they run in the overhead part)")
     p.check_output(a.out)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (it times GPU steps against the memory-bandwidth floor); none here")

@@ -31,6 +31,8 @@ from experiments.spec_bench import METHODS
 from experiments.sweep import PRESETS
 
 TIMING = ("wall_s", "tpot_ms", "run_info")
+# the sweep's options this tool sets itself, or that leave no sweep.json (refused after --; abbreviations too)
+OWN = ("--preset", "--methods", "--out-dir", "--dry-run", "--help")
 
 
 def sweep_command(ranks: int, preset: str, methods: list[str], out_dir: Path, extra: list[str]) -> list[str]:
@@ -86,8 +88,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("extra", nargs="*", help="more sweep options after --, e.g. -- --per-bin 4")
     a = p.parse_args(argv)
-    if any(n < 1 for n in a.ranks) or a.ranks[0] != 1:
-        p.error(f"--ranks: counts >= 1, the first 1 (the reference run), got {a.ranks}")
+    if any(n < 1 for n in a.ranks) or a.ranks[0] != 1 or len(set(a.ranks)) < len(a.ranks):
+        p.error(f"--ranks: distinct counts >= 1, the first 1 (the reference run), got {a.ranks}")
+    own = [t for t in a.extra if t == "-h" or t.startswith("--") and len(name := t.split("=")[0]) > 2
+           and any(f.startswith(name) for f in OWN)]
+    if own:
+        p.error(f"after --: {' '.join(own)}: not a sweep option here (this tool sets --preset, --methods and "
+                "--out-dir itself; --dry-run and --help run no sweep)")
     if a.mps and shutil.which("nvidia-cuda-mps-control") is None:
         p.error("--mps: nvidia-cuda-mps-control is not on PATH")
     p.check_output(a.out)  # last: they make their folders

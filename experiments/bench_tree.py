@@ -29,14 +29,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import LlamaConfig
 
 from experiments import bandwidth_floor, provenance
+from experiments.bandwidth_floor import LLAMA8B
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.speed_steps import copy_bandwidth, cuda_median_ms, llama8b, random_tree
 from hybridsd.drafters.base import ProposeRequest
 from hybridsd.drafters.eagle_tree import EagleTreeDrafter
 from hybridsd.drafters.tree import DraftTree
+from hybridsd.eagle.config import config_from_target
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import _tree_block, _verify_step
 from hybridsd.target import COMPILE_MODES, Target
@@ -119,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.nodes > a.top_k + (a.depth - 1) * a.top_k**2:
         p.error(f"--nodes {a.nodes}: more than the {a.top_k + (a.depth - 1) * a.top_k**2} candidates of a tree of "
                 f"--depth {a.depth} and --top-k {a.top_k}")
+    vocab = config_from_target(LlamaConfig(num_hidden_layers=a.layers, **LLAMA8B), "eagle3").out_vocab_size
+    if a.top_k > vocab:
+        p.error(f"--top-k {a.top_k}: more than the {vocab} tokens of the head's draft vocabulary")
     p.check_output(a.out)
     if not torch.cuda.is_available():
         p.error("bench_tree needs a CUDA GPU")

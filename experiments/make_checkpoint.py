@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     p.check_device(a.device)
     out = a.out.resolve()  # a link to a folder: the folder is written
     partial = out.with_name(f".{out.name}.partial")
+    if partial.is_symlink() or partial.exists() and not partial.is_dir():  # no run of this tool leaves these
+        p.error(f"--out {a.out}: {partial} is in the way (a {'link' if partial.is_symlink() else 'file'}, not the "
+                "partial folder a killed run leaves); move it away")
     if partial.exists():  # what a killed run left
         shutil.rmtree(partial)
     info = build(partial, a.layers, a.device)

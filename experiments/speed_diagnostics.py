@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import hybridsd as hsd
+from experiments.distributed import write_atomic
 from experiments.speed_loop import accepted_continuation
 from experiments.speed_steps import cuda_median_ms, ours_ms, random_tree
 from hybridsd.attention import (EXACT_ROW_TILE, SPLIT_PROGRAMS, SPLIT_ROW_TILE, SPLIT_WIDE_TILE,
@@ -248,10 +249,8 @@ def profile_loop(model, ctx: int, k: int = 8, new_tokens: int = 48, top: int = 1
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
         timeline = device_gaps(json.loads(path.read_text()), steps)
-        if trace_out is not None:
-            trace_out.parent.mkdir(parents=True, exist_ok=True)
-            with gzip.open(trace_out, "wb") as f:
-                f.write(path.read_bytes())
+        if trace_out is not None:  # whole or not at all, as the results file
+            write_atomic(trace_out, gzip.compress(path.read_bytes()))
     return {"ctx": ctx, "k": k, "steps": steps, "tokens": res.stats.num_tokens, "timeline": timeline,
             "accepted": sum(s.accepted for s in res.stats.trace), "drafted": sum(s.drafted for s in res.stats.trace),
             "wall_ms_per_step": 1e3 * wall / steps,

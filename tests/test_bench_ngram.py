@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experiments import bench_ngram
 
 
@@ -28,3 +30,25 @@ def test_a_missing_data_folder_leaves_the_code_stream_out(tmp_path, monkeypatch,
     bench_ngram.main(["--calls", "3", "--out", str(out)])
     assert "code-bytes" not in {r["stream"] for r in json.loads(out.read_text())["results"]}
     assert f"skipping code-bytes: {tmp_path / 'none' / 'code_edits_dev.jsonl'} not found" in capsys.readouterr().out
+
+
+def _no_kernel(*a, **k):
+    raise AssertionError("the kernel ran before the data file was checked")
+
+
+def test_a_bad_data_file_is_one_line_before_the_kernel(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench_ngram, "ngram_propose", _no_kernel)
+    monkeypatch.setenv("HYBRIDSD_DATA", str(tmp_path))
+    data, out = tmp_path / "code_edits_dev.jsonl", tmp_path / "ngram.json"
+    short = json.dumps({"before": "ab", "after": "abc"}) + "\n"
+    for make, says in ((lambda: data.mkdir(), "is not a file"), (lambda: data.write_text('{"before": 1'), "not JSON"),
+                       (lambda: data.write_text(""), "fewer than the longest context 32768"),
+                       (lambda: data.write_text(short), "holds 5 bytes")):
+        if data.is_dir():
+            data.rmdir()
+        make()
+        with pytest.raises(SystemExit) as e:
+            bench_ngram.main(["--calls", "1", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err and str(data) in err and len(err.splitlines()) == 1
+        assert not out.exists()

@@ -4,6 +4,7 @@ timing (speed_loop), diagnostics (speed_diagnostics) and closing table (bench_sp
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 
 from types import SimpleNamespace
@@ -44,6 +45,16 @@ def test_profiles_run_on_the_cpu():
     assert loop["steps"] == 5  # the prefill (1 token) and 4 passes of up to 4 + 1 tokens: 1 + 5 + 5 + 5 + 4
     assert loop["wall_ms_per_step"] > 0 and loop["top_host"]
     assert loop["timeline"]["device_busy_ms_per_step"] == 0  # no device on the CPU
+
+
+def test_the_loop_trace_is_written_atomically(tmp_path, monkeypatch):
+    real, written = speed_diagnostics.write_atomic, []
+    monkeypatch.setattr(speed_diagnostics, "write_atomic", lambda path, data: (written.append(path), real(path, data)))
+    out = tmp_path / "res" / "speed_loop_trace.json.gz"
+    speed_diagnostics.profile_loop(tiny_target("llama", vocab=300, seed=2, layers=2), 24, k=4, new_tokens=8,
+                                   trace_out=out)
+    assert written == [out] and "traceEvents" in json.loads(gzip.decompress(out.read_bytes()))
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
 
 
 def test_device_gaps_on_a_synthetic_trace():
@@ -148,6 +159,32 @@ def test_bad_sizes_and_modes_are_refused_before_any_work(argv, flag, tmp_path, c
         bench_speed.main(["--out", str(out), *argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and flag in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--zoo-only", "--skip", "zoo"], "--zoo-only with --skip zoo: nothing left to run"),
+    (["--zoo-only", "--configs", "graph_auto", "--kernels", "--profile"],
+     "--zoo-only runs the zoo alone (no 8B-shape model), so --configs, --kernels, --profile would be ignored"),
+    (["--skip", "overhead", "--conditions"], "--skip overhead drops --conditions ("),
+    (["--skip", "hf-compile", "overhead", "--overhead-configs", "graph_auto"],
+     "--skip overhead drops --overhead-configs ("),
+    (["--configs", "graph_autotune=tree_q64", "eager", "graph_autotune=chain_q1"],
+     "--configs: graph_autotune given with different steps (graph_autotune=chain_q1, graph_autotune=tree_q64)"),
+    (["--configs", "graph=chain_q1", "graph"], "--configs: graph given with different steps"),
+])
+def test_contradicting_flags_are_refused_before_any_work(argv, says, tmp_path, capsys, monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("work began before the arguments were checked")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name in ("llama8b", "copy_bandwidth", "zoo_speed"):
+        monkeypatch.setattr(bench_speed, name, refuse)
+    out = tmp_path / "speed.json"
+    with pytest.raises(SystemExit) as e:
+        bench_speed.main(["--out", str(out), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and says in err[0], err
     assert not out.exists()
 
 

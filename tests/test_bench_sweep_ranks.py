@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from experiments import bench_sweep_ranks
 
 
@@ -24,3 +26,21 @@ def test_rows_are_compared_with_the_one_process_run_even_when_it_has_none(tmp_pa
     runs = bench_sweep_ranks.time_sweeps(a, tmp_path, {})
     assert runs[0]["rows"] == {"rows": 0, "equal": 0, "missing": 0}
     assert runs[1]["rows"] == {"rows": 0, "equal": 0, "missing": 0}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--ranks", "1", "4", "4"], "--ranks: distinct counts"),
+    (["--", "--dry-run", "--device", "cpu"], "after --: --dry-run: not a sweep option here"),
+    (["--", "--per-bin", "4", "--out-dir=x"], "after --: --out-dir=x: not a sweep option here"),
+    (["--", "--pre", "edit-norm", "--methods", "none"], "after --: --pre --methods: not a sweep option here"),
+    (["--", "-h"], "after --: -h: not a sweep option here"),
+])
+def test_duplicate_ranks_and_the_tools_own_sweep_options_are_one_line(tmp_path, monkeypatch, capsys, args, says):
+    monkeypatch.setattr(bench_sweep_ranks, "time_sweeps", lambda *a: pytest.fail("a sweep ran"))
+    out = tmp_path / "b.json"
+    argv = ["--ranks", "1", "--methods", "none", "--work-dir", str(tmp_path / "w"), "--out", str(out)]
+    with pytest.raises(SystemExit) as e:
+        bench_sweep_ranks.main(argv[2:] + args if args[0] == "--ranks" else argv + args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and len(err.splitlines()) == 1
+    assert not out.exists() and not (tmp_path / "w").exists()

@@ -42,6 +42,7 @@ def test_benchmark_parts_run_on_the_cpu(monkeypatch):
     (["--contexts", "2048", "0"], ["--contexts"]), (["--layers", "0"], ["--layers"]), (["--depth", "-1"], ["--depth"]),
     (["--top-k", "0"], ["--top-k"]), (["--nodes", "0"], ["--nodes"]),
     (["--depth", "2", "--top-k", "3", "--nodes", "13"], ["--nodes 13", "12 candidates"]),
+    (["--top-k", "32001", "--depth", "1", "--nodes", "5"], ["--top-k 32001", "32000 tokens of the head's draft"]),
     (["--compile", "foo"], ["--compile"]), (["--compile", "reduce-overhead"], ["--compile"]),
 ])
 def test_bad_arguments_are_refused_before_any_work(argv, words, tmp_path, capsys, monkeypatch):

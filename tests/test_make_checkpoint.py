@@ -37,3 +37,21 @@ def test_a_run_killed_while_writing_leaves_no_checkpoint_and_a_rerun_makes_it(tm
     assert sorted(p.name for p in out.iterdir()) == ["eagle1", "eagle3", "make_checkpoint.json", "target"]
     assert json.loads((out / "make_checkpoint.json").read_text())["run_info"]["device"].startswith("cpu (")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no partial folder left beside it
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_file_or_link_where_the_partial_folder_goes_is_one_line_and_kept(tmp_path, monkeypatch, capsys, kind):
+    """No run leaves a file or a link at ``.OUT.partial``: it may be someone's, so it is named, not deleted."""
+    monkeypatch.setattr(make_checkpoint, "build", lambda *a: pytest.fail("the model was built"))
+    partial = tmp_path / ".ckpt.partial"
+    if kind == "file":
+        partial.write_text("mine")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        partial.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SystemExit) as e:
+        make_checkpoint.main(["--out", str(tmp_path / "ckpt"), "--layers", "4", "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"{partial} is in the way (a {kind}" in err[0], err
+    assert partial.is_symlink() if kind == "link" else partial.read_text() == "mine"
+    assert not (tmp_path / "ckpt").exists()
