@@ -13,13 +13,23 @@ import random
 from pathlib import Path
 
 from experiments.train_tokenizer import python_files, read_text, source_roots
-from hybridsd.data import blazedit_prompt
+from hybridsd.data import DATA_ENV, blazedit_prompt
 from hybridsd.edit_requests import located_request
 
 REPO = Path(__file__).resolve().parents[1]
-EDITS_CANDIDATES = (REPO / ".cache" / "code_edits_dev.jsonl.xz", REPO / ".cache" / "code_edits_dev.jsonl.gz",
-                    Path(os.environ.get("HYBRIDSD_DATA", REPO.parent / "shared" / "data")) / "code_edits_dev.jsonl",
-                    Path("/work/shared/data/code_edits_dev.jsonl"))
+
+
+def edits_candidates() -> tuple[Path, ...]:
+    """Where code_edits_dev.jsonl is looked for, in order: its compressed copies in .cache/, then the data folder:
+    ``$HYBRIDSD_DATA`` when set (and then no other, as :func:`hybridsd.data.default_data_dir`), else shared/data
+    next to the repository and /work/shared/data."""
+    env = os.environ.get(DATA_ENV)
+    folders = [Path(env)] if env else [REPO.parent / "shared" / "data", Path("/work/shared/data")]
+    return (REPO / ".cache" / "code_edits_dev.jsonl.xz", REPO / ".cache" / "code_edits_dev.jsonl.gz",
+            *(f / "code_edits_dev.jsonl" for f in folders))
+
+
+EDITS_CANDIDATES = edits_candidates()
 # Whole repositories held out of all training: the evaluation files come from unseen repositories.
 EVAL_REPOS = ("marshmallow-code/marshmallow", "more-itertools/more-itertools")
 # Whole repositories held out of the zoo target's training to choose among its checkpoints (never the evaluation
@@ -27,12 +37,42 @@ EVAL_REPOS = ("marshmallow-code/marshmallow", "more-itertools/more-itertools")
 VALIDATION_REPOS = ("pallets/click",)
 
 
+def edits_path() -> Path:
+    """The first of :func:`edits_candidates` that exists; ``FileNotFoundError`` naming ``$HYBRIDSD_DATA`` when it
+    is set to something other than a folder (as :func:`hybridsd.data.default_data_dir`), or naming every candidate
+    when none exists."""
+    env = os.environ.get(DATA_ENV)
+    if env and not Path(env).is_dir():
+        raise FileNotFoundError(f"data directory {env} not found (set ${DATA_ENV} to the data folder)")
+    found = next((p for p in edits_candidates() if p.exists()), None)
+    if found is None:
+        raise FileNotFoundError(f"no code edits: none of {', '.join(map(str, edits_candidates()))} exists")
+    return found
+
+
 def load_edits(path: Path | None = None) -> list[dict]:
-    """Rows of code_edits_dev.jsonl (from a compressed copy in .cache/ when present)."""
-    path = path or next(p for p in EDITS_CANDIDATES if p.exists())
+    """Rows of code_edits_dev.jsonl (by default :func:`edits_path`: a compressed copy in .cache/ when present).
+    ``ValueError`` naming the file (and line) when it is a folder, cannot be read, holds a line that is not a JSON
+    object with a ``repo``, or holds no row."""
+    path = Path(path) if path is not None else edits_path()
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a code edits file")
     opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+    rows = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                row = json.loads(line)
+                if not isinstance(row, dict) or not isinstance(row.get("repo"), str):
+                    raise ValueError(f"{path} line {i}: not a code edit (a JSON object with a 'repo')")
+                rows.append(row)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} line {i}: not JSON ({e.msg})") from None
+    except (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError) as e:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"{path}: not a readable code edits file ({type(e).__name__}: {e})") from None
+    if not rows:
+        raise ValueError(f"{path}: no code edits in it")
+    return rows
 
 
 def split_edits(rows: list[dict]) -> tuple[list[dict], list[dict]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -56,7 +57,9 @@ def merge(runs: list[tuple[list[dict], dict]]) -> list[dict]:
 
 def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
     """The grid lines of ``path``: JSON objects with every configuration field and one or both modes' counts (of
-    which only ``modes`` are kept)."""
+    which only ``modes`` are kept), each count of its form (:data:`COUNT_FORMS`), the run_info an object (one run's,
+    or one per mode) and the machine (``device``, ``torch``) given for each mode it does not name. ``ValueError``
+    naming the file and line of any other line."""
     lines = []
     try:
         texts = path.read_text().splitlines()
@@ -71,13 +74,38 @@ def read_grid(path: Path, modes: tuple[str, ...] = MODES) -> list[dict]:
             raise ValueError(f"{path} line {i}: not JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path} line {i}: not a JSON object")
-        missing = [c for c in (*CONFIG, *(() if "run_info" in row else ("device", "torch"))) if c not in row]
+        own = row.get("run_info", {})
+        if not isinstance(own, dict) or ("commit" not in own and not all(isinstance(v, dict) for v in own.values())):
+            raise ValueError(f"{path} line {i}: run_info must be a run's object or one per mode, got {own!r:.60}")
+        taken = {k: v for k, v in row.items() if k not in MODE_OF or MODE_OF[k] in modes}
+        # a mode taken whose run the line's own run_info does not name: its machine comes from the line
+        bare = "commit" not in own and any(m in taken and not own.get(m) for m in MODES)
+        missing = [c for c in (*CONFIG, *(("device", "torch") if bare else ())) if c not in row]
         if missing or not any(m in row for m in MODES):
             raise ValueError(f"{path}:{i}: not an exact-mode grid line (missing {missing or list(MODES)})")
-        row = {k: v for k, v in row.items() if k not in MODE_OF or MODE_OF[k] in modes}  # the modes taken
-        if any(m in row for m in MODES):
-            lines.append(row)
+        for k in [k for k in taken if k in MODE_OF]:
+            if not _count_ok(k, taken[k]):
+                raise ValueError(f"{path} line {i}: {k} must be {COUNT_FORMS[k.rpartition('_')[2]]}, "
+                                 f"got {taken[k]!r:.60}")
+        if any(m in taken for m in MODES):
+            lines.append(taken)
     return lines
+
+
+COUNT_FORMS = {"same": '"N/M" (N of M prompts, 0 <= N <= M)', "accepted": "an object of drafter: count (>= 0)",
+               "drafted": "a count (an int >= 0)"}
+
+
+def _count_ok(field: str, value) -> bool:
+    """Whether ``value`` is a grid line's ``field`` (a mode's ``_same``, ``_accepted`` or ``_drafted``)."""
+    count = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    kind = field.rpartition("_")[2]
+    if kind == "same":
+        m = re.fullmatch(r"(\d+)/(\d+)", value) if isinstance(value, str) else None
+        return m is not None and int(m[1]) <= int(m[2])
+    if kind == "accepted":
+        return isinstance(value, dict) and all(isinstance(k, str) and count(v) for k, v in value.items())
+    return count(value)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,6 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date recorded in run_info")
     a = p.parse_args(argv)
     p.check_output(a.out)
+    try:
+        date_ok = datetime.date.fromisoformat(a.date).isoformat() == a.date
+    except ValueError:
+        date_ok = False
+    if not date_ok:
+        p.error(f"--date {a.date!r}: not a date (YYYY-MM-DD)")
     runs = []
     try:
         for spec, commit, command in a.run:

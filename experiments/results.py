@@ -88,10 +88,36 @@ def _frozen(value):
     return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
+COUNTERS = ("num_tokens", "num_target_steps", "num_drafts", "num_draft_tokens", "num_accepted")
+
+
+def _count(value, least: int = 0) -> bool:
+    """Whether ``value`` is a whole count: an int (not a bool, not a float such as NaN) >= ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _check_row(r: dict) -> None:
+    """``ValueError`` naming the field of a spec_bench row that is not of its kind: the stats' counters whole
+    counts (target passes >= 1: a real run's prefill is one), ``accepted_per_position`` a list of counts, the
+    per-drafter counts objects of counts, ``config_key`` and ``example_id`` strings."""
+    st = r["stats"]
+    for name in COUNTERS:
+        least = 1 if name == "num_target_steps" else 0
+        if not _count(st[name], least):
+            raise ValueError(f"{name} is {st[name]!r:.60}, not a whole count >= {least}")
+    kinds = {"accepted_per_position": (list, []), "steps_by_drafter": (dict, {}), "accepted_by_drafter": (dict, {})}
+    for name, (kind, empty) in kinds.items():
+        v = st.get(name, empty)
+        if not isinstance(v, kind) or not all(map(_count, v.values() if kind is dict else v)):
+            raise ValueError(f"{name} is {v!r:.60}, not {'a list' if kind is list else 'an object'} of counts")
+    for name in ("config_key", "example_id"):
+        if not isinstance(r[name], str):
+            raise ValueError(f"{name} is {r[name]!r:.60}, not a string")
+
+
 def _flatten(r: dict, file: str, trace: bool) -> dict:
+    _check_row(r)
     cfg, st, info = r["config"], r["stats"], r.get("run_info", {})
-    if st["num_target_steps"] < 1:  # a real run's prefill is one
-        raise ValueError(f"num_target_steps is {st['num_target_steps']!r}, not a positive count")
     m = cfg["method"]
     kd = cfg.get("k", {})
     kn = kd.get("ngram") if m == "ngram" or m in HYBRIDS else None

@@ -21,7 +21,7 @@ from pathlib import Path
 from experiments import sequence_match, train_zoo, zoo_data
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from experiments.edit_corpus import load_edits, pretraining_texts, split_edits, split_validation
+from experiments.edit_corpus import edits_path, load_edits, pretraining_texts, split_edits, split_validation
 from experiments.provenance import run_info
 
 
@@ -45,14 +45,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.synthetic_examples < 1 or args.workers < 1:
         ap.error("--synthetic-examples and --workers must be >= 1")
     ap.check_output(args.out)
-    from transformers import AutoTokenizer
-
     cfg = replace(train_zoo.TargetConfig(), sft_max_len=4096, real_epochs=1, span_share=0.5, pretrain_chars=0,
                   synthetic_examples=args.synthetic_examples, workers=args.workers,
                   repair_time_s=1.0)  # repair_time_s > 0: edit_data returns its (before, request, after) rows
+    try:  # the real edits, before the tokenizer loads: a missing or damaged data file is one line
+        path = edits_path()
+        train_rows = split_validation(split_edits(load_edits(path))[0], cfg.validation_repos)[0]
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
+    if not train_rows:
+        ap.error(f"{path}: no training edits (every row is of a held-out repository)")
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(train_zoo.MODEL_DIR, local_files_only=True)
     eot = train_zoo.special_ids(tokenizer)["eot"]
-    train_rows = split_validation(split_edits(load_edits())[0], cfg.validation_repos)[0]
     _, sources, _ = pretraining_texts(cfg)
     rows = zoo_data.edit_data(cfg, tokenizer, train_zoo.special_ids(tokenizer), train_rows, sources)["sft_rows"]
     record = {"rows": len(rows), "workers": args.workers, "synthetic_examples": args.synthetic_examples,

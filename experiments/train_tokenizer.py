@@ -32,7 +32,7 @@ from pathlib import Path
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.provenance import run_info
-from hybridsd.data import default_data_dir
+from hybridsd.data import default_data_dir, load_mt_bench
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "hybridsd" / "models" / "tiny-coder"
@@ -142,12 +142,15 @@ def sample_texts(files: list[Path], cfg: TokenizerConfig, max_chars: int) -> lis
 
 
 def mt_bench_texts(path: Path) -> list[str]:
-    """The MT-Bench questions (both turns) and reference answers."""
+    """The MT-Bench questions (both turns) and reference answers; ``ValueError`` naming the file (and line, or
+    question) when it is not MT-Bench's rows (:func:`hybridsd.data.load_mt_bench`) with every turn and reference a
+    string."""
     texts = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        texts.extend(row["turns"])
-        texts.extend(row.get("reference", []))
+    for q in load_mt_bench(path):
+        refs = q.meta.get("reference", [])
+        if not isinstance(refs, list) or not all(isinstance(t, str) for t in [*q.meta["turns"], *refs]):
+            raise ValueError(f"{path} question {q.id}: its turns and references must be lists of strings")
+        texts.extend([*q.meta["turns"], *refs])
     return texts
 
 
@@ -224,6 +227,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--mt-bench not given and {e}")
     if not mt_bench.is_file():
         parser.error(f"--mt-bench: no file {mt_bench} (part of the training text)")
+    try:
+        questions = mt_bench_texts(mt_bench)
+    except ValueError as e:
+        parser.error(f"--mt-bench: {e}")
     staged = out / ".tokenizer.partial"
     if staged.exists():  # what a killed run left
         shutil.rmtree(staged)
@@ -232,7 +239,6 @@ def main(argv: list[str] | None = None) -> None:
     files = python_files(roots)
     metadata = python_files(roots, "METADATA")
     code = sample_texts(files, cfg, cfg.max_total_chars)
-    questions = mt_bench_texts(mt_bench)
     english = sample_texts(metadata, cfg, cfg.max_metadata_chars) + questions
     texts = code + english
     print(f"{len(files)} .py files found, {len(code)} used ({sum(map(len, code)) / 1e6:.1f} MB); "

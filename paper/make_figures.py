@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=tex.PAPER, help="folder for figures/, tables/ and numbers.tex")
     ap.add_argument("--no-figures", action="store_true", help="write numbers.tex and the tables only")
     args = ap.parse_args(argv)
+    ap.check_output(args.out, folder=True)
     out = args.out
     tex.FIG, tex.TAB = (None if args.no_figures else out / "figures"), out / "tables"
     tex.NUMBERS.clear()

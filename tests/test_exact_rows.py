@@ -113,3 +113,35 @@ def test_a_file_named_like_a_mode_is_a_file_and_a_run_adding_nothing_is_refused(
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and f"--run {spec}: no grid line" in err[0], err
         assert not (tmp_path / "other.jsonl").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"run_info": "x"}, "run_info must be"),
+    ({"run_info": {"nonexact_same": {"commit": "c"}}, "device": None}, "missing ['device']"),
+    ({"exact_same": "abc"}, "exact_same must be"), ({"exact_same": -5}, "exact_same must be"),
+    ({"exact_same": "7/6"}, "exact_same must be"), ({"exact_drafted": -1}, "exact_drafted must be"),
+    ({"exact_accepted": {"ngram": "many"}}, "exact_accepted must be")])
+def test_a_bad_line_is_one_error_line_naming_it_and_nothing_is_written(change, words, tmp_path, capsys):
+    """A run_info that is not an object, a mode whose run_info and machine are both missing, or a count not of its
+    form: one line naming the file and line, exit 2, no results file."""
+    line = {k: v for k, v in {**_line("a", 1, "exact_same", "6/6"), **change}.items() if v is not None}
+    grid = tmp_path / "grid.jsonl"
+    grid.write_text(json.dumps(_line("a", 3, "exact_same", "6/6")) + "\n" + json.dumps(line) + "\n")
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(SystemExit) as e:
+        main(["--run", str(grid), "c", "cmd", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "grid.jsonl" in err[0] and "2" in err[0], err
+    assert words in err[0], err
+    assert not out.exists()
+
+
+def test_a_date_that_is_not_one_is_refused(tmp_path, capsys):
+    grid = tmp_path / "grid.jsonl"
+    grid.write_text(json.dumps(_line("a", 1, "exact_same", "6/6")) + "\n")
+    for date in ("notadate", "2026-13-01", "20261201"):
+        with pytest.raises(SystemExit) as e:
+            main(["--run", str(grid), "c", "cmd", "--out", str(tmp_path / "out.jsonl"), "--date", date])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and "--date" in err[0] and date in err[0], err
+    assert not (tmp_path / "out.jsonl").exists()

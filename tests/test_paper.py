@@ -114,3 +114,54 @@ def test_exact_acceptance_sentence_counts_the_rows_that_record_it():
     assert "over the 2 configurations of tiny-llama" in text and "15 of 30 draft tokens" in text
     assert "in 1 of them every drafter" in text  # the hybrid whose EAGLE child had none accepted is not counted
     assert accepted_sentence([{"model": "m", "drafter": "ngram", "exact_same": "6/6"}]) == ""
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_an_out_that_is_not_a_folder_is_one_line_before_any_work(where, tmp_path, capsys, monkeypatch):
+    from paper import make_figures
+
+    monkeypatch.setattr(make_figures.simulation, "make", lambda: pytest.fail("work began before --out was checked"))
+    (tmp_path / "file").write_text("x")
+    out = {"file": tmp_path / "file", "under_file": tmp_path / "file" / "paper"}[where]
+    with pytest.raises(SystemExit) as e:
+        make_figures.main(["--out", str(out), "--no-figures"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"--out {out}" in err[0], err
+
+
+class Killed(BaseException):
+    """A kill: not an Exception, so nothing on the way catches it."""
+
+
+def test_a_write_killed_midway_leaves_the_old_file_and_no_other(tmp_path, monkeypatch):
+    """numbers.tex and the tables (tex.write) and the figures (style.savefig) are written beside their file and
+    renamed over it: a kill midway leaves the old file whole and no partial one."""
+    import matplotlib.figure
+    import matplotlib.pyplot as plt
+
+    from paper.sections import style, tex
+
+    def killed(*a, **k):
+        raise Killed
+
+    path = tmp_path / "tables" / "t.tex"
+    tex.write(path, "old\n")
+    with monkeypatch.context() as m:
+        m.setattr("os.fsync", killed)  # the new text written, not yet on disk
+        with pytest.raises(Killed):
+            tex.write(path, "new\n")
+    assert path.read_text() == "old\n" and [p.name for p in path.parent.iterdir()] == ["t.tex"]
+
+    def torn(self, fname, **kw):  # killed halfway through the PDF
+        open(fname, "wb").write(b"%PDF-1.4 torn")
+        raise Killed
+
+    monkeypatch.setattr(tex, "FIG", tmp_path / "figures")
+    style.savefig(plt.figure(), "f")
+    before = (tmp_path / "figures" / "f.pdf").read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr(matplotlib.figure.Figure, "savefig", torn)
+        with pytest.raises(Killed):
+            style.savefig(plt.figure(), "f")
+    assert (tmp_path / "figures" / "f.pdf").read_bytes() == before and before.startswith(b"%PDF")
+    assert [p.name for p in (tmp_path / "figures").iterdir()] == ["f.pdf"] and not plt.get_fignums()

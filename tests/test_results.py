@@ -691,3 +691,23 @@ def test_config_fields_without_a_column_of_their_own_become_columns(tmp_path):
     df = results.load_runs(tmp_path / "a.jsonl").set_index("example_id")
     assert df.loc["p1", ["change_request", "tree_paths", "exact"]].tolist() == ["subject", ((0,), (1,), (0, 0)), 16]
     assert df.loc["p2", ["change_request", "tree_paths", "exact"]].tolist() == ["located", None, 0]  # the defaults
+
+
+@pytest.mark.parametrize("where, value, words", [
+    ("num_target_steps", math.nan, "num_target_steps is nan"), ("num_target_steps", 2.5, "num_target_steps is 2.5"),
+    ("num_tokens", -1, "num_tokens is -1"), ("accepted_per_position", ["a"], "accepted_per_position"),
+    ("steps_by_drafter", {"ngram": None}, "steps_by_drafter"), ("config_key", ["k"], "config_key"),
+    ("example_id", {"id": 1}, "example_id")])
+def test_load_runs_names_the_file_and_line_of_a_row_with_a_field_of_another_kind(where, value, words, tmp_path):
+    """A step count that is not a whole number >= 1 (NaN passed the old check: its tokens were summed but not its
+    passes), counters or per-position acceptance that are not counts, and keys that are not strings: ValueError
+    naming the file, line and field (or, with on_bad_line, the row skipped), never another error later on."""
+    bad = row("ngram", "p2", 20, 6, drafts=5, accepted=10, app=[5, 3, 2])
+    (bad["stats"] if where in bad["stats"] else bad)[where] = value
+    path = write(tmp_path / "a.jsonl", [row("ngram", "p1", 10, 4, drafts=3, accepted=6, app=[3, 2, 1]), bad])
+    with pytest.raises(ValueError, match=f"a.jsonl line 2: not a spec_bench row .*{words}") as e:
+        results.load_runs(path)
+    assert len(str(e.value).splitlines()) == 1
+    said = []
+    df = results.load_runs(path, on_bad_line=said.append)
+    assert len(said) == 1 and list(df.example_id) == ["p1"] and results.corpus_al(df).seq_al.tolist() == [2.5]

@@ -145,3 +145,22 @@ def test_a_row_without_target_passes_is_named_and_skipped(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 2 and f"{path} line 1: not a spec_bench row" in err[0]
     assert err[1] == f"summarize_runs: error: no spec_bench rows in {path}"
+
+
+def test_a_row_whose_step_count_is_nan_is_named_and_skipped(tmp_path, capsys):
+    """The first three rows of a committed run, the first with ``num_target_steps: NaN``: named and skipped, so the
+    corpus AL is that of the other two (it was 5.93 instead of 4.173, its tokens summed but not its passes)."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "experiments/results/trees/zoo_cpu_fp32/code-edits__ngram.jsonl"
+    rows = [json.loads(line) for line in src.read_text().splitlines()[:3]]
+    rows[0]["stats"]["num_target_steps"] = float("nan")
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summarize_runs.main([str(path), "--table", "pr"])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and f"{path} line 1: not a spec_bench row" in err[0] and "num_target_steps" in err[0], err
+    seq_al = sum(r["stats"]["num_tokens"] for r in rows[1:]) / sum(r["stats"]["num_target_steps"] for r in rows[1:])
+    line = captured.out.splitlines()[2].split()
+    assert line[3] == "2" and float(line[4]) == round(seq_al, 3), captured.out

@@ -40,6 +40,24 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, ca
     assert e.value.code == 2 and len(err) == 1 and flag in err[0] and "Traceback" not in err[0], err
 
 
+@pytest.mark.parametrize("content, words", [
+    (b'{"question_id": 1, "turns": ["a"]}\n{"question_id": 2, "turns": ["b"\n', "line 2 is not valid JSON"),
+    (b'{"question_id": 1, "category": "writing"}\n', "line 1: the row has no field 'turns'"),
+    (b'{"question_id": 1, "turns": ["caf\xe9"]}\n', "line 1 is not UTF-8"),
+    (b'{"question_id": 1, "turns": ["a", 2]}\n', "question 1: its turns and references must be"),
+    (b'{"question_id": 1, "turns": ["a"], "reference": 3}\n', "question 1: its turns and references must be")])
+def test_mt_bench_questions_that_are_not_are_one_line_before_the_scan(tmp_path, capsys, monkeypatch, content, words):
+    """``--mt-bench`` rows that are not JSON, lack ``turns``, are not UTF-8 or hold a turn that is not text: one line
+    naming the file and line (or question), exit 2, before the source scan."""
+    monkeypatch.setattr(tt, "source_roots", lambda: pytest.fail("work began before the input was checked"))
+    questions = tmp_path / "q.jsonl"
+    questions.write_bytes(content)
+    with pytest.raises(SystemExit) as e:
+        _run(tmp_path / "tok", "--mt-bench", str(questions))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"--mt-bench: {questions} " in err[0] and words in err[0], err
+
+
 def test_smoke_writes_to_out_with_its_provenance(tmp_path, tiny_corpus):
     _run(tmp_path / "tok")
     assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == sorted(FILES)

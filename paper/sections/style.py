@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import matplotlib
 
@@ -43,12 +44,21 @@ def legend_below(fig, ax, ncol: int, y: float) -> None:
 
 
 def savefig(fig, name: str) -> None:
-    """paper/figures/<name>.pdf, without a creation date so that rebuilding the same figure gives the same file;
-    nothing when figures are off (``tex.FIG`` is None)."""
+    """paper/figures/<name>.pdf, without a creation date so that rebuilding the same figure gives the same file,
+    written beside it and renamed over it (a kill leaves the old file or the new); nothing when figures are off
+    (``tex.FIG`` is None)."""
     if tex.FIG is None:
         plt.close(fig)
         return
     tex.FIG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(tex.FIG / f"{name}.pdf", metadata={"CreationDate": None})
-    plt.close(fig)
+    path = tex.FIG / f"{name}.pdf"
+    tmp = path.with_name(f".{name}.tmp.pdf")  # beside it, so that the rename replaces it at once
+    try:
+        fig.savefig(tmp, metadata={"CreationDate": None})
+        os.replace(tmp, path)
+    except BaseException:  # a kill too: no partial file left
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     print(f"wrote {tex.shown(tex.FIG / name)}.pdf")

@@ -7,6 +7,8 @@ import math
 import re
 from pathlib import Path
 
+from experiments.distributed import write_atomic
+
 PAPER = Path(__file__).resolve().parents[1]
 REPO = PAPER.parent
 RESULTS = REPO / "experiments" / "results"
@@ -89,8 +91,8 @@ def shown(path: Path) -> str:
 
 
 def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    """``path`` (its folder made if missing) replaced by ``text`` all at once: a kill leaves the old file or the new."""
+    write_atomic(path, text)
     print(f"wrote {shown(path)}")
 
 
