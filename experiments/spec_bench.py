@@ -656,7 +656,9 @@ def finite(obj):
 
 def fail(message: str) -> None:
     """A user mistake: one line on stderr, exit code 2, no traceback."""
-    print(f"spec_bench: error: {message}", file=sys.stderr)
+    # one write, newline included: torchrun's ranks share an unbuffered stderr pipe and must not splice their lines
+    sys.stderr.write(f"spec_bench: error: {message}\n")
+    sys.stderr.flush()
     raise SystemExit(2)
 
 
