@@ -23,7 +23,7 @@
 # heads, of the installed target (or of the target in TARGET_DIR). The heads start from the installed ones
 # (HEADS_INIT= : from the target, for a target of another shape).
 #
-# The base target, in order (install each step's result before the next; about 31 GPU-minutes with the heads and 12
+# The base target, in order (install each step's result before the next; about 33 GPU-minutes with the heads and 12
 # CPU-minutes;
 # each step's record is in hybridsd/models/tiny-coder/, named after the step):
 #   INIT= NO_HEADS=1 TARGET_S=585 TARGET_EXTRA="--decision-weight 4 --sft-max-len 2048 --deadline-s 470 \
