@@ -62,9 +62,14 @@ class Parser(argparse.ArgumentParser):
                 weight_files(p)
         except (OSError, ValueError) as e:
             self.error(f"{flag} {p}: not a model folder ({e})")
-        if tokenizer and not any((p / name).is_file() for name in TOKENIZER_VOCABULARIES):
-            self.error(f"{flag} {p}: no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)})")
+        if tokenizer:
+            self.check_tokenizer(p, flag)
         return p
+
+    def check_tokenizer(self, path: str | Path, flag: str = "--tokenizer") -> None:
+        """One line and exit 2 unless the folder ``path`` holds a tokenizer's vocabulary."""
+        if not any((Path(path) / name).is_file() for name in TOKENIZER_VOCABULARIES):
+            self.error(f"{flag} {path}: no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)})")
 
     def check_device(self, value: str, flag: str = "--device"):
         """``value`` as a ``torch.device``, before any work: one line and exit 2 when it names none, one other than

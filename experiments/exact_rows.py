@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import re
-import sys
 from pathlib import Path
 
 from experiments.cli import Parser
@@ -134,8 +133,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise ValueError(f"--run {spec}: no grid line{' with ' + mode if mode else ''}")
             runs.append((grid, {"commit": commit, "date": a.date, "command": command}))
     except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
-        print(f"exact_rows: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        p.error(str(e))
     rows = merge(runs)
     write_atomic(a.out, "".join(json.dumps(r) + "\n" for r in rows))
     print(f"exact_rows: {len(rows)} configurations -> {a.out}")

@@ -655,11 +655,9 @@ def finite(obj):
 
 
 def fail(message: str) -> None:
-    """A user mistake: one line on stderr, exit code 2, no traceback."""
-    # one write, newline included: torchrun's ranks share an unbuffered stderr pipe and must not splice their lines
-    sys.stderr.write(f"spec_bench: error: {message}\n")
-    sys.stderr.flush()
-    raise SystemExit(2)
+    """A user mistake: one line on stderr, exit code 2, no traceback (:meth:`Parser.error`: one write, so that
+    torchrun's ranks sharing a stderr pipe do not splice their lines)."""
+    Parser(prog="spec_bench").error(message)
 
 
 def per_method(text: str) -> dict:

@@ -70,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.cli import TOKENIZER_VOCABULARIES, Parser
+from experiments.cli import Parser
 from experiments.distributed import write_atomic
 from experiments.edit_corpus import (EVAL_REPOS, VALIDATION_REPOS, blazedit_messages, change_request,
                                      eval_split_record, load_edits, pretraining_texts, split_edits, split_rows,
@@ -1302,8 +1302,8 @@ def parse_args(argv: list[str] | None = None, paths: bool = True) -> argparse.Na
     if paths and args.cmd == "target":  # --init's weights, and its tokenizer unless --tokenizer names one
         if args.init is not None:
             parser.check_model(args.init, "--init", tokenizer=args.tokenizer is None)
-        if args.tokenizer is not None and not any((args.tokenizer / n).is_file() for n in TOKENIZER_VOCABULARIES):
-            parser.error(f"--tokenizer {args.tokenizer}: no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)})")
+        if args.tokenizer is not None:
+            parser.check_tokenizer(args.tokenizer)
         parser.check_output(args.out, folder=True)
         parser.check_output(args.data_cache, "--data-cache", folder=True)
     if paths and args.cmd == "repair":

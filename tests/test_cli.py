@@ -26,9 +26,11 @@ def test_an_unknown_option_is_one_line_and_exit_2(module, monkeypatch, capsys):
     assert e.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
 
 
-def test_the_error_line_is_one_write(monkeypatch):
+@pytest.mark.parametrize("tool", ["parser", "spec_bench"])
+def test_the_error_line_is_one_write(tool, monkeypatch):
     """The error line goes to stderr in one write, newline included, so that processes sharing an unbuffered pipe
-    (torchrun's ranks under PYTHONUNBUFFERED) cannot interleave two lines into one."""
+    (torchrun's ranks under PYTHONUNBUFFERED) cannot interleave two lines into one; spec_bench's ``fail`` too."""
+    from experiments import spec_bench
     from experiments.cli import Parser
 
     writes = []
@@ -42,8 +44,13 @@ def test_the_error_line_is_one_write(monkeypatch):
 
     monkeypatch.setattr(sys, "stderr", Recorder())
     with pytest.raises(SystemExit) as e:
-        Parser(prog="tool").parse_args(["--nope"])
-    assert e.value.code == 2 and writes == ["tool: error: unrecognized arguments: --nope\n"]
+        if tool == "parser":
+            Parser(prog="tool").parse_args(["--nope"])
+        else:
+            spec_bench.fail("--tp 2: only 1 is supported")
+    want = {"parser": "tool: error: unrecognized arguments: --nope\n",
+            "spec_bench": "spec_bench: error: --tp 2: only 1 is supported\n"}[tool]
+    assert e.value.code == 2 and writes == [want]
 
 
 def test_a_subcommand_mistake_is_one_line_too(capsys):

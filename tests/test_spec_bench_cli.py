@@ -434,24 +434,3 @@ def test_a_prompt_that_fills_the_context_is_named_and_exits_1(monkeypatch, tmp_p
     err = capsys.readouterr().err
     assert "fill the model's context (4096)" in err and "1 prompt(s) failed" in err.strip().splitlines()[-1]
 
-
-def test_the_error_line_is_one_write(monkeypatch):
-    """spec_bench's error line goes to stderr in one write, newline included: torchrun's ranks share an unbuffered
-    stderr pipe, and two writes (the text, then the newline) let two ranks' lines splice into one."""
-    import sys
-
-    from experiments import spec_bench
-
-    writes = []
-
-    class Recorder:
-        def write(self, text):
-            writes.append(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr(sys, "stderr", Recorder())
-    with pytest.raises(SystemExit) as e:
-        spec_bench.fail("--tp 2: only 1 is supported")
-    assert e.value.code == 2 and writes == ["spec_bench: error: --tp 2: only 1 is supported\n"]
