@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:  # the pair cannot be averaged: bad input
         parser.error(str(e))
     except OSError as e:  # reading or writing failed (disk, permissions): one line, not a usage error
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        sys.stderr.write(f"{parser.prog}: error: {e}\n")  # one write, as Parser.error's
         sys.exit(1)
     print(f"wrote {args.out}: {len(record['shards'])} shards, weights {weights} of {len(args.models)} models")
 

@@ -49,10 +49,20 @@ class Example:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("id", "source", "prompt", "reference"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Example.{name} must be a string, got {getattr(self, name)!r}")
         if not self.id:
             raise ValueError("Example.id must not be empty")
+        if self.input_text is not None and not isinstance(self.input_text, str):
+            raise TypeError(f"Example.input_text must be a string or None, got {self.input_text!r}")
+        if isinstance(self.edit_norm, bool) or not isinstance(self.edit_norm, numbers.Real):
+            raise TypeError(f"Example.edit_norm must be a number (NaN when there is no reference), "
+                            f"got {self.edit_norm!r}")
         if not (math.isnan(self.edit_norm) or 0.0 <= self.edit_norm <= 1.0):
             raise ValueError(f"Example.edit_norm must be NaN or in [0, 1], got {self.edit_norm}")
+        if not isinstance(self.meta, dict):
+            raise TypeError(f"Example.meta must be a dict, got {self.meta!r}")
 
 
 def default_data_dir() -> Path:

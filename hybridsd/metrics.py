@@ -93,7 +93,9 @@ class SpecStats:
         self.num_tokens += emitted
 
     def record_step(self, step: StepRecord) -> None:
-        """Count one verification pass."""
+        """Count one verification pass (a :class:`StepRecord`; anything else raises ``TypeError``, counting nothing)."""
+        if not isinstance(step, StepRecord):
+            raise TypeError(f"SpecStats.record_step takes a StepRecord, got {type(step).__name__}")
         self.trace.append(step)
         self.num_target_steps += 1
         self.num_tokens += step.emitted

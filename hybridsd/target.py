@@ -262,8 +262,13 @@ class Target:
         ``visible`` (``[q, q]`` bool, default lower-triangular) says which tokens of the
         block each token attends to, besides all committed slots ``< start``.
         Returns logits ``[q, V]`` (``[1, V]`` with ``last_logits_only``) in fp32 and the
-        hidden states named by ``hidden_layers`` concatenated, ``[q, len * H]``, or None.
+        hidden states named by ``hidden_layers`` concatenated, ``[q, len * H]``, or None; each index names one of the
+        model's ``L + 1`` HF hidden states (``-(L + 1) .. L``), any other raises ``ValueError``.
         """
+        L = self.kv.num_layers
+        if any(not -(L + 1) <= i <= L for i in hidden_layers):
+            raise ValueError(f"hidden_layers {hidden_layers} names a hidden state outside the model's "
+                             f"{-(L + 1)}..{L} ({L} layers; 0: the embeddings, {L} or -1: the final-normed output)")
         q = int(tokens.shape[0])
         if start + q > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {q} tokens > capacity {self.capacity}")

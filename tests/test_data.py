@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,6 +113,25 @@ def test_example_validation():
         Example(id="", source="s", prompt="p", reference="r", edit_norm=0.1)
     with pytest.raises(ValueError):
         Example(id="a", source="s", prompt="p", reference="r", edit_norm=1.5)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("id", 7, "Example.id must be a string"),
+    ("source", None, "Example.source must be a string"),
+    ("prompt", b"p", "Example.prompt must be a string"),
+    ("reference", 1.0, "Example.reference must be a string"),
+    ("input_text", 3, "Example.input_text must be a string or None"),
+    ("edit_norm", "0.1", "Example.edit_norm must be a number"),
+    ("edit_norm", True, "Example.edit_norm must be a number"),
+    ("edit_norm", None, "Example.edit_norm must be a number"),
+    ("meta", [], "Example.meta must be a dict"),
+])
+def test_example_refuses_wrong_types(field, value, match):
+    fields = dict(id="a", source="s", prompt="p", reference="r", edit_norm=0.1)
+    with pytest.raises(TypeError, match=match):
+        Example(**{**fields, field: value})
+    ok = Example(**{**fields, "edit_norm": np.float32(0.25), "input_text": None})  # numpy reals are numbers
+    assert ok.edit_norm == 0.25
 
 
 def _examples(norms):

@@ -55,6 +55,17 @@ def test_decoder_matches_hf_step_by_step(name):
         torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("layers", [(4,), (0, -5), (1, 9)])
+def test_hidden_layers_outside_the_model_are_refused(fused, layers):
+    """Three layers: hidden states 0..3 (or -4..-1); the fused decoder used to wrap 4 to 0, the embeddings."""
+    t = Target(_model("llama-gqa3"), 32, decoder=fused)
+    with pytest.raises(ValueError, match=r"outside the model's -4..3 \(3 layers"):
+        t.forward(torch.tensor([1, 2, 3]), 0, hidden_layers=layers)
+    logits, hidden = t.forward(torch.tensor([1, 2, 3]), 0, hidden_layers=(-4, 3))
+    assert hidden.shape == (3, 2 * 48)
+
+
 def test_fusing_keeps_the_model_and_its_memory(tmp_path):
     """After fusing, ``model(...)`` gives the same output, and q/k/v, gate/up live inside the fused tensors."""
     model = _model("qwen2-bias", layers=2)

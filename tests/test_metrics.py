@@ -99,3 +99,12 @@ def test_step_record_counts_keep_their_values():
     s = SpecStats()
     s.record_step(step)
     assert s.summary()["steps_by_drafter"] == {"ngram+eagle": 1} and s.num_accepted == 2
+
+
+@pytest.mark.parametrize("step", [None, {"drafted": 3, "accepted": 1, "emitted": 2}, ("ngram",)])
+def test_record_step_refuses_what_is_not_a_step_record(step):
+    s = SpecStats()
+    s.record_prefill(1)
+    with pytest.raises(TypeError, match="record_step takes a StepRecord"):
+        s.record_step(step)
+    assert s.trace == [] and s.num_target_steps == 1 and s.num_tokens == 1  # the prefill alone
