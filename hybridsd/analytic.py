@@ -290,7 +290,7 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     length = np.asarray(length, dtype=float).ravel()
     if not np.all((length >= 0) & (length < np.inf)):
         raise ValueError("length must be finite and >= 0")
-    per = _runs(runs)
+    per = run_lengths(runs)
     if len(per) != length.size:
         raise ValueError(f"runs has {len(per)} outputs, length {length.size}")
     counts = np.array([r.size for r in per], dtype=int)
@@ -309,7 +309,7 @@ def resync_passes(runs, length, *, k, resync, novel_rate, copy_accept=1.0) -> np
     return 1.0 + np.maximum(body - np.minimum(length, 1.0) / novel_rate, floor)
 
 
-def _runs(runs) -> list[np.ndarray]:
+def run_lengths(runs) -> list[np.ndarray]:
     """Each output's copied runs as a 1-D float array; TypeError naming ``runs`` unless it is a sequence (one entry
     per output) of sequences of numbers."""
     try:
@@ -335,7 +335,7 @@ def _whole_numbers(xs, name: str) -> list[int]:
     return [int(x) for x in a]
 
 
-def _real(x, name: str, what: str = "a real number") -> float:
+def real_number(x, name: str, what: str = "a real number") -> float:
     """``x`` as a float; TypeError naming ``name`` unless it is one real number (not a bool, a string or an array)."""
     try:
         ok = np.ndim(x) == 0 and np.asarray(x).dtype.kind in "iuf"
@@ -349,7 +349,7 @@ def _real(x, name: str, what: str = "a real number") -> float:
 def _check_constant(x, name: str, lo: float, hi: float = np.inf, *, above: bool = False) -> None:
     """TypeError naming ``name`` unless ``x`` (a model constant) is one real number, ValueError unless it is finite
     and in ``[lo, hi]`` (``(lo, hi]`` with ``above``); NaN fails."""
-    v = _real(x, name)
+    v = real_number(x, name)
     if not (np.isfinite(v) and (v > lo if above else v >= lo) and v <= hi):
         want = f"in [{lo:g}, {hi:g}]" if hi < np.inf else f"{'>' if above else '>='} {lo:g}"
         raise ValueError(f"{name} must be finite and {want}, got {x}")
@@ -358,7 +358,7 @@ def _check_constant(x, name: str, lo: float, hi: float = np.inf, *, above: bool 
 def check_k(k, name: str = "k") -> None:
     """TypeError naming ``name`` unless ``k`` (a draft length) is one real number, ValueError unless it is an
     integer >= 1 (NaN and infinity fail)."""
-    v = _real(k, name, "an integer >= 1")
+    v = real_number(k, name, "an integer >= 1")
     if not (np.isfinite(v) and v >= 1 and int(v) == v):
         raise ValueError(f"{name} must be an integer >= 1, got {k}")
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from hybridsd.analytic import _real, _runs, check_k, harmonic_al, new_share, resync_al, resync_passes
+from hybridsd.analytic import (check_k, harmonic_al, new_share, real_number, resync_al, resync_passes,
+                               run_lengths)
 
 
 def fit_edit_structure(edit_norm, length, n_edits) -> dict[str, float]:
@@ -77,9 +78,9 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
     w = np.broadcast_to(w.ravel(), (n,))
     if not np.all((w >= 0) & (w < np.inf)):
         raise ValueError("weights must be finite and >= 0")
-    if not 0 < _real(ci, "ci") < 1:
+    if not 0 < real_number(ci, "ci") < 1:
         raise ValueError(f"ci must lie in (0, 1), got {ci}")
-    nb = _real(n_boot, "n_boot", "an integer >= 0")
+    nb = real_number(n_boot, "n_boot", "an integer >= 0")
     if not (np.isfinite(nb) and nb >= 0 and nb == int(nb)):
         raise ValueError(f"n_boot must be an integer >= 0, got {n_boot}")
     try:
@@ -91,7 +92,7 @@ def _fit_params(names, bounds, start, fixed: Mapping, predict: Callable, al: np.
     if unknown:
         raise ValueError(f"unknown parameters {sorted(unknown)}; expected some of {list(names)}")
     for p, v in fixed.items():
-        if p in bounds and not bounds[p][0] <= _real(v, p) <= bounds[p][1]:
+        if p in bounds and not bounds[p][0] <= real_number(v, p) <= bounds[p][1]:
             raise ValueError(f"{p}={v} lies outside its range [{bounds[p][0]}, {bounds[p][1]}]")
     free = tuple(p for p in names if p not in fixed)
     if len(free) > n:
@@ -198,7 +199,7 @@ def _check_fit(fit, names: tuple[str, ...]) -> None:
     if set(fit.params) != set(names):
         raise ValueError(f"params of a {fit.model!r} fit must be {list(names)}, got {sorted(fit.params)}")
     for name in names:
-        _real(fit.params[name], f"params[{name!r}]")
+        real_number(fit.params[name], f"params[{name!r}]")
     if fit.model != "harmonic":
         if "k" not in fit.settings:
             raise ValueError(f"settings of a {fit.model!r} fit need k (the n-gram draft length)")
@@ -342,7 +343,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     check_k(k)
     y = np.asarray(al, dtype=float).ravel()
     length = np.asarray(length, dtype=float).ravel()
-    runs = _runs(runs)
+    runs = run_lengths(runs)
     if len(runs) != length.size:
         raise ValueError(f"runs and length need one entry per output, got {len(runs)} and {length.size}")
     groups = _groups(groups, length.size)
