@@ -155,10 +155,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not rows:
         p.error(f"--max-before-chars {a.max_before_chars}: no training row (outside {a.target}'s held-out split) "
                 "has an input that short")
+    a.init_states = {}  # kind -> the init head's state dict, read once here (checked) and used by main
     for kind in a.kinds if a.init_heads is not None else ():
         head = a.init_heads / kind
         try:  # every weight file read as the run reads it: missing, truncated or not a state dict
-            read_state_dict(head)
+            a.init_states[kind] = read_state_dict(head)
             size = json_object(head / "config.json").get("hidden_size")
         except (FileNotFoundError, ValueError) as e:
             p.error(f"--init-heads: {e}")
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     seqs = generated * 2 + forced  # the target's own text weighs double
     holdout = [s for s in generated[-64:]] or forced[-64:]
     report = {"data": info,
-              "config": vars(a) | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
+              "config": {k: v for k, v in vars(a).items() if k != "init_states"}
+              | {k: str(getattr(a, k)) for k in ("data", "out", "target", "init_heads")},
               "run_info": provenance.run_info(a.device), "heads": {}}
     kw = dict(batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr, device=a.device)
     trained = {}
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
                 init_eagle3_output(head, model)
             extra = {"ttt_steps": a.ttt_steps}
         if a.init_heads is not None:
-            copied = init_from_head(head, read_state_dict(a.init_heads / kind))
+            copied = init_from_head(head, a.init_states[kind])
             log(f"{kind}: started from {a.init_heads / kind} ({len(copied)} tensors)")
         steps = a.steps or timed_steps(head, model, seqs, a.seconds_per_head, **kw, **extra)
         log(f"{kind}: training {steps} steps")

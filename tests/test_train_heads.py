@@ -94,3 +94,16 @@ def test_init_heads_that_do_not_load_are_refused_before_loading(broken, words, t
         train_heads.main(["--init-heads", str(init), "--out", str(tmp_path / "out"), *ARGV])
     err = _refused(capsys, exit_)
     assert "--init-heads" in err and str(bad) in err and words in err
+
+
+def test_init_heads_are_read_once_and_stay_out_of_the_record(tmp_path, monkeypatch):
+    """--init-heads: each head's weights read once (checked before loading, then used), the record's config plain."""
+    reads = []
+    real = train_heads.read_state_dict
+    monkeypatch.setattr(train_heads, "read_state_dict", lambda path: reads.append(path) or real(path))
+    out = tmp_path / "out"
+    train_heads.main(["--init-heads", str(ZOO), "--out", str(out), *ARGV])
+    assert reads == [ZOO / "eagle1", ZOO / "eagle3"]
+    record = json.loads((out / RECORD).read_text())
+    assert "init_states" not in record["config"] and record["config"]["init_heads"] == str(ZOO)
+    assert {k: v["steps"] for k, v in record["heads"].items()} == {"eagle1": 2, "eagle3": 2}
