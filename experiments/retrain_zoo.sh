@@ -25,13 +25,14 @@
 # retrain): zoo/margin_recipe_h200/ (seed 0: stage 6 with the hinge, stage 7 on the GPU, stage 8's average and its
 # heads; its call.sh ran two draws side by side, so stage 6 had a longer time limit there).
 #
-# The whole recipe, three calls back to back on one H200 (each within the machine's idle window of the one before):
-#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 1,2 $OUT      # about 7.2 minutes
-#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 3,4,5 $OUT    # about 7.0
+# The whole recipe, three calls back to back on one GPU (each within the machine's idle window of the one before):
+#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 1,2 $OUT      # about 7.3 minutes on an H100
+#   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 3,4,5 $OUT    # about 7.3
 #   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 6,7,8 $OUT    # about 6.4
-# 20.6 GPU-minutes in all at commit 1ef80d7, every phase stopping at its steps (experiments/results/zoo/
-# retrain_compiled_h200/recipe_end_to_end/ and stages.json, whose calls say how that run's third call was split);
-# its product is another draw of the recipe, not the installed weights (its gates there).
+# 21.0 GPU-minutes in all on one H100 at commit 55730c8, every phase stopping at its steps
+# (experiments/results/zoo/retrain_hinge_recipe_h100/: its calls, each stage's seconds and its product's gate); the
+# recipe before stage 6 had the hinge took 20.6 on one H200 (retrain_compiled_h200/recipe_end_to_end/). Each run's
+# product is another draw of the recipe, not the installed weights (their gates there).
 #
 # INIT is the first stage's starting target: by default $WORK_ROOT/zoo_stage<N-1>/tiny-coder (WORK_ROOT: /tmp), where
 # the previous stage left it on the same machine; on another machine (a fresh one) the stage stops with one line

@@ -35,6 +35,7 @@ RESYNC = RESULTS / "zoo" / "resync_repair_h200"
 DECISIONS = RESULTS / "zoo" / "decision_repair_cpu"
 DECISIONS_GPU = RESULTS / "zoo" / "decision_repair_h200"
 MARGIN_RECIPE = RESULTS / "zoo" / "margin_recipe_h200"
+HINGE_RECIPE = RESULTS / "zoo" / "retrain_hinge_recipe_h100"
 REQUEST_TEXT = {"located": "located change requests", "subject": "the commit subject alone"}
 
 
@@ -903,6 +904,30 @@ def margin_recipe() -> None:
                 "{:.1f}" if key == "all_heldout" else "{:.0f}")
 
 
+def hinge_recipe() -> None:
+    """retrain_hinge_recipe_h100/: the recipe as it stands (stage 6 with the hinge) from scratch, stages 1-8 back to
+    back on one H100 (the calls' seconds, their sum and the lease, each stage's seconds, whether every phase stopped at
+    its steps) and its product's GPU gate on the 96 evaluation prompts, paired with the installed target's
+    (``zooHinge...``)."""
+    run = json.loads((HINGE_RECIPE / "runs.json").read_text())
+    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
+    assert sorted(stage_s) == list("12345678")
+    assert sum(c["call_wall_s"] for c in run["calls"]) == run["recipe_gpu_s"]
+    targets = [json.loads((HINGE_RECIPE / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
+    assert stopped_by_steps(targets) == run["every_phase_stopped_by_steps"]
+    assert targets[-1]["config"]["copy_margin_weight"] > 0  # stage 6 with the hinge
+    num("zooHingeMin", run["recipe_gpu_s"] / 60, "{:.1f}")
+    num("zooHingeLeaseMin", run["lease_s_through_gate"] / 60, "{:.1f}")
+    num("zooHingeCallsS", ", ".join(str(c["call_wall_s"]) for c in run["calls"]), "{}")
+    num("zooHingeStageS", ", ".join(str(stage_s[k]) for k in sorted(stage_s)), "{}")
+    num("zooHingeAllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
+    num("zooHingeProv", provenance(targets[0]["run_info"]), "{}")
+    gate = zoo_gate.read_gate(HINGE_RECIPE / "gate_eval96_h100.json")
+    gate_numbers("zooHingeEval", gate["quality_gate"])
+    paired_difference("zooHingeDiffEvalMr", zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / "gate_eval96_h200.json"),
+                      gate)
+
+
 def make() -> None:
     model()
     weight_average()
@@ -915,5 +940,6 @@ def make() -> None:
     decision_repair()
     decision_repair_gpu()
     margin_recipe()
+    hinge_recipe()
     compile_speed()
     eagle3_gate()
