@@ -1,8 +1,9 @@
-"""Shared fixtures: tiny random fp32 targets of two families, and test-only drafters."""
+"""Shared fixtures: tiny random fp32 targets of two families, test-only drafters, and a recorder of stderr writes."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,27 @@ def trained_heads(target):
     """EAGLE-1 and EAGLE-3 heads for ``target`` that accept often (:func:`train_heads`, 60 steps, ~2 s each, on
     ``prompts(8)``)."""
     return train_heads(target, prompts(8), 48, steps=60)
+
+
+@pytest.fixture
+def record_stderr(monkeypatch):
+    """Called inside a test: from then on every ``sys.stderr.write`` call's text goes, in order, into the list it
+    returns (capsys joins them; this tells one write from two). Installed in the test's call phase, since pytest's
+    capture sets ``sys.stderr`` again between a fixture's setup and the call."""
+    def record() -> list[str]:
+        writes = []
+
+        class Recorder:
+            def write(self, text):
+                writes.append(text)
+
+            def flush(self):
+                pass
+
+        monkeypatch.setattr(sys, "stderr", Recorder())
+        return writes
+
+    return record
 
 
 def prompts(n: int, vocab: int = VOCAB, seed: int = 0) -> list[torch.Tensor]:

@@ -27,22 +27,13 @@ def test_an_unknown_option_is_one_line_and_exit_2(module, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("tool", ["parser", "spec_bench"])
-def test_the_error_line_is_one_write(tool, monkeypatch):
+def test_the_error_line_is_one_write(tool, record_stderr):
     """The error line goes to stderr in one write, newline included, so that processes sharing an unbuffered pipe
     (torchrun's ranks under PYTHONUNBUFFERED) cannot interleave two lines into one; spec_bench's ``fail`` too."""
     from experiments import spec_bench
     from experiments.cli import Parser
 
-    writes = []
-
-    class Recorder:
-        def write(self, text):
-            writes.append(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr(sys, "stderr", Recorder())
+    writes = record_stderr()
     with pytest.raises(SystemExit) as e:
         if tool == "parser":
             Parser(prog="tool").parse_args(["--nope"])

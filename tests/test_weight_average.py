@@ -3,7 +3,6 @@ shard layout, its other files kept, the record naming every parent, and bad inpu
 anything is written."""
 
 import json
-import sys
 
 import pytest
 import torch
@@ -171,7 +170,7 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, case, message):
     assert not out.exists()
 
 
-def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, monkeypatch):
+def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, monkeypatch, record_stderr):
     """A write that fails during the run (a full disk): one 'error:' line naming it, exit code 1, no usage text."""
     import errno
 
@@ -181,16 +180,7 @@ def test_a_failed_write_is_one_line_and_not_a_usage_error(tmp_path, monkeypatch)
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(wa, "write_atomic", full)
-    writes = []
-
-    class Recorder:
-        def write(self, text):
-            writes.append(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr(sys, "stderr", Recorder())
+    writes = record_stderr()
     with pytest.raises(SystemExit) as e:
         wa.main([str(a), str(b), "--weight", "0.5", "--out", str(tmp_path / "out")])
     assert e.value.code == 1 and len(writes) == 1 and writes[0].endswith("\n"), writes  # one line, one write
