@@ -29,7 +29,7 @@
 #   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 1,2 $OUT      # about 7.3 minutes on an H100
 #   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 3,4,5 $OUT    # about 7.3
 #   HYBRIDSD_COMMIT=<commit> bash experiments/retrain_zoo.sh 6,7,8 $OUT    # about 6.4
-# 21.0 GPU-minutes in all on one H100 at commit 55730c8, every phase stopping at its steps
+# 21.0 GPU-minutes in all on one H100 at commit 55730c8, every phase of target training stopping at its steps
 # (experiments/results/zoo/retrain_hinge_recipe_h100/: its calls, each stage's seconds and its product's gate); the
 # recipe before stage 6 had the hinge took 20.6 on one H200 (retrain_compiled_h200/recipe_end_to_end/). Each run's
 # product is another draw of the recipe, not the installed weights (their gates there).
@@ -63,7 +63,8 @@
 # from hybridsd/models/tiny-coder's when that folder has heads and the average has its target's shape, else from the
 # average itself (heads_fit).
 # Every run on one H200, its calls, times and product's gates:
-# experiments/results/zoo/retrain_compiled_h200/stages.json.
+# experiments/results/zoo/retrain_compiled_h200/stages.json; the whole recipe as it stands on one H100:
+# experiments/results/zoo/retrain_hinge_recipe_h100/runs.json.
 set -uo pipefail
 STAGES=${1:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}
 OUT=${2:?usage: retrain_zoo.sh STAGES OUT_DIR [INIT]}

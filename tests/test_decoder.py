@@ -58,7 +58,7 @@ def test_decoder_matches_hf_step_by_step(name):
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("layers", [(4,), (0, -5), (1, 9)])
 def test_hidden_layers_outside_the_model_are_refused(fused, layers):
-    """Three layers: hidden states 0..3 (or -4..-1); the fused decoder used to wrap 4 to 0, the embeddings."""
+    """Three layers: hidden states 0..3 (or -4..-1); 4 or -5 is none of them (modulo 4 it would name another)."""
     t = Target(_model("llama-gqa3"), 32, decoder=fused)
     with pytest.raises(ValueError, match=r"outside the model's -4..3 \(3 layers"):
         t.forward(torch.tensor([1, 2, 3]), 0, hidden_layers=layers)

@@ -407,10 +407,11 @@ def stopped_by_steps(targets: list[dict]) -> bool:
                if t[p] and "stopped_by" in t[p])
 
 
-def whole_recipe(run: dict) -> tuple:
-    """A whole-recipe run's folder, its stages' seconds (all eight) and its target stages' records, checked against
-    the run's record of whether every phase stopped at its steps."""
-    folder = RETRAIN.parent / run["folder"]
+def whole_recipe(run: dict, folder=None) -> tuple:
+    """A whole-recipe run's folder (``folder``, else its record's under retrain_compiled_h200/), its stages' seconds
+    (all eight) and its target stages' records, checked against the run's record of whether every pretraining and
+    edit-tuning phase stopped at its steps."""
+    folder = RETRAIN.parent / run["folder"] if folder is None else folder
     stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
     assert sorted(stage_s) == list("12345678")
     targets = [json.loads((folder / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
@@ -418,18 +419,26 @@ def whole_recipe(run: dict) -> tuple:
     return folder, stage_s, targets
 
 
-def end_to_end(run: dict) -> None:
-    """retrain_compiled_h200/recipe_end_to_end/: stages 1-8 back to back on one machine (the calls' seconds, their sum
-    and the lease through stage 8, each stage's seconds, the edit-tuning throughputs, stage 1's data, whether every
-    phase stopped at its steps) and the product's GPU gates, paired with the installed target's on the same prompts."""
-    folder, stage_s, targets = whole_recipe(run)
+def recipe_times(prefix: str, run: dict, folder=None) -> tuple:
+    """A whole recipe run back to back (:func:`whole_recipe`): the calls' seconds and their sum, the lease through
+    stage 8, each stage's seconds, whether every target phase stopped at its steps and the run's machine, as
+    ``prefix``Min, LeaseMin, CallsS, StageS, AllBySteps and Prov; returns :func:`whole_recipe`'s tuple."""
+    folder, stage_s, targets = whole_recipe(run, folder)
     assert sum(c["call_wall_s"] for c in run["calls"]) == run["recipe_gpu_s"]
-    num("zooEndMin", run["recipe_gpu_s"] / 60, "{:.1f}")
-    num("zooEndLeaseMin", run["lease_s_through_stage8"] / 60, "{:.1f}")
-    num("zooEndStageS", ", ".join(str(stage_s[k]) for k in sorted(stage_s)), "{}")
-    num("zooEndCallsS", ", ".join(str(c["call_wall_s"]) for c in run["calls"]), "{}")
-    num("zooEndAllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
-    num("zooEndProv", provenance(targets[0]["run_info"]), "{}")
+    num(f"{prefix}Min", run["recipe_gpu_s"] / 60, "{:.1f}")
+    num(f"{prefix}LeaseMin", run["lease_s_through_stage8"] / 60, "{:.1f}")
+    num(f"{prefix}StageS", ", ".join(str(stage_s[k]) for k in sorted(stage_s)), "{}")
+    num(f"{prefix}CallsS", ", ".join(str(c["call_wall_s"]) for c in run["calls"]), "{}")
+    num(f"{prefix}AllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
+    num(f"{prefix}Prov", provenance(targets[0]["run_info"]), "{}")
+    return folder, stage_s, targets
+
+
+def end_to_end(run: dict) -> None:
+    """retrain_compiled_h200/recipe_end_to_end/: stages 1-8 back to back on one machine (:func:`recipe_times`, the
+    edit-tuning throughputs, stage 1's data) and the product's GPU gates, paired with the installed target's on the
+    same prompts."""
+    folder, stage_s, targets = recipe_times("zooEnd", run)
     num("zooEndDataS", targets[0]["data_prep_s"], "{:.0f}")
     tok = [t["sft"]["tokens_per_s_after_first_step"] / 1e6 for t in targets]
     num("zooEndSftTok", f"{min(tok):.2f}--{max(tok):.2f}", "{}")
@@ -906,22 +915,11 @@ def margin_recipe() -> None:
 
 def hinge_recipe() -> None:
     """retrain_hinge_recipe_h100/: the recipe as it stands (stage 6 with the hinge) from scratch, stages 1-8 back to
-    back on one H100 (the calls' seconds, their sum and the lease, each stage's seconds, whether every phase stopped at
-    its steps) and its product's GPU gate on the 96 evaluation prompts, paired with the installed target's
-    (``zooHinge...``)."""
+    back on one H100 (:func:`recipe_times`) and its product's GPU gate on the 96 evaluation prompts, paired with the
+    installed target's (``zooHinge...``)."""
     run = json.loads((HINGE_RECIPE / "runs.json").read_text())
-    stage_s = {k: v for c in run["calls"] for k, v in c["stage_s"].items()}
-    assert sorted(stage_s) == list("12345678")
-    assert sum(c["call_wall_s"] for c in run["calls"]) == run["recipe_gpu_s"]
-    targets = [json.loads((HINGE_RECIPE / f"stage{i}_training_config.json").read_text()) for i in (1, 2, 3, 4, 6)]
-    assert stopped_by_steps(targets) == run["every_phase_stopped_by_steps"]
+    _, _, targets = recipe_times("zooHinge", run, HINGE_RECIPE)
     assert targets[-1]["config"]["copy_margin_weight"] > 0  # stage 6 with the hinge
-    num("zooHingeMin", run["recipe_gpu_s"] / 60, "{:.1f}")
-    num("zooHingeLeaseMin", run["lease_s_through_gate"] / 60, "{:.1f}")
-    num("zooHingeCallsS", ", ".join(str(c["call_wall_s"]) for c in run["calls"]), "{}")
-    num("zooHingeStageS", ", ".join(str(stage_s[k]) for k in sorted(stage_s)), "{}")
-    num("zooHingeAllBySteps", "every" if run["every_phase_stopped_by_steps"] else "not every", "{}")
-    num("zooHingeProv", provenance(targets[0]["run_info"]), "{}")
     gate = zoo_gate.read_gate(HINGE_RECIPE / "gate_eval96_h100.json")
     gate_numbers("zooHingeEval", gate["quality_gate"])
     paired_difference("zooHingeDiffEvalMr", zoo_gate.read_gate(MARGIN_RECIPE / "seed0" / "gate_eval96_h200.json"),
