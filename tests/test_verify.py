@@ -137,3 +137,116 @@ def test_tree_greedy_keeps_longest_branch():
     assert _judge(tree, logits[[0, 1, 2, 1, 2]], 0.0, None) == (1, 3)  # ties go to the first branch
     tree = DraftTree(torch.tensor([0, 3]), (-1, -1), ("a", "b"))
     assert _judge(tree, logits[[0, 1, 1]], 0.0, None) == (-1, 1)  # nothing accepted: the target's token
+
+
+def _stepwise_tree(tree: DraftTree, p: torch.Tensor, g: torch.Generator) -> tuple[int, int]:
+    """Textbook recursive rejection over a tree, one node at a time: ``p`` ``[1 + n, V]`` the warped target at the
+    root and at each node; one uniform per node drawn first (as :func:`verify_tree` does), then the next token."""
+    n = len(tree)
+    u = torch.rand(n, generator=g)
+    cur, r = -1, p[0].clone()
+    while True:
+        for c in (i for i in range(n) if tree.parents[i] == cur):
+            x = int(tree.tokens[c])
+            q = tree.probs[c] if tree.sampled[c] else torch.nn.functional.one_hot(tree.tokens[c], p.shape[-1]).to(p)
+            if u[c] * q[x] < r[x]:
+                cur, r = c, p[c + 1].clone()
+                break
+            rest = (r - q).clamp_min(0)
+            r = rest / rest.sum() if rest.sum() > 0 else r
+        else:
+            return cur, int(torch.multinomial(r, 1, generator=g))
+
+
+@pytest.mark.parametrize("mode", ["one-hot", "mixed", "sampled"])
+@pytest.mark.parametrize("temp, top_k, top_p", [(1.0, None, None), (0.7, 3, None), (1.3, None, 0.8), (0.9, 4, 0.8)])
+def test_tree_sampling_equals_a_stepwise_reference_draw_for_draw(mode, temp, top_k, top_p):
+    """Random trees of 1-8 nodes (one-hot tokens from {0, 1, 2}: many duplicate siblings), float64: the node kept and
+    the next token equal the step-by-step reference's on the same seed."""
+    from hybridsd.sampling import warp
+
+    gen = torch.Generator().manual_seed(7)
+    vocab = 7
+    for _ in range(150):
+        n = int(torch.randint(1, 9, (), generator=gen))
+        parents = tuple(-1 if i == 0 or torch.rand((), generator=gen) < 0.35 else
+                        int(torch.randint(0, i, (), generator=gen)) for i in range(n))
+        sampled = tuple(mode == "sampled" or (mode == "mixed" and bool(torch.rand((), generator=gen) < 0.5))
+                        for _ in range(n))
+        probs = torch.softmax(torch.randn(n, vocab, generator=gen, dtype=torch.float64) * 1.5, -1)  # [n, V]
+        tokens = [int(torch.multinomial(probs[i], 1, generator=gen)) if sampled[i] else
+                  int(torch.randint(0, 3, (), generator=gen)) for i in range(n)]
+        tree = DraftTree(torch.tensor(tokens), parents, ("d",) * n, probs if any(sampled) else None, sampled)
+        logits = torch.randn(n + 1, vocab, generator=gen, dtype=torch.float64) * 2  # [1 + n, V]
+        seed = int(torch.randint(0, 2**31, (), generator=gen))
+        got = verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors), torch.as_tensor(tree.depths),
+                          tree.probs, tree.sampled, logits, temp, torch.Generator().manual_seed(seed), top_k, top_p)
+        want = _stepwise_tree(tree, warp(logits, temp, top_k, top_p), torch.Generator().manual_seed(seed))
+        assert (int(got[0]), int(got[1])) == want, (parents, tokens, sampled)
+
+
+def _exact_first_two(p0, p1, nodes) -> torch.Tensor:
+    """The exact distribution ``[V, V]`` of the first two tokens the stepwise rejection emits for a depth-2 tree drawn
+    at random: ``nodes``, in order, each ``(parent, q_root [V] or None, q_child [V, V] or None, token)``; a node with
+    ``q`` is drawn from it (its row for the parent's token), one without is the fixed ``token`` (one-hot). ``p0``
+    ``[V]`` and ``p1`` ``[V, V]`` (``p1[x]``: after ``x``) are the target's."""
+    vocab = p0.shape[0]
+    out = torch.zeros(vocab, vocab, dtype=torch.float64)
+
+    def children(parent, r, weight, first, drawn):
+        # weight: the probability of this path of draws and decisions; drawn: tokens of the nodes drawn so far
+        kids = [i for i, node in enumerate(nodes) if node[0] == parent]
+        return walk(kids, parent, r, weight, first, drawn)
+
+    def walk(kids, parent, r, weight, first, drawn):
+        if not kids:  # every child rejected (or none): the next token ~ r
+            if parent < 0:
+                out.add_(weight * r[:, None] * p1)
+            else:
+                out[first] += weight * r
+            return
+        c, rest = kids[0], kids[1:]
+        _, q_root, q_child, token = nodes[c]
+        q = q_root if nodes[c][0] < 0 else (None if q_child is None else q_child[first])
+        options = [(token, 1.0)] if q is None else [(x, float(q[x])) for x in range(vocab) if q[x] > 0]
+        for x, px in options:
+            qd = torch.nn.functional.one_hot(torch.tensor(x), vocab).double() if q is None else q
+            accept = min(1.0, float(r[x] / qd[x]))
+            if accept > 0:
+                if parent < 0:
+                    children(c, p1[x].clone(), weight * px * accept, x, {**drawn, c: x})
+                else:
+                    out[first, x] += weight * px * accept
+            if accept < 1:
+                resid = (r - qd).clamp_min(0)
+                walk(rest, parent, resid / resid.sum(), weight * px * (1 - accept), first, {**drawn, c: x})
+
+    children(-1, p0.clone(), 1.0, None, {})
+    return out
+
+
+@pytest.mark.parametrize("temp, top_k, top_p", [(1.0, None, None), (0.8, 3, None), (1.2, None, 0.7), (0.9, 4, 0.8)])
+def test_the_stepwise_tree_reference_is_exactly_lossless(temp, top_k, top_p):
+    """Its two-token output distribution, summed exactly over every draft the drafters could draw, equals the warped
+    target's, for trees of two sampled drafters, a one-hot (n-gram) branch beside a sampled one in either order, and
+    one-hot siblings that repeat a token; with the draw-for-draw test above, :func:`verify_tree` is lossless."""
+    from hybridsd.sampling import warp
+
+    g = torch.Generator().manual_seed(123)
+    vocab = 6
+    p0 = warp(torch.randn(vocab, generator=g, dtype=torch.float64) * 1.5, temp, top_k, top_p)  # [V]
+    p1 = warp(torch.randn(vocab, vocab, generator=g, dtype=torch.float64) * 1.5, temp, top_k, top_p)  # [V, V]
+    qa, qb = (torch.softmax(torch.randn(vocab, generator=g, dtype=torch.float64) * 1.2, -1) for _ in range(2))
+    qa2, qb2 = (torch.softmax(torch.randn(vocab, vocab, generator=g, dtype=torch.float64) * 1.2, -1) for _ in range(2))
+    top, second = (int(i) for i in torch.argsort(p0, descending=True)[:2])
+    trees = {
+        "two sampled drafters": [(-1, qa, None, None), (0, None, qa2, None), (-1, qb, None, None), (2, None, qb2, None)],
+        "one-hot, then sampled": [(-1, None, None, top), (0, None, None, second), (-1, qa, None, None),
+                                  (2, None, qa2, None)],
+        "sampled, then one-hot": [(-1, qa, None, None), (-1, None, None, second), (1, None, None, top)],
+        "one-hot duplicates": [(-1, None, None, second), (-1, None, None, second), (-1, None, None, top)],
+    }
+    want = p0[:, None] * p1  # [V, V]
+    for name, nodes in trees.items():
+        got = _exact_first_two(p0, p1, nodes)
+        assert torch.allclose(got, want, atol=1e-12), (name, float((got - want).abs().max()))
