@@ -193,12 +193,11 @@ def _exact_first_two(p0, p1, nodes) -> torch.Tensor:
     vocab = p0.shape[0]
     out = torch.zeros(vocab, vocab, dtype=torch.float64)
 
-    def children(parent, r, weight, first, drawn):
-        # weight: the probability of this path of draws and decisions; drawn: tokens of the nodes drawn so far
-        kids = [i for i, node in enumerate(nodes) if node[0] == parent]
-        return walk(kids, parent, r, weight, first, drawn)
+    def children(parent, r, weight, first):
+        # r: the running residual at ``parent``; weight: the probability of this path of draws and decisions
+        walk([i for i, node in enumerate(nodes) if node[0] == parent], parent, r, weight, first)
 
-    def walk(kids, parent, r, weight, first, drawn):
+    def walk(kids, parent, r, weight, first):
         if not kids:  # every child rejected (or none): the next token ~ r
             if parent < 0:
                 out.add_(weight * r[:, None] * p1)
@@ -214,14 +213,14 @@ def _exact_first_two(p0, p1, nodes) -> torch.Tensor:
             accept = min(1.0, float(r[x] / qd[x]))
             if accept > 0:
                 if parent < 0:
-                    children(c, p1[x].clone(), weight * px * accept, x, {**drawn, c: x})
+                    children(c, p1[x].clone(), weight * px * accept, x)
                 else:
                     out[first, x] += weight * px * accept
             if accept < 1:
                 resid = (r - qd).clamp_min(0)
-                walk(rest, parent, resid / resid.sum(), weight * px * (1 - accept), first, {**drawn, c: x})
+                walk(rest, parent, resid / resid.sum(), weight * px * (1 - accept), first)
 
-    children(-1, p0.clone(), 1.0, None, {})
+    children(-1, p0.clone(), 1.0, None)
     return out
 
 
@@ -240,7 +239,8 @@ def test_the_stepwise_tree_reference_is_exactly_lossless(temp, top_k, top_p):
     qa2, qb2 = (torch.softmax(torch.randn(vocab, vocab, generator=g, dtype=torch.float64) * 1.2, -1) for _ in range(2))
     top, second = (int(i) for i in torch.argsort(p0, descending=True)[:2])
     trees = {
-        "two sampled drafters": [(-1, qa, None, None), (0, None, qa2, None), (-1, qb, None, None), (2, None, qb2, None)],
+        "two sampled drafters": [(-1, qa, None, None), (0, None, qa2, None), (-1, qb, None, None),
+                                 (2, None, qb2, None)],
         "one-hot, then sampled": [(-1, None, None, top), (0, None, None, second), (-1, qa, None, None),
                                   (2, None, qa2, None)],
         "sampled, then one-hot": [(-1, qa, None, None), (-1, None, None, second), (1, None, None, top)],
