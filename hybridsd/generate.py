@@ -368,7 +368,8 @@ def _proposal(drafter: Drafter, request: ProposeRequest, vocab: int, max_tokens:
 def _check_probs(name: str, part: Draft | DraftTree, vocab: int, device: torch.device, values: bool) -> None:
     """A proposal's draft probabilities (see :func:`_proposal`): one float row of ``vocab`` per node, on ``device``,
     and, with ``values`` (sampling, where the verifier reads them) on the host, a distribution in every row the
-    verifier samples against (a sum within 1e-2 of 1: rows rounded to bf16 pass, logits do not)."""
+    verifier samples against (a sum within 1e-2 of 1: rows rounded to bf16 pass, and the verifier normalises them;
+    logits do not)."""
     probs = part.probs  # [n, V]
     if not probs.dtype.is_floating_point:
         raise TypeError(f"{name}.propose returned draft probabilities of dtype {probs.dtype}; they must be floats")

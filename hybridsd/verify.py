@@ -24,10 +24,17 @@ import torch
 from hybridsd.sampling import warp
 
 
+def _normalised(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Draft probabilities ``[k, V]`` in ``dtype``, each row scaled to sum to 1: the distribution ``torch.multinomial``
+    draws from (a drafter's rows rounded to bf16 sum to 1 only within about 1e-2)."""
+    q = q.to(dtype)
+    return q / q.sum(-1, keepdim=True)
+
+
 def _one_hot_or(q: torch.Tensor | None, draft: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:
-    """Proposal probabilities ``[k, V]``: ``q`` itself, or one-hot rows at ``draft``."""
+    """Proposal probabilities ``[k, V]``: ``q`` normalised, or one-hot rows at ``draft``."""
     if q is not None:
-        return q.to(dtype)
+        return _normalised(q, dtype)
     return torch.nn.functional.one_hot(draft, vocab).to(dtype)
 
 
@@ -142,7 +149,7 @@ def verify_tree(
     q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # [n, V] deterministic nodes: one-hot
     if any(sampled):
         rows = torch.tensor([i for i in range(n) if sampled[i]]).to(dev, non_blocking=True)
-        q[rows] = probs.index_select(0, rows).to(p.dtype)
+        q[rows] = _normalised(probs.index_select(0, rows), p.dtype)
     uq = u * q.gather(1, tokens[:, None])[:, 0]  # [n] u * q(x): accept when below the residual at x
     # Whether a node passes, once its parent is reached, depends only on the parent's distribution and the
     # earlier siblings: all parents' children are judged at once, one sibling rank at a time.

@@ -250,3 +250,22 @@ def test_the_stepwise_tree_reference_is_exactly_lossless(temp, top_k, top_p):
     for name, nodes in trees.items():
         got = _exact_first_two(p0, p1, nodes)
         assert torch.allclose(got, want, atol=1e-12), (name, float((got - want).abs().max()))
+
+
+def test_draft_rows_that_do_not_sum_to_one_are_normalised():
+    """Rows scaled by 1.008 (as bf16 rounding leaves them) are what ``torch.multinomial`` draws from once normalised:
+    chains and trees decide as with the exact rows, draw for draw (unnormalised, u * q(x) would be 0.8% too high)."""
+    g = torch.Generator().manual_seed(3)
+    vocab, k = 7, 4
+    for seed in range(200):
+        q = torch.softmax(torch.randn(k, vocab, generator=g, dtype=torch.float64), -1)  # [k, V]
+        draft = torch.multinomial(q, 1, generator=g)[:, 0]  # [k]
+        logits = torch.randn(k + 1, vocab, generator=g, dtype=torch.float64)  # [k+1, V]
+        (n0, t0), (n1, t1) = (sample_chain(draft, rows, logits, 1.0, torch.Generator().manual_seed(seed))
+                              for rows in (q, q * 1.008))
+        assert int(n0) == int(n1) and t0[: int(n0) + 1].tolist() == t1[: int(n1) + 1].tolist()
+        tree = DraftTree(draft, (-1, 0, -1, 2), ("a", "a", "b", "b"), q)
+        judged = [verify_tree(tree.tokens, tree.parents, torch.as_tensor(tree.ancestors), torch.as_tensor(tree.depths),
+                              rows, tree.sampled, logits, 1.0, torch.Generator().manual_seed(seed))
+                  for rows in (q, q * 1.008)]
+        assert judged[0].tolist() == judged[1].tolist()
