@@ -15,7 +15,8 @@ from hybridsd.drafters.base import Draft, Drafter, ProposeRequest, check_count
 from hybridsd.drafters.tree import DraftTree, layout
 from hybridsd.metrics import SpecStats, StepRecord
 from hybridsd.sampling import sampling_params
-from hybridsd.target import Target, check_options, context_length, exact_rows, sliding_window, target_for
+from hybridsd.target import (Target, alibi, check_options, context_length, exact_rows, sliding_window,
+                             target_for)
 from hybridsd.verify import sample_token, verify_chain, verify_tree
 
 
@@ -263,6 +264,10 @@ def generate(
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
     branches = drafter.max_branches if drafter is not None else 1
     rows = exact_rows(exact, draft_rows, branches)  # exact mode: the span may not depend on the drafter
+    if branches > 1 and alibi(model) == "slots":
+        raise ValueError(f"{type(drafter).__name__} proposes draft trees (max_branches {branches}), but model type "
+                         f"{model.config.model_type!r} adds ALiBi biases by cache slot, so tree tokens would be "
+                         "verified at the wrong distances; use a chain drafter")
     target = target_for(model, ids.numel() + max_new_tokens + (rows or headroom + 1), cuda_graphs=graphs,
                         compile=compile, attention=attention, exact=rows)
     generator = None

@@ -81,6 +81,18 @@ def sliding_window(model: torch.nn.Module) -> int | None:
     return int(window)
 
 
+def alibi(model: torch.nn.Module) -> str | None:
+    """How the model's attention adds ALiBi biases: ``"mask"`` when HF builds them from a 2-D padding mask, which
+    the target's per-token masks do not give (BLOOM, Falcon with ``alibi``), ``"slots"`` when they follow the keys'
+    cache slots rather than the positions the target passes (MPT: chains are exact, draft trees are not), None when
+    the model has none."""
+    cfg = model.config
+    kind = getattr(cfg, "model_type", None)
+    if kind == "bloom" or (kind == "falcon" and getattr(cfg, "alibi", False)):
+        return "mask"
+    return "slots" if kind == "mpt" else None
+
+
 def default_attention(device: torch.device) -> str:
     """``"split"`` on CUDA when Triton is installed, else ``"sdpa"``."""
     if device.type != "cuda":
@@ -210,6 +222,10 @@ class Target:
                  compile: bool | str = False, decoder: bool | None = None, attention: str | None = None,
                  exact: int = 0) -> None:
         cfg = model.config
+        if alibi(model) == "mask":
+            raise ValueError(f"model type {cfg.model_type!r} builds its ALiBi attention biases from a 2-D padding "
+                             "mask, which the target's per-token masks do not give; it is not supported")
+        self.slot_biases = alibi(model) == "slots"  # keys are scored by their slots: blocks must be chains
         self.window = sliding_window(model)  # positions must stay below it: sliding attention is not implemented
         p = next(model.parameters())
         check_options(p.device, cuda_graphs, compile, attention)
@@ -275,6 +291,9 @@ class Target:
         if self.window is not None and (start + q if positions is None else int(np.max(positions)) + 1) > self.window:
             raise ValueError(f"the model uses sliding-window attention (window {self.window}), which the target "
                              f"adapter does not implement; a token at position {self.window} or later would need it")
+        if self.slot_biases and positions is not None and not np.array_equal(positions, np.arange(start, start + q)):
+            raise ValueError(f"model type {self.model.config.model_type!r} adds ALiBi biases by cache slot, so a "
+                             "draft tree (tokens at positions other than their slots) would not be verified exactly")
         self.kv.length = start  # the committed sequence this block follows (what the HF view reports)
         if self.exact and not last_logits_only:
             return self._exact_forward(tokens, start, positions, visible, hidden_layers)
