@@ -55,7 +55,7 @@ from hybridsd.target import EXACT_BRANCHES
 
 from experiments import distributed as dp
 from experiments import results
-from experiments.cli import Parser
+from experiments.cli import TOKENIZER_VOCABULARIES, Parser
 from experiments.speed_loop import accepted_continuation
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "ngram-eagle", "ngram-eagle3", "replay")
@@ -332,6 +332,7 @@ def preflight(cfg: BenchConfig) -> None:
             weight_files(folder)
         except (FileNotFoundError, ValueError) as e:
             raise ValueError(f"--model-dir {cfg.model!r}: {e}") from None
+    check_tokenizer(cfg, folder)
     src = head_source(cfg)
     if src is None:
         return
@@ -353,6 +354,27 @@ def preflight(cfg: BenchConfig) -> None:
             raise ValueError(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {key} "
                              f"{head[key]} vs the target's {text[key]}")
     load_heads(cfg, shell_target(cfg.model))  # the head's weights against a weightless target: the loader's checks
+
+
+def check_tokenizer(cfg: BenchConfig, folder: Path) -> None:
+    """The target's tokenizer, before its weights: it must load (a local folder's from its own files, a Hub id's
+    tokenizer files fetched alone) and, unless ``--skip-chat-template``, have a chat template; ``ValueError`` with
+    one line naming ``--model-dir`` otherwise (a folder of weights alone, an EAGLE head, a base model's tokenizer)."""
+    from transformers import AutoTokenizer
+
+    local = cfg.model in hsd.zoo.names() or Path(cfg.model).expanduser().exists()
+    if local and not any((folder / name).is_file() for name in TOKENIZER_VOCABULARIES):
+        raise ValueError(f"--model-dir {cfg.model!r} has no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)}): "
+                         "a target folder holds its tokenizer's files beside config.json")
+    try:
+        tok = AutoTokenizer.from_pretrained(folder if local else cfg.model, local_files_only=local)
+    except Exception as e:  # noqa: BLE001 - missing, broken or unsupported tokenizer files raise many types
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"--model-dir {cfg.model!r}: cannot load its tokenizer ({type(e).__name__}: "
+                         f"{first[:160]})") from None
+    if cfg.chat_template and getattr(tok, "chat_template", None) is None:
+        raise ValueError(f"--model-dir {cfg.model!r}: its tokenizer has no chat template (a base model?); pass "
+                         "--skip-chat-template to run the raw prompts")
 
 
 def shell_target(model: str) -> torch.nn.Module:

@@ -37,6 +37,12 @@ def inputs(tmp_path_factory):
     (root / "not-a-model").mkdir()
     (root / "no-weights").mkdir()
     (root / "no-weights" / "config.json").write_text((root / "llama" / "config.json").read_text())
+    for name, files in (("no-tokenizer", ("config.json", "model.safetensors")),
+                        ("no-chat-template", ("config.json", "model.safetensors", "tokenizer.json",
+                                              "tokenizer_config.json"))):  # a base model's: no chat_template.jinja
+        (root / name).mkdir()
+        for f in files:
+            (root / name / f).write_bytes((root / "llama" / f).read_bytes())
     import datasets
 
     datasets.Dataset.from_dict({"question": ["a"], "answer": ["b"]}).to_parquet(str(root / "wrong.parquet"))
@@ -139,6 +145,14 @@ CASES = {
     "edit-norm filter of MT-Bench": _case("--method", "ngram", "--dataset-name", "mt-bench",
                                           "--blazedit-max-distance", "0.2",
                                           want="--blazedit-max-distance 0.2: --dataset-name mt-bench does not use"),
+    "model without a tokenizer": _case("--model-dir", "{root}/no-tokenizer", "--method", "ngram", "--dataset-name",
+                                       "hf", "--dataset-path", D, want="no-tokenizer' has no tokenizer (none of"),
+    "head folder as the model": _case("--model-dir", E1, "--method", "ngram", "--dataset-name", "hf",
+                                      "--dataset-path", D, want="llama-eagle1' has no tokenizer"),
+    "model without a chat template": _case("--model-dir", "{root}/no-chat-template", "--method", "ngram",
+                                           "--dataset-name", "hf", "--dataset-path", D,
+                                           want="its tokenizer has no chat template (a base model?); pass "
+                                           "--skip-chat-template"),
     "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
                                    "--dataset-path", D, want="no-weights': no weights in"),
     "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",
@@ -434,3 +448,13 @@ def test_a_prompt_that_fills_the_context_is_named_and_exits_1(monkeypatch, tmp_p
     err = capsys.readouterr().err
     assert "fill the model's context (4096)" in err and "1 prompt(s) failed" in err.strip().splitlines()[-1]
 
+
+
+def test_a_base_models_tokenizer_runs_the_raw_prompts(inputs, tmp_path):
+    """A tokenizer without a chat template is refused only when the template is used: with --skip-chat-template
+    the raw prompts run."""
+    out = tmp_path / "raw.jsonl"
+    spec_bench.main(["--model-dir", str(inputs["root"] / "no-chat-template"), "--method", "ngram", "--dataset-name",
+                     "hf", "--dataset-path", str(inputs["data-mt-bench"]), "--num-prompts", "1", "--output-len", "4",
+                     "--skip-chat-template", "--device", "cpu", "--output", str(out)])
+    assert len(out.read_text().splitlines()) == 1
