@@ -144,6 +144,11 @@ class BenchConfig:
                              f"({self.max_distance})")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        if self.bos_mode not in prompts.BOS_MODES:
+            raise ValueError(f"bos_mode must be one of {prompts.BOS_MODES}, got {self.bos_mode!r}")
+        if self.bos_mode == "doubled" and not self.chat_template:
+            raise ValueError("--double-bos doubles the BOS that the chat template writes; --skip-chat-template "
+                             "leaves the template out")
         if self.change_request not in data.CHANGE_REQUESTS:
             raise ValueError(f"--change-request must be one of {data.CHANGE_REQUESTS}, got {self.change_request!r}")
         if self.split not in SPLITS:

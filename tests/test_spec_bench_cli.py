@@ -153,6 +153,8 @@ CASES = {
                                            "--dataset-name", "hf", "--dataset-path", D,
                                            want="its tokenizer has no chat template (a base model?); pass "
                                            "--skip-chat-template"),
+    "doubled BOS without a chat template": _case(*GOOD, "--method", "ngram", "--skip-chat-template", "--double-bos",
+                                                want="--double-bos doubles the BOS that the chat template writes"),
     "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
                                    "--dataset-path", D, want="no-weights': no weights in"),
     "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",
