@@ -390,8 +390,9 @@ def shell_target(model: str) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint.resolve(model)))
 
 
-class HeadMismatch(ValueError):
-    """An EAGLE head whose weights do not fit the target (found when loading it)."""
+class WeightsMismatch(ValueError):
+    """Weights that do not fit, found when loading them: an EAGLE head's against the target, or a target
+    checkpoint's against its own config (weights it lacks)."""
 
 
 def load_heads(cfg: BenchConfig, model) -> dict:
@@ -403,7 +404,7 @@ def load_heads(cfg: BenchConfig, model) -> dict:
     try:
         return {eagle_kind(cfg.method): hsd.EagleHead.from_pretrained(src, target=model).eval()}
     except ValueError as e:
-        raise HeadMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {e}") from None
+        raise WeightsMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {e}") from None
 
 
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
@@ -588,7 +589,10 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
     device = dp.local_device(cfg.device)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    loaded = checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
+    try:
+        loaded = checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
+    except ValueError as e:  # weights the checkpoint lacks: found once they are read
+        raise WeightsMismatch(f"--model-dir {cfg.model!r}: {e}") from None
     model, tok = loaded.model, loaded.tokenizer
     heads = load_heads(cfg, model)
     if rank == 0:
@@ -948,7 +952,7 @@ def main(argv: list[str] | None = None) -> None:
     failed, found = [], {"before": 0, "carried": 0}
     try:
         n = run(cfg, examples, out, print_output=a.print_output, failed=failed, there=found)
-    except (HeadMismatch, dp.Busy) as e:  # the head's weights, checked once the target is loaded; another run
+    except (WeightsMismatch, dp.Busy) as e:  # weights, checked once they are read; another run
         fail(str(e))
     if dp.rank() == 0:
         there = [f"{found['before']} there before"] if found["before"] else []

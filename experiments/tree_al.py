@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--data-dir {a.data_dir}: {e}" if a.data_dir else str(e))
     try:
         steps = record(cfg, examples=examples)
-    except spec_bench.HeadMismatch as e:  # the head's weights, checked once the target is loaded
+    except spec_bench.WeightsMismatch as e:  # weights, checked once they are read
         p.error(str(e).replace("--model-dir", "--model"))
     if len(steps) < a.folds:  # known only after the run: the tree steps its prompts took
         p.error(f"the run took {len(steps)} tree steps, fewer than --folds {a.folds}: give more --num-prompts or "

@@ -104,10 +104,21 @@ def eos_ids(model, tokenizer) -> list[int]:
     return sorted({int(t) for t in ids if t is not None and int(t) >= 0})
 
 
+def check_loaded(folder: Path, info: dict) -> None:
+    """``ValueError`` naming ``folder`` and the tensors when transformers' loading ``info`` lists weights of the model
+    that the checkpoint does not hold (transformers initializes them at random and only logs them)."""
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise ValueError(f"{folder}: the checkpoint lacks {len(missing)} of the weights its config.json describes "
+                         f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}); they would be random")
+
+
 def load_target(name_or_path: str | Path, *, device="cpu", dtype: str = "auto") -> LoadedTarget:
     """Load a target (zoo name, folder or Hub id) in ``dtype`` (see :func:`torch_dtype`) straight onto
     ``device``, with its tokenizer (and the tokenizer's own chat template) and :func:`eos_ids`. A weight file
-    outside the folder (:func:`hybridsd.checkpoint_files.weight_files`) is refused before any is read."""
+    outside the folder (:func:`hybridsd.checkpoint_files.weight_files`) is refused before any is read, and a
+    checkpoint that lacks some of the model's weights (which transformers would initialize at random) once read
+    (:func:`check_loaded`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -116,7 +127,9 @@ def load_target(name_or_path: str | Path, *, device="cpu", dtype: str = "auto") 
     weight_files(folder)  # every weight file inside the folder (transformers follows an index's names as written)
     dt = torch_dtype(dtype, folder, device)
     with torch.device(device):  # weights are materialized on the device, not copied there from the host
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True)
+        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True,
+                                                           output_loading_info=True)
+    check_loaded(folder, info)
     model = model.to(device).eval()  # a no-op unless a buffer was created elsewhere
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     if str(device).startswith("cuda"):

@@ -639,6 +639,21 @@ def test_load_target_refuses_a_shard_outside_the_folder(tmp_path):
         checkpoint.load_target(folder)
 
 
+def test_load_target_refuses_a_checkpoint_that_lacks_weights(tmp_path):
+    """Weights the config describes but the file lacks (here the final norm and an untied LM head) would be random
+    (transformers only logs them): the loader names them."""
+    from hybridsd import checkpoint
+
+    folder = tmp_path / "target"
+    tiny_target("llama").save_pretrained(folder)
+    sd = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in sd.items() if k not in ("model.norm.weight", "lm_head.weight")},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"lacks 2 of the weights its config.json describes \(lm_head.weight, "
+                                         r"model.norm.weight\); they would be random"):
+        checkpoint.load_target(folder, dtype="fp32")
+
+
 def test_loader_accepts_the_targets_embedding_and_an_explicit_own_one(ckpt, model):
     _with_embedding(ckpt, model.get_input_embeddings().weight.to(torch.bfloat16).float())  # a rounded copy
     assert EagleHead.from_pretrained(ckpt, target=model).embed_tokens is None

@@ -460,3 +460,24 @@ def test_a_base_models_tokenizer_runs_the_raw_prompts(inputs, tmp_path):
                      "hf", "--dataset-path", str(inputs["data-mt-bench"]), "--num-prompts", "1", "--output-len", "4",
                      "--skip-chat-template", "--device", "cpu", "--output", str(out)])
     assert len(out.read_text().splitlines()) == 1
+
+
+def test_a_target_that_lacks_weights_is_one_line_exit_2(inputs, tmp_path, capsys):
+    """A target folder whose checkpoint lacks a weight its config describes (found when the weights are read): one
+    line and exit code 2, no rows, where transformers would have run it with that weight random."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "target"
+    folder.mkdir()
+    for f in (inputs["model"]).iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    sd = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in sd.items() if k != "model.norm.weight"}, str(folder / "model.safetensors"))
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        spec_bench.main(["--model-dir", str(folder), "--method", "ngram", "--dataset-name", "hf", "--dataset-path",
+                         str(inputs["data-mt-bench"]), "--device", "cpu", "--output", str(out)])
+    assert exc.value.code == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("spec_bench: error")]
+    assert len(err) == 1 and "lacks 1 of the weights its config.json describes (model.norm.weight)" in err[0], err
+    assert not out.exists() or not out.read_text()
