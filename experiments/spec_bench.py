@@ -380,6 +380,9 @@ def check_tokenizer(cfg: BenchConfig, folder: Path) -> None:
     if cfg.chat_template and getattr(tok, "chat_template", None) is None:
         raise ValueError(f"--model-dir {cfg.model!r}: its tokenizer has no chat template (a base model?); pass "
                          "--skip-chat-template to run the raw prompts")
+    if cfg.bos_mode == "doubled" and tok.encode("a") == tok.encode("a", add_special_tokens=False):
+        raise ValueError(f"--double-bos: the tokenizer of --model-dir {cfg.model!r} adds no BOS, so the prompts "
+                         "would be the single-BOS ones")
 
 
 def shell_target(model: str) -> torch.nn.Module:
@@ -393,6 +396,14 @@ def shell_target(model: str) -> torch.nn.Module:
 class WeightsMismatch(ValueError):
     """Weights that do not fit, found when loading them: an EAGLE head's against the target, or a target
     checkpoint's against its own config (weights it lacks)."""
+
+
+def load_target(cfg: BenchConfig, device: str) -> checkpoint.LoadedTarget:
+    """``cfg``'s target on ``device``; :class:`WeightsMismatch` when its checkpoint lacks weights (found once read)."""
+    try:
+        return checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
+    except ValueError as e:
+        raise WeightsMismatch(f"--model-dir {cfg.model!r}: {e}") from None
 
 
 def load_heads(cfg: BenchConfig, model) -> dict:
@@ -589,10 +600,7 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
     device = dp.local_device(cfg.device)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    try:
-        loaded = checkpoint.load_target(cfg.model, device=device, dtype=cfg.dtype)
-    except ValueError as e:  # weights the checkpoint lacks: found once they are read
-        raise WeightsMismatch(f"--model-dir {cfg.model!r}: {e}") from None
+    loaded = load_target(cfg, device)
     model, tok = loaded.model, loaded.tokenizer
     heads = load_heads(cfg, model)
     if rank == 0:

@@ -28,7 +28,7 @@ import numpy as np
 from experiments import provenance, spec_bench
 from experiments.cli import Parser
 from experiments.distributed import write_atomic
-from hybridsd import analytic, checkpoint, prompts
+from hybridsd import analytic, prompts
 from hybridsd.drafters.base import Drafter
 from hybridsd.drafters.tree import DraftTree, structure
 
@@ -171,7 +171,7 @@ def record(cfg: spec_bench.BenchConfig, data_dir: str | None = None, num_prompts
 
     if examples is None:
         examples = spec_bench.load_examples(cfg, data_dir, num_prompts)
-    loaded = checkpoint.load_target(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    loaded = spec_bench.load_target(cfg, cfg.device)
     model = loaded.model
     drafter = Recorder(spec_bench.make_drafter(cfg, spec_bench.load_heads(cfg, model)))
     steps: list[Step] = []

@@ -43,6 +43,13 @@ def inputs(tmp_path_factory):
         (root / name).mkdir()
         for f in files:
             (root / name / f).write_bytes((root / "llama" / f).read_bytes())
+    no_bos = root / "no-bos"  # a tokenizer that adds no BOS of its own (as Qwen's): the template writes it alone
+    no_bos.mkdir()
+    for f in (root / "llama").iterdir():
+        if f.is_file():
+            (no_bos / f.name).write_bytes(f.read_bytes())
+    tok = json.loads((no_bos / "tokenizer.json").read_text())
+    (no_bos / "tokenizer.json").write_text(json.dumps({**tok, "post_processor": None}))
     import datasets
 
     datasets.Dataset.from_dict({"question": ["a"], "answer": ["b"]}).to_parquet(str(root / "wrong.parquet"))
@@ -155,6 +162,9 @@ CASES = {
                                            "--skip-chat-template"),
     "doubled BOS without a chat template": _case(*GOOD, "--method", "ngram", "--skip-chat-template", "--double-bos",
                                                 want="--double-bos doubles the BOS that the chat template writes"),
+    "doubled BOS where the tokenizer adds none": _case("--model-dir", "{root}/no-bos", "--method", "ngram",
+                                                       "--dataset-name", "hf", "--dataset-path", D, "--double-bos",
+                                                       want="--double-bos: the tokenizer of --model-dir"),
     "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
                                    "--dataset-path", D, want="no-weights': no weights in"),
     "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",

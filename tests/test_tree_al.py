@@ -114,3 +114,21 @@ def test_a_missing_or_wrong_head_is_one_line_before_any_work(non_zoo, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
     assert want in err[0] and (head is None or head in err[0]) and "unrecognized" not in err[0] and not out.exists()
+
+
+def test_a_target_that_lacks_weights_is_one_line(non_zoo, tmp_path, capsys):
+    """A checkpoint without a weight its config describes: found when read, reported as one line, exit code 2."""
+    from safetensors.torch import load_file, save_file
+
+    lacking = tmp_path / "lacking"
+    lacking.mkdir()
+    for f in (non_zoo / "llama").iterdir():
+        (lacking / f.name).write_bytes(f.read_bytes())
+    sd = load_file(str(lacking / "model.safetensors"))
+    save_file({k: v for k, v in sd.items() if k != "model.norm.weight"}, str(lacking / "model.safetensors"))
+    argv = _tree_al(non_zoo, "--eagle-dir", str(non_zoo / "llama-eagle3"), "--out", str(tmp_path / "t.json"))
+    argv[argv.index("--model") + 1] = str(lacking)
+    with pytest.raises(SystemExit) as e:
+        tree_al.main(argv)
+    err = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]  # besides transformers' progress
+    assert e.value.code == 2 and len(err) == 1 and "lacks 1 of the weights" in err[0], err
