@@ -48,7 +48,7 @@ from tqdm import tqdm
 import hybridsd as hsd
 from hybridsd import checkpoint, data, prompts
 from experiments import provenance
-from hybridsd.checkpoint_files import weight_files
+from hybridsd.checkpoint_files import read_tensor, weight_files
 from hybridsd.drafters.tree import leaf_count, paths_to_parents
 from hybridsd.edit_distance import edit_norm
 from hybridsd.target import EXACT_BRANCHES
@@ -386,11 +386,21 @@ def check_tokenizer(cfg: BenchConfig, folder: Path) -> None:
 
 
 def shell_target(model: str) -> torch.nn.Module:
-    """The target built from its config on the meta device: its shapes, no weights (for the head's checks)."""
+    """The target built from its config on the meta device, its shapes without weights, for the head's checks; a
+    local folder's input embedding is read alone from its safetensors files, so that a head's shipped copy of
+    another model's embedding is found before the target loads."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    folder = checkpoint.resolve(model)
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint.resolve(model)))
+        shell = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    if model in hsd.zoo.names() or Path(model).expanduser().exists():  # a Hub id's weights: not fetched here
+        embedding = shell.get_input_embeddings()
+        name = next(n for n, p in shell.named_parameters() if p is embedding.weight)
+        weight = read_tensor(folder, name)
+        if weight is not None and weight.shape == embedding.weight.shape:
+            embedding.weight = torch.nn.Parameter(weight, requires_grad=False)
+    return shell
 
 
 class WeightsMismatch(ValueError):

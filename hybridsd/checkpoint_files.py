@@ -81,3 +81,17 @@ def json_object(path: Path, *required: str) -> dict:
         if key not in raw:
             raise ValueError(f"{path} has no {key!r}")
     return raw
+
+
+def read_tensor(folder: str | Path, name: str):
+    """The tensor ``name`` read alone from ``folder``'s safetensors weights (the file an index names for it, or the
+    single file), or None when the folder's weights are not safetensors or hold no such tensor."""
+    from safetensors import safe_open
+
+    for f in weight_files(folder):
+        if f.suffix != ".safetensors":
+            return None
+        with safe_open(f, "pt") as st:
+            if name in st.keys():
+                return st.get_tensor(name)
+    return None

@@ -43,6 +43,15 @@ def inputs(tmp_path_factory):
         (root / name).mkdir()
         for f in files:
             (root / name / f).write_bytes((root / "llama" / f).read_bytes())
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    other = root / "head-other-embedding"  # an EAGLE-1 head shipping another model's input embedding (same shape)
+    other.mkdir()
+    (other / "config.json").write_bytes((root / "llama-eagle1" / "config.json").read_bytes())
+    sd = load_file(str(root / "llama-eagle1" / "model.safetensors"))
+    own = load_file(str(root / "llama" / "model.safetensors"))["model.embed_tokens.weight"]
+    save_file({**sd, "embed_tokens.weight": torch.randn_like(own)}, str(other / "model.safetensors"))
     no_bos = root / "no-bos"  # a tokenizer that adds no BOS of its own (as Qwen's): the template writes it alone
     no_bos.mkdir()
     for f in (root / "llama").iterdir():
@@ -165,6 +174,9 @@ CASES = {
     "doubled BOS where the tokenizer adds none": _case("--model-dir", "{root}/no-bos", "--method", "ngram",
                                                        "--dataset-name", "hf", "--dataset-path", D, "--double-bos",
                                                        want="--double-bos: the tokenizer of --model-dir"),
+    "head shipping another model's embedding": _case(*GOOD, "--method", "eagle", "--eagle-dir",
+                                                     "{root}/head-other-embedding",
+                                                     want="is not the target's input embedding"),
     "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
                                    "--dataset-path", D, want="no-weights': no weights in"),
     "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",

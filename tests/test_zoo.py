@@ -253,3 +253,19 @@ def test_a_head_folder_without_a_config_is_no_head(tmp_path, monkeypatch):
     monkeypatch.setattr(zoo, "MODELS_DIR", tmp_path / "models")
     model, _, heads = zoo.load("tc")
     assert heads == {} and model.config.num_hidden_layers > 0
+
+
+def test_read_tensor_reads_one_tensor_from_the_shard_that_holds_it(loaded):
+    """The zoo target's weights are three shards under an index: each tensor comes from its own shard alone."""
+    import torch
+
+    from hybridsd.checkpoint_files import read_tensor
+
+    model = loaded[0]
+    folder = zoo.path("tiny-coder")
+    weight_map = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    one_per_shard = {shard: name for name, shard in sorted(weight_map.items())}
+    assert len(one_per_shard) == 3
+    for name in one_per_shard.values():
+        assert torch.equal(read_tensor(folder, name), model.state_dict()[name])
+    assert read_tensor(folder, "no.such.weight") is None
