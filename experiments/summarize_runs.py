@@ -1,7 +1,7 @@
 """Summarize spec_bench JSONL rows: the PR-style table per method and dataset, corpus-level AL per config and
 edit-norm bin, and output match rates.
 
-    python -m experiments.summarize_runs 'results/llama31/*.jsonl' --table pr
+    python -m experiments.summarize_runs 'experiments/results/llama31/*.jsonl' --table pr
     python -m experiments.summarize_runs \\
         experiments/results/sweeps/edit_norm_h200_bf16/code-edits__eagle3__pr.jsonl.gz [--by output|reference]
     python -m experiments.summarize_runs 'experiments/results/sweeps/zoo_cpu_fp32/*.jsonl' --bins fine
