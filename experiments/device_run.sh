@@ -112,7 +112,7 @@ for stage in "$@"; do
             python3 -c "import json;open('$D/mt_bench.jsonl','w').write(''.join(json.dumps({'question_id':i,'turns':[t]})+'\n' for i,t in enumerate(['Write a haiku about rain.','Explain TCP slow start.','Write a Python function that sorts a list.'])))"
             A="--model-dir $D/target --dataset-name mt-bench --dataset-path $D --device cuda --output-len 96"
             for m in none ngram eagle3 ngram-eagle3; do
-              H=; [[ $m == *eagle3 ]] && H="--eagle-dir $D/eagle3"  # a method without a head refuses --eagle-dir
+              H=; [[ $m == *eagle3 ]] && H="--eagle-dir $D/eagle3"  # a method without a head ignores --eagle-dir, with a note
               timeout 120 python3 -m experiments.spec_bench $A $H --method $m --num-speculative-tokens-per-method \
                 '{"ngram": 5, "eagle3": 3}' --output "$OUT/l31__$m.jsonl" >> "$OUT/real8b.log" 2>&1
             done
