@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--min-n", type=int, default=2)
     ap.add_argument("--max-n", type=int, default=5)
     ap.add_argument("--eagle-rates", type=float, nargs="+", default=list(DEFAULT_RATES),
-                    help="EAGLE per-position acceptance rates r_i (default: " + RATES_SOURCE + ")")
+                    help="EAGLE per-position acceptance rates r_i (" + RATES_SOURCE + ")")
     ap.add_argument("--eagle-rates-by-state", type=Path, default=None,
                     help="a JSON with an eagle_by_ngram_state table (written by experiments.al_by_edit_norm): "
                     "EAGLE drawn from its 'novel' rates where n-gram would have no draft or a wrong first token, "
