@@ -141,6 +141,7 @@ def _flatten(r: dict, file: str, trace: bool) -> dict:
                    f"<= {cfg.get('output_len')} tokens",
         "example_id": r["example_id"], "ref_edit_norm": _num(r.get("ref_edit_norm")),
         "output_edit_norm": _num(r.get("output_edit_norm")), "prompt_tokens": r.get("prompt_tokens"),
+        "max_new_tokens": r.get("max_new_tokens", cfg.get("output_len")),
         "tokens": st["num_tokens"], "passes": st["num_target_steps"], "drafts": st["num_drafts"],
         "draft_tokens": st["num_draft_tokens"], "accepted": st["num_accepted"],
         "accepted_per_position": list(st.get("accepted_per_position", [])),
@@ -168,7 +169,8 @@ def load_runs(paths_or_globs, *, trace: bool = False, on_bad_line=None):
     ``dtype`` ("auto" resolved as the zoo loader does: bf16 on CUDA, fp32 on CPU), ``setting`` (a label such
     as "CPU fp32, <= 128 tokens"), the other config fields of :data:`CONFIG_DEFAULTS` (``change_request``,
     ``prompt_lookup_min``, ``tree_depth``, ``exact``, ...; lists as tuples), ...), the prompt
-    (``example_id``, ``ref_edit_norm``, ``output_edit_norm``), the counters (``tokens``, ``passes``,
+    (``example_id``, ``ref_edit_norm``, ``output_edit_norm``, ``max_new_tokens``: the row's cap, ``output_len`` or
+    less where the prompt left less room in the model's context), the counters (``tokens``, ``passes``,
     ``drafts``, ``draft_tokens``, ``accepted``, ``accepted_per_position``, ``steps_by_drafter``), per-row
     ``seq_al`` and ``precision_al``, ``tpot_ms`` (timed on a GPU that ``ranks_per_gpu`` processes shared),
     ``output_tokens`` (None in rows that did not store them),

@@ -668,6 +668,7 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
             row = {
                 "config_key": key, "example_id": ex.id, "dataset": dataset,
                 "ref_edit_norm": ex.edit_norm, "prompt_tokens": len(ids),
+                "max_new_tokens": n_out,  # --output-len, or less where the prompt leaves less room in the context
                 "output_edit_norm": edit_norm(ex.input_text, text) if ex.input_text else None,
                 "stats": res.stats.summary(), "tokens": res.tokens,
                 "trace": [[s.source, s.drafted, s.accepted] for s in res.stats.trace],

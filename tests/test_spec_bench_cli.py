@@ -503,3 +503,24 @@ def test_a_target_that_lacks_weights_is_one_line_exit_2(inputs, tmp_path, capsys
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("spec_bench: error")]
     assert len(err) == 1 and "lacks 1 of the weights its config.json describes (model.norm.weight)" in err[0], err
     assert not out.exists() or not out.read_text()
+
+
+def test_a_row_whose_output_the_context_cuts_says_its_cap(monkeypatch, tmp_path):
+    """A prompt that leaves less room than --output-len runs with what is left, and its row says so."""
+    from experiments.results import load_runs
+
+    real = spec_bench.prompts.build_prompt_ids
+    calls = []
+
+    def long_first(*args, **kw):
+        ids = real(*args, **kw)
+        calls.append(1)
+        return (ids * 100)[: 4096 - 3] if len(calls) == 1 else ids  # 3 tokens of room in the zoo's 4,096
+
+    monkeypatch.setattr(spec_bench.prompts, "build_prompt_ids", long_first)
+    out = tmp_path / "out.jsonl"
+    spec_bench.main(["--method", "ngram", "--dataset-name", "mt-bench", "--num-prompts", "2", "--output-len", "8",
+                     "--device", "cpu", "--output", str(out)])
+    rows = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["prompt_tokens"])
+    assert [r["max_new_tokens"] for r in rows] == [8, 3] and len(rows[1]["tokens"]) <= 3
+    assert sorted(load_runs(out)["max_new_tokens"]) == [3, 8]
