@@ -338,6 +338,7 @@ def preflight(cfg: BenchConfig) -> None:
         except (FileNotFoundError, ValueError) as e:
             raise ValueError(f"--model-dir {cfg.model!r}: {e}") from None
     check_tokenizer(cfg, folder)
+    check_attention(cfg, folder)
     src = head_source(cfg)
     if src is None:
         return
@@ -359,6 +360,23 @@ def preflight(cfg: BenchConfig) -> None:
             raise ValueError(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {key} "
                              f"{head[key]} vs the target's {text[key]}")
     load_heads(cfg, shell_target(cfg.model))  # the head's weights against a weightless target: the loader's checks
+
+
+def check_attention(cfg: BenchConfig, folder: Path) -> None:
+    """``ValueError`` with one line when the target's attention cannot run ``cfg``'s draft (from its config alone):
+    ALiBi biases built from a padding mask (BLOOM), or by cache slot (MPT) with a draft tree."""
+    from transformers import AutoConfig
+
+    from hybridsd.target import alibi
+
+    config = AutoConfig.from_pretrained(folder)
+    how = alibi(config)
+    if how == "mask":
+        raise ValueError(f"--model-dir {cfg.model!r}: model type {config.model_type!r} builds its ALiBi biases from "
+                         "a 2-D padding mask, which hybridsd's per-token masks do not give; it is not supported")
+    if how == "slots" and cfg.draft_shape()[1] > 1:
+        raise ValueError(f"--model-dir {cfg.model!r}: model type {config.model_type!r} adds ALiBi biases by cache "
+                         f"slot, so --method {cfg.method} (a draft tree) would not be verified exactly; use a chain")
 
 
 def check_tokenizer(cfg: BenchConfig, folder: Path) -> None:

@@ -81,12 +81,11 @@ def sliding_window(model: torch.nn.Module) -> int | None:
     return int(window)
 
 
-def alibi(model: torch.nn.Module) -> str | None:
-    """How the model's attention adds ALiBi biases: ``"mask"`` when HF builds them from a 2-D padding mask, which
-    the target's per-token masks do not give (BLOOM, Falcon with ``alibi``), ``"slots"`` when they follow the keys'
-    cache slots rather than the positions the target passes (MPT: chains are exact, draft trees are not), None when
-    the model has none."""
-    cfg = model.config
+def alibi(cfg) -> str | None:
+    """How a model of config ``cfg`` adds ALiBi biases in attention: ``"mask"`` when HF builds them from a 2-D
+    padding mask, which the target's per-token masks do not give (BLOOM, Falcon with ``alibi``), ``"slots"`` when
+    they follow the keys' cache slots rather than the positions the target passes (MPT: chains are exact, draft
+    trees are not), None when it has none."""
     kind = getattr(cfg, "model_type", None)
     if kind == "bloom" or (kind == "falcon" and getattr(cfg, "alibi", False)):
         return "mask"
@@ -222,10 +221,10 @@ class Target:
                  compile: bool | str = False, decoder: bool | None = None, attention: str | None = None,
                  exact: int = 0) -> None:
         cfg = model.config
-        if alibi(model) == "mask":
+        if alibi(cfg) == "mask":
             raise ValueError(f"model type {cfg.model_type!r} builds its ALiBi attention biases from a 2-D padding "
                              "mask, which the target's per-token masks do not give; it is not supported")
-        self.slot_biases = alibi(model) == "slots"  # keys are scored by their slots: blocks must be chains
+        self.slot_biases = alibi(cfg) == "slots"  # keys are scored by their slots: blocks must be chains
         self.window = sliding_window(model)  # positions must stay below it: sliding attention is not implemented
         p = next(model.parameters())
         check_options(p.device, cuda_graphs, compile, attention)

@@ -33,7 +33,7 @@ def family(kind: str, seed: int = 0, **overrides) -> torch.nn.Module:
     """A tiny random ``kind`` model in eval mode (fp32, CPU)."""
     prefix, size = FAMILIES.get(kind, (kind, {}))
     torch.manual_seed(seed)
-    cfg = getattr(tf, f"{prefix}Config")(**SIZE, **size, **overrides)
+    cfg = getattr(tf, f"{prefix}Config")(**{**SIZE, **size, **overrides})
     return tf.AutoModelForCausalLM.from_config(cfg).eval()
 
 
@@ -95,3 +95,30 @@ def test_alibi_from_a_padding_mask_is_refused_before_any_work(kind, overrides, m
     monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("a forward pass ran"))
     with pytest.raises(ValueError, match="builds its ALiBi attention biases from a 2-D padding mask"):
         generate(model, prompts(1)[0], drafter=NgramDrafter(k=3), max_new_tokens=8)
+
+
+@pytest.mark.parametrize("kind, method, want", [
+    ("Mpt", ["--method", "ngram-eagle", "--hybrid-policy", "tree", "--eagle-dir", "HEAD"],
+     "'mpt' adds ALiBi biases by cache slot, so --method ngram-eagle (a draft tree)"),
+    ("Bloom", ["--method", "ngram"], "'bloom' builds its ALiBi biases from a 2-D padding mask")])
+def test_spec_bench_refuses_an_alibi_target_in_one_line(kind, method, want, tmp_path, capsys):
+    """From the target's config, before its weights load: one line and exit code 2."""
+    import hybridsd as hsd
+    from experiments import spec_bench
+
+    size = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=128) if kind == "Mpt" else \
+        dict(hidden_size=32, n_layer=2, n_head=4)
+    folder = tmp_path / kind
+    family(kind, **{**size, "vocab_size": 10240}).save_pretrained(folder)
+    tf.AutoTokenizer.from_pretrained(hsd.zoo.path("tiny-coder")).save_pretrained(folder)
+    data = tmp_path / "mt_bench.jsonl"
+    data.write_text('{"question_id": 1, "turns": ["Write a haiku."]}\n')
+    argv = ["--model-dir", str(folder), *method, "--dataset-name", "hf", "--dataset-path", str(data),
+            "--device", "cpu", "--output", str(tmp_path / "out" / "rows.jsonl")]
+    argv = [str(hsd.zoo.path("tiny-coder") / "eagle1") if a == "HEAD" else a for a in argv]
+    capsys.readouterr()  # the save's progress
+    with pytest.raises(SystemExit) as e:
+        spec_bench.main(argv)
+    err = [x for x in capsys.readouterr().err.strip().splitlines() if x]
+    assert e.value.code == 2 and len(err) == 1 and want in err[0], err
+    assert not (tmp_path / "out").exists()
