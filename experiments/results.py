@@ -37,7 +37,7 @@ CONFIG_DEFAULTS = {"prompt_lookup_min": 2, "prompt_lookup_max": 5, "change_reque
                    "max_distance": None, "cuda_graphs": True, "check_lossless": False, "eagle_dir": None,
                    "dataset_path": None, "hf_split": "train", "dataset_digest": None, "compile": "none",
                    "tree_depth": 6, "tree_top_k": 10, "tree_nodes": 60, "tree_paths": None, "exact": 0,
-                   "hf_shuffle": None}
+                   "hf_shuffle": None, "checkpoint_embeddings": False}
 # a speculative row and a plain row compare when these agree (the config minus the drafter's settings; the data
 # set's identity too, since an hf data set's prompt ids are its row numbers)
 MATCH_KEYS = ("model", "dataset", "dataset_path", "dataset_digest", "split", "hf_split", "change_request", "bos_mode",

@@ -116,6 +116,7 @@ class BenchConfig:
     exact: int = 0
     dataset_digest: str | None = None
     hf_shuffle: bool | None = None
+    checkpoint_embeddings: bool = False  # draft with the head's own shipped embedding, not the target's
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -124,6 +125,10 @@ class BenchConfig:
             raise ValueError(f"--dataset-name must be one of {DATASETS}, got {self.dataset_name!r}")
         if self.dataset_name == "hf" and not self.dataset_path:
             raise ValueError("--dataset-name hf needs --dataset-path (a Hub dataset id or a local copy)")
+        if not isinstance(self.checkpoint_embeddings, bool):
+            raise TypeError(f"checkpoint_embeddings must be a bool, got {self.checkpoint_embeddings!r}")
+        if self.checkpoint_embeddings and self.method not in EAGLE_METHODS:
+            raise ValueError(f"--use-checkpoint-embeddings: --method {self.method} has no EAGLE head")
         if self.hf_shuffle not in (None, True) or (self.hf_shuffle and self.dataset_name != "hf"):
             raise ValueError(f"hf_shuffle is True (a shuffled --dataset-name hf) or None, got {self.hf_shuffle!r}")
         bad = {m: v for m, v in self.k.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
@@ -230,7 +235,7 @@ class BenchConfig:
 
 SPLITS = ("eval", "validation", "all")  # code edits: the zoo's held-out split, the validation repositories', all
 ADDED_FIELDS = ("eagle_dir", "dataset_path", "hf_split", "compile", "tree", "tree_depth", "tree_top_k", "tree_nodes",
-                "tree_paths", "exact", "change_request", "dataset_digest", "hf_shuffle")
+                "tree_paths", "exact", "change_request", "dataset_digest", "hf_shuffle", "checkpoint_embeddings")
 TREES = ("none", "dynamic", "static")
 
 
@@ -441,9 +446,11 @@ def load_heads(cfg: BenchConfig, model) -> dict:
     if src is None:
         return {}
     try:
-        return {eagle_kind(cfg.method): hsd.EagleHead.from_pretrained(src, target=model).eval()}
+        head = hsd.EagleHead.from_pretrained(src, target=model, use_checkpoint_embeddings=cfg.checkpoint_embeddings)
     except ValueError as e:
-        raise WeightsMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {e}") from None
+        msg = str(e).replace("use_checkpoint_embeddings=True", "--use-checkpoint-embeddings")
+        raise WeightsMismatch(f"--eagle-dir {str(src)!r} does not fit --model-dir {cfg.model!r}: {msg}") from None
+    return {eagle_kind(cfg.method): head.eval()}
 
 
 def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | None,
@@ -790,7 +797,8 @@ FLAG_METHODS = {"--eagle-dir": ("eagle_dir", None, EAGLE_METHODS),
                 "--num-speculative-tokens": ("k", None, tuple(m for m in METHODS if m != "none")),
                 "--prompt-lookup-min": ("lookup_min", 2, NGRAM_METHODS),
                 "--prompt-lookup-max": ("lookup_max", 5, NGRAM_METHODS),
-                "--hybrid-policy": ("hybrid_policy", "prefer-ngram", HYBRIDS)}
+                "--hybrid-policy": ("hybrid_policy", "prefer-ngram", HYBRIDS),
+                "--use-checkpoint-embeddings": ("checkpoint_embeddings", False, EAGLE_METHODS)}
 KEY_METHODS = {"ngram": NGRAM_METHODS, "eagle": EAGLE_METHODS, "eagle3": ("eagle3", "ngram-eagle3")}
 # the datasets that read a flag (the project's JSONL sets have no splits; MT-Bench has no edit norm)
 FLAG_DATASETS = {"--hf-split": ("hf_split", "train", ("hf",)),
@@ -901,6 +909,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--exact", type=int, nargs="?", const=16, default=0, metavar="ROWS",
                    help="exact mode: every step a block of ROWS (16) rows, bf16 output identical to plain decoding")
     p.add_argument("--check-lossless", action="store_true", help="also decode plainly and compare tokens")
+    p.add_argument("--use-checkpoint-embeddings", dest="checkpoint_embeddings", action="store_true",
+                   help="draft with the input embedding the EAGLE head ships, where it is not the target's")
     p.add_argument("--print-output", action="store_true", help="print each output text")
     p.add_argument("--print-vllm-config", action="store_true", help="print vLLM's --speculative-config and exit")
     p.add_argument("--output", type=Path, default=None)
@@ -953,7 +963,8 @@ def main(argv: list[str] | None = None) -> None:
                           compile=a.compile, tree=a.tree, tree_depth=a.tree_depth, tree_top_k=a.tree_top_k,
                           tree_nodes=a.tree_nodes, tree_paths=a.tree_paths, exact=a.exact,
                           dataset_digest=data_digest(a.dataset_name, a.dataset_path),
-                          hf_shuffle=True if a.dataset_name == "hf" and not a.disable_shuffle else None)
+                          hf_shuffle=True if a.dataset_name == "hf" and not a.disable_shuffle else None,
+                          checkpoint_embeddings=a.checkpoint_embeddings)
     except (ValueError, TypeError) as e:
         fail(str(e))
     if a.print_vllm_config:

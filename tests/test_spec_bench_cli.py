@@ -176,7 +176,12 @@ CASES = {
                                                        want="--double-bos: the tokenizer of --model-dir"),
     "head shipping another model's embedding": _case(*GOOD, "--method", "eagle", "--eagle-dir",
                                                      "{root}/head-other-embedding",
-                                                     want="is not the target's input embedding"),
+                                                     want="is not the target's input embedding (relative"),
+    "head shipping another model's embedding names the flag": _case(
+        *GOOD, "--method", "eagle", "--eagle-dir", "{root}/head-other-embedding",
+        want="pass --use-checkpoint-embeddings to draft with the checkpoint's copy anyway"),
+    "checkpoint embeddings without a head": _case(*GOOD, "--method", "ngram", "--use-checkpoint-embeddings",
+                                                  want="--use-checkpoint-embeddings: --method ngram does not use it"),
     "model without weights": _case("--model-dir", "{root}/no-weights", "--method", "ngram", "--dataset-name", "hf",
                                    "--dataset-path", D, want="no-weights': no weights in"),
     "exact below k + 1": _case(*GOOD, "--method", "ngram", "--num-spec-tokens", "5", "--exact", "5",
@@ -524,3 +529,17 @@ def test_a_row_whose_output_the_context_cuts_says_its_cap(monkeypatch, tmp_path)
     rows = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["prompt_tokens"])
     assert [r["max_new_tokens"] for r in rows] == [8, 3] and len(rows[1]["tokens"]) <= 3
     assert sorted(load_runs(out)["max_new_tokens"]) == [3, 8]
+
+
+def test_a_head_shipping_another_embedding_runs_with_the_flag(inputs, tmp_path):
+    """--use-checkpoint-embeddings drafts with the head's own embedding: the run is made, lossless, under a key of
+    its own."""
+    argv = [_fill(a, inputs) for a in GOOD] + ["--method", "eagle", "--eagle-dir",
+                                               str(inputs["root"] / "head-other-embedding"), "--num-prompts", "1",
+                                               "--output-len", "6", "--check-lossless"]
+    out = tmp_path / "rows.jsonl"
+    spec_bench.main([*argv, "--use-checkpoint-embeddings", "--output", str(out)])
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["config"]["checkpoint_embeddings"] is True and row["lossless"] is True
+    plain = spec_bench.BenchConfig(**{**row["config"], "checkpoint_embeddings": False})
+    assert row["config_key"] != plain.key()
