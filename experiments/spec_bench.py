@@ -330,6 +330,11 @@ def head_source(cfg: BenchConfig) -> str | Path | None:
     return found[kind]
 
 
+def is_local(model: str) -> bool:
+    """Whether ``--model-dir`` names a zoo model or a folder on this machine (else a Hub id)."""
+    return model in hsd.zoo.names() or Path(model).expanduser().exists()
+
+
 def preflight(cfg: BenchConfig) -> None:
     """Check, before loading weights, that the target and EAGLE head can be reached and fit each other (their
     config files only); ``ValueError`` with one line naming what is wrong."""
@@ -337,7 +342,7 @@ def preflight(cfg: BenchConfig) -> None:
 
     folder = checkpoint.resolve(cfg.model)
     target_cfg = checkpoint.read_config(folder)
-    if cfg.model in hsd.zoo.names() or Path(cfg.model).expanduser().exists():  # a Hub id's weights: not fetched yet
+    if is_local(cfg.model):  # a Hub id's weights: not fetched yet
         try:
             weight_files(folder)
         except (FileNotFoundError, ValueError) as e:
@@ -390,7 +395,7 @@ def check_tokenizer(cfg: BenchConfig, folder: Path) -> None:
     one line naming ``--model-dir`` otherwise (a folder of weights alone, an EAGLE head, a base model's tokenizer)."""
     from transformers import AutoTokenizer
 
-    local = cfg.model in hsd.zoo.names() or Path(cfg.model).expanduser().exists()
+    local = is_local(cfg.model)
     if local and not any((folder / name).is_file() for name in TOKENIZER_VOCABULARIES):
         raise ValueError(f"--model-dir {cfg.model!r} has no tokenizer (none of {', '.join(TOKENIZER_VOCABULARIES)}): "
                          "a target folder holds its tokenizer's files beside config.json")
@@ -417,7 +422,7 @@ def shell_target(model: str) -> torch.nn.Module:
     folder = checkpoint.resolve(model)
     with torch.device("meta"):
         shell = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
-    if model in hsd.zoo.names() or Path(model).expanduser().exists():  # a Hub id's weights: not fetched here
+    if is_local(model):  # a Hub id's weights: not fetched here
         embedding = shell.get_input_embeddings()
         name = next(n for n, p in shell.named_parameters() if p is embedding.weight)
         weight = read_tensor(folder, name)
