@@ -202,7 +202,8 @@ def generate(
     sampling with the same settings, and ``seed`` makes a run reproducible. Sampling is on with
     ``do_sample=True`` (``temperature`` defaults to 1; 0 is an error), or with ``do_sample`` left None and
     ``temperature > 0`` (vLLM's rule; HF's ``generate`` samples only with ``do_sample=True``);
-    ``do_sample=False`` is greedy whatever the temperature. ``top_k`` (0: off)
+    ``do_sample=False`` is greedy whatever the temperature, and so is a temperature below 1e-5 (as vLLM).
+    ``top_k`` (0: off)
     and ``top_p`` (1: off) restrict each sampled token as HF's logits warpers do (temperature, then top-k,
     then top-p), and drafts are verified against that warped distribution. ``eos_token_id`` (default: the model's
     generation config) stops the sequence after that token. ``drafter=None`` decodes

@@ -15,6 +15,8 @@ import warnings
 
 import torch
 
+SAMPLING_EPS = 1e-5  # temperatures below this decode greedily, as in vLLM (whose sampler names it _SAMPLING_EPS)
+
 
 def sampling_params(do_sample, temperature, top_k, top_p) -> tuple[float, int | None, float | None]:
     """``(temperature, top_k, top_p)`` for the verifier and drafters: temperature 0 means greedy (top-k and top-p
@@ -22,7 +24,9 @@ def sampling_params(do_sample, temperature, top_k, top_p) -> tuple[float, int | 
 
     Sampling is on when ``do_sample`` is True, or when it is None and ``temperature > 0`` (``temperature``
     None: 1.0 when sampling; HF's ``generate`` would decode that greedily unless its generation config samples).
-    ``do_sample=False`` decodes greedily whatever the temperature. Errors name the argument: ``do_sample=True``
+    ``do_sample=False`` decodes greedily whatever the temperature, and so does a temperature below
+    :data:`SAMPLING_EPS` (1e-5), greedy decoding's limit, as vLLM treats it (dividing logits by a temperature near
+    1e-38 would overflow float32 mid-run). Errors name the argument: ``do_sample=True``
     with ``temperature=0`` (ValueError), a ``top_k`` below 0 or a ``top_p`` outside (0, 1] (ValueError), a value
     of the wrong type (TypeError). A ``top_k`` or ``top_p`` given for greedy decoding is ignored with a warning,
     as HF does.
@@ -46,6 +50,8 @@ def sampling_params(do_sample, temperature, top_k, top_p) -> tuple[float, int | 
         raise ValueError("temperature=0 with do_sample=True: give a temperature > 0 to sample, or do_sample=False "
                          "for greedy decoding")
     sample = do_sample if do_sample is not None else temperature is not None and temperature > 0
+    if sample and temperature is not None and temperature < SAMPLING_EPS:
+        return 0.0, None, None  # sampling's limit as the temperature falls; no top-k/top-p warning: nothing misread
     if not sample:
         if top_k or (top_p is not None and top_p < 1):
             warnings.warn("top_k and top_p apply only when sampling (do_sample=True or temperature > 0); decoding "

@@ -17,7 +17,7 @@ from hybridsd.drafters.hybrid import HybridDrafter
 from hybridsd.drafters.ngram import NgramDrafter
 from hybridsd.eagle.model import EagleHead
 from hybridsd.generate import generate
-from hybridsd.sampling import sampling_params, warp
+from hybridsd.sampling import SAMPLING_EPS, sampling_params, warp
 from test_verify import _chi2_ok
 
 V = 6
@@ -94,6 +94,17 @@ def test_generate_names_bad_sampling_arguments(small):
     greedy = generate(small, IDS, max_new_tokens=5, eos_token_id=[]).tokens
     assert generate(small, IDS, max_new_tokens=5, eos_token_id=[], do_sample=False, temperature=0.9).tokens == greedy
     assert generate(small, IDS, max_new_tokens=5, eos_token_id=[], do_sample=True, top_k=1, seed=3).tokens == greedy
+
+
+@pytest.mark.parametrize("do_sample", [None, True])
+def test_temperatures_below_the_epsilon_decode_greedily(small, do_sample):
+    assert sampling_params(do_sample, 0.99 * SAMPLING_EPS, 5, 0.5) == (0.0, None, None)
+    assert sampling_params(do_sample, SAMPLING_EPS, None, None) == (SAMPLING_EPS, None, None)  # the epsilon samples
+    greedy = generate(small, IDS, max_new_tokens=6, eos_token_id=[]).tokens
+    for t in (1e-40, 1e-8):  # 1e-40 overflowed logits / T to inf and sampling failed mid-run
+        out = generate(small, IDS, drafter=NgramDrafter(k=3, min_n=1, max_n=3), max_new_tokens=6, eos_token_id=[],
+                       do_sample=do_sample, temperature=t, seed=1)
+        assert out.tokens == greedy
 
 
 def test_first_token_is_distributed_as_hf_generate(small):
