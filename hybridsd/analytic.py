@@ -36,7 +36,10 @@ The re-sync model assumes:
   block EAGLE, which lower it;
 - the rest of a run, ``R`` tokens, takes ``floor(R / (k+1)) + 1`` passes: n-gram drafts of ``k`` tokens are
   accepted until the run ends, and the last, partial pass also emits the token after the run (new text, or
-  the next run's first token after a deletion), which therefore costs nothing more;
+  the next run's first token after a deletion), which therefore costs nothing more. With ``copy_accept < 1``
+  each draft token inside the run is instead accepted with that probability given the ones before it were
+  (a pass then covers ``T`` tokens, ``P(T=t) = copy_accept^(t-1) (1 - copy_accept)`` for ``t <= k`` and
+  ``copy_accept^k`` for ``k+1``, until the run ends inside one);
 - ``resync`` may be fractional (an average): :func:`resync_passes` interpolates passes linearly in it,
   :func:`resync_al`'s closed form extends ``p^d`` to real ``d`` (the two agree at whole ``d``); the prefill
   is one pass.
@@ -57,13 +60,13 @@ def harmonic_al(edit_norm, al_eagle, al_ngram):
     alone pass ``al_eagle=1``. ``al_ngram`` is the rate on copied text (``e = 0``), at most ``k + 1`` for
     drafts of ``k`` tokens; a measured n-gram AL at ``e > 0`` is not it (see
     :func:`harmonic_calibrate_ngram`). Predictive: the edit norm and two constants. Broadcasts; ``e`` in
-    [0, 1], ALs >= 1.
+    [0, 1], ALs finite and >= 1.
     """
     e, ae, an = (np.asarray(x, dtype=float) for x in (edit_norm, al_eagle, al_ngram))
     if np.any((e < 0) | (e > 1)):
         raise ValueError("edit_norm must lie in [0, 1]")
-    if np.any(ae < 1) or np.any(an < 1):
-        raise ValueError("al_eagle and al_ngram must be >= 1")
+    _check_al(ae, "al_eagle")
+    _check_al(an, "al_ngram")
     return 1.0 / (e / ae + (1.0 - e) / an)
 
 
@@ -80,8 +83,8 @@ def harmonic_calibrate_ngram(al, edit_norm, al_eagle=1.0, k=None):
     a, e, ae = (np.asarray(x, dtype=float) for x in (al, edit_norm, al_eagle))
     if np.any((e < 0) | (e >= 1)):
         raise ValueError("edit_norm must lie in [0, 1)")
-    if np.any(a < 1) or np.any(ae < 1):
-        raise ValueError("al and al_eagle must be >= 1")
+    _check_al(a, "al")
+    _check_al(ae, "al_eagle")
     slack = 1.0 / a - e / ae
     if k is not None:
         check_k(k)
@@ -100,10 +103,12 @@ def chain_al(alpha, k):
     accepted. Broadcasts; ``alpha`` in [0, 1], integer ``k >= 0``.
     """
     a = np.asarray(alpha, dtype=float)
-    k = np.asarray(k)
+    given, k = k, np.asarray(k)
+    if k.dtype.kind not in "iuf":
+        raise TypeError(f"k must be a non-negative integer (or an array of them), got {given!r:.60}")
     if np.any((a < 0) | (a > 1)):
         raise ValueError("alpha must lie in [0, 1]")
-    if np.any(k < 0) or np.any((k != np.floor(k)) & ~np.isnan(k)):
+    if np.any(k < 0) or np.any(np.isinf(k)) or np.any((k != np.floor(k)) & ~np.isnan(k)):
         raise ValueError("k must be a non-negative integer")
     with np.errstate(divide="ignore", invalid="ignore"):
         log_a = np.log(a)
@@ -201,19 +206,30 @@ def normalized_al_exact(precision_al, *, num_steps, num_drafts, num_sequences=1,
     steps that emitted only their accepted tokens (EOS or the end of the output among them).
     Tokens are ``prefill + steps + accepted - truncated`` with ``accepted = (precision_al - 1) drafts``
     (zero when there were no drafts, whatever ``precision_al`` >= 1 is). The counts must be finite and >= 0, with
-    at least one pass (``num_sequences + num_steps > 0``); NaN in any argument gives NaN.
+    at least one pass (``num_sequences + num_steps > 0``) and ``num_drafts`` and ``truncated`` at most ``num_steps``;
+    NaN in a count gives NaN, and so does a NaN ``precision_al`` where there were drafts.
     """
-    n, d, q, pre = _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated)
     _check_al(np.asarray(precision_al, dtype=float), "precision_al")
+    n, d, q, pre = _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated)
     accepted = np.where(d > 0, (np.asarray(precision_al, dtype=float) - 1.0) * d, 0.0 * d)  # NaN d: NaN
     return (pre + n + accepted - truncated) / (q + n)
 
 
 def precision_al_exact(seq_al, *, num_steps, num_drafts, num_sequences=1, prefill_tokens=None, truncated=0):
     """Inverse of :func:`normalized_al_exact`: ``1 + accepted / drafts`` (NaN when ``num_drafts == 0``); the counts
-    as there."""
+    as there. ``seq_al`` must be finite and at least what the counts give with nothing accepted,
+    ``(prefill_tokens + num_steps - truncated) / (num_sequences + num_steps)`` (ValueError: no precision AL >= 1 gives
+    it); NaN gives NaN."""
     n, d, q, pre = _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated)
-    accepted = np.asarray(seq_al, dtype=float) * (q + n) - pre - n + truncated
+    seq = np.asarray(seq_al, dtype=float)
+    if np.any(np.isinf(seq)):
+        raise ValueError(f"seq_al must be finite (tokens per pass), got {seq[np.isinf(seq)].ravel()[0]}")
+    accepted = seq * (q + n) - pre - n + truncated
+    short = accepted < -1e-9 * (q + n) * np.maximum(seq, 1.0)  # beyond rounding
+    if np.any(short):
+        got = np.broadcast_to(seq, short.shape)[short][0]
+        raise ValueError("seq_al must be >= (prefill_tokens + num_steps - truncated) / (num_sequences + num_steps), "
+                         f"the AL of these counts with nothing accepted, got {got}")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(d > 0, 1.0 + accepted / np.where(d > 0, d, 1.0), np.nan)
 
@@ -224,14 +240,16 @@ def _check_share(s: np.ndarray) -> None:
 
 
 def _check_al(x: np.ndarray, name: str) -> None:
-    """ValueError naming ``name`` where an AL (tokens per pass or per draft) is below 1; NaN passes."""
-    if np.any(x < 1):
-        raise ValueError(f"{name} must be >= 1 (tokens per pass), got {x[x < 1].ravel()[0]}")
+    """ValueError naming ``name`` where an AL (tokens per pass or per draft) is below 1 or infinite; NaN passes."""
+    bad = (x < 1) | np.isinf(x)
+    if np.any(bad):
+        raise ValueError(f"{name} must be >= 1 and finite (tokens per pass), got {x[bad].ravel()[0]}")
 
 
 def _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncated):
     """``(num_steps, num_drafts, num_sequences, prefill tokens)`` as float arrays; ValueError naming a count that is
-    negative or infinite (NaN passes) and when there are no passes at all."""
+    negative or infinite (NaN passes) or, for ``num_drafts`` and ``truncated``, above ``num_steps``, and when there
+    are no passes at all."""
     named = {"num_steps": num_steps, "num_drafts": num_drafts, "num_sequences": num_sequences,
              "prefill_tokens": num_sequences if prefill_tokens is None else prefill_tokens, "truncated": truncated}
     arrays = {name: np.asarray(x, dtype=float) for name, x in named.items()}
@@ -240,6 +258,10 @@ def _check_counts(num_steps, num_drafts, num_sequences, prefill_tokens, truncate
             raise ValueError(f"{name} must be finite and >= 0 (a count), got {x[(x < 0) | np.isinf(x)].ravel()[0]}")
     if np.any(arrays["num_sequences"] + arrays["num_steps"] == 0):
         raise ValueError("num_sequences + num_steps must be > 0 (no target pass)")
+    for name in ("num_drafts", "truncated"):  # both count verification steps of some kind
+        if np.any(arrays[name] > arrays["num_steps"]):
+            raise ValueError(f"{name} must be <= num_steps (it counts verification steps), got "
+                             f"{arrays[name][arrays[name] > arrays['num_steps']].ravel()[0]}")
     return arrays["num_steps"], arrays["num_drafts"], arrays["num_sequences"], arrays["prefill_tokens"]
 
 
@@ -379,18 +401,20 @@ def resync_al(edit_norm, length=None, *, k, segment_len, resync, novel_rate, cop
     :func:`~hybridsd.fit.fit_new_share`). Predictive: ``e``, the length and dataset constants (``segment_len``,
     ``base_edits``, see :func:`~hybridsd.fit.fit_edit_structure`; ``resync``, ``novel_rate``, ``copy_accept``).
 
-    Assumptions, besides the module docstring's: an output of ``L`` tokens has
-    ``base_edits + e L / segment_len`` edits (a commit touches a few places however small it is), holding
-    ``e L`` new tokens between them; the edits split the copied text into one more run than there are edits,
-    each of geometric length (on 0, 1, ...) with the mean ``mu`` that makes the copied share ``1 - e``.
+    Assumptions, besides the module docstring's: the prefill emits an output's first token, and its other
+    ``n = L - 1`` tokens hold ``base_edits + e n / segment_len`` edits (a commit touches a few places however
+    small it is) and ``e n`` new tokens between them; the edits split the copied text into one more run than
+    there are edits, each of geometric length (on 0, 1, ...) with the mean ``mu`` that makes the copied share
+    ``1 - e``.
 
-    With ``p = mu / (1 + mu)``, ``d = resync``, ``a = novel_rate`` and ``T`` the tokens one synced pass
-    covers inside a long run (``P(T=t) = alpha^(t-1) (1-alpha)`` for ``t <= k``, ``alpha^k`` for ``k+1``),
-    the expected passes per run are ``mu (1 - p^d) / a + p^(d+1) (1 + E[p^T] / p / (1 - E[p^T]))``:
-    re-sync tokens ``E[min(run, d)]`` at rate ``a``; then, when tokens remain (``p^(d+1)``), passes until the
-    run ends inside one (memorylessness makes their number geometric). New text costs
-    ``(e L - edits p^(d+1)) / a`` passes. At ``alpha = 1``, ``E[p^T] = p^(k+1)``. Broadcasts over ``edit_norm``
-    and ``length``.
+    With ``p = mu / (1 + mu)``, ``d = resync``, ``a = novel_rate``, ``alpha = copy_accept`` and ``T`` the
+    tokens one synced pass covers inside a long run (``P(T=t) = alpha^(t-1) (1-alpha)`` for ``t <= k``,
+    ``alpha^k`` for ``k+1``), the expected passes per run are
+    ``mu (1 - p^d) / a + p^(d+1) (1 + E[p^T] / p / (1 - E[p^T]))``: re-sync tokens ``E[min(run, d)]`` at rate
+    ``a``; then, when tokens remain (``p^(d+1)``), passes until the run ends inside one (memorylessness makes
+    their number geometric). New text costs ``(e n - edits p^(d+1)) / a`` passes. The result is ``L`` over one
+    pass plus these, capped at ``max(k + 1, a)``. At ``alpha = 1``, ``E[p^T] = p^(k+1)``. Broadcasts over
+    ``edit_norm`` and ``length``.
     """
     e = np.asarray(edit_norm, dtype=float)
     if np.any((e < 0) | (e > 1)):

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hybridsd.analytic import (
@@ -265,8 +265,10 @@ BROADCAST = {  # name: (function of the broadcast arguments, a strategy of valid
     "chain_al": (chain_al, (unit, st.integers(0, 12).map(float))),
     "normalized_al_from_precision": (normalized_al_from_precision, (al, unit)),
     "precision_al_from_normalized": (precision_al_from_normalized, (al, unit)),
-    "normalized_al_exact": (lambda p, n, d: normalized_al_exact(p, num_steps=n, num_drafts=d), (al, counts, counts)),
-    "precision_al_exact": (lambda q, n, d: precision_al_exact(q, num_steps=n, num_drafts=d), (al, counts, counts)),
+    # num_steps = n + d: a step holds at most one draft
+    "normalized_al_exact": (lambda p, n, d: normalized_al_exact(p, num_steps=n + d, num_drafts=d),
+                            (al, counts, counts)),
+    "precision_al_exact": (lambda q, n, d: precision_al_exact(q, num_steps=n + d, num_drafts=d), (al, counts, counts)),
     "resync_al": (lambda e, n: resync_al(e, n, **RESYNC), (unit, st.integers(1, 5000).map(float))),
     "new_share": (lambda e: new_share(e, share_intercept=0.1, share_slope=1.2), (unit,)),
 }
@@ -438,3 +440,148 @@ def test_runs_as_arrays_give_the_same_result():
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(resync_passes(np.array([[10, 5]]), [20], k=5, resync=2, novel_rate=1),
                                   resync_passes([[10, 5]], [20], k=5, resync=2, novel_rate=1))
+
+
+# ---- review C: slow references, and inputs out of range ---------------------------------------------------
+
+
+def _chain_monte_carlo(rates, n, seed):
+    """Mean tokens per pass of ``n`` chain drafts, token i accepted w.p. ``r_i / r_{i-1}`` once the ones before were
+    (a walk that stops at the first miss), plus the target's own token."""
+    rng = np.random.default_rng(seed)
+    cond = np.divide(rates, np.concatenate([[1.0], rates[:-1]]), out=np.zeros(len(rates)),
+                     where=np.concatenate([[1.0], rates[:-1]]) > 0)
+    alive = np.ones(n, dtype=bool)
+    tokens = np.ones(n)
+    for c in cond:
+        alive &= rng.random(n) < c
+        tokens += alive
+    return tokens.mean(), tokens.std() / np.sqrt(n)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=7).map(lambda r: sorted(r, reverse=True)),
+       seed=st.integers(0, 2**32 - 1))
+def test_chain_formula_matches_a_simulated_chain(rates, seed):
+    """``1 + sum_i prod_{j<=i} r_j`` (here the r_i are the per-position rates, already products) is the mean of a
+    simulated chain walk; with i.i.d. acceptance it is chain_al, and a one-child-per-node tree gives the same."""
+    mean, se = _chain_monte_carlo(np.array(rates), 40_000, seed)
+    assert al_from_rates(rates) == pytest.approx(mean, abs=6 * se + 1e-3)
+    alpha = rates[0]
+    iid = [alpha ** (i + 1) for i in range(len(rates))]
+    mean, se = _chain_monte_carlo(np.array(iid), 40_000, seed)
+    assert chain_al(alpha, len(rates)) == pytest.approx(mean, abs=6 * se + 1e-3)
+    assert tree_al(list(range(-1, len(rates) - 1)), [alpha] * len(rates)) == pytest.approx(chain_al(alpha, len(rates)))
+
+
+@HYP
+@given(ae=al, an=al, tokens=st.integers(1, 10_000), e=unit)
+def test_harmonic_is_tokens_over_the_steps_of_its_two_parts(ae, an, tokens, e):
+    """The PR's count: ``e T / AL_eagle + (1 - e) T / AL_ngram`` steps for ``T`` tokens; limits at e = 0 and 1."""
+    assert harmonic_al(e, ae, an) == pytest.approx(tokens / (e * tokens / ae + (1 - e) * tokens / an))
+    assert harmonic_al(0.0, ae, an) == pytest.approx(an) and harmonic_al(1.0, ae, an) == pytest.approx(ae)
+    assert harmonic_al(e, 1.0, an) <= an + 1e-9  # n-gram alone: new text at one token per step
+
+
+@settings(max_examples=40, deadline=None)
+@given(mu=st.floats(0.5, 80.0), d=st.integers(0, 12), a=st.floats(1.0, 3.0), k=st.integers(1, 7),
+       alpha=st.floats(0.5, 1.0), e=st.floats(0.02, 0.6), base=st.floats(0.0, 4.0))
+def test_resync_al_is_the_expectation_over_geometric_runs(mu, d, a, k, alpha, e, base):
+    """At whole ``d``, resync_al's closed form is the exact expectation, over geometric runs of mean ``mu``, of the
+    per-run passes of resync_passes (the recursion over synced passes), plus the new text's passes and the prefill
+    as its docstring counts them."""
+    from hybridsd.analytic import _run_passes
+
+    segment_len = 25.0
+    slack = (1.0 - e) / mu - e / segment_len  # runs per token after the prefill, less the edits that grow with e
+    assume(slack > 1e-3)
+    body = (base + 1.0) / slack  # the length after the prefill whose base + 1 + e body / segment_len runs average mu
+    edits = base + e * body / segment_len
+    p = mu / (1.0 + mu)
+    r = np.arange(0, int(60 * (mu + 1)) + 200)
+    w = (1.0 - p) * p**r  # P(run = r), geometric on 0, 1, ...
+    passes, free = _run_passes(r.astype(float), float(d), a, k, alpha)
+    expected_passes = 1.0 + (edits + 1.0) * (w * passes).sum() + (e * body - edits * (w * free).sum()) / a
+    want = min((body + 1.0) / expected_passes, max(k + 1.0, a))
+    got = resync_al(e, body + 1.0, k=k, segment_len=segment_len, resync=d, novel_rate=a, copy_accept=alpha,
+                    base_edits=base)
+    assert got == pytest.approx(want, rel=1e-7)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda v: harmonic_al(0.3, v, 4.0), "al_eagle"),
+    (lambda v: harmonic_al(0.3, 2.0, v), "al_ngram"),
+    (lambda v: harmonic_calibrate_ngram(v, 0.2, 1.0, k=5), "al"),
+    (lambda v: harmonic_calibrate_ngram(3.0, 0.2, v, k=5), "al_eagle"),
+    (lambda v: normalized_al_from_precision(v, 0.5), "precision_al"),
+    (lambda v: precision_al_from_normalized(v, 0.5), "seq_al"),
+    (lambda v: normalized_al_exact(v, num_steps=10, num_drafts=4), "precision_al"),
+    (lambda v: precision_al_exact(v, num_steps=10, num_drafts=4), "seq_al"),
+], ids=["harmonic-al_eagle", "harmonic-al_ngram", "calibrate-al", "calibrate-al_eagle", "from_precision",
+        "from_normalized", "exact", "exact_inverse"])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, 0.5], ids=repr)
+def test_an_infinite_or_too_small_al_is_a_value_error_naming_it(call, name, bad):
+    """harmonic_al(0, 2, inf) used to return inf (with a RuntimeWarning), harmonic_al(0.5, inf, 3) 6.0,
+    harmonic_calibrate_ngram(inf, 0.2, k=5) the cap 6.0 and precision_al_exact(inf, ...) inf: no pass emits
+    infinitely many tokens."""
+    with pytest.raises(ValueError, match=f"^{name} must be "):
+        call(bad)
+
+
+def test_harmonic_names_the_al_below_one():
+    with pytest.raises(ValueError, match="al_ngram must be >= 1"):
+        harmonic_al(0.3, 2.0, 0.9)
+    with pytest.raises(ValueError, match="al_eagle must be >= 1"):
+        harmonic_al(0.3, 0.9, 2.0)
+
+
+@pytest.mark.parametrize("k", [np.inf, [3, np.inf]], ids=repr)
+def test_chain_al_refuses_an_infinite_draft_length(k):
+    """chain_al(0.5, inf) used to give 2.0 (the geometric series' limit) and chain_al(1, inf) inf."""
+    with pytest.raises(ValueError, match="k must be a non-negative integer"):
+        chain_al(0.5, k)
+    with pytest.raises(ValueError, match="k must be a non-negative integer"):
+        chain_al(1.0, k)
+
+
+@pytest.mark.parametrize("k", ["3", True, None, [1, "a"]], ids=repr)
+def test_chain_al_k_not_a_number_is_a_type_error_naming_it(k):
+    """A string k used to fail inside numpy ('ufunc less did not contain a loop ...')."""
+    with pytest.raises(TypeError, match="k must be a non-negative integer"):
+        chain_al(0.5, k)
+
+
+@pytest.mark.parametrize("f", EXACT)
+@pytest.mark.parametrize("name", ["num_drafts", "truncated"])
+def test_more_drafts_or_truncated_steps_than_steps_is_refused(f, name):
+    """normalized_al_exact(1.0, num_steps=1, num_drafts=0, truncated=5) used to return an AL of -1.5."""
+    counts = {"num_steps": 4, "num_drafts": 2, "truncated": 0, name: [3, 5]}
+    with pytest.raises(ValueError, match=f"{name} must be <= num_steps"):
+        EXACT[f](2.0, **counts)
+
+
+@HYP
+@given(n=st.integers(0, 200), q=st.integers(1, 3), data=st.data())
+def test_exact_conversions_stay_physical_for_consistent_counts(n, q, data):
+    """Counts that a decoder can produce give an AL >= 0 and, back, a precision AL >= 1 (or NaN without drafts);
+    a seq_al below what those counts give with nothing accepted is refused instead of a precision AL below 1."""
+    d, trunc = data.draw(st.integers(0, n)), data.draw(st.integers(0, n))
+    pre = data.draw(st.integers(0, q))
+    p = data.draw(st.floats(1.0, 8.0))
+    counts = {"num_steps": n, "num_drafts": d, "num_sequences": q, "prefill_tokens": pre, "truncated": trunc}
+    seq = normalized_al_exact(p, **counts)
+    assert seq >= 0
+    back = precision_al_exact(seq, **counts)
+    assert np.isnan(back) if d == 0 else back == pytest.approx(p, rel=1e-9, abs=1e-9)
+    floor = (pre + n - trunc) / (q + n)
+    if d and floor > 0:
+        with pytest.raises(ValueError, match="seq_al must be >="):
+            precision_al_exact(floor * (1 - 1e-6) - 1e-6, **counts)
+
+
+def test_a_precision_al_from_a_seq_al_too_low_for_the_counts_is_refused():
+    """precision_al_exact(0.5, num_steps=10, num_drafts=5) used to return a precision AL of -0.1."""
+    with pytest.raises(ValueError, match="seq_al must be >="):
+        precision_al_exact(0.5, num_steps=10, num_drafts=5)
+    # truncation can put a legitimate seq_al below 1: one step, its draft rejected, cut at the end
+    assert precision_al_exact(0.5, num_steps=1, num_drafts=1, truncated=1) == pytest.approx(1.0)
