@@ -6,6 +6,8 @@ with unit costs (rapidfuzz), 0.0 for two empty inputs.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 from rapidfuzz.distance import Levenshtein
@@ -46,8 +48,10 @@ def copied_runs(source: str | Sequence, output: str | Sequence, min_n: int = 1) 
     proposer needs ``min_n`` matching tokens before it can copy. With ``min_n=1`` the runs sum to
     the number of matched tokens, which is at least ``len(output) - levenshtein(source, output)``.
     """
-    if min_n < 1:
-        raise ValueError(f"min_n must be >= 1, got {min_n}")
+    if isinstance(min_n, bool) or not isinstance(min_n, numbers.Real):
+        raise TypeError(f"min_n must be an integer >= 1, got {min_n!r:.60}")
+    if not (math.isfinite(min_n) and min_n >= 1 and min_n == int(min_n)):  # NaN fails too
+        raise ValueError(f"min_n must be an integer >= 1, got {min_n}")
     ops = Levenshtein.opcodes(_seq(source), _seq(output))
     runs = (op.dest_end - op.dest_start for op in ops if op.tag == "equal")
     return [n for n in runs if n >= min_n]

@@ -98,3 +98,17 @@ def test_batched_token_arrays_are_refused():
         with pytest.raises(ValueError, match="1-D"):
             copied_runs(a, [1, 2])
     assert token_edit_norm(torch.tensor([1, 2, 3]), np.array([1, 2, 4])) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("min_n,err", [(float("nan"), ValueError), (float("inf"), ValueError), (1.5, ValueError),
+                                       (0, ValueError), (True, TypeError), ("2", TypeError), (None, TypeError)],
+                         ids=repr)
+def test_a_min_n_that_is_not_a_whole_number_from_one_is_named(min_n, err):
+    """min_n=nan used to return [] (no run is >= nan) without a word, and True and 1.5 were taken as numbers."""
+    with pytest.raises(err, match="min_n must be an integer >= 1"):
+        copied_runs("abcdef", "abXdef", min_n)
+
+
+def test_a_whole_min_n_of_any_numeric_type_gives_the_same_runs():
+    for min_n in (2, 2.0, np.int64(2), np.float32(2)):
+        assert copied_runs("abcdef", "abXdef", min_n) == [2, 3]
