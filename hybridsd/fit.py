@@ -374,12 +374,16 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
 
 
 def model_error(pred, measured) -> dict[str, float]:
-    """Error summary of predictions against measurements (NaN pairs dropped): ``mae``, ``rmse``,
-    ``max_abs``, ``mean_rel`` (mean of ``|pred - measured| / measured``) and ``n``."""
+    """Error summary of predictions against measurements (pairs with a NaN dropped: a missing bin): ``mae``,
+    ``rmse``, ``max_abs``, ``mean_rel`` (mean of ``|pred - measured| / measured``) and ``n``. ValueError naming
+    ``pred`` or ``measured`` where it is infinite."""
     p, m = np.asarray(pred, dtype=float).ravel(), np.asarray(measured, dtype=float).ravel()
     if p.shape != m.shape:
         raise ValueError(f"pred and measured differ in size: {p.shape} vs {m.shape}")
-    ok = np.isfinite(p) & np.isfinite(m)
+    for name, x in (("pred", p), ("measured", m)):
+        if np.any(np.isinf(x)):
+            raise ValueError(f"{name} must not be infinite (NaN: missing), got {x[np.isinf(x)][0]}")
+    ok = ~np.isnan(p) & ~np.isnan(m)
     err = p[ok] - m[ok]
     if not err.size:
         return {"mae": np.nan, "rmse": np.nan, "max_abs": np.nan, "mean_rel": np.nan, "n": 0}

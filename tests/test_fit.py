@@ -376,3 +376,30 @@ def test_recorded_fits_still_build_and_predict(path):
             else:
                 pred = ModelFit(model=fit["model"], **common).predict(E8, np.full(E8.size, 300.0))
             assert np.all(np.isfinite(pred) & (np.asarray(pred) >= 1))
+
+
+# ---- review C: physical ranges, infinite errors, interval coverage ---------------------------------------
+
+
+@pytest.mark.parametrize("pred,measured,name", [([np.inf, 2.0], [2.0, 2.0], "pred"), ([2.0, 2.0], [2.0, -np.inf],
+                                                                                           "measured")])
+def test_model_error_names_an_infinite_value(pred, measured, name):
+    """An infinite prediction used to be dropped like a missing bin: model_error([inf, 2], [2, 2]) scored 0 on n=1."""
+    with pytest.raises(ValueError, match=f"{name} must not be infinite"):
+        model_error(pred, measured)
+    assert model_error([np.nan, 2.0], [2.0, 2.0])["n"] == 1  # NaN: a missing bin, dropped
+
+
+def test_bootstrap_intervals_cover_the_truth_at_about_their_rate():
+    """Per-bin ALs averaged over noisy prompts, intervals from refits to prompts resampled within bins: the 90%
+    interval of AL_ngram holds the true value in about 90% of repeated experiments."""
+    rng = np.random.default_rng(7)
+    e = np.linspace(0.02, 0.55, 8)
+    truth = harmonic_al(e, 2.3, 5.4)
+    hits, reps, prompts = 0, 60, 25
+    for _ in range(reps):
+        sample = truth + rng.normal(0, 0.5, (prompts, e.size))
+        boot = np.stack([sample[rng.integers(0, prompts, prompts)].mean(0) for _ in range(80)])
+        f = fit_harmonic(e, sample.mean(0), al_eagle=2.3, boot=boot, ci=0.9)
+        hits += f.ci["al_ngram"][0] <= 5.4 <= f.ci["al_ngram"][1]
+    assert 0.75 <= hits / reps <= 0.99
