@@ -247,18 +247,20 @@ def errors(preds: dict, table: list[dict]) -> list[dict]:
 HELD_OUT_VARIANTS = ("ngram", "ngram-eagle", "ngram-eagle tree")
 
 
-def fit_models(fit_t, al_eagle: float, k: dict, sim_doc: dict | None) -> dict[str, ModelFit]:
+def fit_models(fit_t, al_eagle: float, k: dict, sim_doc: dict | None, hybrid: bool = True) -> dict[str, ModelFit]:
     """The predictive models fitted to one variant's per-bin measurement ``fit_t`` (a DataFrame of
     :func:`bin_table` rows): ``harmonic_fit`` (AL_eagle held at ``al_eagle``: 1 for n-gram alone, else the fitted
     prompts' EAGLE-1 AL), ``harmonic_free`` and, with ``sim_doc`` (a simulate_al.json), ``resync`` with its edit
-    structure and new-share constants."""
+    structure and new-share constants (its novel rate bounded by the longest draft of the variant, ``hybrid``
+    or n-gram alone)."""
     models = {"harmonic_fit": fit_harmonic(fit_t["mean_e"], fit_t["seq_al"], al_eagle=al_eagle, k_ngram=k["ngram"],
                                            k_eagle=k["eagle"], n_boot=0),
               "harmonic_free": fit_harmonic(fit_t["mean_e"], fit_t["seq_al"], k_ngram=k["ngram"], k_eagle=k["eagle"],
                                             n_boot=0)}
     if sim_doc and "edit_structure" in sim_doc:
         models["resync"] = fit_resync(fit_t["mean_e"], fit_t["seq_al"], fit_t["mean_tokens"], k=k["ngram"],
-                                      share=sim_doc.get("new_share_constants"), n_boot=0, **sim_doc["edit_structure"])
+                                      k_eagle=k["eagle"] if hybrid else None, share=sim_doc.get("new_share_constants"),
+                                      n_boot=0, **sim_doc["edit_structure"])
     return models
 
 
@@ -268,7 +270,7 @@ def variant_fits(table, variant: str, eagle, k: dict, sim_doc: dict | None):
     part = table[table["variant"] == variant] if len(table) else table
     if len(part) < 3 or (variant != "ngram" and eagle.empty):
         return None
-    return part, fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc)
+    return part, fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc, variant != "ngram")
 
 
 def mixed_configs(df, k: dict) -> str | None:

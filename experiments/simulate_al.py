@@ -275,16 +275,18 @@ def main(argv=None) -> int:
         x, ln = table_fit["mean_e"][ok_fit], table_fit["mean_tokens"][ok_fit]
         boot = boot_bins(idx, n_bins, fit_half, res[p], args.n_boot, np.random.default_rng([args.seed, 1]))[:, ok_fit]
         ks = {"k_ngram": args.k_ngram, "k_eagle": args.k_eagle}
+        k_eagle = None if p == "ngram" else args.k_eagle  # bounds the re-sync models' novel rate with k_ngram
         fits[p] = {
             "harmonic_pr": fit_harmonic(x, y, al_eagle=ae, al_ngram=al_ngram_copy, **ks),
             "harmonic_pr_literal": fit_harmonic(x, y, al_eagle=ae, al_ngram=min(al_ngram_lowest, args.k_ngram + 1),
                                                 **ks),
             "harmonic_fit": fit_harmonic(x, y, al_eagle=ae, boot=boot, **ks),
             "harmonic_free": fit_harmonic(x, y, boot=boot, **ks),
-            "resync": fit_resync(x, y, ln, k=args.k_ngram, boot=boot, share=share_consts, **structure),
-            "resync_eagle": fit_resync(x, y, ln, k=args.k_ngram, boot=boot, share=share_consts, novel_rate=ae,
-                                       **structure),
-            "resync_runs": fit_resync_runs(runs, length, fit_groups, y, k=args.k_ngram, boot=boot),
+            "resync": fit_resync(x, y, ln, k=args.k_ngram, k_eagle=k_eagle, boot=boot, share=share_consts,
+                                 **structure),
+            "resync_eagle": fit_resync(x, y, ln, k=args.k_ngram, k_eagle=k_eagle, boot=boot, share=share_consts,
+                                       novel_rate=ae, **structure),
+            "resync_runs": fit_resync_runs(runs, length, fit_groups, y, k=args.k_ngram, k_eagle=k_eagle, boot=boot),
         }
         preds[p], errors[p] = {}, {}
         for name, f in fits[p].items():
@@ -368,14 +370,16 @@ def _write(c: dict) -> None:
                        f"({c['share_consts']}); base_edits and segment_len measured from the fit half's reference "
                        "diffs (fit_edit_structure on copied runs over tokens, against the new-token share); resync "
                        "and novel_rate fitted to the fit half's per-bin ALs with each bin's mean output length "
-                       "(novel_rate free: an effective rate, a curve parameter); copy_accept fixed at 1 (per-bin ALs "
+                       "(novel_rate free up to what one pass can emit, max(k_ngram, k_eagle) + 1 for the hybrids and "
+                       "k_ngram + 1 for n-gram alone: an effective rate, a curve parameter); copy_accept fixed at 1 "
+                       "(per-bin ALs "
                        "cannot separate it from resync, which then also absorbs misdirected n-gram drafts "
                        "inside runs)"),
             "resync_eagle": ("as resync, with novel_rate held at its meaning: 1 for n-gram alone, AL_eagle for the "
                              "hybrids; resync alone fitted"),
             "resync_runs": ("hybridsd.analytic.resync_passes (diagnostic: needs each reference's copied runs, "
-                            "token-level Levenshtein alignment of before vs after); resync and novel_rate fitted, "
-                            "copy_accept 1"),
+                            "token-level Levenshtein alignment of before vs after); resync and novel_rate fitted "
+                            "(bounded as in resync), copy_accept 1"),
             "split": "seeded random half of the binned examples for fitting, the other half for scoring",
             "ci": f"95% percentile intervals over {args.n_boot} refits to fit-half examples resampled within bins",
         },

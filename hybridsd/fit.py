@@ -246,6 +246,7 @@ def _resync(e, length, params, settings):
     return resync_al(e, length, k=int(settings["k"]), **params)
 
 
+# novel_rate's upper bound here is a placeholder: the fits put max(k, k_eagle) + 1 in its place (_novel_rate_bound)
 _RESYNC_BOUNDS = {"segment_len": (0.5, 1e4), "resync": (0.0, 500.0), "novel_rate": (1.0, 64.0),
                   "copy_accept": (0.5, 1.0), "base_edits": (0.0, 1e3)}
 _RESYNC_START = {"segment_len": 30.0, "resync": 3.0, "novel_rate": 1.5, "copy_accept": 0.97, "base_edits": 1.0}
@@ -310,37 +311,50 @@ def fit_harmonic(edit_norm, al, *, al_eagle=None, al_ngram=None, k_ngram=None, k
 
 
 def fit_resync(edit_norm, al, length=None, *, k, segment_len=None, resync=None, novel_rate=None, copy_accept=1.0,
-               base_edits=0.0, share=None, weights=None, boot=None, n_boot=200, ci=0.95, seed=0) -> ModelFit:
+               base_edits=0.0, share=None, k_eagle=None, weights=None, boot=None, n_boot=200, ci=0.95,
+               seed=0) -> ModelFit:
     """Fit :func:`resync_al` (n-gram draft length ``k``) to measured ALs at ``edit_norm`` with output
     ``length`` per point. Parameters given are held fixed: by default ``copy_accept`` at 1 and ``base_edits``
     at 0 (``None`` fits them; per-bin ALs hardly tell ``copy_accept`` from ``resync``, which then also
     absorbs misdirected drafts inside runs). The edit structure (``segment_len``, ``base_edits``) is best
     measured from the reference diffs with :func:`fit_edit_structure`. ``edit_norm`` is the new-token share,
     or with ``share`` (the constants of :func:`fit_new_share`) a character edit norm, converted by
-    :func:`new_share` here and in ``predict``. Bootstrap as in :func:`fit_harmonic`."""
+    :func:`new_share` here and in ``predict``. ``novel_rate`` (tokens per pass outside synced copying) is bounded
+    by ``max(k, k_eagle) + 1``, the most one pass can emit (``k + 1`` without ``k_eagle``, EAGLE's draft length
+    in a hybrid), a fixed value included (ValueError beyond it). Bootstrap as in :func:`fit_harmonic`."""
     check_k(k)
+    bounds = _novel_rate_bound(k, k_eagle)
     given = {"segment_len": segment_len, "resync": resync, "novel_rate": novel_rate, "copy_accept": copy_accept,
              "base_edits": base_edits}
     fixed = {n: v for n, v in given.items() if v is not None}
-    settings = {"k": int(k)}
+    settings = {"k": int(k), **({} if k_eagle is None else {"k_eagle": int(k_eagle)})}
     if share is not None:
         if set(share) != {"share_intercept", "share_slope"}:
             raise ValueError(f"share must hold share_intercept and share_slope, got {sorted(share)}")
         new_share(0.0, **share)  # validates the constants
         settings.update({n: float(v) for n, v in share.items()})
-    return _fit_e_model("resync", edit_norm, al, length, fixed, settings, weights, boot, n_boot, ci, seed)
+    return _fit_e_model("resync", edit_norm, al, length, fixed, settings, weights, boot, n_boot, ci, seed, bounds)
 
 
-def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None, copy_accept=1.0, weights=None,
-                    boot=None, n_boot=200, ci=0.95, seed=0) -> RunsFit:
+def _novel_rate_bound(k, k_eagle) -> dict[str, tuple[float, float]]:
+    """The bounds of ``novel_rate``: a pass emits at most ``max(k, k_eagle) + 1`` tokens."""
+    if k_eagle is not None:
+        check_k(k_eagle, "k_eagle")
+    return {"novel_rate": (1.0, max(float(k), float(k if k_eagle is None else k_eagle)) + 1.0)}
+
+
+def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None, copy_accept=1.0, k_eagle=None,
+                    weights=None, boot=None, n_boot=200, ci=0.95, seed=0) -> RunsFit:
     """Fit :func:`resync_passes` to measured corpus ALs of groups of outputs (e.g. edit-norm bins).
 
     ``runs``/``length``: per output, its copied runs and tokens; ``groups``: per output, the index of its
     group in ``al`` (-1: unused); ``al``: the measured AL (total tokens / total passes) of each group.
-    Parameters given are held fixed (``copy_accept`` at 1 by default; ``None`` fits it). Bootstrap as in
-    :func:`fit_harmonic`, over groups. Diagnostic: it needs each output's copied runs.
+    Parameters given are held fixed (``copy_accept`` at 1 by default; ``None`` fits it); ``novel_rate`` is bounded
+    as in :func:`fit_resync` (``k_eagle``). Bootstrap as in :func:`fit_harmonic`, over groups. Diagnostic: it needs
+    each output's copied runs.
     """
     check_k(k)
+    bounds = {**_RESYNC_BOUNDS, **_novel_rate_bound(k, k_eagle)}
     y = np.asarray(al, dtype=float).ravel()
     length = np.asarray(length, dtype=float).ravel()
     runs = run_lengths(runs)
@@ -355,7 +369,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     keep = groups >= 0
     runs = [r for r, k_ in zip(runs, keep) if k_]
     length, groups = length[keep], groups[keep]
-    settings = {"k": int(k)}
+    settings = {"k": int(k), **({} if k_eagle is None else {"k_eagle": int(k_eagle)})}
 
     def predict(params, idx):
         passes = resync_passes(runs, length, k=int(k), **params)
@@ -364,8 +378,7 @@ def fit_resync_runs(runs, length, groups, al, *, k, resync=None, novel_rate=None
     given = dict(zip(_RUNS_PARAMS, (resync, novel_rate, copy_accept)))
     fixed = {n: v for n, v in given.items() if v is not None}
     params, intervals, free, rmse, used = _fit_params(
-        tuple(given), _RESYNC_BOUNDS, _RESYNC_START, fixed, predict, y, weights, boot, n_boot, ci,
-        seed)
+        tuple(given), bounds, _RESYNC_START, fixed, predict, y, weights, boot, n_boot, ci, seed)
     return RunsFit(params=params, ci=intervals, fitted=free, settings=settings, n_points=int(y.size), rmse=rmse,
                    n_boot=used)
 

@@ -446,3 +446,22 @@ def test_a_theory_whose_params_are_not_a_fit_is_refused_before_any_work(params, 
     err = _refused(capsys, exit_)
     assert f"--theory {theory}" in err and "fits['ngram']" in err
     assert not out.exists()
+
+
+def test_the_resync_fit_bounds_its_novel_rate_by_the_variants_longest_draft():
+    """The re-sync fit's novel rate is tokens per pass: at most k_ngram + 1 for n-gram alone and
+    max(k_ngram, k_eagle) + 1 for a hybrid (it used to be free up to 64 for both)."""
+    import pandas as pd
+
+    from hybridsd.analytic import resync_al
+
+    e = np.linspace(0.05, 0.55, 8)
+    sim_doc = {"edit_structure": {"segment_len": 30.0, "base_edits": 1.0}}
+    table = pd.DataFrame({"mean_e": e, "mean_tokens": 400.0,
+                          "seq_al": resync_al(e, 400.0, k=1, segment_len=30.0, base_edits=1.0, resync=2.0,
+                                              novel_rate=3.5)})
+    k = {"ngram": 1, "eagle": 3}
+    alone = ab.fit_models(table, 1.0, k, sim_doc, hybrid=False)["resync"]
+    hybrid = ab.fit_models(table, 2.0, k, sim_doc, hybrid=True)["resync"]
+    assert alone.params["novel_rate"] <= 2.0 and "k_eagle" not in alone.settings
+    assert hybrid.params["novel_rate"] == pytest.approx(3.5, rel=1e-4) and hybrid.settings["k_eagle"] == 3

@@ -390,6 +390,38 @@ def test_model_error_names_an_infinite_value(pred, measured, name):
     assert model_error([np.nan, 2.0], [2.0, 2.0])["n"] == 1  # NaN: a missing bin, dropped
 
 
+E_HI = np.linspace(0.05, 0.95, 10)
+L_HI = np.full(E_HI.size, 400.0)
+# a hybrid with k_ngram = 1 and a longer EAGLE draft: new text at 3.5 tokens per pass, above k_ngram + 1
+HYBRID_K1 = resync_al(E_HI, L_HI, k=1, segment_len=30.0, resync=2.0, novel_rate=3.5)
+
+
+def test_fit_resync_keeps_the_novel_rate_within_what_a_pass_can_emit():
+    """A pass emits at most max(k, k_eagle) + 1 tokens; the novel rate used to be free up to 64, so fitted to the
+    ALs above k + 1 of a hybrid whose EAGLE drafts more it gave n-gram alone (no k_eagle) 3.5 tokens per pass
+    with k = 1, and predicted an AL of 3.5 at e = 1."""
+    bounded = fit_resync(E_HI, HYBRID_K1, L_HI, k=1, segment_len=30.0, n_boot=10)
+    assert bounded.params["novel_rate"] <= 2.0 and bounded.ci["novel_rate"][1] <= 2.0
+    assert np.all(bounded.predict(np.linspace(0, 1, 21), 400.0) <= 2.0 + 1e-9)
+    hybrid = fit_resync(E_HI, HYBRID_K1, L_HI, k=1, k_eagle=3, segment_len=30.0, n_boot=0)
+    assert hybrid.params["novel_rate"] == pytest.approx(3.5, rel=1e-4) and hybrid.settings["k_eagle"] == 3
+    with pytest.raises(ValueError, match="novel_rate=3.0 lies outside its range"):
+        fit_resync(E_HI, HYBRID_K1, L_HI, k=1, novel_rate=3.0, segment_len=30.0, n_boot=0)
+    with pytest.raises(ValueError, match="k_eagle must be an integer >= 1"):
+        fit_resync(E_HI, HYBRID_K1, L_HI, k=1, k_eagle=0, segment_len=30.0, n_boot=0)
+
+
+def test_fit_resync_runs_keeps_the_novel_rate_within_what_a_pass_can_emit():
+    runs = [[40, 10], [5, 8], [20, 30, 3], [12, 2], [60], [9, 30]]
+    length = np.array([100, 60, 90, 50, 90, 80])
+    groups = np.arange(6)
+    al = length / resync_passes(runs, length, k=1, resync=1.0, novel_rate=3.5)
+    bounded = fit_resync_runs(runs, length, groups, al, k=1, n_boot=0)
+    assert bounded.params["novel_rate"] <= 2.0
+    hybrid = fit_resync_runs(runs, length, groups, al, k=1, k_eagle=3, resync=1.0, n_boot=0)
+    assert hybrid.params["novel_rate"] == pytest.approx(3.5, rel=1e-6) and hybrid.settings["k_eagle"] == 3
+
+
 def test_bootstrap_intervals_cover_the_truth_at_about_their_rate():
     """Per-bin ALs averaged over noisy prompts, intervals from refits to prompts resampled within bins: the 90%
     interval of AL_ngram holds the true value in about 90% of repeated experiments."""
