@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("pandas")
 from experiments import al_by_edit_norm as ab  # noqa: E402
@@ -465,3 +467,39 @@ def test_the_resync_fit_bounds_its_novel_rate_by_the_variants_longest_draft():
     hybrid = ab.fit_models(table, 2.0, k, sim_doc, hybrid=True)["resync"]
     assert alone.params["novel_rate"] <= 2.0 and "k_eagle" not in alone.settings
     assert hybrid.params["novel_rate"] == pytest.approx(3.5, rel=1e-4) and hybrid.settings["k_eagle"] == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), n_bins=st.integers(1, 9), top=st.sampled_from([0.6, 0.25, 1.0]))
+def test_bin_table_bins_like_a_loop_over_half_open_edges(data, n_bins, top):
+    """Each row lands in the bin ``[lo, hi)`` holding its edit norm, the last bin closed (e exactly on an edge goes
+    up, e = top into the last bin, e above the top or NaN nowhere); empty bins are left out, and a bin of one prompt
+    has that prompt's AL and a CI of one point."""
+    import pandas as pd
+
+    edges = np.linspace(0.0, top, n_bins + 1)
+    values = data.draw(st.lists(st.one_of(st.sampled_from(list(edges)), st.floats(0.0, 1.0), st.just(float("nan"))),
+                                min_size=1, max_size=12))
+    rows = [{"variant": "ngram", "example_id": f"ex{i}", "ref_edit_norm": e, "tokens": 10.0 + i, "passes": 5.0,
+             "drafts": 1.0, "accepted": 1.0} for i, e in enumerate(values)]
+    table = results.bin_table(pd.DataFrame(rows), edges, "ref_edit_norm", n_boot=5)
+
+    def slow_bin(e):
+        for i in range(n_bins):
+            if edges[i] <= e < edges[i + 1] or (i == n_bins - 1 and e == edges[-1]):
+                return i
+        return None
+
+    want: dict[int, list[int]] = {}
+    for i, e in enumerate(values):
+        if (b := slow_bin(e)) is not None:
+            want.setdefault(b, []).append(i)
+    got = {int(np.searchsorted(edges, t["bin_lo"])): t for t in table}
+    assert sorted(got) == sorted(want)
+    for b, members in want.items():
+        t = got[b]
+        assert t["n"] == len(members) and (t["bin_lo"], t["bin_hi"]) == (edges[b], edges[b + 1])
+        assert t["seq_al"] == pytest.approx(sum(10.0 + i for i in members) / (5.0 * len(members)))
+        assert t["bin"].endswith("]" if b == n_bins - 1 else ")")
+        if len(members) == 1:
+            assert t["seq_al_ci"] == pytest.approx([t["seq_al"]] * 2)
