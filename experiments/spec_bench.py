@@ -374,17 +374,13 @@ def preflight(cfg: BenchConfig) -> None:
 
 def check_attention(cfg: BenchConfig, folder: Path) -> None:
     """``ValueError`` with one line when the target's attention cannot run ``cfg``'s draft (from its config alone):
-    ALiBi biases built from a padding mask (BLOOM), or by cache slot (MPT) with a draft tree."""
+    ALiBi biases that follow the cache slots (MPT, BLOOM, Falcon with ``alibi``) with a draft tree."""
     from transformers import AutoConfig
 
     from hybridsd.target import alibi
 
     config = AutoConfig.from_pretrained(folder)
-    how = alibi(config)
-    if how == "mask":
-        raise ValueError(f"--model-dir {cfg.model!r}: model type {config.model_type!r} builds its ALiBi biases from "
-                         "a 2-D padding mask, which hybridsd's per-token masks do not give; it is not supported")
-    if how == "slots" and cfg.draft_shape()[1] > 1:
+    if alibi(config) is not None and cfg.draft_shape()[1] > 1:
         raise ValueError(f"--model-dir {cfg.model!r}: model type {config.model_type!r} adds ALiBi biases by cache "
                          f"slot, so --method {cfg.method} (a draft tree) would not be verified exactly; use a chain")
 

@@ -265,7 +265,7 @@ def generate(
     graphs = device.type == "cuda" if cuda_graphs is None else cuda_graphs
     branches = drafter.max_branches if drafter is not None else 1
     rows = exact_rows(exact, draft_rows, branches)  # exact mode: the span may not depend on the drafter
-    if branches > 1 and alibi(model.config) == "slots":
+    if branches > 1 and alibi(model.config) is not None:
         raise ValueError(f"{type(drafter).__name__} proposes draft trees (max_branches {branches}), but model type "
                          f"{model.config.model_type!r} adds ALiBi biases by cache slot, so tree tokens would be "
                          "verified at the wrong distances; use a chain drafter")

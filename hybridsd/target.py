@@ -49,6 +49,12 @@ class _SlotCache(Cache):
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
         return self.kv.capacity
 
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.kv_len, 0  # a causal mask HF builds from a 2-D one spans the slots update returns
+
+    def get_query_offset(self, layer_idx: int = 0) -> torch.Tensor:
+        return self.slots[0]  # ... and counts the block's tokens from its first slot (a device scalar: no sync)
+
     def __len__(self) -> int:
         return self.kv.num_layers
 
@@ -82,10 +88,10 @@ def sliding_window(model: torch.nn.Module) -> int | None:
 
 
 def alibi(cfg) -> str | None:
-    """How a model of config ``cfg`` adds ALiBi biases in attention: ``"mask"`` when HF builds them from a 2-D
-    padding mask, which the target's per-token masks do not give (BLOOM, Falcon with ``alibi``), ``"slots"`` when
-    they follow the keys' cache slots rather than the positions the target passes (MPT: chains are exact, draft
-    trees are not), None when it has none."""
+    """How a model of config ``cfg`` adds ALiBi biases in attention, None when it has none. Its biases follow the
+    keys' cache slots rather than the positions the target passes, so chains are exact and draft trees are not:
+    ``"slots"`` when the model scores keys by slot itself (MPT), ``"mask"`` when HF builds the biases and the causal
+    mask from a 2-D attention mask (BLOOM, Falcon with ``alibi``), which the target gives over the cache's slots."""
     kind = getattr(cfg, "model_type", None)
     if kind == "bloom" or (kind == "falcon" and getattr(cfg, "alibi", False)):
         return "mask"
@@ -196,6 +202,13 @@ def view_region(start: int, window: np.ndarray) -> np.ndarray:
     return np.array([start + differ[0], start + differ[-1] + 1] if differ.size else [0, 0], dtype=np.int64)
 
 
+def _chain(start: int, q: int, positions: np.ndarray | None, visible: np.ndarray | None) -> bool:
+    """Whether a block of ``q`` tokens at slots ``start ..`` is a chain there: each token at its slot's position,
+    seeing the block's tokens up to itself (``Target.forward``'s ``positions`` and ``visible``, None: the default)."""
+    return ((positions is None or np.array_equal(positions, np.arange(start, start + q)))
+            and (visible is None or np.array_equal(visible, np.tril(np.ones((q, q), dtype=bool)))))
+
+
 class Target:
     """One HF causal LM with its KV cache; ``forward`` runs a block of tokens at consecutive slots.
 
@@ -221,10 +234,8 @@ class Target:
                  compile: bool | str = False, decoder: bool | None = None, attention: str | None = None,
                  exact: int = 0) -> None:
         cfg = model.config
-        if alibi(cfg) == "mask":
-            raise ValueError(f"model type {cfg.model_type!r} builds its ALiBi attention biases from a 2-D padding "
-                             "mask, which the target's per-token masks do not give; it is not supported")
-        self.slot_biases = alibi(cfg) == "slots"  # keys are scored by their slots: blocks must be chains
+        self.slot_biases = alibi(cfg) is not None  # keys are scored by their slots: blocks must be chains
+        self.slot_mask = alibi(cfg) == "mask"  # model(...) gets a 2-D mask over the slots (see _hf_forward)
         self.window = sliding_window(model)  # positions must stay below it: sliding attention is not implemented
         p = next(model.parameters())
         check_options(p.device, cuda_graphs, compile, attention)
@@ -290,9 +301,10 @@ class Target:
         if self.window is not None and (start + q if positions is None else int(np.max(positions)) + 1) > self.window:
             raise ValueError(f"the model uses sliding-window attention (window {self.window}), which the target "
                              f"adapter does not implement; a token at position {self.window} or later would need it")
-        if self.slot_biases and positions is not None and not np.array_equal(positions, np.arange(start, start + q)):
+        if self.slot_biases and not _chain(start, q, positions, visible):
             raise ValueError(f"model type {self.model.config.model_type!r} adds ALiBi biases by cache slot, so a "
-                             "draft tree (tokens at positions other than their slots) would not be verified exactly")
+                             "draft tree (tokens at positions other than their slots, or seeing other tokens of the "
+                             "block than those before them) would not be verified exactly")
         self.kv.length = start  # the committed sequence this block follows (what the HF view reports)
         if self.exact and not last_logits_only:
             return self._exact_forward(tokens, start, positions, visible, hidden_layers)
@@ -332,12 +344,20 @@ class Target:
     def _hf_forward(self, tokens, pos, allowed, hidden_layers, last_logits_only):
         """``model(...)`` with our cache: logits ``[q or 1, V]`` fp32 and hidden states ``[q, len*H]`` or None."""
         q = tokens.shape[0]
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~allowed, self._neg)  # [q, kv_len] additive
+        if self.slot_mask:
+            # [1, kv_len] the slots the chain's last token attends to: the committed prefix and the block. HF builds
+            # the ALiBi biases from it (by slot) and the causal mask (keys up to each token's slot, counted from the
+            # block's first slot: _SlotCache.get_query_offset). A rejected draft's keys past the block are masked
+            # (zeros here, and past every token's slot); those in the block are overwritten before attention reads them.
+            mask = allowed[-1:].long()
+        else:
+            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+            mask.masked_fill_(~allowed, self._neg)  # [q, kv_len] additive
+            mask = mask.view(1, 1, *allowed.shape)
         out = self.model(
             input_ids=tokens.view(1, q),
             position_ids=pos.view(1, q),
-            attention_mask=mask.view(1, 1, *allowed.shape),
+            attention_mask=mask,
             use_cache=True,
             output_hidden_states=bool(hidden_layers),
             logits_to_keep=1 if last_logits_only else 0,
