@@ -51,7 +51,7 @@ from experiments import provenance
 from hybridsd.checkpoint_files import read_tensor, weight_files
 from hybridsd.drafters.tree import leaf_count, paths_to_parents
 from hybridsd.edit_distance import edit_norm
-from hybridsd.target import EXACT_BRANCHES
+from hybridsd.target import EXACT_BRANCHES, context_length
 
 from experiments import distributed as dp
 from experiments import results
@@ -665,10 +665,11 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
     with dest.open("a") as f:
         for ex in tqdm(todo, desc=f"{cfg.method}", disable=not progress or rank != 0):
             ids = prompts.build_prompt_ids(tok, ex.prompt, chat=cfg.chat_template, bos_mode=cfg.bos_mode)
-            limit = model.config.max_position_embeddings - len(ids)
+            context = context_length(model)  # None: the config sets none (BLOOM's ALiBi)
+            limit = cfg.output_len if context is None else context - len(ids)
             if limit < 1:  # no row, as for a failed generation: named, and the run exits 1
                 print(f"FAILED {cfg.method} {ex.id}: its prompt's {len(ids)} tokens fill the model's context "
-                      f"({model.config.max_position_embeddings})", file=sys.stderr, flush=True)
+                      f"({context})", file=sys.stderr, flush=True)
                 if failed is not None:
                     failed.append(ex.id)
                 continue

@@ -182,3 +182,13 @@ def test_spec_bench_refuses_an_alibi_target_with_a_tree_in_one_line(kind, tmp_pa
     assert e.value.code == 2 and len(err) == 1 and want in err[0], err
     assert not (tmp_path / "out").exists()
 
+
+def test_spec_bench_runs_bloom_with_a_chain(tmp_path):
+    """A chain drafter on a BLOOM target passes the preflight and runs lossless."""
+    import json
+
+    from experiments import spec_bench
+
+    spec_bench.main(_bench_argv("bloom", ["--method", "ngram", "--output-len", "8", "--check-lossless"], tmp_path))
+    rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["lossless"] and len(rows[0]["tokens"]) == 8, rows
