@@ -18,7 +18,7 @@ def capture(step: Callable[[], Any], device: torch.device, share: torch.cuda.CUD
     The returned outputs are overwritten by every ``graph.replay()``. ``share``: a live
     graph of the same owner whose memory pool this one joins (safe for graphs replayed
     one at a time; the pool lives as long as any of its graphs, so a stale handle is
-    never reused).
+    never reused). A step that cannot be captured raises ``RuntimeError`` naming ``cuda_graphs=False``.
     """
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -36,6 +36,10 @@ def capture(step: Callable[[], Any], device: torch.device, share: torch.cuda.CUD
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=share.pool() if share is not None else None):
             out = step()
+    except RuntimeError as e:  # the model's own code, most often: a host value copied in, or one read back
+        raise RuntimeError(f"a step could not be captured as a CUDA graph: {e}. The model's forward does work a "
+                           "graph cannot hold (a host-to-GPU copy or a read back to the host); run it without "
+                           "graphs: cuda_graphs=False (spec_bench: --enforce-eager)") from e
     finally:
         if enabled:
             gc.enable()

@@ -146,6 +146,24 @@ def test_graphed_generate_follows_replaced_weights(change):
         assert got.tokens == want, compile
 
 
+def test_a_step_a_graph_cannot_hold_is_refused_naming_cuda_graphs_false():
+    """A step that copies a host value to the GPU (as some transformers versions' model code does) fails at
+    capture with one RuntimeError naming the way out, not CUDA's own message alone. In a subprocess: a failed
+    capture must not touch this process's CUDA state."""
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom hybridsd.cuda_graph import capture\nx = torch.ones(4, device='cuda')\n"
+            "try:\n    capture(lambda: x + torch.tensor([1.0, 2.0, 3.0, 4.0], device='cuda'), x.device)\n"
+            "except RuntimeError as e:\n    print('REFUSED:', e)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "REFUSED: a step could not be captured as a CUDA graph" in out.stdout, out.stdout
+    assert "cuda_graphs=False (spec_bench: --enforce-eager)" in out.stdout
+
+
 def test_observed_hidden_states_survive_graph_replays(gpu_target):
     """Hidden states handed to a drafter stay valid after later graph replays (no aliasing of graph outputs)."""
     from test_generate import Recorder

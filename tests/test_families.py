@@ -125,6 +125,7 @@ def test_alibi_families_are_lossless_with_cuda_graphs(kind):
             except RuntimeError as e:
                 if "during CUDA graph capture" not in str(e):
                     raise
+                assert "cuda_graphs=False" in str(e)  # the refusal names the way out
                 pytest.skip(f"transformers {tf.__version__}'s {kind} forward cannot be captured: {e}")
             assert res.tokens == ref, (kind, ids.numel(), type(drafter).__name__)
 
