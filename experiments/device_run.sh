@@ -70,7 +70,7 @@ for stage in "$@"; do
             grep -v "it/s\]" "$OUT/sweep_full.log" | tail -3 | tee -a "$log"
             tar -cf "$OUT/sweeps.tar" -C "$OUT" sweeps && rm -r "$OUT/sweeps" ;;
     gputests) files="tests/test_cuda.py tests/test_generate.py tests/test_trees.py tests/test_attention.py"
-              files="$files tests/test_real_models.py tests/test_bad_input.py"
+              files="$files tests/test_real_models.py tests/test_bad_input.py tests/test_families.py"
               sel="(cuda or graphed or compiled or exact or another_device or gpu) and not exact_mode_bf16_equals_plain"
               card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE "[A-Z][0-9]{2,4}" | head -1)
               { echo "# python -m pytest -rA $files -k '$sel' at $HYBRIDSD_COMMIT on one ${card:-GPU} (warnings left out)"
