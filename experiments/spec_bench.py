@@ -511,17 +511,21 @@ def load_examples(cfg: BenchConfig, data_dir: str | None, num_prompts: int | Non
 
 def check_results_file(out: Path) -> None:
     """``ValueError`` unless rows can be appended to ``out``: a plain (not gzip) file that is missing, empty, or
-    holds results rows (a killed run's torn last line is repaired when the run starts). Any other file (a dataset,
-    notes, a compressed record) is refused rather than moved aside row by row as damaged."""
+    holds results rows (a killed run's torn last line is repaired when the run starts), with no compressed copy
+    ``<out>.gz`` beside it (a run would make its rows again beside that copy's). Any other file (a dataset, notes, a
+    compressed record) is refused rather than moved aside row by row as damaged."""
     if out.name.endswith(".gz"):
-        raise ValueError(f"--output {out}: rows are appended to a plain .jsonl file; a .gz one cannot be appended "
+        raise ValueError(f"{out}: rows are appended to a plain .jsonl file; a .gz one cannot be appended "
                          "(compress it once the run is done)")
+    if (packed := out.with_name(out.name + ".gz")).exists():
+        raise ValueError(f"{out}: {packed.name} beside it holds its rows compressed; decompress it (gunzip) "
+                         "to continue that run, or name another file")
     if not out.is_file() or not out.stat().st_size:
         return
     data = out.read_bytes()
     lines = data.split(b"\n")  # one line without a newline: a first row torn by a kill, repaired as damaged
     if data.startswith(b"\x1f\x8b") or (len(lines) > 1 and not any(dp.row_key(line) for line in lines)):
-        raise ValueError(f"--output {out}: an existing file that holds no results rows; name a new file, or one "
+        raise ValueError(f"{out}: an existing file that holds no results rows; name a new file, or one "
                          "an earlier run of spec_bench wrote")
 
 
@@ -980,7 +984,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_results_file(out)
     except ValueError as e:
-        fail(str(e))
+        fail(f"--output {e}")
     from huggingface_hub.utils import logging as hub_logging
 
     hub_logging.set_verbosity_error()  # no "Retrying in Ns" lines before an unreachable Hub id's one-line error

@@ -18,7 +18,8 @@ file, so MT-Bench covers its categories):
   (vLLM PR #24344 used 5 / 3).
 
 Rows go to ``experiments/results/sweeps/<preset>/<dataset>__<method>__k<k>[__bos-doubled].jsonl``; spec_bench
-skips rows already written, so an interrupted sweep continues where it stopped. ``sweep.json`` beside them
+skips rows already written, so an interrupted sweep continues where it stopped (a config file kept compressed,
+``.jsonl.gz``, is refused: decompress it to continue). ``sweep.json`` beside them
 records each call (command, run_info, seconds and rows per config, and the prompts that have no row yet), from its
 start, replaced atomically after each config; a sweep that leaves prompts without a row exits with code 1. Under
 torchrun every config's prompts are split over the ranks (see spec_bench) and only rank 0 prints and writes
@@ -192,6 +193,12 @@ def main(argv: list[str] | None = None) -> None:
             if value is not None:
                 p.error(f"{flag} {value}: only code-edits reads it, and this sweep runs "
                         f"{', '.join(sorted({c.dataset_name for _, c in runs}))}")
+    if not a.dry_run:  # every config's file takes rows (spec_bench's --output check), before any work
+        try:
+            for stem, _ in runs:
+                sb.check_results_file(out_dir / f"{stem}.jsonl")
+        except ValueError as e:
+            p.error(f"--out-dir: {e}")
     examples = {}
     try:  # a missing data folder or file is one line, before any process group or model
         data_dir = str(a.dataset_path or default_data_dir())

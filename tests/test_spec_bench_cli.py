@@ -292,6 +292,19 @@ def test_an_output_file_without_results_rows_is_refused_untouched(content, input
     spec_bench.check_results_file(out)
 
 
+def test_an_output_stored_compressed_beside_it_is_refused(inputs, tmp_path, capsys):
+    """--output X.jsonl with X.jsonl.gz beside it (a finished run, compressed): one line naming the copy and exit 2,
+    before any work; a run would make its rows again beside the copy's."""
+    out = tmp_path / "out.jsonl"
+    (tmp_path / "out.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00rest of a gzip file")
+    with pytest.raises(SystemExit) as exc:
+        spec_bench.main([_fill(a, inputs) for a in GOOD] + ["--method", "ngram", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"spec_bench: error: --output {out}: out.jsonl.gz beside it holds its rows compressed")
+    assert not out.exists()
+
+
 VLLM_IGNORED = {  # vLLM's script takes these with any method and ignores them where the method does not read them
     "a head for a method without one": (["--method", "ngram", "--eagle-dir", E1], ("--eagle-dir {eagle1}: --method "
                                         "ngram does not use it (used by eagle, eagle3, ngram-eagle, ngram-eagle3)")),

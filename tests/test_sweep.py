@@ -236,3 +236,19 @@ def test_a_data_folder_given_enters_every_config_key(fake_sweep):
         assert {c.dataset_digest for c in calls} == {local_digest(data)} != {None}
         keys.append({c.key() for c in calls})
     assert not keys[0] & keys[1]
+
+
+def test_a_config_file_stored_compressed_is_one_line_before_any_config(fake_sweep, capsys):
+    """A config's file kept as ``.jsonl.gz`` (as the stored sweeps are): a rerun into the folder would make every
+    row again beside that copy's, so it is one line naming the file and exit code 2, before any config."""
+    import gzip
+
+    argv, calls, manifest = fake_sweep
+    manifest.parent.mkdir(parents=True)
+    (manifest.parent / "mt-bench__ngram__k3.jsonl.gz").write_bytes(gzip.compress(b'{"config_key": "a"}\n'))
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*argv, "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert "mt-bench__ngram__k3.jsonl.gz beside it holds its rows compressed" in err[0]
+    assert not calls and not manifest.exists()
