@@ -146,15 +146,21 @@ def summarize(samples: list[dict]) -> dict:
 
 def plain_rows(sweep: Path):
     """The sweep's plain-decoding rows of code edits (a DataFrame from :func:`experiments.results.load_runs`);
-    ValueError naming the folder when it has none or they lack output tokens."""
-    from experiments.results import load_runs
+    ValueError naming the folder when it has none, and the files when they lack output tokens, hold rows of more
+    than one config or a prompt twice (a file beside its ``.gz`` copy)."""
+    from experiments.results import load_runs, repeated_prompt
 
-    files = sorted(sweep.glob("code-edits__none.jsonl*"))
+    files = [f for f in (sweep / "code-edits__none.jsonl", sweep / "code-edits__none.jsonl.gz") if f.is_file()]
     if not files:
         raise ValueError(f"{sweep}: no plain-decoding rows of code edits (code-edits__none.jsonl[.gz])")
     df = load_runs(files)
     if df.empty:
         raise ValueError(f"{', '.join(map(str, files))}: holds no rows")
+    if df["config_key"].nunique() > 1:
+        raise ValueError(f"{', '.join(map(str, files))}: rows of {df['config_key'].nunique()} configs (config keys "
+                         f"{', '.join(sorted(set(df['config_key'])))}); give a folder of one")
+    if (twice := repeated_prompt(df)) is not None:
+        raise ValueError(twice)
     if df["output_tokens"].isna().any():
         raise ValueError(f"{sweep}: plain rows without output tokens")
     return df

@@ -174,3 +174,36 @@ def test_rows_naming_no_model_or_none_are_one_line_naming_the_file(sweep, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
     assert "error: " in err[0] and words in err[0] and not (tmp_path / "f.json").exists()
+
+
+@pytest.mark.parametrize("case, words", [
+    ("beside its gz copy", "holds prompt 'e0' more than once in config none-prefer-ngram-single-None"),
+    ("two configs", "rows of 2 configs"),
+    ("files of a run", None)])
+def test_plain_rows_are_those_of_one_run_each_once(sweep, tmp_path, capsys, case, words):
+    """The plain rows are code-edits__none.jsonl's or its .gz copy's: both beside each other (a prompt twice), or
+    rows of two configs, are one line naming them and exit code 2; the files a run keeps beside its output (a
+    damaged lines' copy, a shard, the lock) are not read."""
+    import gzip
+
+    data, folder = sweep
+    rows = folder / "code-edits__none.jsonl"
+    if case == "beside its gz copy":
+        (folder / "code-edits__none.jsonl.gz").write_bytes(gzip.compress(rows.read_bytes()))
+    elif case == "two configs":
+        other = json.loads(rows.read_text().splitlines()[0]) | {"config_key": "other"}
+        rows.write_text(rows.read_text() + json.dumps(other) + "\n")
+    else:
+        for name in ("code-edits__none.jsonl.damaged", "code-edits__none.jsonl.rank0.part"):
+            (folder / name).write_text("not json\n" + rows.read_text())
+        (folder / "code-edits__none.jsonl.lock").write_text("")
+    argv = [str(folder), "--data-dir", str(data), "--out", str(tmp_path / "f.json"), "--bins", "2"]
+    if words is None:
+        ef.main(argv)
+        assert json.loads((tmp_path / "f.json").read_text())["all"]["n"] == 3
+        return
+    with pytest.raises(SystemExit) as exit_:
+        ef.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "f.json").exists()
