@@ -6,6 +6,9 @@ whether its rows equal the one-process run's (every field but the timings and ru
     python -m experiments.bench_sweep_ranks --ranks 1 4 8 --methods none ngram eagle --out F.json [--preset edit-norm]
         [--mps]
 
+The sweep options after ``--`` go to every run; the sweep's dry run checks them first, so one it refuses is one
+line and exit code 2 before any run.
+
 A small model at batch 1 leaves the GPU idle between its kernel launches, so ranks sharing it decode their prompts
 side by side; the rows' ``tpot_ms`` then times a shared GPU (``ranks_per_gpu`` in their run_info). Without MPS the
 GPU runs one process's kernels at a time; ``--mps`` starts NVIDIA's Multi-Process Service control daemon for the
@@ -41,6 +44,17 @@ def sweep_command(ranks: int, preset: str, methods: list[str], out_dir: Path, ex
               [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"])
     return [*launch, "-m", "experiments.sweep", "--preset", preset, "--methods", *methods, "--out-dir", str(out_dir),
             *extra]
+
+
+def sweep_problem(a) -> str | None:
+    """What the sweep's own checks find in the runs' options (``a``: the parsed command line; the sweep options
+    after ``--`` included), as its dry run reports it in one line; None when it runs."""
+    cmd = sweep_command(1, a.preset, a.methods, (a.work_dir or Path(tempfile.gettempdir())) / "ranks1", a.extra)
+    proc = subprocess.run([*cmd, "--dry-run"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if not proc.returncode:
+        return None
+    last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return f"the sweep refuses its options: {last.partition('error: ')[2] or last}"
 
 
 def start_mps(folder: Path) -> dict[str, str]:
@@ -99,11 +113,13 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--mps: nvidia-cuda-mps-control is not on PATH")
     p.check_output(a.out)  # last: they make their folders
     p.check_output(a.work_dir, "--work-dir", folder=True)
-    work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench_sweep_ranks_"))
-    for n in a.ranks:
-        out_dir = work / f"ranks{n}"
+    for n in a.ranks if a.work_dir else ():
+        out_dir = a.work_dir / f"ranks{n}"
         if out_dir.exists() and any(out_dir.iterdir()):
             p.error(f"{out_dir}: not empty (a sweep there would resume instead of running)")
+    if (problem := sweep_problem(a)) is not None:
+        p.error(problem)
+    work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench_sweep_ranks_"))
     mps = start_mps(work / "mps") if a.mps else {}
     try:
         runs = time_sweeps(a, work, {**os.environ, **mps})

@@ -44,3 +44,21 @@ def test_duplicate_ranks_and_the_tools_own_sweep_options_are_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert e.value.code == 2 and says in err and len(err.splitlines()) == 1
     assert not out.exists() and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--per-bin", "x"], "the sweep refuses its options: argument --per-bin: invalid int value: 'x'"),
+    (["--device", "cuda:99"], "the sweep refuses its options: --device cuda:99: no such CUDA device here"),
+])
+def test_sweep_options_the_sweep_refuses_are_one_line_before_any_run(tmp_path, monkeypatch, capsys, extra, says):
+    """A sweep option after ``--`` that the sweep refuses: one line naming it and exit code 2, before any sweep runs
+    or any folder is made (the sweep's own dry run checks them)."""
+    monkeypatch.setattr(bench_sweep_ranks, "time_sweeps", lambda *a: pytest.fail("a sweep ran"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    out = tmp_path / "b.json"
+    with pytest.raises(SystemExit) as e:
+        bench_sweep_ranks.main(["--ranks", "1", "2", "--methods", "none", "--work-dir", str(tmp_path / "w"),
+                                "--out", str(out), "--", *extra])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert not out.exists() and not (tmp_path / "w").exists()
