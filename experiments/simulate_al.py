@@ -153,6 +153,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS / "simulation" / "simulate_al")
     args = ap.parse_args(argv)
+    if args.out.is_dir():  # a folder meant as the place of the files: they would go beside it, as <folder>.json
+        ap.error(f"--out {args.out}: is a folder; --out is the stem of the two files, e.g. {args.out / 'simulate_al'}")
     for suffix in (".json", ".csv"):  # --out is the stem of both files
         ap.check_output(out_file(args.out, suffix))
     if args.limit is not None and args.limit < 4:
@@ -306,7 +308,8 @@ def main(argv=None) -> int:
                e_char=e_char[everyone], e_tok=e_tok[everyone], idx=idx[everyone], seconds=time.time() - t0)
     _write(ctx)
     _print(ctx)
-    print(f"done in {time.time() - t0:.0f}s", file=sys.stderr)
+    print(f"done in {time.time() - t0:.0f}s; wrote {out_file(args.out, '.json')} and {out_file(args.out, '.csv')}",
+          file=sys.stderr)
     return 0
 
 

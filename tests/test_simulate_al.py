@@ -180,3 +180,16 @@ def test_out_stems_keep_their_dots():
     assert simulate_al.out_file(Path("d/rates0.5"), ".csv") == Path("d/rates0.5.csv")
     assert simulate_al.out_file(Path("d/sim.json"), ".csv") == Path("d/sim.csv")
     assert simulate_al.out_file(Path("d/sim"), ".json") == Path("d/sim.json")
+
+
+def test_an_out_folder_is_refused_before_any_work(edits, tmp_path, capsys, monkeypatch):
+    """--out naming an existing folder (meant as the files' place) is one line and exit code 2: the files would go
+    beside it as <folder>.json and <folder>.csv."""
+    monkeypatch.setattr(simulate_al, "load_code_edits", lambda path: pytest.fail("read the data"))
+    folder = tmp_path / "results"
+    folder.mkdir()
+    with pytest.raises(SystemExit) as e:
+        simulate_al.main(["--data", str(edits), "--out", str(folder)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"--out {folder}: is a folder" in err[0], err
+    assert not list(tmp_path.glob("results.*")) and not any(folder.iterdir())
