@@ -1280,9 +1280,15 @@ def parse_args(argv: list[str] | None = None, paths: bool = True) -> argparse.Na
         parser.error(f"--real-rows and --synthetic-edits must be >= 0 and make a repair set (not both 0), got "
                      f"{args.real_rows} and {args.synthetic_edits}")
     if args.cmd == "compare-gates":  # both records read and compared before anything is printed
+        records = []
+        for path in (args.a, args.b):
+            try:
+                records.append(read_gate(path))
+            except (OSError, EOFError, zlib.error, ValueError) as e:
+                parser.error(f"compare-gates {path}: not a readable gate record ({type(e).__name__}: {e})")
         try:
-            args.comparison = compare_gates(*map(read_gate, (args.a, args.b)))
-        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as e:
+            args.comparison = compare_gates(*records)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             parser.error(f"compare-gates {args.a} {args.b}: {type(e).__name__}: {e}")
     if min(getattr(args, "gate_every", 0), getattr(args, "gate_after", 0)) < 0:
         parser.error(f"--gate-every and --gate-after must be >= 0, got {args.gate_every} and {args.gate_after}")

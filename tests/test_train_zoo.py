@@ -1069,6 +1069,18 @@ def test_compare_gates_names_a_damaged_gzipped_record(damage, tmp_path, capsys):
     _refused(capsys, ["compare-gates", str(a), str(b)], str(b))
 
 
+def test_compare_gates_names_the_record_it_cannot_read(tmp_path, capsys):
+    """A record that is not JSON, or missing, beside a good one: one line naming that record alone."""
+    import json
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"quality_gate": {"samples": []}}))
+    bad.write_text("not json")
+    missing = tmp_path / "none.json"
+    for argv, named in (([good, bad], bad), ([bad, good], bad), ([good, missing], missing)):
+        assert str(good) not in _refused(capsys, ["compare-gates", *map(str, argv)], f"compare-gates {named}: ")
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--seed", "-1"], "seed"), (["--seed", str(2 ** 32)], "seed"), (["--sft-lr", "-1"], "sft_lr"),
     (["--sft-lr", "nan"], "sft_lr"), (["--repair-lr", "0"], "repair_lr"), (["--sft-time-s", "-5"], "sft_time_s"),
