@@ -617,8 +617,8 @@ def run(cfg: BenchConfig, examples: list[data.Example], out: Path, *, progress: 
         print_output: bool = False, failed: list[str] | None = None, there: dict | None = None) -> int:
     """Generate for every example not yet in ``out``; append one JSON row each. Returns the rows this run made
     (every rank's); the ids of prompts whose generation raised (no row: a rerun retries them) are appended to
-    ``failed``; ``there`` gets the rows found under the lock before any was made: ``"before"`` in ``out``,
-    ``"carried"`` only in an earlier run's shards.
+    ``failed``; ``there`` gets this run's rows (config and prompt) found under the lock before any was made:
+    ``"before"`` in ``out``, ``"carried"`` only in an earlier run's shards.
 
     Under torchrun (``WORLD_SIZE`` > 1) rank r decodes ``todo[r::world]`` into its shard ``<out>.rank{r}.part``
     (row by row, resumable like ``out``); after all ranks finish, rank 0 merges the shards into ``out`` in
@@ -651,10 +651,11 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
     info = {**provenance.run_info(device), "load_s": loaded.load_s, "model_folder": str(loaded.folder),
             "model_dtype": loaded.dtype, **({"ranks_per_gpu": shared} if shared > 1 else {})}  # timings shared
     have, carried = rows_there(out)
-    if there is not None:
-        there.update(before=len(have), carried=len(carried))
-    seen = have | carried
     key = cfg.key()
+    if there is not None:  # of this run's rows (its config, its prompts): other configs' rows may share the file
+        mine = {(key, e.id) for e in examples}
+        there.update(before=len(have & mine), carried=len(carried & mine))
+    seen = have | carried
     label = examples[0].source if examples else ""
     dataset = HF_SOURCES.get(label, label) if cfg.dataset_name == "hf" else cfg.dataset_name
     todo = [e for e in examples if (key, e.id) not in seen]

@@ -178,6 +178,20 @@ def test_a_resume_says_which_rows_it_made_and_which_were_there(tmp_path, capsys)
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"wrote 1 new row to {out} (3 there before)"
 
 
+def test_rows_counted_as_there_are_this_runs_own(tmp_path, capsys):
+    """Rows of another config, or of prompts this run does not ask for, in the same file are not counted as there
+    before: the count is of this run's rows that it did not make again."""
+    out = tmp_path / "mt.jsonl"
+    argv = [*ARGS, "--dataset-name", "mt-bench", "--output", str(out)]
+    spec_bench.main([*argv, "--num-prompts", "3"])
+    capsys.readouterr()
+    spec_bench.main([*argv, "--num-prompts", "2", "--seed", "1"])  # another config's rows beside the first's
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"wrote 2 new rows to {out}"
+    spec_bench.main([*argv, "--num-prompts", "2"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"wrote 0 new rows to {out} (2 there before)"
+    assert len(_rows(out)) == 5
+
+
 def test_rows_counted_as_there_are_those_found_under_the_lock(tmp_path, capsys, monkeypatch):
     """Rows another run finished after this one read its prompts, but before it took the lock, are counted as there
     before (and not made again)."""
