@@ -805,7 +805,8 @@ FLAG_METHODS = {"--eagle-dir": ("eagle_dir", None, EAGLE_METHODS),
                 "--prompt-lookup-min": ("lookup_min", 2, NGRAM_METHODS),
                 "--prompt-lookup-max": ("lookup_max", 5, NGRAM_METHODS),
                 "--hybrid-policy": ("hybrid_policy", "prefer-ngram", HYBRIDS),
-                "--use-checkpoint-embeddings": ("checkpoint_embeddings", False, EAGLE_METHODS)}
+                "--use-checkpoint-embeddings": ("checkpoint_embeddings", False, EAGLE_METHODS),
+                "--check-lossless": ("check_lossless", False, tuple(m for m in METHODS if m != "none"))}
 KEY_METHODS = {"ngram": NGRAM_METHODS, "eagle": EAGLE_METHODS, "eagle3": ("eagle3", "ngram-eagle3")}
 # the datasets that read a flag (the project's JSONL sets have no splits; MT-Bench has no edit norm)
 FLAG_DATASETS = {"--hf-split": ("hf_split", "train", ("hf",)),

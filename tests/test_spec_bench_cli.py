@@ -148,6 +148,8 @@ CASES = {
     "hybrid policy for ngram": _case(*GOOD, "--method", "ngram", "--hybrid-policy", "tree",
                                      want="--hybrid-policy tree: --method ngram does not use it (used by ngram-eagle, "
                                      "ngram-eagle3)"),
+    "lossless check of plain decoding": _case(*GOOD, "--method", "none", "--check-lossless",
+                                              want="--check-lossless: --method none does not use it (used by ngram,"),
     "hf split of the project's sets": _case("--method", "ngram", "--dataset-name", "mt-bench", "--hf-split", "test",
                                             want="--hf-split test: --dataset-name mt-bench does not use it (used by "
                                             "hf)"),
