@@ -273,9 +273,16 @@ def variant_fits(table, variant: str, eagle, k: dict, sim_doc: dict | None):
     return part, fit_models(part, 1.0 if variant == "ngram" else pooled_al(eagle), k, sim_doc, variant != "ngram")
 
 
+# what every variant of one table shares: the config without the drafter's settings (the seed draws only sampled
+# tokens and oversampled prompts, which the prompts' ids already tell)
+SHARED_SETTINGS = tuple(key for key in results.MATCH_KEYS if key not in ("example_id", "seed"))
+
+
 def mixed_configs(df, k: dict) -> str | None:
     """What keeps ``df``'s rows from one table per variant, in words: a variant whose rows hold more than one
-    config or a prompt twice, or draft lengths other than ``k``'s; None when there is nothing."""
+    config or a prompt twice, variants run under other settings than each other (a config field outside the
+    drafter's, as :data:`results.MATCH_KEYS` lists them, the seed aside), or draft lengths other than ``k``'s; None
+    when there is nothing."""
     for variant, part in df.groupby("variant", sort=True):
         keys = sorted(part["config_key"].unique())
         if len(keys) > 1:
@@ -283,6 +290,10 @@ def mixed_configs(df, k: dict) -> str | None:
                     f"files {', '.join(sorted(set(part['file'])))}); give one config per method")
         if (twice := results.repeated_prompt(part)) is not None:
             return twice
+    for key in SHARED_SETTINGS:
+        if key in df and (values := sorted(set(df[key].astype(str)))) and len(values) > 1:
+            return (f"the variants' rows differ in {key} ({', '.join(values)}); the table compares methods under one "
+                    f"setting: give runs of one {key}")
     for drafter in ("ngram", "eagle"):
         drafted = sorted({int(v) for v in df[f"k_{drafter}"].dropna()})
         if drafted and drafted != [k[drafter]]:

@@ -381,12 +381,14 @@ def _changed(path, out, **config):
     ("a prompt twice", "variant 'eagle' holds prompt 'ex0' more than once"),
     ("another k", "the rows' ngram k is [4], not --k-ngram 5"),
     ("two configs to fit", "--fit-runs: variant 'eagle' holds rows of 2 configs"),
+    ("another output length", "the variants' rows differ in output_len (64, 999); the table compares methods"),
     ("negative n-boot", "--n-boot must be >= 0"),
     ("no data to simulate", "data directory /nonexistent not found")])
 def test_runs_that_are_not_one_table_per_variant_are_refused_before_any_work(case, words, runs, tmp_path, capsys,
                                                                             monkeypatch):
     """Runs whose variant holds two configs (single and doubled BOS) or a prompt twice, a draft length other than
-    --k-ngram, a negative --n-boot, and the simulation's data missing: one line, exit code 2, before any table."""
+    --k-ngram, variants of two output lengths, a negative --n-boot, and the simulation's data missing: one line,
+    exit code 2, before any table."""
     monkeypatch.setattr(ab, "bin_table", lambda *a, **k: pytest.fail("made a table"))
     monkeypatch.setenv("HYBRIDSD_DATA", "/nonexistent")
     argv = {
@@ -395,6 +397,7 @@ def test_runs_that_are_not_one_table_per_variant_are_refused_before_any_work(cas
         "another k": [_changed(runs[0], tmp_path / "k4.jsonl", k={"ngram": 4}), runs[1]],
         "two configs to fit": [*runs, "--fit-runs", _changed(runs[1], tmp_path / "o1.jsonl", other=True),
                                _changed(runs[1], tmp_path / "o2.jsonl", bos_mode="doubled", other=True)],
+        "another output length": [runs[0], _changed(runs[1], tmp_path / "long.jsonl", output_len=999)],
         "negative n-boot": [*runs, "--n-boot", "-1"],
         "no data to simulate": runs}[case]
     (tmp_path / "again.jsonl").write_text(open(runs[1]).readline())
