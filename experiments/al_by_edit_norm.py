@@ -446,8 +446,12 @@ def held_out_fits(df, edges, k: dict, sim_doc: dict | None, splits: int, seed: i
 
 def load_rows(paths, flag: str = "", **kw):
     """:func:`results.load_runs` of ``paths`` (given after ``flag``); ``ValueError`` naming them when they hold no
-    row (a spec_bench run killed before its first row leaves an empty file)."""
-    df = results.load_runs(paths, **kw)
+    row (a spec_bench run killed before its first row leaves an empty file), ``FileNotFoundError`` naming the flag
+    and the path that names no file."""
+    try:
+        df = results.load_runs(paths, **kw)
+    except FileNotFoundError as e:  # a path of the flag's that names no file
+        raise FileNotFoundError(f"{flag}{e}") from None
     if df.empty:
         raise ValueError(f"{flag}{' '.join(map(str, paths))}: no results rows")
     return df

@@ -408,6 +408,17 @@ def test_runs_that_are_not_one_table_per_variant_are_refused_before_any_work(cas
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flag", [None, "--exclude-prompts", "--fit-runs"])
+def test_a_missing_results_path_is_named_with_its_flag(flag, runs, tmp_path, capsys):
+    """A path that names no file, as the runs, --exclude-prompts or --fit-runs: one line naming the flag and the
+    path, exit code 2."""
+    missing = tmp_path / "nowhere.jsonl"
+    argv = [str(missing)] if flag is None else [*runs, flag, str(missing)]
+    with pytest.raises(SystemExit) as exit_:
+        ab.main([*argv, "--no-sim", "--out", str(tmp_path / "al.json")])
+    assert f"error: {'' if flag is None else flag + ' '}results file {missing} not found" in _refused(capsys, exit_)
+
+
 def test_the_cpu_analysis_records_the_cpu(runs, tmp_path, monkeypatch):
     """On a machine with a GPU, the analysis (numpy, on the CPU) records the CPU as its device."""
     import torch
