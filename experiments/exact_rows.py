@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
         for spec, commit, command in a.run:
             path, _, mode = spec.rpartition(":")
             path, mode = (path, mode) if path and mode in MODES else (spec, "")
+            if not Path(path).is_file():
+                raise ValueError(f"--run {spec}: no file {path}")
             grid = read_grid(Path(path), (mode,) if mode else MODES)
             if not grid:  # a run that would add nothing (an empty grid, or none of that mode's counts)
                 raise ValueError(f"--run {spec}: no grid line{' with ' + mode if mode else ''}")

@@ -99,7 +99,8 @@ def test_cli_names_a_missing_file_or_a_bad_line_and_exits_2(tmp_path):
 
 
 def test_a_file_named_like_a_mode_is_a_file_and_a_run_adding_nothing_is_refused(tmp_path, capsys):
-    """``FILE:mode`` splits at the colon only; a run with no line (of its mode) is one error line, nothing written."""
+    """``FILE:mode`` splits at the colon only; a run with no line (of its mode), or whose file is missing, is one
+    error line, nothing written."""
     named = tmp_path / "grid_exact_same"
     named.write_text(json.dumps(_line("a", 1, "exact_same", "6/6")) + "\n")
     out = tmp_path / "out.jsonl"
@@ -113,6 +114,12 @@ def test_a_file_named_like_a_mode_is_a_file_and_a_run_adding_nothing_is_refused(
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and f"--run {spec}: no grid line" in err[0], err
         assert not (tmp_path / "other.jsonl").exists()
+    missing = tmp_path / "nowhere.jsonl"  # a path that names no file: the flag and the path
+    with pytest.raises(SystemExit) as e:
+        main(["--run", f"{missing}:exact_same", "c", "cmd", "--out", str(tmp_path / "other.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].endswith(f"error: --run {missing}:exact_same: no file {missing}"), err
 
 
 @pytest.mark.parametrize("change, words", [
