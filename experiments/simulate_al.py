@@ -375,9 +375,8 @@ def _write(c: dict) -> None:
                        "and novel_rate fitted to the fit half's per-bin ALs with each bin's mean output length "
                        "(novel_rate free up to what one pass can emit, max(k_ngram, k_eagle) + 1 for the hybrids and "
                        "k_ngram + 1 for n-gram alone: an effective rate, a curve parameter); copy_accept fixed at 1 "
-                       "(per-bin ALs "
-                       "cannot separate it from resync, which then also absorbs misdirected n-gram drafts "
-                       "inside runs)"),
+                       "(per-bin ALs cannot separate it from resync, which then also absorbs misdirected n-gram "
+                       "drafts inside runs)"),
             "resync_eagle": ("as resync, with novel_rate held at its meaning: 1 for n-gram alone, AL_eagle for the "
                              "hybrids; resync alone fitted"),
             "resync_runs": ("hybridsd.analytic.resync_passes (diagnostic: needs each reference's copied runs, "

@@ -667,10 +667,10 @@ def _run(cfg: BenchConfig, examples: list[data.Example], out: Path, rank: int, w
     out.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     cuda = device.startswith("cuda")
+    context = context_length(model)  # None: the config sets none (BLOOM's ALiBi)
     with dest.open("a") as f:
         for ex in tqdm(todo, desc=f"{cfg.method}", disable=not progress or rank != 0):
             ids = prompts.build_prompt_ids(tok, ex.prompt, chat=cfg.chat_template, bos_mode=cfg.bos_mode)
-            context = context_length(model)  # None: the config sets none (BLOOM's ALiBi)
             limit = cfg.output_len if context is None else context - len(ids)
             if limit < 1:  # no row, as for a failed generation: named, and the run exits 1
                 print(f"FAILED {cfg.method} {ex.id}: its prompt's {len(ids)} tokens fill the model's context "
